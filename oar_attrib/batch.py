@@ -1,0 +1,87 @@
+"""The tensor batch every importance method scores.
+
+A row is one prompt + response, right-padded. Positions are absolute indices into the row.
+Segments (METHOD.md section 2) arrive as masks: `scored_mask` marks the reasoning tokens S,
+`answer_mask` marks the answer-span tokens a_1..a_K. The probe reads the logits at
+q_k = a_k - 1 (the positions that predict the answer tokens).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .errors import InputError
+
+
+@dataclass
+class ScoringBatch:
+    """Inputs of an importance method.
+
+    input_ids:      (B, L) long, prompt + response, right-padded with `pad_token_id`.
+    attention_mask: (B, L) long, 1 on real tokens, 0 on padding.
+    scored_mask:    (B, L) bool, the scored reasoning positions S.
+    answer_mask:    (B, L) bool, the answer-span tokens; all False on a row with no span.
+    pad_token_id:   the id OAR-P substitutes at a perturbed position.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    scored_mask: torch.Tensor
+    answer_mask: torch.Tensor
+    pad_token_id: int
+
+    def __post_init__(self) -> None:
+        shape = tuple(self.input_ids.shape)
+        if self.input_ids.dim() != 2:
+            raise InputError(f"input_ids must be (B, L), got shape {shape}")
+        for name in ("attention_mask", "scored_mask", "answer_mask"):
+            got = tuple(getattr(self, name).shape)
+            if got != shape:
+                raise InputError(f"{name} must have the shape of input_ids {shape}, got {got}")
+        self.scored_mask = self.scored_mask.bool()
+        self.answer_mask = self.answer_mask.bool()
+        if (self.answer_mask[:, 0]).any():
+            raise InputError("an answer token at position 0 has no position that predicts it")
+        if (self.scored_mask & self.answer_mask).any():
+            raise InputError("scored_mask and answer_mask overlap: answer tokens are never scored")
+        if (self.answer_mask & ~self.attention_mask.bool()).any():
+            raise InputError("answer_mask marks padding positions")
+
+    @property
+    def has_answer(self) -> torch.Tensor:
+        """(B,) bool: rows whose answer span was found (only these are scored)."""
+        return self.answer_mask.any(dim=1)
+
+    @property
+    def probe_mask(self) -> torch.Tensor:
+        """(B, L) bool: q_k = a_k - 1, the positions whose logits predict the answer tokens."""
+        probe = torch.zeros_like(self.answer_mask)
+        probe[:, :-1] = self.answer_mask[:, 1:]
+        return probe
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """(B,) long: real (unpadded) length of each row."""
+        return self.attention_mask.sum(dim=1)
+
+    def to(self, device) -> "ScoringBatch":
+        return ScoringBatch(
+            self.input_ids.to(device),
+            self.attention_mask.to(device),
+            self.scored_mask.to(device),
+            self.answer_mask.to(device),
+            self.pad_token_id,
+        )
+
+    def select(self, rows) -> "ScoringBatch":
+        """Sub-batch of the given row indices, trimmed to its longest row."""
+        idx = torch.as_tensor(rows, dtype=torch.long, device=self.input_ids.device)
+        width = int(self.attention_mask[idx].sum(dim=1).max().item()) if len(idx) else 0
+        return ScoringBatch(
+            self.input_ids[idx, :width],
+            self.attention_mask[idx, :width],
+            self.scored_mask[idx, :width],
+            self.answer_mask[idx, :width],
+            self.pad_token_id,
+        )

@@ -1,0 +1,26 @@
+"""Command lines built from dataclasses: every field becomes a flag with its help text."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+
+
+def add_dataclass_args(parser: argparse.ArgumentParser, cls) -> None:
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        flag = "--" + f.name.replace("_", "-")
+        help_text = f.metadata.get("help", "")
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        kind = hints[f.name]
+        if kind is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)
+        elif typing.get_origin(kind) in (list, tuple):
+            (inner, *_) = typing.get_args(kind)
+            parser.add_argument(flag, nargs="+", type=inner, default=default, help=help_text)
+        else:
+            parser.add_argument(flag, type=kind, default=default, help=f"{help_text} (default: {default})")
+
+
+def dataclass_from_args(cls, args: argparse.Namespace):
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})

@@ -1,0 +1,30 @@
+"""Exception types, one per failure family. Messages say what was wrong and what to do."""
+
+
+class OARError(Exception):
+    """Base class of every error raised by oar_attrib."""
+
+
+class WorldConfigError(OARError, ValueError):
+    """A problem-generator setting that cannot produce a valid problem."""
+
+
+class UnknownNameError(OARError, ValueError):
+    """A method, probe, preset or format name that is not registered."""
+
+
+class TokenizerError(OARError, ValueError):
+    """The tokenizer lacks something the computation needs (pad token, offsets)."""
+
+
+class InputError(OARError, ValueError):
+    """A prompt/response pair that cannot be scored as given (too long, empty, malformed)."""
+
+
+class ModelLoadError(OARError, OSError):
+    """A model name or folder that cannot be loaded."""
+
+
+def unknown_name(kind: str, name: str, known) -> UnknownNameError:
+    """Build the standard error for an unknown registry name."""
+    return UnknownNameError(f"unknown {kind} {name!r}; known: {', '.join(sorted(known))}")

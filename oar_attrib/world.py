@@ -1,0 +1,354 @@
+"""The arithmetic reasoning world: seeded problems whose worked solutions are chains of steps.
+
+A problem gives a few named quantities, defines more quantities from them, and asks for an
+expression of two defined quantities::
+
+    question:  a=4, b=7, c=3. d=a+b, e=d-c, f=b*c, g=a+c. find e+f.
+    solution:  d=4+7=11. e=11-3=8. so f=7*3=21. g=4+3=7. #### 29
+
+The last line is computed *at answer time* from two earlier results (8 and 21): nothing in the
+trace writes `8+21=29` out. That is on purpose. OAR-P masks one trace token while the rest of the
+trace stays fixed, so it measures the *direct* effect of a token on the answer. In a chain whose
+last step writes the answer out, that effect sits on the last result alone. With the answer read
+from several earlier results, several tokens carry a direct effect and attribution has something
+to find.
+
+The structural oracle marks character spans of a trace (the reference solution or a trace the
+model generated) with four sets:
+
+- ``direct``: the tokens the answer is read from when the rest of the trace is held fixed: the
+  *result* of each quantity the final expression combines (``8`` and ``21``) and that step's
+  *name* (``e``, ``f``), because the model finds a result by its name. Masking either changes
+  what the answer-time computation can read. This is the set teacher-forced OAR-P should find.
+- ``chain``: every step on the answer's dependency path (the final quantities and everything they
+  are computed from: ``d=4+7=11``, ``e=11-3=8``, ``f=7*3=21``). In a free-running model each
+  step decides the next; with the trace held fixed only the ``direct`` tokens still matter, so
+  this set measures how much of the *causal history* an importance method credits.
+- ``distractor``: steps whose quantity the answer never uses (``g=4+3=7``). A method that
+  credits them is wrong.
+- ``filler``: words between steps (``so``) that carry no information.
+
+``direct`` lies inside ``chain``; ``chain``, ``distractor`` and ``filler`` are disjoint. The oracle
+of a generated trace is found by parsing the trace and following the *problem's* dependency
+graph by name, so a step the model got wrong still counts where its name puts it.
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from dataclasses import asdict, dataclass, field, replace
+
+from .errors import WorldConfigError, unknown_name
+
+NAMES = "abcdefghijklmnopqrstuvwxyz"
+FILLERS = ("so", "then", "now", "ok", "next", "hmm", "well")
+ANSWER_FORMATS = ("gsm8k", "boxed")
+_MAX_TRIES = 200
+
+
+@dataclass(frozen=True)
+class WorldConfig:
+    """Difficulty knobs of the problem generator."""
+
+    n_givens: int = 3
+    n_steps: int = 3
+    n_distractors: int = 1
+    max_given: int = 9
+    max_value: int = 99
+    filler_rate: float = 0.3
+    ops: str = "+-*"
+    answer_format: str = "gsm8k"
+
+    def __post_init__(self) -> None:
+        if self.n_steps < 2:
+            raise WorldConfigError(
+                f"n_steps={self.n_steps}: the answer combines two step results, so n_steps must be >= 2"
+            )
+        if self.n_givens < 1 or self.n_distractors < 0:
+            raise WorldConfigError("n_givens must be >= 1 and n_distractors >= 0")
+        total = self.n_givens + self.n_steps + self.n_distractors
+        if total > len(NAMES):
+            raise WorldConfigError(
+                f"{total} quantities need {total} names but only {len(NAMES)} letters exist; "
+                "lower n_givens, n_steps or n_distractors"
+            )
+        if self.max_given < 1 or self.max_value < 2 * self.max_given:
+            raise WorldConfigError(
+                f"max_given={self.max_given}, max_value={self.max_value}: need max_given >= 1 and "
+                "max_value >= 2 * max_given so that sums of givens fit"
+            )
+        if not 0.0 <= self.filler_rate <= 1.0:
+            raise WorldConfigError(f"filler_rate={self.filler_rate} must lie in [0, 1]")
+        if not self.ops or set(self.ops) - set("+-*"):
+            raise WorldConfigError(f"ops={self.ops!r} must be a non-empty string over '+-*'")
+        if self.answer_format not in ANSWER_FORMATS:
+            raise unknown_name("answer format", self.answer_format, ANSWER_FORMATS)
+
+
+PRESETS: dict[str, WorldConfig] = {
+    "easy": WorldConfig(n_givens=3, n_steps=2, n_distractors=1, max_given=9, max_value=50),
+    "default": WorldConfig(),
+    "hard": WorldConfig(n_givens=4, n_steps=4, n_distractors=2, max_given=15, max_value=99),
+}
+
+
+def get_config(preset: str | WorldConfig = "default", **overrides) -> WorldConfig:
+    """A preset by name (or a config), with field overrides; errors list the known presets."""
+    if isinstance(preset, WorldConfig):
+        base = preset
+    elif preset in PRESETS:
+        base = PRESETS[preset]
+    else:
+        raise unknown_name("world preset", preset, PRESETS)
+    try:
+        return replace(base, **overrides)
+    except TypeError as err:
+        raise WorldConfigError(f"{err}; WorldConfig fields: {', '.join(asdict(base))}") from None
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    left: str
+    op: str
+    right: str
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem; `solution` is the reference trace, `answer` the true final answer."""
+
+    givens: tuple[tuple[str, int], ...]
+    steps: tuple[Step, ...]  # in solution order, distractors included
+    target: tuple[str, str, str]  # (u, op, v): the answer is u op v
+    path: frozenset[str]  # names of the steps on the dependency path
+    values: dict[str, int] = field(compare=False, hash=False)
+    fillers: tuple[str | None, ...] = ()  # a filler word before each step, or None
+    answer_format: str = "gsm8k"
+
+    @property
+    def answer(self) -> int:
+        u, op, v = self.target
+        return _apply(self.values[u], op, self.values[v])
+
+    @property
+    def question(self) -> str:
+        givens = ", ".join(f"{n}={v}" for n, v in self.givens)
+        defs = ", ".join(f"{s.name}={s.left}{s.op}{s.right}" for s in self.steps)
+        u, op, v = self.target
+        return f"{givens}. {defs}. find {u}{op}{v}."
+
+    @property
+    def prompt(self) -> str:
+        """The text the model is conditioned on; the response starts right after it."""
+        return self.question + "\n"
+
+    @property
+    def solution(self) -> str:
+        parts = []
+        for step, filler in zip(self.steps, self.fillers or (None,) * len(self.steps)):
+            lv, rv = self.values[step.left], self.values[step.right]
+            text = f"{step.name}={lv}{step.op}{rv}={self.values[step.name]}."
+            parts.append(f"{filler} {text}" if filler else text)
+        return " ".join(parts) + " " + format_answer(self.answer, self.answer_format)
+
+    def oracle(self, trace: str | None = None) -> "Oracle":
+        """Oracle spans of `trace` (default: the reference solution)."""
+        return oracle_spans(self, self.solution if trace is None else trace)
+
+    def reward(self, text: str) -> float:
+        return reward(text, self.answer, self.answer_format)
+
+
+def format_answer(value: int, fmt: str = "gsm8k") -> str:
+    if fmt == "gsm8k":
+        return f"#### {value}"
+    if fmt == "boxed":
+        return f"\\boxed{{{value}}}"
+    raise unknown_name("answer format", fmt, ANSWER_FORMATS)
+
+
+def _apply(a: int, op: str, b: int) -> int:
+    return a + b if op == "+" else a - b if op == "-" else a * b
+
+
+def _allowed_ops(a: int, b: int, cfg: WorldConfig) -> list[str]:
+    ok = []
+    if "+" in cfg.ops and a + b <= cfg.max_value:
+        ok.append("+")
+    if "-" in cfg.ops and a >= b:
+        ok.append("-")
+    # Products stay within the times table so that a tiny model can learn them.
+    if "*" in cfg.ops and a <= 9 and b <= 9 and a * b <= cfg.max_value:
+        ok.append("*")
+    return ok
+
+
+def _make_step(rng, name, operands, values, cfg, first=None) -> Step | None:
+    """A step over `operands` (the first operand forced when given); None if no op fits."""
+    for _ in range(20):
+        left = first if first is not None else rng.choice(operands)
+        right = rng.choice(operands)
+        ops = _allowed_ops(values[left], values[right], cfg)
+        if ops:
+            op = rng.choice(ops)
+            values[name] = _apply(values[left], op, values[right])
+            return Step(name, left, op, right)
+    return None
+
+
+def _ancestors(name: str, by_name: dict[str, Step]) -> set[str]:
+    seen, todo = set(), [name]
+    while todo:
+        n = todo.pop()
+        if n in by_name and n not in seen:
+            seen.add(n)
+            todo += [by_name[n].left, by_name[n].right]
+    return seen
+
+
+def _try_problem(rng: random.Random, cfg: WorldConfig) -> Problem | None:
+    names = rng.sample(NAMES, cfg.n_givens + cfg.n_steps + cfg.n_distractors)
+    givens = [(n, rng.randint(1, cfg.max_given)) for n in names[: cfg.n_givens]]
+    values = dict(givens)
+    operands = [n for n, _ in givens]
+    path: list[Step] = []
+    for name in names[cfg.n_givens : cfg.n_givens + cfg.n_steps]:
+        used = {s.left for s in path} | {s.right for s in path}
+        unused = [s.name for s in path if s.name not in used]
+        # Consume an unused step result most of the time so that the steps form one path.
+        first = rng.choice(unused) if unused and rng.random() < 0.85 else None
+        step = _make_step(rng, name, operands, values, cfg, first)
+        if step is None:
+            return None
+        path.append(step)
+        operands.append(name)
+    by_name = {s.name: s for s in path}
+    u = path[-1].name
+    v = rng.choice([s.name for s in path[:-1]])
+    if _ancestors(u, by_name) | _ancestors(v, by_name) != set(by_name):
+        return None
+    op = rng.choice([o for o in "+-" if o in cfg.ops] or ["+"])
+    if op == "-" and values[u] < values[v]:
+        u, v = v, u
+    if rng.random() < 0.5 and op == "+":
+        u, v = v, u
+    order = list(path)
+    for name in names[cfg.n_givens + cfg.n_steps :]:
+        step = _make_step(rng, name, operands, values, cfg)
+        if step is None:
+            return None
+        last = max((i for i, s in enumerate(order) if s.name in (step.left, step.right)), default=-1)
+        order.insert(rng.randint(last + 1, len(order)), step)
+        operands.append(name)
+    fillers = tuple(rng.choice(FILLERS) if rng.random() < cfg.filler_rate else None for _ in order)
+    return Problem(
+        givens=tuple(givens),
+        steps=tuple(order),
+        target=(u, op, v),
+        path=frozenset(by_name),
+        values=values,
+        fillers=fillers,
+        answer_format=cfg.answer_format,
+    )
+
+
+def split_of(question: str) -> str:
+    """'test' for one problem in ten (by a stable hash of its text), else 'train'."""
+    return "test" if hashlib.sha256(question.encode()).digest()[0] % 10 == 0 else "train"
+
+
+def generate_problems(
+    n: int, preset: str | WorldConfig = "default", seed: int = 0, split: str | None = "train", **overrides
+) -> list[Problem]:
+    """`n` problems from a seeded generator; `split` keeps only 'train' or 'test' problems
+    (None keeps both). The same arguments always give the same problems."""
+    cfg = get_config(preset, **overrides)
+    if split not in ("train", "test", None):
+        raise WorldConfigError(f"split={split!r} must be 'train', 'test' or None")
+    rng = random.Random(f"oar-world-{seed}")
+    out: list[Problem] = []
+    failures = 0
+    while len(out) < n:
+        problem = _try_problem(rng, cfg)
+        if problem is None:
+            failures += 1
+            if failures > _MAX_TRIES and not out:
+                raise WorldConfigError(
+                    f"could not build a problem with {cfg} after {_MAX_TRIES} tries; "
+                    "raise max_value or allow more ops"
+                )
+            continue
+        if split is None or split_of(problem.question) == split:
+            out.append(problem)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing traces: the oracle and the reward.
+
+_STEP_RE = re.compile(r"(?<![a-z])(?P<name>[a-z])=(?P<l>-?\d+)(?P<op>[+\-*])(?P<r>-?\d+)=(?P<res>-?\d+)")
+_FILLER_RE = re.compile(r"\b(?:" + "|".join(FILLERS) + r")\b")
+_ANSWER_RE = {
+    "gsm8k": re.compile(r"####\s*(-?\d+)"),
+    "boxed": re.compile(r"\\boxed\{\s*(-?\d+)\s*\}"),
+}
+
+Span = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Oracle:
+    """Character spans of a trace, by oracle set (see the module docstring)."""
+
+    direct: tuple[Span, ...]
+    chain: tuple[Span, ...]
+    distractor: tuple[Span, ...]
+    filler: tuple[Span, ...]
+    complete: bool  # every quantity of the final expression was found in the trace
+
+    def sets(self) -> dict[str, tuple[Span, ...]]:
+        return {k: getattr(self, k) for k in ("direct", "chain", "distractor", "filler")}
+
+
+def oracle_spans(problem: Problem, trace: str) -> Oracle:
+    """Parse `trace` into steps and mark the oracle sets by the problem's dependency graph."""
+    by_name = {s.name: s for s in problem.steps}
+    u, _, v = problem.target
+    needed = _ancestors(u, by_name) | _ancestors(v, by_name)
+    direct, chain, distractor = [], [], []
+    last: dict[str, re.Match] = {}
+    for m in _STEP_RE.finditer(trace):
+        name = m.group("name")
+        if name in needed:
+            chain.append((m.start("name"), m.end("res")))
+            last[name] = m
+        elif name in by_name:
+            distractor.append((m.start("name"), m.end("res")))
+    for name in dict.fromkeys((u, v)):
+        if name in last:
+            direct += [last[name].span("name"), last[name].span("res")]
+    filler = [m.span() for m in _FILLER_RE.finditer(trace)]
+    return Oracle(
+        direct=tuple(sorted(direct)),
+        chain=tuple(chain),
+        distractor=tuple(distractor),
+        filler=tuple(filler),
+        complete=u in last and v in last,
+    )
+
+
+def extract_answer(text: str, fmt: str = "gsm8k") -> int | None:
+    """The integer after the last answer marker of `fmt`, or None. Leading zeros are read as
+    a number (`#### 007` is 7), and text after the number is ignored."""
+    if fmt not in _ANSWER_RE:
+        raise unknown_name("answer format", fmt, ANSWER_FORMATS)
+    found = _ANSWER_RE[fmt].findall(text)
+    return int(found[-1]) if found else None
+
+
+def reward(text: str, answer: int, fmt: str = "gsm8k") -> float:
+    """1.0 when the extracted final answer equals `answer`, else 0.0 (also when none is found)."""
+    got = extract_answer(text, fmt)
+    return 1.0 if got is not None and got == answer else 0.0

@@ -1,0 +1,169 @@
+"""SFT of the tiny arithmetic reasoning model that ships as `arith-tiny`.
+
+    python -m training.pretrain --out oar_attrib/assets/arith-tiny
+
+Seeded and reproducible on CPU: the tokenizer is trained on a seeded corpus, the problems of
+each step come from a seeded generator, and torch runs deterministic kernels. The loss is on the
+response tokens only (the prompt is context). A curriculum moves the preset mix from easy
+towards hard, under a cosine learning-rate schedule with warm-up.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from oar_attrib.configs import add_dataclass_args, dataclass_from_args
+from oar_attrib.evaluation import evaluate_world
+from oar_attrib.world import PRESETS, generate_problems
+from oar_attrib.world_tokenizer import build_tokenizer
+
+
+@dataclass
+class PretrainConfig:
+    out: str = field(default="runs/arith-tiny", metadata={"help": "checkpoint folder to write"})
+    seed: int = field(default=0, metadata={"help": "seed of data, init and order"})
+    steps: int = field(default=2000, metadata={"help": "optimizer steps"})
+    batch_size: int = field(default=32, metadata={"help": "sequences per step"})
+    lr: float = field(default=3e-3, metadata={"help": "peak learning rate (AdamW)"})
+    warmup: int = field(default=100, metadata={"help": "linear warm-up steps"})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
+    hidden: int = field(default=128, metadata={"help": "model width"})
+    layers: int = field(default=4, metadata={"help": "decoder layers"})
+    heads: int = field(default=4, metadata={"help": "attention heads"})
+    vocab_size: int = field(default=320, metadata={"help": "BPE vocabulary size"})
+    boxed_rate: float = field(default=0.15, metadata={"help": "share of \\boxed{} answers"})
+    eval_n: int = field(default=200, metadata={"help": "held-out problems per preset at the end"})
+    group_size: int = field(default=8, metadata={"help": "samples per problem for the group check"})
+    threads: int = field(default=2, metadata={"help": "torch CPU threads"})
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1 or self.warmup < 0:
+            raise ValueError("steps and batch_size must be >= 1 and warmup >= 0")
+        if not 0.0 <= self.boxed_rate <= 1.0:
+            raise ValueError(f"boxed_rate={self.boxed_rate} must lie in [0, 1]")
+
+
+def curriculum(progress: float) -> dict[str, float]:
+    """Preset mix at training progress in [0, 1]: from mostly easy to mostly default/hard."""
+    start = {"easy": 0.6, "default": 0.3, "hard": 0.1}
+    end = {"easy": 0.15, "default": 0.55, "hard": 0.3}
+    return {k: (1 - progress) * start[k] + progress * end[k] for k in start}
+
+
+def batch_problems(step: int, cfg: PretrainConfig) -> list:
+    """The problems of one step: one preset per step, drawn from the curriculum's mix, so that
+    rows of a batch have similar lengths and little padding."""
+    mix = curriculum(step / max(cfg.steps - 1, 1))
+    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+    preset = list(mix)[int(torch.multinomial(torch.tensor(list(mix.values())), 1, generator=gen))]
+    n_boxed = int(torch.binomial(torch.tensor(float(cfg.batch_size)), torch.tensor(cfg.boxed_rate), generator=gen))
+    seed = cfg.seed * 10_000_019 + step
+    return generate_problems(cfg.batch_size - n_boxed, preset, seed=seed, split="train") + generate_problems(
+        n_boxed, preset, seed=seed, split="train", answer_format="boxed"
+    )
+
+
+def encode(problems, tokenizer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """input_ids, attention_mask, labels (-100 on the prompt and padding): each (B, L)."""
+    rows, labels = [], []
+    for p in problems:
+        prompt = tokenizer(p.prompt).input_ids
+        response = tokenizer(p.solution).input_ids + [tokenizer.eos_token_id]
+        rows.append(prompt + response)
+        labels.append([-100] * len(prompt) + response)
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id)
+    lab = torch.full((len(rows), width), -100)
+    for i, (r, l) in enumerate(zip(rows, labels)):
+        ids[i, : len(r)] = torch.tensor(r)
+        lab[i, : len(l)] = torch.tensor(l)
+    return ids, (lab != -100) | (ids != tokenizer.pad_token_id), lab
+
+
+def build_model(cfg: PretrainConfig, vocab: int, pad_id: int, eos_id: int) -> Qwen2ForCausalLM:
+    config = Qwen2Config(
+        vocab_size=vocab, hidden_size=cfg.hidden, intermediate_size=4 * cfg.hidden,
+        num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
+        num_key_value_heads=cfg.heads, max_position_embeddings=512, tie_word_embeddings=True,
+        pad_token_id=pad_id, eos_token_id=eos_id, bos_token_id=eos_id, rope_theta=10000.0,
+    )
+    return Qwen2ForCausalLM(config)
+
+
+def lr_at(step: int, cfg: PretrainConfig) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = (step - cfg.warmup) / max(cfg.steps - cfg.warmup, 1)
+    return cfg.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def train(cfg: PretrainConfig, command: str) -> dict:
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(cfg.threads)
+    torch.use_deterministic_algorithms(True)
+    corpus = [p.prompt + p.solution for preset in PRESETS for fmt in ("gsm8k", "boxed")
+              for p in generate_problems(1500, preset, seed=cfg.seed + 99, answer_format=fmt)]
+    tokenizer = build_tokenizer(corpus, cfg.vocab_size)
+    model = build_model(cfg, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"model: {n_params / 1e6:.2f}M parameters, vocab {len(tokenizer)}", flush=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
+    model.train()
+    t0, curve = time.time(), []
+    for step in range(cfg.steps):
+        ids, mask, labels = encode(batch_problems(step, cfg), tokenizer)
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        loss = model(input_ids=ids, attention_mask=mask.long(), labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % 50 == 0 or step == cfg.steps - 1:
+            curve.append({"step": step, "loss": round(loss.item(), 4), "s": round(time.time() - t0, 1)})
+            print(f"step {step:5d}  loss {loss.item():.4f}  lr {lr_at(step, cfg):.2e}  {time.time() - t0:6.0f}s", flush=True)
+    train_s = time.time() - t0
+    model.eval()
+    results = {}
+    for preset in PRESETS:
+        res = evaluate_world(model, tokenizer, preset, n=cfg.eval_n, seed=0, group_size=cfg.group_size)
+        results[preset] = res.as_dict()
+        print(json.dumps(res.as_dict()), flush=True)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    card = {
+        "name": "arith-tiny",
+        "command": command,
+        "config": asdict(cfg),
+        "parameters": n_params,
+        "train_seconds": round(train_s, 1),
+        "torch": torch.__version__,
+        "held_out": results,
+        "loss_curve": curve,
+    }
+    (out / "model_card.json").write_text(json.dumps(card, indent=2) + "\n")
+    return card
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_dataclass_args(parser, PretrainConfig)
+    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    train(dataclass_from_args(PretrainConfig, args), "python -m training.pretrain " + shlex.join(argv))
+
+
+if __name__ == "__main__":
+    main()
