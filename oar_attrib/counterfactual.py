@@ -1,0 +1,152 @@
+"""The counterfactual oracle of causal tokens (METHOD.md section 8b), for any HF causal LM.
+
+Position t of a response is causal when replacing y_t (by the pad token, by default),
+keeping y_<t and regenerating the rest greedily changes the extracted final answer.
+It is an evaluation oracle: one greedy generation per position, so keep positions few.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+
+from .errors import InputError, TokenizerError
+
+
+def _ids(x, name: str) -> list[int]:
+    if hasattr(x, "tolist"):
+        x = x.tolist()
+    if x and isinstance(x[0], list):
+        raise InputError(f"{name} must be one sequence of token ids, got a batch")
+    return [int(i) for i in x]
+
+
+def choose_positions(positions: Sequence[int], max_positions: int, seed: int = 0) -> list[int]:
+    """At most max_positions of `positions` (sorted), spread evenly and chosen by a seed.
+
+    The sorted positions are cut into max_positions contiguous strata of (nearly) equal
+    size and one position is drawn uniformly from each stratum, so the subset covers the
+    whole response; the same seed gives the same subset.
+    """
+    chosen = sorted(set(int(p) for p in positions))
+    if max_positions < 1:
+        raise InputError(f"max_positions must be >= 1, got {max_positions}")
+    if len(chosen) <= max_positions:
+        return chosen
+    gen = torch.Generator().manual_seed(seed)
+    bounds = torch.linspace(0, len(chosen), max_positions + 1).round().long().tolist()
+    picks = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        picks.append(chosen[lo + int(torch.randint(hi - lo, (1,), generator=gen))])
+    return picks
+
+
+def _left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, L) left-padded ids and attention mask: generation continues every row at L."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, r in enumerate(rows):
+        ids[b, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+        attn[b, width - len(r) :] = 1
+    return ids.to(device), attn.to(device)
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    return set() if eos is None else {int(e) for e in (eos if isinstance(eos, list) else [eos])}
+
+
+@torch.no_grad()
+def _regenerate(model, rows: list[list[int]], pad_id: int, eos: set[int], max_new_tokens: int):
+    """Greedy continuations of each row of ids: the new tokens, cut before the first EOS."""
+    from transformers import GenerationConfig
+
+    device = next(model.parameters()).device
+    ids, attn = _left_pad(rows, pad_id, device)
+    config = GenerationConfig(
+        max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
+        pad_token_id=pad_id, eos_token_id=sorted(eos) or None,
+    )
+    was_training = model.training
+    model.eval()  # dropout would make "greedy" regeneration random
+    try:
+        out = model.generate(input_ids=ids, attention_mask=attn, generation_config=config)
+    finally:
+        model.train(was_training)
+    tails = []
+    for row in out[:, ids.shape[1] :].tolist():
+        stop = next((i for i, tok in enumerate(row) if tok in eos), len(row))
+        tails.append(row[:stop])  # after EOS, generate only fills in padding
+    return tails
+
+
+def _check_args(positions, n: int, batch_size: int, max_new_tokens: int) -> None:
+    if batch_size < 1 or max_new_tokens < 1:
+        raise InputError(
+            f"batch_size and max_new_tokens must be >= 1, got {batch_size}, {max_new_tokens}"
+        )
+    bad = [int(t) for t in positions if not 0 <= int(t) < n]
+    if bad:
+        raise InputError(
+            f"positions {bad[:5]} are outside the response (length {n}); "
+            "pass indices into response_ids, not into the prompt + response row"
+        )
+
+
+def counterfactual_oracle(
+    model,
+    tokenizer,
+    prompt_ids: Sequence[int],
+    response_ids: Sequence[int],
+    positions: Sequence[int],
+    extract_answer: Callable[[str], str | None],
+    *,
+    replacement_id: int | None = None,
+    max_positions: int = 32,
+    max_new_tokens: int = 64,
+    seed: int = 0,
+    batch_size: int = 8,
+) -> dict[int, bool]:
+    """Which response positions change the final answer when replaced: {t: causal}.
+
+    prompt_ids: (P,) and response_ids: (T,) token ids (lists or 1-D tensors).
+    positions: indices into the RESPONSE (0 <= t < T), e.g. its scored positions; more than
+        max_positions are thinned by `choose_positions` (seeded, evenly spread).
+    extract_answer: response text -> answer string or None. Texts are decoded without
+        special tokens. A regeneration whose answer is None, or differs, is causal.
+    replacement_id: the token put at y_t; default the tokenizer's pad token id.
+    The continuation is y_<t, replacement, then up to max_new_tokens greedy tokens: make
+    it long enough to reach the answer again. Compare against a response that is itself
+    the model's greedy output, or sampling noise is counted as causality.
+    """
+    prompt, response = _ids(prompt_ids, "prompt_ids"), _ids(response_ids, "response_ids")
+    positions = [int(t) for t in positions]
+    _check_args(positions, len(response), batch_size, max_new_tokens)
+    if replacement_id is None:
+        replacement_id = tokenizer.pad_token_id
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else replacement_id
+    if replacement_id is None:
+        raise TokenizerError(
+            "the tokenizer has no pad token; set `tokenizer.pad_token = tokenizer.eos_token` "
+            "or pass replacement_id="
+        )
+    original = extract_answer(tokenizer.decode(response, skip_special_tokens=True))
+    if original is None:
+        raise InputError(
+            "extract_answer finds no answer in the original response, so no change can be "
+            "detected; check the extractor on that text or pick another response"
+        )
+    chosen = choose_positions(positions, max_positions, seed)
+    eos = _eos_ids(model, tokenizer)
+    causal = {}
+    for i in range(0, len(chosen), batch_size):
+        batch = chosen[i : i + batch_size]
+        prefixes = [response[:t] + [int(replacement_id)] for t in batch]
+        tails = _regenerate(model, [prompt + p for p in prefixes], pad_id, eos, max_new_tokens)
+        for t, prefix, tail in zip(batch, prefixes, tails):
+            text = tokenizer.decode(prefix + tail, skip_special_tokens=True)
+            causal[t] = extract_answer(text) != original
+    return causal

@@ -1,0 +1,223 @@
+"""Prompt/response text -> `ScoringBatch` (METHOD.md section 2 made into tensors).
+
+The prompt is tokenized as the model sees it (chat template for message lists), the response
+on its own with character offsets, and the two are concatenated. Segments of the response
+(reasoning | bridge | answer | tail) become `scored_mask` and `answer_mask`.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Sequence, Union
+
+import torch
+
+from .batch import ScoringBatch
+from .errors import InputError, TokenizerError
+from .spans import AnswerLocation, locate_answer, offsets_from_ids, segment_tokens
+
+Message = Mapping[str, str]
+Prompt = Union[str, Sequence[Message]]
+
+# transformers stores "no limit" as a huge sentinel (int(1e30)); anything above this is one.
+_SANE_MAX_LENGTH = 10_000_000
+
+
+@dataclass
+class EncodedPair:
+    """One encoded prompt/response pair, with everything needed to map scores back to text.
+
+    offsets are (start, end) character spans into `text` (the response), one per response
+    token; labels the segment of each response token; response_start the index in the
+    batch row where the response begins.
+    """
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    offsets: list[tuple[int, int]]
+    labels: list[str]
+    location: AnswerLocation | None
+    span_found: bool
+    response_start: int
+    text: str
+    empty_reasoning: bool = False
+
+    @property
+    def length(self) -> int:
+        return len(self.prompt_ids) + len(self.response_ids)
+
+    @property
+    def answer_text(self) -> str | None:
+        return None if self.location is None else self.text[self.location.start : self.location.end]
+
+
+def _as_ids(value) -> list[int]:
+    if isinstance(value, Mapping):  # transformers 5 returns a BatchEncoding from the template
+        value = value["input_ids"]
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if value and isinstance(value[0], list):  # a batch of one
+        value = value[0]
+    return [int(i) for i in value]
+
+
+def _encode_prompt(tokenizer, prompt: Prompt, chat: bool | None, row: int) -> list[int]:
+    if isinstance(prompt, str) and not chat:
+        return _as_ids(tokenizer(prompt)["input_ids"])
+    if not isinstance(prompt, (str, list, tuple)):
+        raise InputError(
+            f"prompt {row} must be a string or a list of chat messages, "
+            f"got {type(prompt).__name__}"
+        )
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    if chat is False:
+        raise InputError(
+            f"prompt {row} is a list of chat messages but chat=False; pass chat=None or True "
+            "to apply the chat template, or pass the prompt as a string"
+        )
+    if not all(isinstance(m, Mapping) and "role" in m and "content" in m for m in messages):
+        raise InputError(
+            f"prompt {row} must be a string or a list of {{'role': ..., 'content': ...}} messages"
+        )
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise TokenizerError(
+            f"prompt {row} is a chat, but the tokenizer has no chat_template; set "
+            "tokenizer.chat_template or pass the prompt as a string"
+        )
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    return _as_ids(ids)
+
+
+def _encode_response(tokenizer, response: str | None, ids) -> tuple[list[int], list, str]:
+    """Response token ids, their character offsets and the text the offsets index."""
+    if ids is not None:
+        offsets, text = offsets_from_ids(tokenizer, ids)
+        return _as_ids(ids), offsets, text
+    if not getattr(tokenizer, "is_fast", False):
+        # Slow tokenizers give no offset mapping; decoding the ids gives offsets instead.
+        ids = tokenizer(response, add_special_tokens=False)["input_ids"]
+        offsets, text = offsets_from_ids(tokenizer, ids)
+        return _as_ids(ids), offsets, text
+    enc = tokenizer(response, add_special_tokens=False, return_offsets_mapping=True)
+    return _as_ids(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]], response
+
+
+def _default_max_length(tokenizer) -> int | None:
+    limit = getattr(tokenizer, "model_max_length", None)
+    if isinstance(limit, int) and 0 < limit <= _SANE_MAX_LENGTH:
+        return limit
+    return None
+
+
+def _check_inputs(tokenizer, prompts, responses, response_ids, pad_token_id) -> int:
+    if pad_token_id is None:
+        pad_token_id = getattr(tokenizer, "pad_token_id", None)
+    if pad_token_id is None:
+        raise TokenizerError(
+            "the tokenizer has no pad token; set `tokenizer.pad_token = tokenizer.eos_token` "
+            "or pass pad_token_id="
+        )
+    if isinstance(prompts, str) or isinstance(responses, str):
+        raise InputError("prompts and responses must be lists (one entry per pair), not strings")
+    if responses is None and response_ids is None:
+        raise InputError("pass responses (texts) or response_ids (token id lists)")
+    n_resp = len(response_ids) if responses is None else len(responses)
+    if len(prompts) != n_resp:
+        raise InputError(
+            f"got {len(prompts)} prompts but {n_resp} responses; pass one response per prompt"
+        )
+    if response_ids is not None and len(response_ids) != len(prompts):
+        raise InputError(
+            f"got {len(prompts)} prompts but {len(response_ids)} response_ids; pass one per prompt"
+        )
+    if not prompts:
+        raise InputError("no prompt/response pairs given")
+    return int(pad_token_id)
+
+
+def encode_pair(
+    tokenizer, prompt: Prompt, response: str | None, *, row: int = 0, fmt: str = "auto",
+    pattern=None, chat: bool | None = None, response_ids=None,
+) -> EncodedPair:
+    """Encode one pair (see `encode_pairs`); `row` only names the pair in error messages."""
+    prompt_ids = _encode_prompt(tokenizer, prompt, chat, row)
+    ids, offsets, text = _encode_response(tokenizer, response, response_ids)
+    location = locate_answer(text, fmt, pattern)
+    segments = segment_tokens(offsets, location)
+    return EncodedPair(
+        prompt_ids=prompt_ids,
+        response_ids=ids,
+        offsets=[(int(s), int(e)) for s, e in offsets],
+        labels=list(segments.labels),
+        location=location,
+        span_found=segments.span_found,
+        response_start=len(prompt_ids),
+        text=text,
+        empty_reasoning=segments.span_found and segments.n_reasoning == 0,
+    )
+
+
+def pairs_to_batch(pairs: Sequence[EncodedPair], pad_token_id: int) -> ScoringBatch:
+    """Right-padded (B, L) ScoringBatch of encoded pairs, L = the longest row."""
+    width = max(p.length for p in pairs)
+    input_ids = torch.full((len(pairs), width), pad_token_id, dtype=torch.long)
+    attention = torch.zeros((len(pairs), width), dtype=torch.long)
+    scored = torch.zeros((len(pairs), width), dtype=torch.bool)
+    answer = torch.zeros((len(pairs), width), dtype=torch.bool)
+    for b, p in enumerate(pairs):
+        s = p.response_start
+        input_ids[b, : p.length] = torch.tensor(p.prompt_ids + p.response_ids, dtype=torch.long)
+        attention[b, : p.length] = 1
+        if p.span_found:
+            labels = p.labels
+            scored[b, s : p.length] = torch.tensor([lab == "reasoning" for lab in labels])
+            answer[b, s : p.length] = torch.tensor([lab == "answer" for lab in labels])
+    return ScoringBatch(input_ids, attention, scored, answer, pad_token_id)
+
+
+def encode_pairs(
+    tokenizer,
+    prompts: Sequence[Prompt],
+    responses: Sequence[str] | None,
+    *,
+    fmt: str = "auto",
+    pattern=None,
+    chat: bool | None = None,
+    max_length: int | None = None,
+    response_ids: Sequence[Sequence[int]] | None = None,
+    pad_token_id: int | None = None,
+) -> tuple[ScoringBatch, list[EncodedPair]]:
+    """Tokenize prompt/response pairs into a ScoringBatch of B rows, and describe each pair.
+
+    prompts: B strings or chat message lists. chat=None templates message lists and
+        tokenizes strings plainly; chat=True also wraps a string as one user message.
+    responses: B response texts; or None with response_ids (B id lists, e.g. sampled in
+        training), whose offsets and text then come from decoding (`offsets_from_ids`).
+        When response_ids are given they are used and `responses` is ignored.
+    fmt, pattern: the answer format (see `spans.locate_answer`).
+    max_length: longest allowed row; default the tokenizer's model_max_length when set.
+    Rows without an answer span, or with an empty reasoning, have no scored positions.
+    """
+    pad_token_id = _check_inputs(tokenizer, prompts, responses, response_ids, pad_token_id)
+    if max_length is None:
+        max_length = _default_max_length(tokenizer)
+    pairs = []
+    for row, prompt in enumerate(prompts):
+        text = None if responses is None else responses[row]
+        ids = None if response_ids is None else response_ids[row]
+        pair = encode_pair(
+            tokenizer, prompt, text, row=row, fmt=fmt, pattern=pattern, chat=chat, response_ids=ids
+        )
+        if max_length is not None and pair.length > max_length:
+            raise InputError(
+                f"row {row} has {pair.length} tokens ({len(pair.prompt_ids)} prompt + "
+                f"{len(pair.response_ids)} response), more than max_length={max_length}; "
+                "shorten the response or raise max_length"
+            )
+        if pair.span_found and pair.response_start == 0 and pair.labels[0] == "answer":
+            raise InputError(
+                f"row {row} has an empty prompt and starts with its answer, so no position "
+                "predicts the answer; give the pair a prompt"
+            )
+        pairs.append(pair)
+    return pairs_to_batch(pairs, pad_token_id), pairs

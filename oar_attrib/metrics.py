@@ -1,0 +1,185 @@
+"""Evaluation metrics of weights and importances (METHOD.md section 8).
+
+Every metric is computed per row over the scored positions S. A 1-D input (T,) gives a
+float; a 2-D input (B, T) gives a numpy array (B,). A row where the metric is undefined
+(S empty; for the oracle metrics also O = oracle ∩ S empty) gives NaN: callers skip NaN
+rows when averaging (`bootstrap_ci` drops them). Arithmetic is float64 numpy.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .errors import InputError
+
+
+def _np(x, dtype=None) -> np.ndarray:
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x, dtype=dtype)
+
+
+def _per_row(fn, values, *masks, **kw):
+    """Apply fn(values_row, *mask_rows, **kw) to (T,) or each row of (B, T) inputs."""
+    values = _np(values, np.float64)
+    masks = [_np(m).astype(bool) if m is not None else np.ones(values.shape, bool) for m in masks]
+    if values.ndim not in (1, 2):
+        raise InputError(f"expected a (T,) or (B, T) array, got shape {values.shape}")
+    for m in masks:
+        if m.shape != values.shape:
+            raise InputError(f"masks must have the values' shape {values.shape}, got {m.shape}")
+    if values.ndim == 1:
+        return fn(values, *masks, **kw)
+    return np.array([fn(v, *(m[b] for m in masks), **kw) for b, v in enumerate(values)])
+
+
+def _ess_row(w: np.ndarray, s: np.ndarray) -> float:
+    w = w[s]
+    sq = float((w * w).sum())
+    return float(w.sum() ** 2 / (len(w) * sq)) if len(w) and sq > 0 else math.nan
+
+
+def ess_ratio(weights, mask=None):
+    """ESS ratio (sum w)^2 / (|S| sum w^2) over S: 1 for uniform weights, (0, 1] for w > 0.
+
+    weights: (T,) or (B, T); mask: same shape, bool, S (None: all positions).
+    """
+    return _per_row(_ess_row, weights, mask)
+
+
+def _kept(n: int, frac: float) -> int:
+    # 1e-9: 0.1 * 30 is 3.0000000000000004 in floats, and must keep 3 tokens, not 4.
+    return max(1, math.ceil(frac * n - 1e-9))
+
+
+def _top_mass_row(a: np.ndarray, s: np.ndarray, frac: float) -> float:
+    a = np.abs(a[s])
+    total = float(a.sum())
+    if len(a) == 0 or total == 0:
+        return math.nan
+    k = _kept(len(a), frac)
+    return float(np.sort(a)[::-1][:k].sum() / total)
+
+
+def top_mass(token_advantages, mask=None, frac: float = 0.1):
+    """Share of sum_t |A_t| over S carried by the k tokens of largest |A_t|.
+
+    token_advantages: (T,) or (B, T); mask: same shape, bool, S.
+    k = ceil(frac * |S|), at least 1, so uniform advantages give k / |S| (exactly frac
+    when frac * |S| is a whole number, slightly more otherwise). NaN when all |A| are 0.
+    """
+    if not 0.0 < frac <= 1.0:
+        raise InputError(f"frac must be in (0, 1], got {frac}")
+    return _per_row(_top_mass_row, token_advantages, mask, frac=frac)
+
+
+def _oracle_row(scores, oracle, scored, k):
+    """Scores and oracle flags over S, and k (|O| by default), or None when undefined."""
+    s, o = scores[scored], oracle[scored]
+    if np.isnan(s).any():
+        raise InputError("scores contain NaN at scored positions; rank finite scores only")
+    r = int(o.sum())
+    if len(s) == 0 or r == 0:
+        return None
+    k = r if k is None else int(k)
+    if k < 0:
+        raise InputError(f"k must be >= 0, got {k}")
+    return s, o, min(k, len(s))
+
+
+def _recall_row(scores, oracle, scored, k=None) -> float:
+    got = _oracle_row(scores, oracle, scored, k)
+    if got is None:
+        return math.nan
+    s, o, k = got
+    if k == 0:
+        return 0.0
+    cut = np.sort(s)[::-1][k - 1]
+    above, tied = s > cut, s == cut
+    # The top-k takes every token above the cut and k - |above| of the tied ones, a uniform
+    # random subset under random tie order: each tied oracle token is in with that share.
+    share = (k - above.sum()) / tied.sum()
+    return float((o[above].sum() + share * o[tied].sum()) / o.sum())
+
+
+def recall_at_k(scores, oracle, scored=None, k: int | None = None):
+    """|top-k(scores) ∩ O| / |O| over S, expected over a random order of tied scores.
+
+    scores: (T,) or (B, T) importances; oracle: same shape, bool, causal positions (those
+    outside S are ignored: O = oracle ∩ S); scored: same shape, bool, S (None: all).
+    k defaults to |O| per row and is capped at |S|. All-equal scores give exactly k / |S|,
+    the random-ranking expectation (`random_recall`).
+    """
+    return _per_row(_recall_row, scores, oracle, scored, k=k)
+
+
+def _ap_row(scores, oracle, scored) -> float:
+    got = _oracle_row(scores, oracle, scored, None)
+    if got is None:
+        return math.nan
+    s, o, _ = got
+    values, group = np.unique(-s, return_inverse=True)  # groups in descending score order
+    n_g = np.bincount(group, minlength=len(values))
+    r_g = np.bincount(group, weights=o.astype(float), minlength=len(values))
+    before, hits_before, total = 0, 0.0, 0.0
+    for n, r in zip(n_g, r_g):
+        if r > 0:
+            # Expected precision at each relevant item of a tie group in random order
+            # (McSherry & Najork, ECIR 2008): slot j of the group holds a relevant item with
+            # probability r/n, and then r-1 of the other n-1 items are spread uniformly.
+            j = np.arange(1, n + 1)
+            others = (j - 1) * (r - 1) / (n - 1) if n > 1 else 0.0
+            total += float(((r / n) * (hits_before + 1 + others) / (before + j)).sum())
+        before, hits_before = before + n, hits_before + r
+    return total / float(o.sum())
+
+
+def average_precision(scores, oracle, scored=None):
+    """Average precision of the ranking by scores (descending) against O = oracle ∩ S.
+
+    Ties are credited in EXPECTATION over a random order of the tied items (not the
+    pessimistic order), so all-equal scores give the random-ranking expectation.
+    scores, oracle, scored: (T,) or (B, T) as in `recall_at_k`.
+    """
+    return _per_row(_ap_row, scores, oracle, scored)
+
+
+def _random_recall_row(oracle, scored, k=None) -> float:
+    o = oracle[scored].astype(bool)
+    n, r = len(o), int(o.sum())
+    if n == 0 or r == 0:
+        return math.nan
+    k = r if k is None else min(int(k), n)
+    return k / n
+
+
+def random_recall(oracle, scored=None, k: int | None = None):
+    """Expected recall@k of a uniformly random ranking: k / |S| (k = |O| by default).
+
+    oracle, scored: (T,) or (B, T) bool.
+    """
+    return _per_row(_random_recall_row, oracle, scored, k=k)
+
+
+def bootstrap_ci(values, n_boot: int = 2000, alpha: float = 0.05, seed: int = 0):
+    """Percentile bootstrap interval (lo, hi) of the mean of `values` (1-D).
+
+    NaN values (undefined rows) are dropped first; no value left gives (nan, nan).
+    """
+    if not 0.0 < alpha < 1.0:
+        raise InputError(f"alpha must be in (0, 1), got {alpha}")
+    if n_boot < 1:
+        raise InputError(f"n_boot must be >= 1, got {n_boot}")
+    x = _np(values, np.float64).ravel()
+    x = x[~np.isnan(x)]
+    if len(x) == 0:
+        return (math.nan, math.nan)
+    rng = np.random.default_rng(seed)
+    means = np.empty(n_boot)
+    step = max(1, 5_000_000 // len(x))  # bounds the index matrix at ~40 MB
+    for lo in range(0, n_boot, step):
+        hi = min(n_boot, lo + step)
+        means[lo:hi] = x[rng.integers(0, len(x), size=(hi - lo, len(x)))].mean(axis=1)
+    low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+    return (float(low), float(high))

@@ -1,0 +1,322 @@
+"""Answer spans and response segments (METHOD.md section 2).
+
+A response splits into reasoning | bridge | answer | tail. The answer is found on the
+response text as a character span (`locate_answer`), then mapped to tokens through their
+character offsets (`segment_tokens`). Offsets come from the tokenizer's offset mapping, or,
+for responses that exist only as token ids (training), from `offsets_from_ids`.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from .errors import InputError, TokenizerError, unknown_name
+
+REASONING, BRIDGE, ANSWER, TAIL = "reasoning", "bridge", "answer", "tail"
+SEGMENT_LABELS = (REASONING, BRIDGE, ANSWER, TAIL)
+
+
+@dataclass(frozen=True)
+class AnswerLocation:
+    """Where the final answer sits in a response text.
+
+    Characters [marker_start, start) are the marker (the bridge: `\\boxed{`, `#### `,
+    `The answer is `); [start, end) is the answer itself, stripped of surrounding whitespace
+    and a trailing period. `fmt` names the format that matched.
+    """
+
+    marker_start: int
+    start: int
+    end: int
+    fmt: str
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.marker_start <= self.start < self.end:
+            raise InputError(
+                f"invalid answer location {self.marker_start}, {self.start}, {self.end}: "
+                "need 0 <= marker_start <= start < end"
+            )
+
+    @property
+    def span(self) -> tuple[int, int]:
+        return (self.start, self.end)
+
+
+# --------------------------------------------------------------------------- formats
+
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_GSM8K = re.compile(r"####[ \t]*\$?[ \t]*")
+_GSM8K_NUMBER = re.compile(r"[-+]?(?:\d[\d,]*(?:\.\d+)?|\.\d+)")
+_ANSWER_IS = re.compile(r"(?:\bthe\s+(?:final\s+)?answer\s+is\b\s*:?|\banswer\s*:)[ \t]*", re.I)
+# A period ends the answer only when a space or the end of the text follows it: "72.5" stays.
+_ANSWER_IS_END = re.compile(r"\n|\.(?=\s|$)")
+
+
+def _trim(text: str, start: int, end: int, chars: str = " \t\r\n") -> tuple[int, int]:
+    """Shrink [start, end) past surrounding `chars` and one trailing period, repeatedly."""
+    while True:
+        old = (start, end)
+        while start < end and text[start] in chars:
+            start += 1
+        while end > start and text[end - 1] in chars:
+            end -= 1
+        if end > start and text[end - 1] == ".":
+            end -= 1
+        if (start, end) == old:
+            return start, end
+
+
+def _closing_brace(text: str, open_at: int) -> int | None:
+    """Index of the brace closing the one at `open_at`, or None when unbalanced.
+
+    A backslash escapes the next character, so `\\{` and `\\}` are literal braces.
+    """
+    depth, i = 0, open_at
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return None
+
+
+def _locate_boxed(text: str) -> AnswerLocation | None:
+    # "Last" is the box whose closing brace comes last: the outer one of nested boxes.
+    best = None
+    for m in _BOXED.finditer(text):
+        close = _closing_brace(text, m.end() - 1)
+        if close is not None and (best is None or close > best[2]):
+            best = (m.start(), m.end(), close)
+    if best is None:
+        return None
+    start, end = _trim(text, best[1], best[2])
+    return AnswerLocation(best[0], start, end, "boxed") if end > start else None
+
+
+def _locate_gsm8k(text: str) -> AnswerLocation | None:
+    matches = list(_GSM8K.finditer(text))
+    if not matches:
+        return None
+    m = matches[-1]
+    number = _GSM8K_NUMBER.match(text, m.end())
+    if number:
+        start, end = number.start(), number.end()
+        if text[end - 1] == ",":  # "#### 5, so" : the comma is punctuation, not a digit group
+            end -= 1
+    else:  # not a number: the rest of the line, as GSM8K's own extractor reads it
+        line_end = text.find("\n", m.end())
+        start, end = _trim(text, m.end(), len(text) if line_end < 0 else line_end)
+    return AnswerLocation(m.start(), start, end, "gsm8k") if end > start else None
+
+
+def _locate_answer_is(text: str) -> AnswerLocation | None:
+    matches = list(_ANSWER_IS.finditer(text))
+    if not matches:
+        return None
+    m = matches[-1]
+    stop = _ANSWER_IS_END.search(text, m.end())
+    start, end = _trim(text, m.end(), len(text) if stop is None else stop.start(), " \t$*")
+    return AnswerLocation(m.start(), start, end, "answer_is") if end > start else None
+
+
+def _locate_regex(text: str, pattern) -> AnswerLocation | None:
+    if pattern is None:
+        raise InputError("fmt='regex' needs `pattern`, a regex with one capturing group")
+    try:
+        regex = re.compile(pattern) if isinstance(pattern, str) else pattern
+    except re.error as exc:
+        raise InputError(f"the answer regex {pattern!r} does not compile: {exc}") from exc
+    if not isinstance(regex, re.Pattern) or regex.groups != 1:
+        got = regex.groups if isinstance(regex, re.Pattern) else type(pattern).__name__
+        raise InputError(
+            f"the answer regex must have exactly one capturing group (the answer), got {got}; "
+            "write other groups as non-capturing (?:...)"
+        )
+    matches = list(regex.finditer(text))
+    if not matches or matches[-1].start(1) < 0:
+        return None
+    m = matches[-1]
+    start, end = _trim(text, m.start(1), m.end(1))
+    return AnswerLocation(m.start(), start, end, "regex") if end > start else None
+
+
+_FORMATS: dict[str, Callable[[str], AnswerLocation | None]] = {
+    "boxed": _locate_boxed,
+    "gsm8k": _locate_gsm8k,
+    "answer_is": _locate_answer_is,
+}
+ANSWER_FORMATS = ("auto", *_FORMATS, "regex")
+
+
+def locate_answer(text: str, fmt: str = "auto", pattern=None) -> AnswerLocation | None:
+    """Find the final answer of `text`; None when there is none or it is empty.
+
+    fmt: "boxed" (last balanced `\\boxed{...}` / `\\fbox{...}`), "gsm8k" (last `#### N`),
+    "answer_is" (last `The answer is N` / `Answer: N`, to the end of the line or sentence),
+    "regex" (last match of `pattern`, whose single group is the answer), or "auto": boxed,
+    else gsm8k, else answer_is. With fmt="auto" a given `pattern` selects "regex".
+    """
+    if fmt == "regex" or (fmt == "auto" and pattern is not None):
+        return _locate_regex(text, pattern)
+    if pattern is not None:
+        raise InputError(f"`pattern` is only used with fmt='regex' (or 'auto'), got fmt={fmt!r}")
+    if fmt == "auto":
+        for locate in _FORMATS.values():
+            found = locate(text)
+            if found is not None:
+                return found
+        return None
+    if fmt not in _FORMATS:
+        raise unknown_name("answer format", fmt, ANSWER_FORMATS)
+    return _FORMATS[fmt](text)
+
+
+def find_answer_span(text: str, fmt: str = "auto", pattern=None) -> tuple[int, int] | None:
+    """Character span [start, end) of the final answer in `text`, or None."""
+    found = locate_answer(text, fmt, pattern)
+    return None if found is None else found.span
+
+
+# --------------------------------------------------------------------------- segments
+
+
+@dataclass(frozen=True)
+class Segments:
+    """Per-token segment labels of one response (each one of SEGMENT_LABELS).
+
+    span_found is False when no answer was located: then nothing is scored.
+    """
+
+    labels: tuple[str, ...]
+    span_found: bool
+
+    def mask(self, *names: str) -> torch.Tensor:
+        """(T,) bool: tokens whose label is one of `names`."""
+        for name in names:
+            if name not in SEGMENT_LABELS:
+                raise unknown_name("segment label", name, SEGMENT_LABELS)
+        return torch.tensor([lab in names for lab in self.labels], dtype=torch.bool)
+
+    @property
+    def scored(self) -> torch.Tensor:
+        """(T,) bool: the scored positions S (reasoning tokens, only if the span was found)."""
+        if not self.span_found:
+            return torch.zeros(len(self.labels), dtype=torch.bool)
+        return self.mask(REASONING)
+
+    @property
+    def answer(self) -> torch.Tensor:
+        """(T,) bool: the answer-span tokens."""
+        return self.mask(ANSWER)
+
+    @property
+    def n_reasoning(self) -> int:
+        return sum(lab == REASONING for lab in self.labels)
+
+
+def _label(i: int, start: int, end: int, loc: AnswerLocation | None, text_end: int) -> str:
+    if start == end:
+        # Zero-width tokens carry no text: special tokens such as EOS, given (0, 0) by the
+        # tokenizer or placed at the end of the text by `offsets_from_ids`.
+        if i > 0 and (start == 0 or start >= text_end):
+            return TAIL
+        if loc is None or start <= loc.marker_start:
+            return REASONING
+        return TAIL if start >= loc.end else BRIDGE
+    if loc is None or end <= loc.marker_start:
+        return REASONING
+    if start < loc.end and end > loc.start:
+        return ANSWER
+    return BRIDGE if end <= loc.start else TAIL
+
+
+def segment_tokens(offsets: Sequence[tuple[int, int]], location: AnswerLocation | None) -> Segments:
+    """Label each response token reasoning | bridge | answer | tail.
+
+    offsets: (T,) per-token character spans (start, end) into the response text.
+    A token overlapping [start, end) is answer; one ending at or before marker_start is
+    reasoning; one between is bridge; one after the answer is tail. Zero-width tokens
+    ((0, 0) after the first token, or at the end of the text: EOS, padding) are tail.
+    With location None every text token is reasoning and span_found is False.
+    """
+    offsets = [(int(s), int(e)) for s, e in offsets]
+    text_end = max((e for _, e in offsets), default=0)
+    labels = tuple(_label(i, s, e, location, text_end) for i, (s, e) in enumerate(offsets))
+    found = location is not None and ANSWER in labels
+    return Segments(labels, found)
+
+
+# --------------------------------------------------------------------------- offsets from ids
+
+
+def _decode_many(tokenizer, seqs: list[list[int]]) -> list[str]:
+    """Decode each id list as is: no special-token skipping, no space clean-up."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)  # fast tokenizers: one Rust call
+    if backend is not None:
+        return backend.decode_batch(seqs, skip_special_tokens=False)
+    return [
+        tokenizer.decode(s, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        for s in seqs
+    ]
+
+
+def _visible_lengths(tokenizer, ids: list[int], context: int = 4) -> list[tuple[int, int]]:
+    """For each k, (length of the complete text of ids[:k+1], 1 if a character is pending).
+
+    A byte-level BPE token can end inside a multi-byte character: the decode then ends in
+    U+FFFD until a later token completes the character. Token k's new text is the decode of
+    a short window ending at k minus the decode of that window without k (trailing U+FFFD
+    dropped from both). Windows keep this O(T) and make leading-space rules (SentencePiece)
+    act alike on both decodes. `context` >= 3 covers the longest (4-byte) character.
+    """
+    starts = [max(0, k - context) for k in range(len(ids))]
+    fulls = _decode_many(tokenizer, [ids[s : k + 1] for k, s in enumerate(starts)])
+    bases = _decode_many(tokenizer, [ids[s:k] for k, s in enumerate(starts)])
+    out, length = [], 0
+    for full, base in zip(fulls, bases):
+        done, before = full.rstrip("\ufffd"), base.rstrip("\ufffd")
+        if not done.startswith(before):
+            raise TokenizerError(
+                "decoding token ids is not incremental for this tokenizer (a window decodes "
+                "differently inside a longer one); pass the response as text instead"
+            )
+        length += len(done) - len(before)
+        out.append((length, 1 if len(done) < len(full) else 0))
+    return out
+
+
+def offsets_from_ids(tokenizer, ids: Sequence[int]) -> tuple[list[tuple[int, int]], str]:
+    """Character offsets of response token ids, and the decoded text they index.
+
+    ids: (T,) token ids of a response (list or 1-D tensor).
+    Returns (offsets (T,), text), text = decode(ids) without special tokens. A token that
+    carries part of a multi-byte character covers that whole character, as the tokenizer's
+    own offset mapping does; special tokens (EOS, padding) get (len(text), len(text)).
+    """
+    ids = [int(i) for i in (ids.tolist() if hasattr(ids, "tolist") else ids)]
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    plain = [i for i in ids if i not in special]
+    lengths = _visible_lengths(tokenizer, plain)
+    text = _decode_many(tokenizer, [plain])[0]
+    n = len(text)
+    offsets, prev, j = [], 0, 0
+    for i in ids:
+        if i in special:
+            offsets.append((n, n))
+            continue
+        stable, pending = lengths[j]
+        # The token starts at the first character not completed before it (which may be
+        # a character it shares with the previous token) and ends after its last byte.
+        offsets.append((prev, min(stable + pending, n)))
+        prev, j = stable, j + 1
+    return offsets, text

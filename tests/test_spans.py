@@ -1,0 +1,274 @@
+"""Answer spans, segments and offsets (METHOD.md section 2)."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from oar_attrib.errors import InputError, UnknownNameError
+from oar_attrib.spans import (
+    AnswerLocation,
+    find_answer_span,
+    locate_answer,
+    offsets_from_ids,
+    segment_tokens,
+)
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+QWEN = SHARED / "tokenizers" / "Qwen2.5-7B-Instruct"
+ORDER = {"reasoning": 0, "bridge": 1, "answer": 2, "tail": 3}
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    if not QWEN.is_dir():
+        pytest.skip(f"Qwen2.5 tokenizer files not found at {QWEN}")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(QWEN))
+
+
+def _records(name):
+    path = SHARED / "data" / f"{name}.jsonl"
+    if not path.is_file():
+        pytest.skip(f"data file not found: {path}")
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def parts(text, fmt="auto", pattern=None):
+    """(marker text, answer text) of the located answer, or None."""
+    loc = locate_answer(text, fmt, pattern)
+    return None if loc is None else (text[loc.marker_start : loc.start], text[loc.start : loc.end])
+
+
+# ----------------------------------------------------------------------------- locate_answer
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("so x = \\boxed{\\frac{1}{2}}.", ("\\boxed{", "\\frac{1}{2}")),
+        ("first \\boxed{3}, then \\boxed{72} done", ("\\boxed{", "72")),
+        ("\\boxed{ 72 }", ("\\boxed{ ", "72")),  # the space joins the marker
+        ("\\boxed{5.}", ("\\boxed{", "5")),
+        ("set \\boxed{\\{1, 2\\}}", ("\\boxed{", "\\{1, 2\\}")),
+        ("\\fbox{x^{2}+1}", ("\\fbox{", "x^{2}+1")),
+        ("\\boxed{\\boxed{3}}", ("\\boxed{", "\\boxed{3}")),  # the outer box is the last
+        ("\\boxed{4} then \\boxed{5", ("\\boxed{", "4")),  # an unbalanced box is skipped
+    ],
+)
+def test_boxed(text, expected):
+    assert parts(text, "boxed") == expected
+    assert parts(text) == expected  # auto prefers boxed
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("9 * 2 = 18\n#### 18", ("#### ", "18")),
+        ("#### 3\nwait\n#### -1,234.5", ("#### ", "-1,234.5")),
+        ("####-7", ("####", "-7")),
+        ("#### $1,000.", ("#### $", "1,000")),
+        ("#### 5, so done", ("#### ", "5")),
+        ("#### .5", ("#### ", ".5")),
+        ("#### seven apples\nmore", ("#### ", "seven apples")),
+    ],
+)
+def test_gsm8k(text, expected):
+    assert parts(text, "gsm8k") == expected
+    assert parts(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("So 8 * 9 = 72. The answer is 72.", ("The answer is ", "72")),
+        ("THE ANSWER IS -3.5 because", ("THE ANSWER IS ", "-3.5 because")),
+        ("the answer is 3.14. Done.", ("the answer is ", "3.14")),
+        ("Answer: 12\nthat is all", ("Answer: ", "12")),
+        ("The answer is 1. Then the final answer is: $\\frac{1}{2}$.", None),
+        ("**Answer:** 42", ("Answer:** ", "42")),
+    ],
+)
+def test_answer_is(text, expected):
+    if expected is None:  # the last occurrence wins; `$` and a final period are trimmed
+        loc = locate_answer(text, "answer_is")
+        assert text[loc.start : loc.end] == "\\frac{1}{2}"
+        assert text[loc.marker_start : loc.start] == "the final answer is: $"
+        return
+    assert parts(text, "answer_is") == expected
+    assert parts(text) == expected
+
+
+def test_regex_last_match_and_compiled_pattern():
+    text = "Result = 5; later Result = 17 ."
+    assert parts(text, "regex", r"Result = (\d+)") == ("Result = ", "17")
+    assert parts(text, "regex", re.compile(r"Result\s*=\s*(\d+)")) == ("Result = ", "17")
+    assert parts(text, pattern=r"Result = (\d+)") == ("Result = ", "17")  # auto + pattern
+    assert locate_answer(text, "regex", r"Nope (\d+)") is None
+
+
+@pytest.mark.parametrize("pattern", [r"Result = \d+", r"(Result) = (\d+)"])
+def test_regex_needs_exactly_one_group(pattern):
+    with pytest.raises(InputError, match="exactly one capturing group"):
+        locate_answer("Result = 5", "regex", pattern)
+
+
+def test_format_errors():
+    with pytest.raises(InputError, match="needs `pattern`"):
+        locate_answer("x", "regex")
+    with pytest.raises(InputError, match="only used with fmt='regex'"):
+        locate_answer("x", "boxed", r"(x)")
+    with pytest.raises(UnknownNameError, match="boxed.*gsm8k"):
+        locate_answer("x", "latex")
+
+
+@pytest.mark.parametrize(
+    "text, fmt",
+    [("\\boxed{}", "auto"), ("\\boxed{  }", "boxed"), ("steps\n####", "auto"),
+     ("#### \n5", "gsm8k"), ("The answer is .", "answer_is"), ("no answer here", "auto"),
+     ("", "auto")],
+)
+def test_empty_or_missing_answer_is_none(text, fmt):
+    assert locate_answer(text, fmt) is None
+    assert find_answer_span(text, fmt) is None
+
+
+def test_auto_order_and_find_answer_span():
+    text = "The answer is 3. #### 4 and \\boxed{5}"
+    assert find_answer_span(text) == (text.index("5"), text.index("5") + 1)
+    assert locate_answer("The answer is 3. #### 4").fmt == "gsm8k"
+    assert locate_answer("The answer is 3.").fmt == "answer_is"
+
+
+def test_location_validates_itself():
+    with pytest.raises(InputError):
+        AnswerLocation(5, 3, 4, "boxed")
+    with pytest.raises(InputError):
+        AnswerLocation(0, 3, 3, "boxed")
+
+
+# ----------------------------------------------------------------------------- segments
+
+
+def test_segments_on_hand_offsets():
+    text = "ab cd \\boxed{12} x"
+    #        0123456789012345678
+    offsets = [(0, 2), (2, 5), (5, 7), (7, 12), (12, 13), (13, 14), (14, 16), (16, 18), (0, 0)]
+    loc = locate_answer(text)
+    assert (loc.marker_start, loc.start, loc.end) == (6, 13, 15)
+    seg = segment_tokens(offsets, loc)
+    # " \\" (5, 7) straddles the marker start: bridge, not reasoning. "2}" (14, 16) overlaps
+    # the answer: answer. The (0, 0) token after the first is EOS: tail.
+    assert seg.labels == ("reasoning", "reasoning", "bridge", "bridge", "bridge", "answer",
+                          "answer", "tail", "tail")
+    assert seg.span_found
+    assert seg.scored.tolist() == [True, True] + [False] * 7
+    assert seg.answer.tolist() == [False] * 5 + [True, True, False, False]
+    assert seg.n_reasoning == 2
+
+
+def test_segments_without_location():
+    seg = segment_tokens([(0, 2), (2, 4), (0, 0)], None)
+    assert seg.labels == ("reasoning", "reasoning", "tail")
+    assert not seg.span_found
+    assert not seg.scored.any()
+    with pytest.raises(UnknownNameError):
+        seg.mask("prompt")
+
+
+def test_segments_on_qwen_tokens(qwen):
+    text = "So x = 5 and y = 2.5.\nThe answer is $\\boxed{\\frac{1}{2}}$ indeed"
+    enc = qwen(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = enc["input_ids"], enc["offset_mapping"]
+    loc = locate_answer(text)
+    seg = segment_tokens(offsets, loc)
+    ranks = [ORDER[lab] for lab in seg.labels]
+    assert ranks == sorted(ranks)  # reasoning, bridge, answer, tail in that order
+    reasoning = [i for i, lab in zip(ids, seg.labels) if lab == "reasoning"]
+    answer = [i for i, lab in zip(ids, seg.labels) if lab == "answer"]
+    assert qwen.decode(reasoning) == text[: offsets[len(reasoning) - 1][1]]
+    assert offsets[len(reasoning) - 1][1] <= loc.marker_start  # nothing scored past the marker
+    assert "\\frac{1}{2}" in qwen.decode(answer)
+    assert "boxed" not in qwen.decode(answer)
+
+
+# ----------------------------------------------------------------------------- data sets
+
+
+def _answer_tokens(qwen, texts):
+    enc = qwen(texts, add_special_tokens=False, return_offsets_mapping=True)
+    for text, ids, offsets in zip(texts, enc["input_ids"], enc["offset_mapping"]):
+        loc = locate_answer(text)
+        if loc is None:
+            yield text, None, None, None
+            continue
+        labels = segment_tokens(offsets, loc).labels
+        idx = [i for i, lab in enumerate(labels) if lab == "answer"]
+        yield text, loc, [ids[i] for i in idx], (offsets[idx[0]][0], offsets[idx[-1]][1])
+
+
+@pytest.mark.slow
+def test_every_gsm8k_answer_found_and_tokenised(qwen):
+    records = _records("gsm8k_test")
+    assert len(records) == 1319
+    texts = [r["solution"] for r in records]
+    for rec, (text, loc, ids, _) in zip(records, _answer_tokens(qwen, texts)):
+        assert loc is not None, rec["id"]
+        span = text[loc.start : loc.end]
+        assert qwen.decode(ids).strip() == span, rec["id"]
+        assert span.replace(",", "") == rec["answer"], rec["id"]
+
+
+@pytest.mark.slow
+def test_math500_answers_found_and_tokenised(qwen):
+    records = _records("math500_test")
+    texts = [r["solution"] for r in records]
+    found = same_as_record = 0
+    for rec, (text, loc, ids, (lo, hi)) in zip(records, _answer_tokens(qwen, texts)):
+        if loc is None:
+            continue
+        found += 1
+        span = text[loc.start : loc.end]
+        same_as_record += span == rec["answer"]
+        # Tokens may straddle the span's edges ("}}", "}$"); their decode is exactly the text
+        # they cover, which holds the span and nothing beyond the first and last token.
+        assert qwen.decode(ids) == text[lo:hi], rec["id"]
+        assert lo <= loc.start and hi >= loc.end and span in qwen.decode(ids), rec["id"]
+    assert found >= 0.99 * len(records)
+    assert same_as_record >= 0.95 * len(records)
+
+
+# ----------------------------------------------------------------------------- offsets_from_ids
+
+
+def test_offsets_from_ids_match_tokenizer_on_ascii(qwen):
+    texts = [r["solution"] for r in _records("gsm8k_test")[:60]]
+    texts = [t for t in texts if t.isascii()] + ["  two  spaces\n\nand\ttabs {x}^2 ####  7"]
+    enc = qwen(texts, add_special_tokens=False, return_offsets_mapping=True)
+    for text, ids, offsets in zip(texts, enc["input_ids"], enc["offset_mapping"]):
+        got, decoded = offsets_from_ids(qwen, ids)
+        assert decoded == text
+        assert got == [tuple(o) for o in offsets]
+
+
+def test_offsets_from_ids_multibyte_chars(qwen):
+    text = "a 𝔸 é x 日本語 ✓"
+    enc = qwen(text, add_special_tokens=False, return_offsets_mapping=True)
+    got, decoded = offsets_from_ids(qwen, enc["input_ids"])
+    assert decoded == text
+    assert got == [tuple(o) for o in enc["offset_mapping"]]
+    # 𝔸 (4 bytes) is split over three tokens, and each covers the character.
+    split = [o for o in got if o[0] <= text.index("𝔸") < o[1]]
+    assert len(split) == 3
+
+
+def test_offsets_from_ids_special_tokens_at_end(qwen):
+    text = "So \\boxed{7}"
+    ids = qwen(text, add_special_tokens=False)["input_ids"] + [qwen.eos_token_id, qwen.pad_token_id]
+    offsets, decoded = offsets_from_ids(qwen, ids)
+    assert decoded == text
+    assert offsets[-2:] == [(len(text), len(text))] * 2
+    seg = segment_tokens(offsets, locate_answer(decoded))
+    assert seg.labels[-3:] == ("tail", "tail", "tail")  # "}" then EOS and pad
+    assert offsets_from_ids(qwen, []) == ([], "")
