@@ -1,0 +1,102 @@
+"""Language-model plumbing shared by the importance methods.
+
+Reading logits only where a probe needs them, running in eval mode without leaving a trace on
+the model, checking that a batch fits the model's positions, the zero-outside-S contract of
+importances, and seedable noise. Works with any Hugging Face causal LM
+(`model(input_ids | inputs_embeds, attention_mask, ...) -> .logits`).
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+from typing import Iterator
+
+import torch
+
+from .batch import ScoringBatch
+from .errors import InputError
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of the model's first parameter (where its inputs must live)."""
+    device = getattr(model, "device", None)
+    if isinstance(device, torch.device):
+        return device
+    return next(model.parameters()).device
+
+
+@contextlib.contextmanager
+def eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    """Run with dropout off, then give every submodule back its own training flag."""
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
+def check_positions(model: torch.nn.Module, batch: ScoringBatch) -> None:
+    """Raise `InputError` if a row is longer than the model's position embeddings."""
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if limit is None or batch.input_ids.numel() == 0:
+        return
+    lengths = batch.lengths
+    longest = int(lengths.max().item())
+    if longest > limit:
+        row = int(lengths.argmax().item())
+        raise InputError(
+            f"row {row} has {longest} tokens but the model has max_position_embeddings={limit}; "
+            "truncate the response or drop that row before scoring"
+        )
+
+
+def accepts_logits_to_keep(model: torch.nn.Module) -> bool:
+    """Whether `model.forward` can project only selected positions to the vocabulary."""
+    try:
+        return "logits_to_keep" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def logits_at(model: torch.nn.Module, positions: torch.Tensor, **inputs) -> torch.Tensor:
+    """Logits at chosen positions of each row, from one forward of `model(**inputs)`.
+
+    positions: (B, K) long, indices into the sequence dimension of the forward's inputs.
+    inputs:    keyword arguments of the model's forward (input_ids or inputs_embeds,
+               attention_mask, position_ids, past_key_values, use_cache, ...).
+    Returns (B, K, V) in the model's dtype. Uses `logits_to_keep` so that only these positions
+    are projected to the vocabulary (the projection is ~25% of a small model's forward); the
+    model's own head runs, so soft-capping or scaling of logits is kept.
+    """
+    if accepts_logits_to_keep(model):
+        return model(**inputs, logits_to_keep=positions).logits  # (B, K, V)
+    logits = model(**inputs).logits  # (B, L, V)
+    return logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1]))
+
+
+def input_embeddings(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+    """(B, L, D) embeddings the model computes for `input_ids` (B, L), detached."""
+    return model.get_input_embeddings()(input_ids).detach()
+
+
+def scoreable(batch: ScoringBatch) -> torch.Tensor:
+    """(B, L) bool: the positions an importance method fills, scored positions of rows that
+    have an answer span. Every other position must be exactly 0."""
+    return batch.scored_mask & batch.has_answer[:, None]
+
+
+def keep_scoreable(values: torch.Tensor, batch: ScoringBatch) -> torch.Tensor:
+    """`values` (B, L) as float32 on `scoreable(batch)`, exactly 0 elsewhere (even where
+    `values` is NaN: a product with a 0/1 mask would keep the NaN)."""
+    mask = scoreable(batch).to(values.device)
+    return torch.where(mask, values.float(), torch.zeros((), device=values.device))
+
+
+def draw_normal(shape, generator: torch.Generator | None, device, dtype) -> torch.Tensor:
+    """Standard normal noise of `shape`, drawn on the generator's device (so a CPU generator
+    gives the same numbers for a CUDA model), then moved to `device` / `dtype`."""
+    source = generator.device if generator is not None else device
+    noise = torch.randn(shape, generator=generator, device=source, dtype=torch.float32)
+    return noise.to(device=device, dtype=dtype)

@@ -1,0 +1,80 @@
+"""OAR-G: the gradient proxy of OAR-P, one backward per noise draw (METHOD.md section 5).
+
+e = the input embeddings (a detached leaf). P0 = the probe on a clean forward. Noise
+xi ~ N(0, sigma^2) is added to the embeddings of the scored positions only, and
+
+    J = KL(P0 || P(e + xi))   (`lt`, `as_mean`)      J = phi0 - phi(e + xi)   (`as_joint`)
+    I_t = | < dJ/de_t , e_t > |
+
+the gradient at the noisy point dotted with the clean embedding. At xi = 0 the KL is at its
+minimum and its gradient is exactly zero, hence the noise. With `n_noise` > 1, I_t is the mean
+of the per-draw importances. Only the embedding gradient is taken (`torch.autograd.grad`), so
+the parameters' `.grad` are never touched.
+"""
+from __future__ import annotations
+
+import torch
+
+from .batch import ScoringBatch
+from .errors import InputError
+from .lm import (check_positions, draw_normal, eval_mode, input_embeddings, keep_scoreable,
+                 logits_at, model_device, scoreable)
+from .methods import register_method
+from .probes import check_probe, probe_divergence, probe_sites, probe_values
+
+
+@register_method("oar_g")
+def oar_g(model, batch: ScoringBatch, *, probe: str = "as_mean", noise_std: float = 1e-3,
+          n_noise: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
+    """OAR-G importances of every row of `batch`, all rows in one forward/backward per draw.
+
+    batch:     B rows of width L (right-padded).
+    noise_std: sigma of the embedding noise on scored positions (0: no noise; the KL probes
+               then give all zeros, `as_joint` the plain gradient-times-input).
+    n_noise:   number of noise draws to average.
+    generator: source of the noise: each draw is one standard normal (B, L, D) tensor from it,
+               scaled by `noise_std`, kept on the scored positions. Seed it to reproduce.
+    Returns (B, L) float32 on the batch's device: >= 0 (NaN if the model gives NaN) on scored
+    positions of rows with an answer span, exactly 0 elsewhere.
+    """
+    check_probe(probe)
+    check_positions(model, batch)
+    if not isinstance(n_noise, int) or n_noise < 1:
+        raise InputError(f"n_noise must be an integer >= 1, got {n_noise!r}")
+    if not noise_std >= 0:
+        raise InputError(f"noise_std must be >= 0, got {noise_std!r}")
+    work = batch.to(model_device(model))
+    sites = probe_sites(work)
+    noisy = scoreable(work)[..., None]  # (B, L, 1)
+    total = torch.zeros(work.input_ids.shape, dtype=torch.float32, device=noisy.device)
+    with eval_mode(model):
+        embeds = input_embeddings(model, work.input_ids)  # (B, L, D)
+        with torch.no_grad():
+            clean = probe_values(_probe_logits(model, embeds, work, sites), sites, probe)
+        for _ in range(n_noise):
+            noise = draw_normal(embeds.shape, generator, embeds.device, embeds.dtype) * noise_std
+            noise = torch.where(noisy, noise, torch.zeros((), dtype=noise.dtype,
+                                                           device=noise.device))
+            total += _gradient_times_input(model, embeds, noise, work, sites, clean, probe)
+    return keep_scoreable(total / n_noise, work).to(batch.input_ids.device)
+
+
+def _probe_logits(model, embeds: torch.Tensor, batch: ScoringBatch, sites) -> torch.Tensor:
+    """(B, K, V) logits at the probe sites for input embeddings `embeds` (B, L, D)."""
+    return logits_at(model, sites.positions, inputs_embeds=embeds,
+                     attention_mask=batch.attention_mask)
+
+
+def _gradient_times_input(model, embeds: torch.Tensor, noise: torch.Tensor,
+                          batch: ScoringBatch, sites, clean: torch.Tensor,
+                          probe: str) -> torch.Tensor:
+    """(B, L) float32 |<dJ/de_t, e_t>| for one noise draw; rows are independent, so the
+    gradient of the sum of their J gives every row its own gradient."""
+    with torch.enable_grad():
+        leaf = embeds.detach().requires_grad_(True)  # (B, L, D)
+        value = probe_values(_probe_logits(model, leaf + noise, batch, sites), sites, probe)
+        objective = probe_divergence(clean, value, probe)  # (B,)
+        # Rows without a span read meaningless sites: leave them out of the objective.
+        objective = torch.where(sites.has_answer, objective, torch.zeros_like(objective))
+        (grad,) = torch.autograd.grad(objective.sum(), leaf)
+    return (grad.float() * embeds.float()).sum(dim=-1).abs()  # (B, L)

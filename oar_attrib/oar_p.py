@@ -1,0 +1,331 @@
+"""OAR-P: counterfactual perturbation importance (METHOD.md section 4).
+
+For each scored position t, y_t is replaced by the pad token (the attention mask is left as it
+is) and I_t measures how far the outcome probe moves: KL(P || P^(t)) for `lt` / `as_mean`,
+max(phi - phi^(t), 0) for `as_joint`.
+
+`oar_p_reference` is the definition run literally: one full forward per scored token.
+`oar_p` computes the same numbers with far less work, using three exact facts:
+- a substitution at t changes nothing before t, so the clean key/value cache of positions < s
+  is reused and only [s, end) is recomputed, where s <= t is the start of the copy's window;
+- nothing after the last probe position q_K can reach the probe: `end` = q_K + 1;
+- only the probe positions are projected to the vocabulary (`logits_to_keep`).
+Copies are batched into forwards whose rows each hold a reused (left-padded) cache and a
+(right-padded) window of new tokens, with explicit position ids; a forward's tokens, cache
+plus new tokens over all its rows, stay within `max_batch_tokens`. Which copies share a
+forward is decided by a cost model (see `_plan_row`, `_pack`); it affects speed only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from .batch import ScoringBatch
+from .errors import InputError
+from .lm import check_positions, eval_mode, logits_at, model_device
+from .methods import register_method
+from .probes import ProbeSites, check_probe, probe_importance, probe_sites, probe_values
+
+# A forward has a fixed cost that does not shrink with its size: every weight is read from
+# memory once (plus Python and kernel launches). In tokens of compute that is about
+# bytes_per_param * FLOPS / (2 * memory bandwidth), whatever the model size: ~16-32 for fp32
+# on a CPU, a few hundred for bf16 on a GPU. It is what batching copies into one forward saves.
+_OVERHEAD_TOKENS_CPU = 16
+_OVERHEAD_TOKENS_ACCELERATOR = 256
+_SHIFTABLE_LAYERS = frozenset({"full_attention", "sliding_attention"})
+
+
+# --------------------------------------------------------------------------------------------
+# The reference: the definition, one full forward per scored token.
+# --------------------------------------------------------------------------------------------
+
+def oar_p_reference(model, batch: ScoringBatch, probe: str = "as_mean") -> torch.Tensor:
+    """OAR-P by brute force: for each row and scored t, a full forward with pad at t.
+
+    batch: a ScoringBatch of B rows of width L.
+    Returns (B, L) float32 importances on the batch's device: >= 0 (or NaN) on scored
+    positions of rows with an answer span, exactly 0 elsewhere.
+    """
+    check_probe(probe)
+    check_positions(model, batch)
+    work = batch.to(model_device(model))
+    sites = probe_sites(work)
+    out = torch.zeros(work.input_ids.shape, dtype=torch.float32, device=work.input_ids.device)
+    with torch.no_grad(), eval_mode(model):
+        for row in range(work.input_ids.shape[0]):
+            if not bool(sites.has_answer[row]):
+                continue
+            row_sites = sites.select(torch.tensor([row], device=out.device))
+            ids, mask = work.input_ids[row:row + 1], work.attention_mask[row:row + 1]
+            clean = probe_values(model(ids, attention_mask=mask).logits[:, row_sites.positions[0]],
+                                 row_sites, probe)
+            for t in work.scored_mask[row].nonzero().flatten().tolist():
+                perturbed_ids = ids.clone()
+                perturbed_ids[0, t] = work.pad_token_id
+                logits = model(perturbed_ids, attention_mask=mask).logits  # (1, L, V)
+                value = probe_values(logits[:, row_sites.positions[0]], row_sites, probe)
+                out[row, t] = probe_importance(clean, value, probe)[0]
+    return out.to(batch.input_ids.device)
+
+
+# --------------------------------------------------------------------------------------------
+# The fast engine.
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Chunk:
+    """Perturbed copies of one row that share a window [start, end) of recomputed tokens."""
+
+    row: int  # index into the row group
+    start: int  # s: first recomputed position; <= every perturbed t and <= q_1
+    end: int  # q_K + 1: the window stops after the last probe position
+    positions: tuple[int, ...]  # the perturbed t, one copy each
+
+    @property
+    def width(self) -> int:
+        return self.end - self.start
+
+
+@dataclass
+class _Clean:
+    """The clean pass of a row group: its tokens, key/value cache and probe values."""
+
+    input_ids: torch.Tensor  # (G, W)
+    attention_mask: torch.Tensor  # (G, W)
+    kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer, keys and values (G, H, W, D)
+    sites: ProbeSites  # (G, K)
+    value: torch.Tensor  # (G, V) log-probs or (G,) phi
+
+
+@register_method("oar_p")
+def oar_p(model, batch: ScoringBatch, *, probe: str = "as_mean", max_batch_tokens: int = 16384,
+          generator: torch.Generator | None = None, progress: bool = False,
+          overhead_tokens: int | None = None) -> torch.Tensor:
+    """OAR-P importances, equal to `oar_p_reference` up to float rounding.
+
+    batch:            B rows of width L (right-padded).
+    max_batch_tokens: at most this many tokens (reused cache + new tokens, summed over rows)
+                      in one forward; must be at least the longest row up to its answer.
+    generator:        unused (OAR-P is deterministic); accepted for the common interface.
+    progress:         show a progress bar over the scored positions.
+    overhead_tokens:  fixed cost of one forward in tokens, for grouping copies into forwards
+                      (default: 16 on CPU, 256 on accelerators). Changes speed, not results.
+    Returns (B, L) float32 on the batch's device: >= 0 (or NaN if the model produced NaN) on
+    scored positions of rows with an answer span, exactly 0 elsewhere.
+    """
+    check_probe(probe)
+    check_positions(model, batch)
+    work = batch.to(model_device(model))
+    sites = probe_sites(work)
+    reachable = _reachable(work, sites)  # (B, L)
+    ends = (sites.last + 1).tolist()
+    # Longest rows first, so that the rows of one clean pass need little padding.
+    rows = sorted(reachable.any(dim=1).nonzero().flatten().tolist(), key=lambda r: -ends[r])
+    _check_budget(max_batch_tokens, [ends[row] for row in rows])
+    if overhead_tokens is None:
+        on_cpu = work.input_ids.device.type == "cpu"
+        overhead_tokens = _OVERHEAD_TOKENS_CPU if on_cpu else _OVERHEAD_TOKENS_ACCELERATOR
+    mixed = _cache_slots_may_shift(model)
+    out = torch.zeros(work.input_ids.shape, dtype=torch.float32, device=work.input_ids.device)
+    bar = _progress_bar(progress, int(reachable.sum()))
+    with torch.no_grad(), eval_mode(model):
+        for group in _row_groups(rows, ends, max_batch_tokens):
+            clean = _clean_pass(model, work, sites, group, probe)
+            chunks = [chunk for index, row in enumerate(group)
+                      for chunk in _plan_row(index, reachable[row], sites, row,
+                                             max_batch_tokens, overhead_tokens)]
+            group_rows = torch.tensor(group, device=out.device)
+            for forward in _pack(chunks, max_batch_tokens, overhead_tokens, mixed):
+                index, positions, importance = _score_forward(model, clean, forward, probe,
+                                                              work.pad_token_id)
+                out[group_rows[index], positions] = importance
+                bar.update(len(positions))
+    bar.close()
+    return out.to(batch.input_ids.device)
+
+
+def _reachable(batch: ScoringBatch, sites: ProbeSites) -> torch.Tensor:
+    """(B, L) bool: scored positions of rows with a span, up to the last probe position q_K.
+    A substitution after q_K cannot reach the probe (causality): importance 0, no forward."""
+    positions = torch.arange(batch.input_ids.shape[1], device=batch.input_ids.device)
+    before_end = positions[None, :] <= sites.last[:, None]
+    return batch.scored_mask & sites.has_answer[:, None] & before_end
+
+
+def _check_budget(max_batch_tokens: int, ends: list[int]) -> None:
+    longest = max(ends, default=0)
+    if not isinstance(max_batch_tokens, int) or max_batch_tokens < max(longest, 1):
+        raise InputError(
+            f"max_batch_tokens={max_batch_tokens!r} cannot hold one copy of the longest row "
+            f"({longest} tokens up to its last answer token); pass max_batch_tokens >= {longest}"
+        )
+
+
+def _cache_slots_may_shift(model) -> bool:
+    """Whether copies with different prefix lengths may share a forward.
+
+    Sharing left-pads the reused caches, which shifts each row's key slots and query slots by
+    the same amount: masks that depend only on query-key distances (causal, sliding window)
+    stay exact. Layer kinds with absolute boundaries (chunked attention) do not; those models
+    keep one window start per forward.
+    """
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    layer_types = getattr(config, "layer_types", None) or []
+    chunked = getattr(config, "attention_chunk_size", None) is not None
+    return not chunked and all(kind in _SHIFTABLE_LAYERS for kind in layer_types)
+
+
+def _progress_bar(enabled: bool, total: int):
+    from tqdm.auto import tqdm  # imported here: only progress reporting needs it
+
+    return tqdm(total=total, disable=not enabled, desc="OAR-P", unit="pos")
+
+
+def _row_groups(rows: list[int], ends: list[int], budget: int) -> list[list[int]]:
+    """Consecutive rows whose clean pass, right-padded to the group's longest, fits `budget`."""
+    groups: list[list[int]] = []
+    for row in rows:
+        if groups and (len(groups[-1]) + 1) * max(ends[r] for r in groups[-1] + [row]) <= budget:
+            groups[-1].append(row)
+        else:
+            groups.append([row])
+    return groups
+
+
+def _clean_pass(model, batch: ScoringBatch, sites: ProbeSites, group: list[int],
+                probe: str) -> _Clean:
+    """One forward of the group's rows up to their last probe position, keeping the cache."""
+    index = torch.tensor(group, device=batch.input_ids.device)
+    group_sites = sites.select(index)
+    width = int(group_sites.last.max()) + 1
+    input_ids = batch.input_ids[index, :width]  # (G, W)
+    attention_mask = batch.attention_mask[index, :width]  # (G, W)
+    # A cache without the config: every layer keeps all its keys, whatever the model's
+    # sliding-window settings, so that any prefix can be reused.
+    cache = DynamicCache()
+    logits = logits_at(model, group_sites.positions, input_ids=input_ids,
+                       attention_mask=attention_mask, past_key_values=cache, use_cache=True)
+    kv = []
+    for layer in cache.layers:
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if not isinstance(keys, torch.Tensor) or keys.dim() != 4 or keys.shape[-2] != width:
+            raise InputError(
+                f"the fast OAR-P engine needs a plain key/value cache, but this model's cache "
+                f"layer is {type(layer).__name__}; use oar_p_reference for this model"
+            )
+        kv.append((keys, values))
+    return _Clean(input_ids, attention_mask, kv, group_sites,
+                  probe_values(logits, group_sites, probe))
+
+
+def _plan_row(index: int, reachable: torch.Tensor, sites: ProbeSites, row: int, budget: int,
+              overhead: float) -> list[_Chunk]:
+    """Split one row's positions to perturb, `reachable` (L,) bool, into chunks of
+    consecutive positions.
+
+    A chunk of m positions t_i < ... < t_j costs `overhead + m * (end - s)` tokens with
+    s = min(t_i, q_1): every copy recomputes from the smallest t. Dynamic programming over
+    the sorted positions finds the cheapest split with m * end <= budget per chunk.
+    """
+    end = int(sites.last[row]) + 1
+    first_probe = int(sites.positions[row, 0])
+    ts = reachable.nonzero().flatten().tolist()
+    max_copies = max(1, budget // end)
+    best = [0.0] + [float("inf")] * len(ts)
+    cut = [0] * (len(ts) + 1)
+    for j in range(1, len(ts) + 1):
+        for i in range(max(0, j - max_copies), j):
+            cost = best[i] + overhead + (j - i) * (end - min(ts[i], first_probe))
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    chunks, j = [], len(ts)
+    while j > 0:
+        i = cut[j]
+        chunks.append(_Chunk(index, min(ts[i], first_probe), end, tuple(ts[i:j])))
+        j = i
+    return chunks[::-1]
+
+
+def _pack(chunks: list[_Chunk], budget: int, overhead: float,
+          mixed: bool) -> list[list[_Chunk]]:
+    """Group chunks (of any rows) into forwards, widest window first.
+
+    A chunk joins the current forward when the forward still fits the budget and the padding
+    its narrower window adds, m * (Q - width) recomputed tokens, costs less than the forward
+    it saves. Without `mixed` every chunk is its own forward.
+    """
+    if not mixed:
+        return [[chunk] for chunk in chunks]
+    forwards: list[list[_Chunk]] = []
+    rows = prefix = 0
+    for chunk in sorted(chunks, key=lambda c: -c.width):
+        copies = len(chunk.positions)
+        if forwards:
+            window = forwards[-1][0].width
+            new_prefix = max(prefix, chunk.start)
+            fits = (rows + copies) * (new_prefix + window) <= budget
+            if fits and copies * (window - chunk.width) <= overhead:
+                forwards[-1].append(chunk)
+                rows, prefix = rows + copies, new_prefix
+                continue
+        forwards.append([chunk])
+        rows, prefix = copies, chunk.start
+    return forwards
+
+
+def _score_forward(model, clean: _Clean, chunks: list[_Chunk], probe: str,
+                   pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One batched forward of R perturbed copies.
+
+    Returns (index, positions, importances), (R,) each: the copy's row within the group, its
+    perturbed position t, and I_t."""
+    device = clean.input_ids.device
+    spec = [(c.row, c.start, c.end, t) for c in chunks for t in c.positions]
+    row, start, end, pos = torch.tensor(spec, device=device).unbind(dim=1)  # (R,) each
+    prefix = int(start.max())
+    inputs, slots = _window_inputs(clean, row, start, end, pos, prefix, pad_token_id)
+    copy_sites = clean.sites.select(row).shifted(start)  # (R, K), indices into the window
+    logits = logits_at(model, copy_sites.positions, past_key_values=slots, use_cache=True,
+                       **inputs)  # (R, K, V)
+    value = probe_values(logits, copy_sites, probe)
+    return row, pos, probe_importance(clean.value[row], value, probe)
+
+
+def _window_inputs(clean: _Clean, row: torch.Tensor, start: torch.Tensor, end: torch.Tensor,
+                   pos: torch.Tensor, prefix: int, pad_token_id: int):
+    """Model inputs of R perturbed copies: each row is [left pad | clean cache of [0, s) |
+    new tokens [s, end) with pad at t | right pad], P = `prefix` cache slots, Q new tokens.
+
+    row, start, end, pos: (R,) long. Returns (forward kwargs, DynamicCache of P slots).
+    """
+    n_rows = row.shape[0]
+    device = row.device
+    window = int((end - start).max())
+    col = start[:, None] + torch.arange(window, device=device)  # (R, Q) absolute positions
+    new_valid = col < end[:, None]
+    col = torch.minimum(col, end[:, None] - 1)  # padding repeats the last real position
+    input_ids = torch.where(new_valid, clean.input_ids[row[:, None], col], pad_token_id)
+    input_ids[torch.arange(n_rows, device=device), pos - start] = pad_token_id
+    new_mask = new_valid & clean.attention_mask[row[:, None], col].bool()  # (R, Q)
+
+    src = torch.arange(prefix, device=device)[None, :] - (prefix - start)[:, None]  # (R, P)
+    cache_valid = src >= 0
+    src = src.clamp_min(0)
+    cache_mask = cache_valid & clean.attention_mask[row[:, None], src].bool()  # (R, P)
+    attention_mask = torch.cat([cache_mask, new_mask], dim=1).long()  # (R, P + Q)
+
+    cache = DynamicCache()
+    if prefix > 0:
+        # (G, H, W, D) -> (R, H, P, D); left-padding slots hold finite copies of position 0
+        # (masked), never NaN-producing garbage that a zero attention weight would not stop.
+        cache = DynamicCache(ddp_cache_data=[
+            (keys.transpose(1, 2)[row[:, None], src].transpose(1, 2),
+             values.transpose(1, 2)[row[:, None], src].transpose(1, 2))
+            for keys, values in clean.kv
+        ])
+    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=col)
+    return inputs, cache

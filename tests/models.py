@@ -1,0 +1,78 @@
+"""Tiny random causal LMs and scoring batches built in code, for the importance-method tests.
+
+Models are seeded and in eval mode; batches hold rows of different lengths, right-padded, each
+laid out as prompt | scored reasoning | bridge | answer span (1-3 tokens) | tail.
+"""
+from __future__ import annotations
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from oar_attrib.batch import ScoringBatch
+
+VOCAB = 128
+PAD_ID = 0
+
+
+def _common(vocab: int, hidden: int, layers: int, max_pos: int, init: float = 0.3) -> dict:
+    return dict(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_pos,
+        pad_token_id=PAD_ID,
+        # Far above the usual 0.02, so that logits are peaked and importances are O(0.1-1):
+        # an equivalence test at 1e-4 on near-uniform distributions would prove nothing.
+        initializer_range=init,
+    )
+
+
+def tiny_qwen2(seed: int = 0, *, vocab: int = VOCAB, hidden: int = 32, layers: int = 2,
+               max_pos: int = 256, dtype: torch.dtype = torch.float32, attn: str = "sdpa",
+               init: float = 0.3) -> Qwen2ForCausalLM:
+    """A random 2-layer Qwen2 with tied embeddings and a large rope theta, like Qwen2-0.5B."""
+    torch.manual_seed(seed)
+    config = Qwen2Config(**_common(vocab, hidden, layers, max_pos, init), tie_word_embeddings=True,
+                         rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+    config._attn_implementation = attn
+    model = Qwen2ForCausalLM(config).to(dtype)
+    return model.eval()
+
+
+def tiny_llama(seed: int = 0, *, vocab: int = VOCAB, hidden: int = 48, layers: int = 2,
+               max_pos: int = 256, dtype: torch.dtype = torch.float32,
+               attn: str = "sdpa") -> LlamaForCausalLM:
+    """A random 2-layer Llama with an untied head."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(**_common(vocab, hidden, layers, max_pos), tie_word_embeddings=False)
+    config._attn_implementation = attn
+    model = LlamaForCausalLM(config).to(dtype)
+    return model.eval()
+
+
+def make_batch(lengths=(22, 15, 19), answer_lens=(1, 2, 3), *, prompt_len: int = 4,
+               vocab: int = VOCAB, seed: int = 0, no_answer_rows=()) -> ScoringBatch:
+    """Rows of the given real lengths, right-padded with PAD_ID to the longest.
+
+    Row layout: prompt [0, p) | scored [p, n-K-2) | bridge n-K-2 | answer [n-K-1, n-1) | tail n-1.
+    Rows listed in `no_answer_rows` have no answer span (and nothing scored).
+    """
+    gen = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    n_rows = len(lengths)
+    ids = torch.full((n_rows, width), PAD_ID, dtype=torch.long)
+    attn = torch.zeros((n_rows, width), dtype=torch.long)
+    scored = torch.zeros((n_rows, width), dtype=torch.bool)
+    answer = torch.zeros((n_rows, width), dtype=torch.bool)
+    for row, n in enumerate(lengths):
+        k = answer_lens[row % len(answer_lens)]
+        ids[row, :n] = torch.randint(1, vocab, (n,), generator=gen)
+        attn[row, :n] = 1
+        if row in no_answer_rows:
+            continue
+        scored[row, prompt_len:n - k - 2] = True
+        answer[row, n - k - 1:n - 1] = True
+    return ScoringBatch(ids, attn, scored, answer, PAD_ID)

@@ -1,0 +1,111 @@
+"""Baselines: the importance contract, hand computations, seeding, untouched gradients."""
+import pytest
+import torch
+
+from oar_attrib.batch import ScoringBatch
+from oar_attrib.methods import get_method
+from oar_attrib.probes import probe_sites, probe_values
+from models import PAD_ID, make_batch, tiny_llama, tiny_qwen2
+
+BASELINES = ("entropy", "ig", "grail", "random")
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_qwen2(seed=6)
+
+
+@pytest.fixture(scope="module")
+def batch():
+    return make_batch(lengths=(18, 12, 15), no_answer_rows=(1,))
+
+
+def _seeded(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_contract(model, batch, name):
+    out = get_method(name)(model, batch, probe="as_mean", generator=_seeded(0))
+    assert out.shape == batch.input_ids.shape and out.dtype == torch.float32
+    scored = batch.scored_mask & batch.has_answer[:, None]
+    assert (out[~scored] == 0).all() and (out[1] == 0).all()
+    assert (out[scored] >= 0).all() and (out[scored] > 0).float().mean() > 0.9
+
+
+@pytest.mark.parametrize("name", ["ig", "grail"])
+def test_gradient_baselines_leave_parameter_grads_alone(batch, name):
+    model = tiny_llama(seed=6)
+    params = dict(model.named_parameters())
+    with_grad = list(params)[1::2]
+    for key in with_grad:
+        params[key].grad = torch.randn_like(params[key])
+    before = {key: params[key].grad.clone() for key in with_grad}
+    get_method(name)(model, batch)
+    for key, p in params.items():
+        assert torch.equal(p.grad, before[key]) if key in with_grad else p.grad is None, key
+
+
+def test_entropy_matches_hand_computation(model, batch):
+    out = get_method("entropy")(model, batch)
+    with torch.no_grad():
+        logits = model(batch.input_ids, attention_mask=batch.attention_mask).logits.double()
+    for row, t in zip(*batch.scored_mask.nonzero(as_tuple=True)):
+        if not batch.has_answer[row]:
+            continue
+        p = torch.softmax(logits[row, t - 1], dim=-1)
+        expected = -(p * p.log()).sum().item()
+        assert out[row, t].item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_random_is_seeded_and_uniform(model, batch):
+    random = get_method("random")
+    first = random(model, batch, generator=_seeded(3))
+    assert torch.equal(first, random(model, batch, generator=_seeded(3)))
+    assert not torch.equal(first, random(model, batch, generator=_seeded(4)))
+    scored = batch.scored_mask & batch.has_answer[:, None]
+    assert (first[scored] < 1).all()
+
+
+def test_ig_is_complete_for_a_single_scored_position():
+    # With one scored position only its embedding moves along the path, so by completeness
+    # its attribution is phi(input) - phi(baseline), up to the path integral's error (a
+    # milder init than the other tests' keeps the path smooth enough for 64 steps).
+    model = tiny_qwen2(seed=6, init=0.1)
+    base = make_batch(lengths=(18,), answer_lens=(2,))
+    scored = torch.zeros_like(base.scored_mask)
+    scored[0, 7] = True
+    batch = ScoringBatch(base.input_ids, base.attention_mask, scored, base.answer_mask, PAD_ID)
+    baseline_ids = batch.input_ids.clone()
+    baseline_ids[0, 7] = PAD_ID
+    sites = probe_sites(batch)
+    with torch.no_grad():
+        phi = [probe_values(model(ids, attention_mask=batch.attention_mask).logits[
+            :, sites.positions[0]], sites, "as_joint").item() for ids in (batch.input_ids,
+                                                                           baseline_ids)]
+    out = get_method("ig")(model, batch, n_steps=64)
+    assert abs(phi[0] - phi[1]) > 1e-2
+    assert out[0, 7].item() == pytest.approx(abs(phi[0] - phi[1]), rel=1e-3)
+
+
+def test_grail_matches_hand_computation(model, batch):
+    out = get_method("grail")(model, batch)
+    embeds = model.get_input_embeddings()(batch.input_ids).detach().requires_grad_(True)
+    logits = model(inputs_embeds=embeds, attention_mask=batch.attention_mask).logits
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    answer = batch.answer_mask[:, 1:]
+    loss = -logp[:, :-1].gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)[answer].sum()
+    (grad,) = torch.autograd.grad(loss, embeds)
+    expected = (grad * embeds.detach()).norm(dim=-1)
+    scored = batch.scored_mask & batch.has_answer[:, None]
+    torch.testing.assert_close(out[scored], expected[scored], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["entropy", "grail"])
+def test_nan_logits_give_nan_without_crashing(batch, name):
+    model = tiny_llama(seed=6)
+    with torch.no_grad():
+        model.lm_head.weight.fill_(float("nan"))
+    out = get_method(name)(model, batch)
+    scored = batch.scored_mask & batch.has_answer[:, None]
+    assert out[scored].isnan().all() and (out[~scored] == 0).all()

@@ -1,0 +1,194 @@
+"""The fast OAR-P engine against the brute-force reference, and its contract."""
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+import oar_attrib.oar_p as oar_p_module
+from oar_attrib.batch import ScoringBatch
+from oar_attrib.errors import InputError
+from oar_attrib.lm import logits_at
+from oar_attrib.oar_p import oar_p, oar_p_reference
+from oar_attrib.probes import PROBES, probe_sites
+from models import PAD_ID, _common, make_batch, tiny_llama, tiny_qwen2
+
+BUILDERS = {"qwen2": tiny_qwen2, "llama": tiny_llama}
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {name: build(seed=1) for name, build in BUILDERS.items()}
+
+
+def _batch_with_tail_scored() -> ScoringBatch:
+    """Rows of lengths 22, 15, 19, 9 (the last without an answer), plus a scored position
+    after row 0's answer, which cannot move the probe."""
+    batch = make_batch(lengths=(22, 15, 19, 9), answer_lens=(1, 2, 3), no_answer_rows=(3,))
+    batch.scored_mask[0, 21] = True
+    batch.scored_mask[3, 2:6] = True
+    return batch
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+@pytest.mark.parametrize("probe", PROBES)
+def test_fast_equals_reference(models, name, probe):
+    model, batch = models[name], _batch_with_tail_scored()
+    ref = oar_p_reference(model, batch, probe)
+    assert ref.abs().max() > 0.1  # the comparison means something
+    # 22 tokens: one copy per forward, many forwards; 4096: few forwards of many copies;
+    # overhead 10**6 packs copies of different rows and starts into shared forwards.
+    for budget, overhead in ((22, None), (4096, None), (60, 10**6)):
+        fast = oar_p(model, batch, probe=probe, max_batch_tokens=budget,
+                     overhead_tokens=overhead)
+        torch.testing.assert_close(fast, ref, atol=1e-4, rtol=1e-4)
+        assert fast[0, 21] == 0 and (fast[3] == 0).all()
+
+
+def _forward_shapes(monkeypatch):
+    """Record (rows, starts) of every perturbed forward and (rows, cache + new tokens) of
+    every model call."""
+    chunks_seen, tokens_seen = [], []
+    real = oar_p_module._score_forward
+
+    def spy(model, clean, chunks, probe, pad_token_id):
+        chunks_seen.append(chunks)
+        return real(model, clean, chunks, probe, pad_token_id)
+
+    monkeypatch.setattr(oar_p_module, "_score_forward", spy)
+    return chunks_seen, tokens_seen
+
+
+def test_budget_bounds_every_forward_and_packing_happens(models, monkeypatch):
+    model, batch = models["qwen2"], make_batch(lengths=(30, 26, 21, 17))
+    # Two positions per row, at different places: chunks small enough to share forwards.
+    sparse = torch.zeros_like(batch.scored_mask)
+    for row in range(4):
+        sparse[row, 4 + 3 * row:6 + 3 * row] = True
+    chunks_seen, _ = _forward_shapes(monkeypatch)
+    tokens = []
+
+    def count(module, args, kwargs):
+        ids, cache = kwargs["input_ids"], kwargs.get("past_key_values")
+        tokens.append(ids.shape[0] * (ids.shape[1] + (cache.get_seq_length() if cache else 0)))
+
+    handle = model.register_forward_pre_hook(count, with_kwargs=True)
+    try:
+        for budget in (29, 200):
+            for scored in (batch.scored_mask, sparse):
+                tokens.clear()
+                oar_p(model, ScoringBatch(batch.input_ids, batch.attention_mask, scored,
+                                          batch.answer_mask, PAD_ID),
+                      probe="lt", max_batch_tokens=budget, overhead_tokens=10**6)
+                assert max(tokens) <= budget
+        assert any(len({c.start for c in chunks}) > 1 and len({c.row for c in chunks}) > 1
+                   for chunks in chunks_seen), "no forward mixed rows and window starts"
+        chunks_seen.clear()
+        oar_p(model, batch, probe="lt", max_batch_tokens=29)
+        n_scored = int(batch.scored_mask.sum())
+        assert sum(len(c.positions) for chunks in chunks_seen for c in chunks) == n_scored
+        assert len(chunks_seen) == n_scored  # a budget of one row: one copy per forward
+    finally:
+        handle.remove()
+
+
+def test_logits_at_equals_full_logits_with_and_without_logits_to_keep(models):
+    model, batch = models["llama"], make_batch()
+    sites = probe_sites(batch)
+    with torch.no_grad():
+        full = model(batch.input_ids, attention_mask=batch.attention_mask).logits
+        kept = logits_at(model, sites.positions, input_ids=batch.input_ids,
+                         attention_mask=batch.attention_mask)
+
+        class NoKeep(torch.nn.Module):  # a model whose forward has no logits_to_keep
+            def forward(self, input_ids, attention_mask):
+                return model(input_ids, attention_mask=attention_mask)
+
+        fallback = logits_at(NoKeep(), sites.positions, input_ids=batch.input_ids,
+                             attention_mask=batch.attention_mask)
+    expected = full.gather(1, sites.positions[..., None].expand(-1, -1, full.shape[-1]))
+    torch.testing.assert_close(kept, expected, atol=1e-5, rtol=1e-5)
+    assert torch.equal(fallback, expected)
+
+
+def test_sliding_window_model_equals_reference():
+    torch.manual_seed(3)
+    config = Qwen2Config(**_common(128, 32, 2, 256), use_sliding_window=True, sliding_window=5,
+                         max_window_layers=1)
+    model = Qwen2ForCausalLM(config).eval()
+    batch = make_batch()
+    ref = oar_p_reference(model, batch, "as_mean")
+    for overhead in (0, 10**6):
+        fast = oar_p(model, batch, probe="as_mean", max_batch_tokens=60, overhead_tokens=overhead)
+        torch.testing.assert_close(fast, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_first_position_scored_and_eager_attention():
+    model = tiny_llama(seed=2, attn="eager")
+    batch = make_batch(prompt_len=0)
+    ref = oar_p_reference(model, batch, "lt")
+    fast = oar_p(model, batch, probe="lt", max_batch_tokens=60, overhead_tokens=10**6)
+    assert ref[:, 0].abs().max() > 0
+    torch.testing.assert_close(fast, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_perturbing_with_the_same_token_gives_zero(models):
+    base = make_batch()
+    scored = torch.zeros_like(base.scored_mask)
+    scored[:, 5:8] = True
+    model = models["qwen2"]
+    batch = ScoringBatch(base.input_ids, base.attention_mask, scored, base.answer_mask, PAD_ID)
+    batch.input_ids[0, 6] = PAD_ID  # the "perturbation" at t = 6 changes nothing
+    for probe in PROBES:
+        assert oar_p_reference(model, batch, probe)[0, 6] == 0
+        assert oar_p(model, batch, probe=probe)[0, 6].abs() < 1e-5
+
+
+def test_contract_shape_zeros_and_restored_model(models):
+    model, batch = models["qwen2"], _batch_with_tail_scored()
+    params = {name: p.clone() for name, p in model.named_parameters()}
+    model.train()
+    try:
+        out = oar_p(model, batch, probe="as_mean")
+        assert model.training and all(m.training for m in model.modules())
+    finally:
+        model.eval()
+    assert out.shape == batch.input_ids.shape and out.dtype == torch.float32
+    outside = ~(batch.scored_mask & batch.has_answer[:, None])
+    assert (out[outside] == 0).all() and (out >= 0).all()
+    assert all(torch.equal(p, params[name]) for name, p in model.named_parameters())
+    # Dropout is off while scoring: train mode gives the eval-mode numbers.
+    torch.testing.assert_close(out, oar_p(model, batch, probe="as_mean"))
+
+
+def test_bf16_model_runs_with_float32_probes():
+    model = tiny_qwen2(seed=1, dtype=torch.bfloat16)
+    batch = make_batch(lengths=(16, 12))
+    fast = oar_p(model, batch, probe="as_mean", max_batch_tokens=40)
+    ref = oar_p_reference(model, batch, "as_mean")
+    assert fast.dtype == torch.float32 and fast.isfinite().all()
+    scored = batch.scored_mask
+    # bf16 rounding differs between the two schedules; the rankings must still agree.
+    corr = torch.corrcoef(torch.stack([fast[scored], ref[scored]]))[0, 1]
+    assert corr > 0.99
+
+
+def test_nan_logits_give_nan_importances_without_crashing():
+    model = tiny_qwen2(seed=1)
+    with torch.no_grad():
+        model.lm_head.weight.fill_(float("nan"))  # tied: the embeddings are NaN too
+    batch = make_batch()
+    for fn in (lambda: oar_p(model, batch, probe="as_mean"),
+               lambda: oar_p_reference(model, batch, "as_joint")):
+        out = fn()
+        assert out[batch.scored_mask].isnan().all()
+        assert (out[~batch.scored_mask] == 0).all()
+
+
+def test_rows_longer_than_the_positions_and_tiny_budgets_are_refused():
+    model = tiny_qwen2(seed=1, max_pos=16)
+    batch = make_batch()
+    with pytest.raises(InputError, match="max_position_embeddings=16"):
+        oar_p(model, batch)
+    with pytest.raises(InputError, match="max_position_embeddings=16"):
+        oar_p_reference(model, batch)
+    with pytest.raises(InputError, match="max_batch_tokens"):
+        oar_p(tiny_qwen2(seed=1), batch, max_batch_tokens=10)
