@@ -28,6 +28,77 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_pairs(path: str) -> tuple[list, list, list[int], int]:
+    """Prompts, responses and line numbers of the valid lines, and the number of bad lines
+    (each reported on stderr with its line number)."""
+    prompts, responses, lines, bad = [], [], [], 0
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                print(f"{path}:{number}: skipped: not JSON ({err.msg})", file=sys.stderr)
+                bad += 1
+                continue
+            prompt = record.get("prompt") if isinstance(record, dict) else None
+            response = record.get("response") if isinstance(record, dict) else None
+            if not isinstance(prompt, (str, list)) or not isinstance(response, str):
+                print(f"{path}:{number}: skipped: needs a 'prompt' (string or chat messages) "
+                      "and a 'response' string", file=sys.stderr)
+                bad += 1
+                continue
+            prompts.append(prompt)
+            responses.append(response)
+            lines.append(number)
+    return prompts, responses, lines, bad
+
+
+def _cmd_attribute(args: argparse.Namespace) -> int:
+    from .attribute import attribute
+    from .models import load_model
+
+    prompts, responses, lines, bad = _read_pairs(args.input)
+    if not prompts:
+        print(f"oar attribute: error: {args.input} has no valid line", file=sys.stderr)
+        return 2
+    model, tokenizer = load_model(args.model, device=args.device)
+    traces = attribute(model, tokenizer, prompts, responses, args.methods, probe=args.probe,
+                       fmt=args.format, tau=args.tau, beta=args.beta, w_min=args.w_min,
+                       progress=not args.no_progress)
+    with open(args.out, "w", encoding="utf-8") as handle:
+        for line, trace in zip(lines, traces):
+            handle.write(json.dumps({"line": line, **trace.to_dict()}) + "\n")
+    flagged = sum(bool(t.flags) for t in traces)
+    print(f"wrote {len(traces)} attributions to {args.out} ({flagged} flagged, "
+          f"{bad} bad lines skipped)", file=sys.stderr)
+    return 0
+
+
+def _cmd_recall(args: argparse.Namespace) -> int:
+    from .models import load_model
+    from .recall import oracle_recall
+
+    model, tokenizer = load_model(args.model, device=args.device)
+    report = oracle_recall(model, tokenizer, n=args.n, seed=args.seed, preset=args.preset,
+                           methods=args.methods, probe=args.probe, progress=not args.no_progress)
+    if args.json:
+        print(json.dumps(report.as_dict()))
+        return 0
+    print(f"n={report.n} scored={report.n_scored} accuracy={report.accuracy:.3f} skipped={report.skipped}")
+    print(f"{'method':<10} {'direct':>22} {'chain':>22}")
+    rows = {**report.methods, "random": report.random}
+    for method, sets in rows.items():
+        cells = []
+        for name in ("direct", "chain"):
+            s = sets[name]
+            cells.append("n/a" if s["recall"] is None else
+                         f"{s['recall']:.3f} [{s['ci95'][0]:.3f},{s['ci95'][1]:.3f}]")
+        print(f"{method:<10} {cells[0]:>22} {cells[1]:>22}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="oar", description="Outcome-grounded Advantage Reshaping")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -43,6 +114,32 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     ev.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     ev.set_defaults(func=_cmd_eval)
+
+    at = sub.add_parser("attribute", help="token importances of prompt/response pairs (JSONL in, JSONL out)")
+    at.add_argument("--model", default="arith-tiny", help="bundled name or local checkpoint folder")
+    at.add_argument("--input", required=True, help="JSONL with 'prompt' and 'response' per line")
+    at.add_argument("--out", required=True, help="JSONL to write, one attribution per valid line")
+    at.add_argument("--methods", nargs="+", default=["oar_p", "oar_g"], help="importance methods")
+    at.add_argument("--probe", default="as_mean", help="outcome probe: lt, as_mean, as_joint")
+    at.add_argument("--format", default="auto", help="answer format: auto, boxed, gsm8k, answer_is")
+    at.add_argument("--tau", type=float, default=0.4, help="gating quantile level")
+    at.add_argument("--beta", type=float, default=2.0, help="gating boost strength")
+    at.add_argument("--w-min", type=float, default=0.1, help="gating weight floor")
+    at.add_argument("--device", default=None, help="torch device (default: CPU)")
+    at.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    at.set_defaults(func=_cmd_attribute)
+
+    rc = sub.add_parser("recall", help="oracle causal-token recall of every method on the arithmetic world")
+    rc.add_argument("--model", default="arith-tiny", help="bundled name or local checkpoint folder")
+    rc.add_argument("--n", type=int, default=200, help="number of held-out problems")
+    rc.add_argument("--seed", type=int, default=0, help="seed of problems, sampling and bootstrap")
+    rc.add_argument("--preset", default="default", help="world preset")
+    rc.add_argument("--methods", nargs="+", default=None, help="methods (default: all registered)")
+    rc.add_argument("--probe", default="as_mean", help="outcome probe: lt, as_mean, as_joint")
+    rc.add_argument("--device", default=None, help="torch device (default: CPU)")
+    rc.add_argument("--json", action="store_true", help="print one JSON object")
+    rc.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    rc.set_defaults(func=_cmd_recall)
     return parser
 
 

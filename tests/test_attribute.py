@@ -1,0 +1,179 @@
+"""The public entry point `attribute`, its result type, the recall report and the CLI."""
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from oar_attrib import cli
+from oar_attrib.attribute import AttributionBatch, attribute, compute_weights
+from oar_attrib.errors import InputError, TokenizerError, UnknownNameError
+from oar_attrib.inputs import encode_pairs
+from oar_attrib.methods import available_methods, get_method
+from oar_attrib.recall import EXPECTED, oracle_token_mask, summarize, trace_recall
+from oar_attrib.world import generate_problems
+from oar_attrib.world_tokenizer import build_tokenizer
+
+FAST = ["oar_p", "oar_g", "entropy", "grail", "random"]
+
+
+@pytest.fixture(scope="module")
+def problems():
+    return generate_problems(40, "default", seed=3, filler_rate=0.5)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(problems):
+    return build_tokenizer([p.prompt + p.solution for p in problems], 280)
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                         max_position_embeddings=256, initializer_range=0.3)
+    return Qwen2ForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def traces(model, tokenizer, problems):
+    texts = [p.solution for p in problems[:4]] + ["no answer here, just steps a=1+2=3."]
+    prompts = [p.prompt for p in problems[:5]]
+    return attribute(model, tokenizer, prompts, texts, FAST, advantages=[1.0, -0.5, 0.25, 2.0, 1.0],
+                     batch_size=3)
+
+
+def test_lists_align_and_segments_are_respected(traces):
+    for t in traces[:4]:
+        n = len(t.token_ids)
+        assert t.span_found and not t.flags
+        assert "".join(t.tokens) == t.response
+        scored = np.array(t.scored)
+        assert scored.any() and t.segments.count("answer") >= 1
+        for method in FAST:
+            s, w = np.array(t.scores[method]), np.array(t.weights[method])
+            assert s.shape == w.shape == (n,)
+            assert (s[~scored] == 0).all() and (s[scored] >= 0).all()
+            assert (w[~scored] == 1).all()
+            if method != "grail":  # GRAIL's weights are not renormalised (METHOD.md section 7)
+                assert w[scored].mean() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_scores_equal_the_registered_method_on_the_same_batch(traces, model, tokenizer, problems):
+    batch, pairs = encode_pairs(tokenizer, [p.prompt for p in problems[:3]], [p.solution for p in problems[:3]])
+    direct = get_method("oar_p")(model, batch, probe="as_mean")
+    for row, pair in enumerate(pairs):
+        expected = direct[row, pair.response_start : pair.length]
+        np.testing.assert_allclose(traces[row].scores["oar_p"], expected.numpy(), rtol=1e-5, atol=1e-7)
+        weights = compute_weights("oar_p", expected[None], batch.scored_mask[row, pair.response_start : pair.length][None])
+        np.testing.assert_allclose(traces[row].weights["oar_p"], weights[0].numpy(), rtol=1e-5)
+
+
+def test_token_advantages_are_advantage_times_weight(traces):
+    for t in traces[:4]:
+        for method in FAST:
+            np.testing.assert_allclose(t.token_advantages[method], t.advantage * np.array(t.weights[method]), rtol=1e-6)
+            assert 0.0 < t.metrics[method]["top10_mass"] <= 1.0
+            assert 0.0 < t.metrics[method]["ess_ratio"] <= 1.0
+
+
+def test_no_answer_span_is_flagged_and_gets_weight_one(traces):
+    t = traces[4]
+    assert not t.span_found and t.flags == ["no_answer_span"]
+    for method in FAST:
+        assert set(t.weights[method]) == {1.0}
+        assert set(t.scores[method]) == {0.0}
+
+
+def test_json_round_trip_and_frame(traces):
+    back = AttributionBatch.from_json(traces.to_json())
+    assert back == traces
+    frame = traces.to_frame()
+    assert len(frame) == sum(len(t.token_ids) for t in traces)
+    assert {"token", "segment", "scored", "score_oar_p", "weight_oar_g", "advantage_grail", "trace"} <= set(frame)
+
+
+def test_bad_names_list_the_known_ones(model, tokenizer, problems):
+    p = problems[0]
+    with pytest.raises(UnknownNameError, match="oar_p"):
+        attribute(model, tokenizer, p.prompt, p.solution, ["oar_x"])
+    with pytest.raises(UnknownNameError, match="as_mean"):
+        attribute(model, tokenizer, p.prompt, p.solution, ["oar_p"], probe="median")
+    assert set(FAST) | {"ig"} <= set(available_methods())
+
+
+def test_mismatched_inputs_and_missing_pad_token(model, tokenizer, problems):
+    p = problems[0]
+    with pytest.raises(InputError, match="2 prompts but 1 responses"):
+        attribute(model, tokenizer, [p.prompt, p.prompt], [p.solution])
+    no_pad = build_tokenizer([p.prompt + p.solution], 280)
+    no_pad.pad_token = None
+    with pytest.raises(TokenizerError, match="pad_token"):
+        attribute(model, no_pad, p.prompt, p.solution)
+
+
+def test_too_long_response_is_a_clear_error(model, tokenizer, problems):
+    p = problems[0]
+    with pytest.raises(InputError, match="max_position_embeddings=256"):
+        attribute(model, tokenizer, p.prompt, p.solution * 6, ["oar_p"])
+
+
+def test_nan_logits_are_flagged_not_gated(tokenizer, problems):
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=False)
+    broken = Qwen2ForCausalLM(config).eval()
+    with torch.no_grad():
+        broken.lm_head.weight.fill_(float("nan"))
+    p = problems[0]
+    (t,) = attribute(broken, tokenizer, p.prompt, p.solution, ["oar_p", "entropy"])
+    assert "non_finite_scores:oar_p" in t.flags and "non_finite_scores:entropy" in t.flags
+    assert set(t.weights["oar_p"]) == {1.0}
+
+
+def test_oracle_token_mask_and_recall_of_a_perfect_and_a_reversed_ranking(traces, problems):
+    t, problem = traces[0], problems[0]
+    oracle = problem.oracle(t.response)
+    direct = oracle_token_mask(t.offsets, oracle.direct)
+    picked = "".join(tok for tok, d in zip(t.tokens, direct) if d).replace(" ", "")
+    u, _, v = problem.target
+    assert sorted(picked) == sorted(f"{u}{problem.values[u]}{v}{problem.values[v]}")
+    scored = np.array(t.scored)
+    perfect = t.__class__.from_dict({**t.to_dict(), "scores": {"best": (direct & scored).astype(float).tolist(),
+                                                               "worst": (~direct & scored).astype(float).tolist()},
+                                     "weights": {"best": [1.0] * len(t.tokens), "worst": [1.0] * len(t.tokens)}})
+    res = trace_recall(perfect, oracle)
+    assert res["best"]["direct"]["recall"] == 1.0 and res["best"]["direct"]["ap"] == 1.0
+    assert res["worst"]["direct"]["recall"] == 0.0
+    expected = (direct & scored).sum() / scored.sum()
+    assert res[EXPECTED]["direct"] == pytest.approx(expected)
+    summary, rand = summarize([res, res], ["best", "worst"])
+    assert summary["best"]["direct"]["recall"] == 1.0 and summary["best"]["direct"]["ci95"] == [1.0, 1.0]
+    assert rand["direct"]["recall"] == pytest.approx(expected)
+
+
+def test_cli_attribute_reports_bad_lines_and_writes_good_ones(tmp_path, model, tokenizer, problems, capsys):
+    folder = tmp_path / "ckpt"
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    p = problems[0]
+    lines = [json.dumps({"prompt": p.prompt, "response": p.solution}), "{not json", json.dumps({"prompt": 3}),
+             "", json.dumps({"prompt": p.prompt, "response": "no answer"})]
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out.jsonl"
+    code = cli.main(["attribute", "--model", str(folder), "--input", str(src), "--out", str(out),
+                     "--methods", "oar_p", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 0
+    assert ":2: skipped: not JSON" in err and ":3: skipped: needs a 'prompt'" in err
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["line"] for r in rows] == [1, 5]
+    assert rows[0]["span_found"] and not rows[1]["span_found"]
+
+
+def test_cli_unknown_model_folder_is_a_clear_error(tmp_path, capsys):
+    assert cli.main(["eval", "--model", str(tmp_path / "nope"), "--no-progress"]) == 2
+    assert "neither a bundled model" in capsys.readouterr().err
