@@ -140,6 +140,11 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--json", action="store_true", help="print one JSON object")
     rc.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     rc.set_defaults(func=_cmd_recall)
+
+    # Registered here but imported lazily: the core never imports the web app at import time.
+    from webapp.cli import add_web_commands
+
+    add_web_commands(sub)
     return parser
 
 

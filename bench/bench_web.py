@@ -1,0 +1,154 @@
+"""Load test of the web app: N concurrent clients on the trace and report pages, loopback only.
+
+The server runs in its own process (`webapp.cli.serve` on 127.0.0.1, a free port), so that the
+clients' threads do not share its interpreter. Each client sends its share of a fixed number
+of requests, cycling over the run's trace pages and its report page (one request in
+`--report-every` is a report). Any status other than 200, or a failed connection, is an error;
+the run exits with status 1 when there is one. Prints p50 / p95 / max latency per page kind.
+
+    python bench/bench_web.py                       # a store built here from a tiny model
+    python bench/bench_web.py --store demo.db --clients 16 --requests 800
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx  # noqa: E402
+
+SERVER = """
+import sys
+from webapp.cli import serve
+from webapp.main import create_app
+serve(create_app(sys.argv[1]), "127.0.0.1", 0)
+"""
+
+
+def build_store(path: Path, n_problems: int) -> None:
+    """A demo-like run: right and wrong answers to world problems, five methods, attributed
+    by a random 2-layer model over a world tokenizer (the page sizes match the demo's)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from oar_attrib.demo import DemoConfig, write_problem_run
+    from oar_attrib.store import Store
+    from oar_attrib.world import generate_problems
+    from oar_attrib.world_tokenizer import build_tokenizer
+
+    problems = generate_problems(n_problems, "default", seed=0, split="test")
+    tokenizer = build_tokenizer([p.prompt + p.solution for p in problems], 280)
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)).eval()
+    owners = [p for p in problems for _ in (0, 1)]
+    texts = [t for p in problems
+             for t in (p.solution, p.solution.replace(f"#### {p.answer}", f"#### {p.answer + 1}"))]
+    config = DemoConfig(model="random-tiny", methods=("oar_p", "oar_g", "entropy", "grail", "random"))
+    with Store(path) as store:
+        write_problem_run(store, model, tokenizer, owners, texts, config=config, group_size=2)
+
+
+def start_server(store: Path) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(store)], stdout=subprocess.PIPE,
+                            text=True)
+    line = proc.stdout.readline()
+    found = re.search(r"(http://127\.0\.0\.1:\d+)/", line)
+    if not found:
+        proc.kill()
+        raise SystemExit(f"the server did not start: {line!r}")
+    return proc, found.group(1)
+
+
+def urls(base: str, store: Path, report_every: int) -> list[tuple[str, str]]:
+    """(kind, url) in the order clients cycle through them."""
+    from oar_attrib.store import Store
+
+    with Store(store, readonly=True) as s:
+        run = s.runs()[-1].id
+        trace_ids = s.trace_ids(run)
+    out = []
+    for i, trace_id in enumerate(trace_ids):
+        if i % (report_every - 1) == 0:
+            out.append(("report", f"{base}/runs/{run}/report"))
+        out.append(("trace", f"{base}/traces/{trace_id}"))
+    return out
+
+
+def client(targets, start: int, count: int, results: list, errors: list) -> None:
+    with httpx.Client(timeout=60) as http:
+        for k in range(count):
+            kind, url = targets[(start + k) % len(targets)]
+            t0 = time.perf_counter()
+            try:
+                r = http.get(url)
+                ok = r.status_code == 200 and len(r.content) > 0
+            except httpx.HTTPError as err:
+                ok, r = False, err
+            results.append((kind, time.perf_counter() - t0))
+            if not ok:
+                errors.append(f"{url}: {getattr(r, 'status_code', r)}")
+
+
+def report(results, errors, seconds: float, clients: int) -> None:
+    print(f"{len(results)} requests, {clients} concurrent clients, {seconds:.1f} s, "
+          f"{len(results) / seconds:.1f} requests/s, {len(errors)} errors")
+    for kind in sorted({k for k, _ in results}) + ["all"]:
+        times = sorted(t for k, t in results if kind in (k, "all"))
+        if not times:
+            continue
+        p = statistics.quantiles(times, n=100, method="inclusive") if len(times) > 1 else times * 99
+        print(f"  {kind:<7} n={len(times):<5} p50 {1000 * p[49]:7.1f} ms   "
+              f"p95 {1000 * p[94]:7.1f} ms   max {1000 * times[-1]:7.1f} ms")
+    for line in errors[:10]:
+        print("  error:", line)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--store", type=Path, help="run store to serve (default: build one)")
+    parser.add_argument("--problems", type=int, default=24, help="problems of the built store")
+    parser.add_argument("--clients", type=int, default=8, help="concurrent clients")
+    parser.add_argument("--requests", type=int, default=400, help="requests in all")
+    parser.add_argument("--report-every", type=int, default=5, help="one report request in this many")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = args.store
+        if store is None:
+            store = Path(tmp) / "bench.db"
+            t0 = time.perf_counter()
+            build_store(store, args.problems)
+            print(f"built {store.name}: {2 * args.problems} traces in {time.perf_counter() - t0:.1f} s")
+        proc, base = start_server(store)
+        try:
+            targets = urls(base, store, args.report_every)
+            for _, url in targets[:2]:  # warm up: first requests pay for template compilation
+                httpx.get(url, timeout=60)
+            results, errors = [], []
+            share = [args.requests // args.clients + (i < args.requests % args.clients)
+                     for i in range(args.clients)]
+            threads = [threading.Thread(target=client, args=(targets, i * 7, n, results, errors))
+                       for i, n in enumerate(share)]
+            t0 = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            report(results, errors, time.perf_counter() - t0, args.clients)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,251 @@
+"""The demo store behind `oar demo`: sampled traces of the bundled model on arithmetic-world
+problems, right and wrong, attributed by every method, with the structural oracle and the
+recall summaries. Built once into the user's cache directory, then reused.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import __version__
+from .errors import OARError
+
+
+class DemoConfigError(OARError, ValueError):
+    """A demo setting that cannot build a store."""
+
+
+DEMO_VERSION = 1  # bump when the demo's content changes, so cached stores are rebuilt
+# Integrated Gradients (32 path steps, each a forward and a backward) costs more than every
+# other method together, so `oar demo` serves the app first and adds it in the background.
+DEFERRED_METHODS = ("ig",)
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """What the demo store holds."""
+
+    model: str = field(default="arith-tiny", metadata={
+        "help": "bundled model name or local checkpoint folder"})
+    n_problems: int = field(default=24, metadata={"help": "held-out arithmetic problems"})
+    samples: int = field(default=4, metadata={
+        "help": "sampled responses per problem (a GRPO group: right and wrong answers)"})
+    candidates: int = field(default=2, metadata={
+        "help": "problems sampled per kept one; groups with right and wrong answers are kept first"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
+    preset: str = field(default="default", metadata={"help": "world preset (easy, default, hard)"})
+    methods: tuple[str, ...] = field(default=(), metadata={
+        "help": "importance methods (default: every registered method)"})
+    probe: str = field(default="as_mean", metadata={"help": "outcome probe (lt, as_mean, as_joint)"})
+    seed: int = field(default=0, metadata={"help": "seed of the problems and the sampling"})
+
+    def __post_init__(self) -> None:
+        if min(self.n_problems, self.samples, self.candidates) < 1:
+            raise DemoConfigError(f"n_problems={self.n_problems}, samples={self.samples} and "
+                           f"candidates={self.candidates} must be >= 1")
+        if self.temperature <= 0:
+            raise DemoConfigError(f"temperature={self.temperature} must be > 0 (the demo samples)")
+
+
+def cache_dir() -> Path:
+    """Where built demo stores live: $OAR_CACHE_DIR, else the platform's user cache."""
+    if os.environ.get("OAR_CACHE_DIR"):
+        return Path(os.environ["OAR_CACHE_DIR"]).expanduser()
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "oar-attrib"
+
+
+def _model_folder(name: str) -> Path:
+    """The folder of a bundled name or a local checkpoint. Resolved here, not by
+    `models.resolve`, only because that module imports torch, and a cached `oar demo` should
+    start without it; a name that is neither goes to `models.resolve` for its error."""
+    bundled = Path(__file__).resolve().parent / "assets" / name
+    for folder in (bundled, Path(name).expanduser()):
+        if (folder / "config.json").is_file():
+            return folder
+    from .errors import ModelLoadError
+    from .models import resolve
+
+    folder = resolve(name)
+    if not (folder / "config.json").is_file():
+        raise ModelLoadError(f"the bundled model {name!r} is missing from {folder}; reinstall "
+                             "oar-attrib, or pass --model with a local checkpoint folder")
+    return folder
+
+
+def _model_fingerprint(name: str) -> str:
+    """Changes when the model's files change (names, sizes, times), without reading weights."""
+    folder = _model_folder(name)
+    h = hashlib.sha256(str(name).encode())
+    for path in sorted(folder.iterdir()):
+        if path.is_file():
+            st = path.stat()
+            h.update(f"{path.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:12]
+
+
+def demo_path(config: DemoConfig) -> Path:
+    """The cache file of a demo store: one per config, model and package version."""
+    from .store import SCHEMA_VERSION
+
+    key = hashlib.sha256(repr((asdict(config), DEMO_VERSION, SCHEMA_VERSION, __version__,
+                               _model_fingerprint(config.model))).encode()).hexdigest()[:12]
+    return cache_dir() / f"demo-{key}.db"
+
+
+def _grpo_advantages(rewards: list[float], group: int) -> list[float]:
+    """(r - mean) / (std + 1e-6) within each consecutive group of `group` rewards."""
+    out = []
+    for start in range(0, len(rewards), group):
+        g = rewards[start:start + group]
+        mean = sum(g) / len(g)
+        std = (sum((r - mean) ** 2 for r in g) / len(g)) ** 0.5
+        out += [(r - mean) / (std + 1e-6) for r in g]
+    return out
+
+
+def write_problem_run(store, model, tokenizer, owners, texts, *, name: str = "demo",
+                      config: DemoConfig = DemoConfig(), group_size: int = 1,
+                      progress: bool = False, method_params: dict | None = None,
+                      defer: tuple[str, ...] = ()) -> int:
+    """Attribute `texts` (responses to the problems `owners`, consecutive groups of
+    `group_size` per problem), label them with the oracle, store and summarise them as one
+    run; returns its id. Advantages are GRPO's within each group. Methods in `defer` are
+    left out and listed in the run config's `pending_methods` (see `complete_pending`)."""
+    from .attribute import attribute
+    from .methods import available_methods
+
+    all_methods = list(config.methods or available_methods())
+    methods = [m for m in all_methods if m not in defer]
+    pending = [m for m in all_methods if m in defer]
+    rewards = [p.reward(t) for p, t in zip(owners, texts)]
+    advantages = _grpo_advantages(rewards, group_size)
+    start = time.perf_counter()
+    traces = attribute(model, tokenizer, [p.prompt for p in owners], list(texts), methods,
+                       probe=config.probe, advantages=advantages, seed=config.seed,
+                       progress=progress, method_params=method_params)
+    seconds = time.perf_counter() - start
+    run_id = store.add_run(name, model=config.model, config={
+        **asdict(config), "methods": all_methods, "pending_methods": pending,
+        "method_params": method_params or {}, "attribute_seconds": round(seconds, 2),
+        "n_parameters": sum(p.numel() for p in model.parameters())})
+    store.add_traces(
+        run_id, traces, rewards=rewards, correct=[r == 1.0 for r in rewards],
+        groups=[i // group_size for i in range(len(texts))],
+        oracles=[p.oracle(t) for p, t in zip(owners, texts)],
+        extras=[{"question": p.question, "true_answer": p.answer} for p in owners],
+    )
+    store.summarise(run_id, seed=config.seed)
+    return run_id
+
+
+def _keep_mixed_groups(problems, texts: list[str], samples: int, keep: int):
+    """The first `keep` problems, those whose group holds right AND wrong answers first
+    (GRPO gives the others zero advantage, so they show no reshaping), in sampled order."""
+    groups = [(p, texts[i * samples:(i + 1) * samples]) for i, p in enumerate(problems)]
+    mixed = [len({p.reward(t) for t in g}) > 1 for p, g in groups]
+    order = sorted(range(len(groups)), key=lambda i: (not mixed[i], i))[:keep]
+    return [groups[i] for i in sorted(order)]
+
+
+def write_demo_run(store, model, tokenizer, config: DemoConfig = DemoConfig(), *,
+                   progress: bool = False, method_params: dict | None = None,
+                   defer: tuple[str, ...] = ()) -> int:
+    """Sample `config.samples` responses to `config.candidates` held-out problems per kept
+    one, keep `config.n_problems` (groups with right and wrong answers first) and write them
+    as one run (`write_problem_run`); returns its id."""
+    from .generation import generate
+    from .world import generate_problems
+
+    problems = generate_problems(config.n_problems * config.candidates, config.preset,
+                                 seed=config.seed, split="test")
+    ids = generate(model, tokenizer, [p.prompt for p in problems], do_sample=True,
+                   temperature=config.temperature, num_return_sequences=config.samples,
+                   seed=config.seed, progress=progress)
+    texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
+    kept = _keep_mixed_groups(problems, texts, config.samples, config.n_problems)
+    owners = [p for p, group in kept for _ in group]
+    texts = [t for _, group in kept for t in group]
+    return write_problem_run(store, model, tokenizer, owners, texts, config=config,
+                             group_size=config.samples, progress=progress,
+                             method_params=method_params, defer=defer)
+
+
+def complete_pending(store, model, tokenizer, run_id: int, *, batch: int = 8,
+                     progress: bool = False, stop=None) -> bool:
+    """Attribute a run's traces with its `pending_methods`, `batch` traces per commit, then
+    re-summarise; resumes where an interrupted call stopped. `stop` (a threading.Event) ends
+    the work early between batches. Returns True when nothing is pending any more."""
+    from tqdm.auto import tqdm
+
+    from .attribute import attribute
+
+    config = store.run(run_id).config
+    for method in list(config.get("pending_methods", [])):
+        ids = store.trace_ids(run_id, missing=method)
+        params = {method: config.get("method_params", {}).get(method, {})}
+        with tqdm(total=len(ids), desc=f"{method} (background)", disable=not progress) as bar:
+            for start in range(0, len(ids), batch):
+                if stop is not None and stop.is_set():
+                    return False
+                records = [store.trace(i) for i in ids[start:start + batch]]
+                results = attribute(
+                    model, tokenizer, [r.prompt for r in records], [r.response for r in records],
+                    [method], probe=config.get("probe", "as_mean"), seed=config.get("seed", 0),
+                    advantages=[r.row.advantage or 0.0 for r in records], method_params=params)
+                for record, result in zip(records, results):
+                    store.add_attributions(record.id, result)
+                bar.update(len(records))
+        config = store.update_run_config(
+            run_id, pending_methods=[m for m in config["pending_methods"] if m != method])
+    store.summarise(run_id, seed=config.get("seed", 0))
+    return True
+
+
+def build_demo_store(path: str | Path, config: DemoConfig = DemoConfig(), *, model=None,
+                     progress: bool = True, defer: tuple[str, ...] = ()) -> Path:
+    """Build the demo store at `path`, atomically: it is written under a temporary name and
+    renamed when complete, so an interrupted build never leaves a half store behind.
+    `model` is a (model, tokenizer) pair; default: load `config.model`. Methods in `defer`
+    are left for `complete_pending`."""
+    from .models import load_model
+    from .store import Store
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + f".partial-{os.getpid()}")
+    model, tokenizer = model if model is not None else load_model(config.model)
+    try:
+        with Store(partial) as store:
+            write_demo_run(store, model, tokenizer, config, progress=progress, defer=defer)
+        os.replace(partial, path)
+    finally:
+        for leftover in (partial, *(partial.with_name(partial.name + s) for s in ("-wal", "-shm"))):
+            leftover.unlink(missing_ok=True)
+    return path
+
+
+def ensure_demo_store(config: DemoConfig = DemoConfig(), *, rebuild: bool = False,
+                      progress: bool = True, defer: tuple[str, ...] = ()) -> tuple[Path, bool]:
+    """The cached demo store of `config`, built first when missing; (path, built now)."""
+    path = demo_path(config)
+    if path.is_file() and not rebuild:
+        return path, False
+    return build_demo_store(path, config, progress=progress, defer=defer), True
+
+
+def pending_methods(path: str | Path) -> list[str]:
+    """Methods still to be computed in the demo store at `path` (its one run)."""
+    from .store import Store
+
+    with Store(path, readonly=True) as store:
+        return [m for run in store.runs() for m in run.config.get("pending_methods", [])]

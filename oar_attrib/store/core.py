@@ -1,0 +1,435 @@
+"""`Store`: the run store's API (add and read runs, traces, attributions, summaries).
+
+A Store is safe to share between threads: each thread gets its own SQLite connection. Writes
+run in one `BEGIN IMMEDIATE` transaction per call, so a batch of traces is committed whole or
+not at all; reads of one trace run in one transaction, so they see one consistent state while
+a writer commits.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator, Literal, Mapping, Sequence
+
+from . import codec, schema
+from .errors import NotFoundError, StoreError
+from .records import AttributionRecord, RunInfo, TraceRecord, TraceRow, json_safe
+
+TraceSort = Literal["id", "step", "reward", "advantage", "n_tokens"]
+_SORT_SQL = {"id": "id", "step": "step", "reward": "reward", "advantage": "advantage",
+             "n_tokens": "n_tokens"}
+_PREVIEW_CHARS = 120
+_TRACE_COLUMNS = ("id, run_id, step, grp, reward, advantage, correct, answer_text, span_found, "
+                  "n_tokens, n_scored, flags, substr(response, 1, {n})").format(n=_PREVIEW_CHARS)
+
+
+def _opt_float(value) -> float | None:
+    return None if value is None else float(value)
+
+
+def _dumps(value) -> str:
+    """Strict JSON text (NaN stored as null) of a config, params, flags or extra value."""
+    return json.dumps(json_safe(value), allow_nan=False)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _as_dict(attribution) -> dict:
+    """A `TraceAttribution` (or its `to_dict()`) as a dict."""
+    if hasattr(attribution, "to_dict"):
+        return attribution.to_dict()
+    if isinstance(attribution, Mapping):
+        return dict(attribution)
+    raise StoreError(f"expected a TraceAttribution or its dict, got {type(attribution).__name__}")
+
+
+def _oracle_sets(oracle) -> tuple[dict, bool | None]:
+    """(set name -> spans, complete) of a `world.Oracle`, a dict of spans, or None."""
+    if oracle is None:
+        return {}, None
+    if hasattr(oracle, "sets"):
+        return {k: [list(s) for s in v] for k, v in oracle.sets().items()}, bool(oracle.complete)
+    sets = dict(oracle)
+    complete = sets.pop("complete", None)
+    return ({k: [list(s) for s in v] for k, v in sets.items()},
+            None if complete is None else bool(complete))
+
+
+def _row(values: tuple) -> TraceRow:
+    (tid, run_id, step, grp, reward, adv, correct, answer, span, n_tok, n_sc, flags, prev) = values
+    return TraceRow(
+        id=tid, run_id=run_id, step=step, group=grp, reward=reward, advantage=adv,
+        correct=None if correct is None else bool(correct), answer_text=answer,
+        span_found=bool(span), n_tokens=n_tok, n_scored=n_sc, flags=json.loads(flags),
+        preview=prev,
+    )
+
+
+class Store:
+    """A run store file. `Store(path)` opens (or creates) it for writing;
+    `Store(path, readonly=True)` opens an existing store for reading only."""
+
+    def __init__(self, path: str | Path, *, readonly: bool = False, timeout: float = 30.0):
+        self.path = Path(path)
+        self.readonly = readonly
+        self.timeout = timeout
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._conns: list[sqlite3.Connection] = []
+        self._conn()  # open now, so a bad path fails here and not on first use
+
+    # ------------------------------------------------------------------ connections
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = schema.connect(self.path, readonly=self.readonly, timeout=self.timeout)
+            self._local.conn = conn
+            with self._lock:
+                self._conns.append(conn)
+        return conn
+
+    @contextlib.contextmanager
+    def _transaction(self, write: bool) -> Iterator[sqlite3.Connection]:
+        if write and self.readonly:
+            raise StoreError(f"{self.path} is open read-only; open it with Store(path) to write")
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close every connection this Store opened (in any thread)."""
+        with self._lock:
+            for conn in self._conns:
+                conn.close()
+            self._conns.clear()
+        self._local = threading.local()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ writing
+
+    def add_run(self, name: str, *, model: str = "", config: dict | None = None) -> int:
+        """A new run; returns its id. `config` is any JSON-serialisable dict."""
+        with self._transaction(write=True) as conn:
+            cur = conn.execute(
+                "INSERT INTO runs (name, model, config, created) VALUES (?, ?, ?, ?)",
+                (name, str(model), _dumps(config or {}), _now()),
+            )
+            return int(cur.lastrowid)
+
+    def update_run_config(self, run_id: int, **changes) -> dict:
+        """Merge `changes` into a run's config; returns the new config."""
+        with self._transaction(write=True) as conn:
+            got = conn.execute("SELECT config FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if got is None:
+                raise NotFoundError(f"no run with id {run_id} in {self.path.name}")
+            config = {**json.loads(got[0]), **changes}
+            conn.execute("UPDATE runs SET config = ? WHERE id = ?", (_dumps(config), run_id))
+        return config
+
+    def add_traces(
+        self,
+        run_id: int,
+        attributions: Sequence,
+        *,
+        rewards: Sequence[float | None] | None = None,
+        correct: Sequence[bool | None] | None = None,
+        steps: Sequence[int | None] | None = None,
+        groups: Sequence[int | None] | None = None,
+        oracles: Sequence | None = None,
+        extras: Sequence[dict] | None = None,
+    ) -> list[int]:
+        """Add traces (TraceAttribution results or their dicts) to a run, in ONE transaction.
+
+        The optional sequences run parallel to `attributions`. `correct` defaults to
+        reward > 0 where a reward is given. `oracles` holds `world.Oracle` objects or dicts of
+        set name -> character spans. Returns the new trace ids.
+        """
+        n = len(attributions)
+        cols = {"rewards": rewards, "correct": correct, "steps": steps, "groups": groups,
+                "oracles": oracles, "extras": extras}
+        for name, values in cols.items():
+            if values is not None and len(values) != n:
+                raise StoreError(f"{name} has {len(values)} entries for {n} attributions")
+        pick = {k: (v if v is not None else [None] * n) for k, v in cols.items()}
+        with self._transaction(write=True) as conn:
+            self._require_run(conn, run_id)
+            return [
+                self._insert_trace(conn, run_id, _as_dict(a), pick["rewards"][i],
+                                   pick["correct"][i], pick["steps"][i], pick["groups"][i],
+                                   pick["oracles"][i], pick["extras"][i] or {})
+                for i, a in enumerate(attributions)
+            ]
+
+    def add_trace(self, run_id: int, attribution, **fields) -> int:
+        """Add one trace; `fields` are the singular forms of `add_traces`' sequences
+        (reward, correct, step, group, oracle, extra)."""
+        plural = {"reward": "rewards", "step": "steps", "group": "groups", "oracle": "oracles",
+                  "extra": "extras", "correct": "correct"}
+        unknown = set(fields) - set(plural)
+        if unknown:
+            raise StoreError(f"unknown trace fields {sorted(unknown)}; known: {sorted(plural)}")
+        return self.add_traces(run_id, [attribution],
+                               **{plural[k]: [v] for k, v in fields.items()})[0]
+
+    def add_records(self, run_id: int, records: Sequence[Mapping]) -> list[int]:
+        """Add trace records, each a `TraceAttribution.to_dict()` that may also carry the
+        fields `reward`, `correct`, `step`, `group`, `oracle` (set name -> spans, and an
+        optional `complete`) and `extra` (the training hook's JSON Lines format)."""
+        records = list(records)
+        fields = {"rewards": "reward", "correct": "correct", "steps": "step", "groups": "group",
+                  "oracles": "oracle", "extras": "extra"}
+        return self.add_traces(run_id, records,
+                               **{arg: [r.get(key) for r in records] for arg, key in fields.items()})
+
+    def import_jsonl(self, path: str | Path, *, name: str | None = None, model: str = "",
+                     config: dict | None = None, batch: int = 256) -> int:
+        """A new run holding every record of a JSON Lines file (see `add_records`), added
+        `batch` records per transaction; returns the run id."""
+        path = Path(path)
+        run_id = self.add_run(name or path.stem, model=model,
+                              config={"source": path.name, **(config or {})})
+        pending: list[dict] = []
+        with path.open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    pending.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise StoreError(f"{path.name}:{number} is not JSON ({err.msg})") from None
+                if len(pending) >= batch:
+                    self.add_records(run_id, pending)
+                    pending = []
+        if pending:
+            self.add_records(run_id, pending)
+        return run_id
+
+    def _insert_trace(self, conn, run_id, d, reward, correct, step, group, oracle, extra) -> int:
+        prompt = d["prompt"]
+        if not isinstance(prompt, str):  # a chat message list
+            prompt, extra = json.dumps(prompt), {**extra, "chat_prompt": True}
+        # Plain Python numbers: sqlite3 cannot bind numpy or torch scalars.
+        reward, advantage = _opt_float(reward), _opt_float(d.get("advantage"))
+        step, group = (None if v is None else int(v) for v in (step, group))
+        if correct is None and reward is not None:
+            correct = reward > 0
+        segments, span_found = list(d["segments"]), bool(d["span_found"])
+        n_scored = sum(s == "reasoning" for s in segments) if span_found else 0
+        answer = d.get("answer_span")
+        sets, complete = _oracle_sets(oracle)
+        cur = conn.execute(
+            "INSERT INTO traces (run_id, step, grp, prompt, response, reward, advantage, "
+            "answer_text, correct, span_found, answer_start, answer_end, n_tokens, n_scored, "
+            "probe, params, flags, oracle_complete, extra) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run_id, step, group, prompt, d["response"], reward, advantage,
+             d.get("answer_text"), None if correct is None else int(bool(correct)), int(span_found),
+             None if answer is None else answer[0], None if answer is None else answer[1],
+             len(d["token_ids"]), n_scored, d["probe"], _dumps(d.get("params") or {}),
+             _dumps(list(d.get("flags") or [])), None if complete is None else int(complete),
+             _dumps(extra)),
+        )
+        trace_id = int(cur.lastrowid)
+        conn.execute(
+            "INSERT INTO tokens (trace_id, ids, offsets, segments, texts) VALUES (?, ?, ?, ?, ?)",
+            (trace_id, codec.pack_ints(d["token_ids"]), codec.pack_offsets(d["offsets"]),
+             codec.pack_segments(segments), json.dumps(list(d["tokens"]))),
+        )
+        self._insert_attributions(conn, trace_id, d)
+        conn.executemany(
+            "INSERT INTO oracle (trace_id, name, spans) VALUES (?, ?, ?)",
+            [(trace_id, name, json.dumps(spans)) for name, spans in sets.items()],
+        )
+        return trace_id
+
+    def _insert_attributions(self, conn, trace_id: int, d: dict, methods=None) -> None:
+        metrics, timings = d.get("metrics") or {}, d.get("timings") or {}
+        adv = d.get("token_advantages") or {}
+        rows = []
+        for method in methods or d["scores"]:
+            m = metrics.get(method) or {}
+            rows.append((
+                trace_id, method, d["probe"], codec.pack_floats(d["scores"][method]),
+                codec.pack_floats(d["weights"][method]),
+                codec.pack_floats(adv[method]) if method in adv else None,
+                _opt_float(m.get("ess_ratio")), _opt_float(m.get("top10_mass")),
+                _opt_float(timings.get(method)),
+            ))
+        conn.executemany(
+            "INSERT OR REPLACE INTO attributions (trace_id, method, probe, scores, weights, "
+            "token_advantages, ess_ratio, top10_mass, seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+
+    def add_attributions(self, trace_id: int, attribution, methods: Sequence[str] | None = None) -> None:
+        """Add (or replace) methods' results on a stored trace, e.g. a slow method run later.
+        `attribution` must be of the same response (same token ids)."""
+        d = _as_dict(attribution)
+        with self._transaction(write=True) as conn:
+            got = conn.execute("SELECT ids FROM tokens WHERE trace_id = ?", (trace_id,)).fetchone()
+            if got is None:
+                raise NotFoundError(f"no trace with id {trace_id}")
+            if codec.unpack_ints(got[0]).tolist() != list(d["token_ids"]):
+                raise StoreError(
+                    f"the attribution's token ids differ from trace {trace_id}'s; attribute the "
+                    "stored response (Store.trace(id).response) with the same tokenizer"
+                )
+            self._insert_attributions(conn, trace_id, d, methods)
+
+    # ------------------------------------------------------------------ reading
+
+    def _require_run(self, conn, run_id: int) -> None:
+        if conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
+            raise NotFoundError(f"no run with id {run_id} in {self.path.name}")
+
+    def runs(self) -> list[RunInfo]:
+        """Every run, newest first."""
+        with self._transaction(write=False) as conn:
+            ids = [r[0] for r in conn.execute("SELECT id FROM runs ORDER BY id DESC")]
+            return [self._run(conn, i) for i in ids]
+
+    def run(self, run_id: int) -> RunInfo:
+        with self._transaction(write=False) as conn:
+            return self._run(conn, run_id)
+
+    def _run(self, conn, run_id: int) -> RunInfo:
+        got = conn.execute("SELECT id, name, model, config, created FROM runs WHERE id = ?",
+                           (run_id,)).fetchone()
+        if got is None:
+            raise NotFoundError(f"no run with id {run_id} in {self.path.name}")
+        n = conn.execute("SELECT count(*) FROM traces WHERE run_id = ?", (run_id,)).fetchone()[0]
+        methods = [r[0] for r in conn.execute(
+            "SELECT DISTINCT a.method FROM attributions a JOIN traces t ON t.id = a.trace_id "
+            "WHERE t.run_id = ? ORDER BY a.method", (run_id,))]
+        return RunInfo(id=got[0], name=got[1], model=got[2], config=json.loads(got[3]),
+                       created=got[4], n_traces=n, methods=methods)
+
+    @staticmethod
+    def _where(run_id, correct, step, min_reward, max_reward) -> tuple[str, list]:
+        clauses, args = ["run_id = ?"], [run_id]
+        for sql, value in (("correct = ?", None if correct is None else int(correct)),
+                           ("step = ?", step), ("reward >= ?", min_reward),
+                           ("reward <= ?", max_reward)):
+            if value is not None:
+                clauses.append(sql)
+                args.append(value)
+        return " AND ".join(clauses), args
+
+    def traces(
+        self, run_id: int, *, correct: bool | None = None, step: int | None = None,
+        min_reward: float | None = None, max_reward: float | None = None,
+        sort: TraceSort = "id", descending: bool = False, limit: int = 100, offset: int = 0,
+    ) -> tuple[list[TraceRow], int]:
+        """A page of a run's traces, filtered and sorted, and the number that match."""
+        if sort not in _SORT_SQL:
+            raise StoreError(f"cannot sort traces by {sort!r}; choose one of {sorted(_SORT_SQL)}")
+        where, args = self._where(run_id, correct, step, min_reward, max_reward)
+        order = f"{_SORT_SQL[sort]} {'DESC' if descending else 'ASC'}, id ASC"
+        with self._transaction(write=False) as conn:
+            self._require_run(conn, run_id)
+            total = conn.execute(f"SELECT count(*) FROM traces WHERE {where}", args).fetchone()[0]
+            rows = conn.execute(
+                f"SELECT {_TRACE_COLUMNS} FROM traces WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
+                [*args, int(limit), int(offset)],
+            ).fetchall()
+        return [_row(r) for r in rows], int(total)
+
+    def steps(self, run_id: int) -> list[int]:
+        """The training steps that have traces in a run (empty outside training)."""
+        with self._transaction(write=False) as conn:
+            return [r[0] for r in conn.execute(
+                "SELECT DISTINCT step FROM traces WHERE run_id = ? AND step IS NOT NULL "
+                "ORDER BY step", (run_id,))]
+
+    def trace_ids(self, run_id: int, *, missing: str | None = None) -> list[int]:
+        """Ids of a run's traces in order; with `missing`, only those without that method."""
+        sql, args = "SELECT id FROM traces WHERE run_id = ?", [run_id]
+        if missing is not None:
+            sql += " AND id NOT IN (SELECT trace_id FROM attributions WHERE method = ?)"
+            args.append(missing)
+        with self._transaction(write=False) as conn:
+            self._require_run(conn, run_id)
+            return [r[0] for r in conn.execute(sql + " ORDER BY id", args)]
+
+    def trace(self, trace_id: int) -> TraceRecord:
+        """Every stored detail of one trace."""
+        with self._transaction(write=False) as conn:
+            return self._trace(conn, trace_id)
+
+    def _trace(self, conn, trace_id: int) -> TraceRecord:
+        got = conn.execute(
+            f"SELECT {_TRACE_COLUMNS}, prompt, response, answer_start, answer_end, probe, params, "
+            "extra, oracle_complete FROM traces WHERE id = ?", (trace_id,)).fetchone()
+        if got is None:
+            raise NotFoundError(f"no trace with id {trace_id} in {self.path.name}")
+        row = _row(got[:13])
+        prompt, response, a_start, a_end, probe, params, extra, complete = got[13:]
+        ids, offsets, segments, texts = conn.execute(
+            "SELECT ids, offsets, segments, texts FROM tokens WHERE trace_id = ?", (trace_id,)
+        ).fetchone()
+        record = TraceRecord(
+            row=row, prompt=prompt, response=response, token_ids=codec.unpack_ints(ids).tolist(),
+            tokens=json.loads(texts), offsets=codec.unpack_offsets(offsets),
+            segments=codec.unpack_segments(segments),
+            answer_span=None if a_start is None else (a_start, a_end), probe=probe,
+            params=json.loads(params), extra=json.loads(extra),
+            oracle_complete=None if complete is None else bool(complete),
+        )
+        for (method, a_probe, scores, weights, adv, ess, top, sec) in conn.execute(
+            "SELECT method, probe, scores, weights, token_advantages, ess_ratio, top10_mass, "
+            "seconds FROM attributions WHERE trace_id = ? ORDER BY method", (trace_id,)):
+            record.attributions[method] = AttributionRecord(
+                method, a_probe, codec.unpack_floats(scores), codec.unpack_floats(weights),
+                codec.unpack_floats(adv), ess, top, sec)
+        for name, spans in conn.execute(
+            "SELECT name, spans FROM oracle WHERE trace_id = ? ORDER BY name", (trace_id,)):
+            record.oracle[name] = [tuple(s) for s in json.loads(spans)]
+        return record
+
+    def iter_traces(self, run_id: int, batch: int = 64) -> Iterator[TraceRecord]:
+        """Every trace of a run in id order, read `batch` at a time (each batch one snapshot)."""
+        ids = self.trace_ids(run_id)
+        for start in range(0, len(ids), batch):
+            with self._transaction(write=False) as conn:
+                records = [self._trace(conn, i) for i in ids[start:start + batch]]
+            yield from records
+
+    # ------------------------------------------------------------------ summaries and frames
+
+    def summarise(self, run_id: int, *, sets: Sequence[str] = ("direct", "chain"),
+                  seed: int = 0) -> dict:
+        """Compute and store the run's oracle recall (per method, oracle set and subset
+        all/correct/wrong, with 95% bootstrap intervals) and method agreement; returns
+        `report(run_id)`. Run it after a run's traces are written (again after adding more)."""
+        from . import summaries
+
+        return summaries.compute(self, run_id, sets=tuple(sets), seed=seed)
+
+    def report(self, run_id: int) -> dict:
+        """The run's stored summaries and live credit metrics (see `summaries.read`)."""
+        from . import summaries
+
+        return summaries.read(self, run_id)
+
+    def frame(self, kind: str = "traces", *, run_id: int | None = None, trace_ids=None):
+        """A pandas DataFrame: kind traces | attributions | tokens | recall (see `frames.frame`)."""
+        from . import frames
+
+        return frames.frame(self, kind, run_id=run_id, trace_ids=trace_ids)

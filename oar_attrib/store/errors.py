@@ -1,0 +1,16 @@
+"""Errors of the run store, one type per failure family."""
+from __future__ import annotations
+
+from ..errors import OARError
+
+
+class StoreError(OARError, RuntimeError):
+    """A store file that cannot be opened, read or written as asked."""
+
+
+class SchemaVersionError(StoreError):
+    """A store written by a newer (or an unknown) version of the schema."""
+
+
+class NotFoundError(StoreError, LookupError):
+    """A run or trace id that is not in the store."""

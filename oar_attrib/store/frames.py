@@ -1,0 +1,76 @@
+"""pandas views of a store, for notebooks: traces, per-method attribution metrics, tokens,
+and the stored recall summaries."""
+from __future__ import annotations
+
+from typing import Literal
+
+import pandas as pd
+
+FrameKind = Literal["traces", "attributions", "tokens", "recall"]
+
+_TRACES_SQL = (
+    "SELECT t.id AS trace_id, t.run_id, r.name AS run, t.step, t.grp AS \"group\", t.reward, "
+    "t.advantage, t.correct, t.answer_text, t.span_found, t.n_tokens, t.n_scored, t.probe, "
+    "t.oracle_complete FROM traces t JOIN runs r ON r.id = t.run_id"
+)
+_ATTRIBUTIONS_SQL = (
+    "SELECT a.trace_id, t.run_id, a.method, a.probe, a.ess_ratio, a.top10_mass, a.seconds, "
+    "t.correct FROM attributions a JOIN traces t ON t.id = a.trace_id"
+)
+_RECALL_SQL = "SELECT run_id, subset, oracle, method, mean AS recall, lo, hi, ap, n FROM recall"
+
+
+def _sql_frame(store, sql: str, run_id: int | None, column: str) -> pd.DataFrame:
+    args: list = []
+    if run_id is not None:
+        sql += f" WHERE {column} = ?"
+        args.append(run_id)
+    with store._transaction(write=False) as conn:
+        if run_id is not None:
+            store._require_run(conn, run_id)
+        cur = conn.execute(sql, args)
+        names = [c[0] for c in cur.description]
+        frame = pd.DataFrame(cur.fetchall(), columns=names)
+    for col in ("correct", "span_found", "oracle_complete"):
+        if col in frame:
+            frame[col] = frame[col].map(lambda v: None if v is None else bool(v)).astype("boolean")
+    return frame
+
+
+def _tokens(store, run_id: int | None, trace_ids) -> pd.DataFrame:
+    if trace_ids is None:
+        runs = [run_id] if run_id is not None else [r.id for r in store.runs()]
+        records = (rec for rid in runs for rec in store.iter_traces(rid))
+    else:
+        records = (store.trace(int(i)) for i in trace_ids)
+    frames = []
+    for rec in records:
+        f = rec.to_attribution().to_frame()
+        f.insert(0, "trace_id", rec.id)
+        f.insert(1, "run_id", rec.row.run_id)
+        for name in rec.oracle:
+            f[f"oracle_{name}"] = rec.oracle_mask(name)
+        frames.append(f)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def frame(store, kind: FrameKind = "traces", *, run_id: int | None = None,
+          trace_ids=None) -> pd.DataFrame:
+    """A DataFrame of the store (one run with `run_id`, else all runs).
+
+    traces: one row per trace. attributions: one row per trace and method (ESS ratio,
+    top-10% mass, seconds). tokens: one row per response token of each trace (of `trace_ids`
+    when given), with score_/weight_/advantage_<method> and oracle_<set> columns.
+    recall: the stored recall summaries.
+    """
+    if kind == "traces":
+        return _sql_frame(store, _TRACES_SQL, run_id, "t.run_id")
+    if kind == "attributions":
+        return _sql_frame(store, _ATTRIBUTIONS_SQL, run_id, "t.run_id")
+    if kind == "recall":
+        return _sql_frame(store, _RECALL_SQL, run_id, "run_id")
+    if kind == "tokens":
+        return _tokens(store, run_id, trace_ids)
+    from .errors import StoreError
+
+    raise StoreError(f"unknown frame kind {kind!r}; choose traces, attributions, tokens or recall")

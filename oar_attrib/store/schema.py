@@ -1,0 +1,167 @@
+"""The store's SQLite schema, its version, and opening connections.
+
+One file per store, in WAL mode: one writer and any number of readers work at the same time
+(readers see the last committed state and never block the writer). `PRAGMA user_version`
+holds SCHEMA_VERSION; a file written by a newer version is refused rather than misread.
+"""
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from .errors import SchemaVersionError, StoreError
+
+SCHEMA_VERSION = 1
+
+# Per-token lists are blobs (see codec.py); JSON text columns hold dicts and lists that are
+# read whole. Every child row cascades from its run.
+_DDL = """
+CREATE TABLE runs (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    model TEXT NOT NULL DEFAULT '',
+    config TEXT NOT NULL DEFAULT '{}',
+    created TEXT NOT NULL
+);
+CREATE TABLE traces (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    step INTEGER,
+    grp INTEGER,
+    prompt TEXT NOT NULL,
+    response TEXT NOT NULL,
+    reward REAL,
+    advantage REAL,
+    answer_text TEXT,
+    correct INTEGER,
+    span_found INTEGER NOT NULL,
+    answer_start INTEGER,
+    answer_end INTEGER,
+    n_tokens INTEGER NOT NULL,
+    n_scored INTEGER NOT NULL,
+    probe TEXT NOT NULL,
+    params TEXT NOT NULL DEFAULT '{}',
+    flags TEXT NOT NULL DEFAULT '[]',
+    oracle_complete INTEGER,
+    extra TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX traces_by_run ON traces(run_id, step);
+CREATE TABLE tokens (
+    trace_id INTEGER PRIMARY KEY REFERENCES traces(id) ON DELETE CASCADE,
+    ids BLOB NOT NULL,
+    offsets BLOB NOT NULL,
+    segments BLOB NOT NULL,
+    texts TEXT NOT NULL
+);
+CREATE TABLE attributions (
+    trace_id INTEGER NOT NULL REFERENCES traces(id) ON DELETE CASCADE,
+    method TEXT NOT NULL,
+    probe TEXT NOT NULL,
+    scores BLOB NOT NULL,
+    weights BLOB NOT NULL,
+    token_advantages BLOB,
+    ess_ratio REAL,
+    top10_mass REAL,
+    seconds REAL,
+    PRIMARY KEY (trace_id, method)
+);
+CREATE TABLE oracle (
+    trace_id INTEGER NOT NULL REFERENCES traces(id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    spans TEXT NOT NULL,
+    PRIMARY KEY (trace_id, name)
+);
+CREATE TABLE summaries (
+    run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+    created TEXT NOT NULL,
+    n_traces INTEGER NOT NULL,
+    n_used INTEGER NOT NULL,
+    skipped TEXT NOT NULL,
+    n_boot INTEGER NOT NULL
+);
+CREATE TABLE recall (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    subset TEXT NOT NULL,
+    oracle TEXT NOT NULL,
+    method TEXT NOT NULL,
+    mean REAL,
+    lo REAL,
+    hi REAL,
+    ap REAL,
+    n INTEGER NOT NULL,
+    PRIMARY KEY (run_id, subset, oracle, method)
+);
+CREATE TABLE agreement (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    method_a TEXT NOT NULL,
+    method_b TEXT NOT NULL,
+    spearman REAL,
+    n INTEGER NOT NULL,
+    PRIMARY KEY (run_id, method_a, method_b)
+);
+"""
+
+
+def connect(path: Path, *, readonly: bool, timeout: float) -> sqlite3.Connection:
+    """A connection in autocommit mode (transactions are explicit), schema checked.
+
+    The writer creates the file and the schema; a reader refuses a missing file.
+    """
+    if readonly and not path.is_file():
+        raise StoreError(f"no store at {path}; build one with `oar demo` or `oar attribute --out`")
+    if not readonly:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        # check_same_thread off only so that Store.close() can close every thread's connection;
+        # each connection is still used by the one thread that opened it (threading.local).
+        conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+    except sqlite3.DatabaseError as err:
+        raise StoreError(f"{path} is not a readable SQLite store: {err}") from None
+    if version > SCHEMA_VERSION:
+        conn.close()
+        raise SchemaVersionError(
+            f"{path} has store schema v{version}, newer than this oar-attrib's v{SCHEMA_VERSION}; "
+            "upgrade oar-attrib to read it"
+        )
+    if version == 0:
+        _create(conn, path, readonly)
+    if readonly:
+        conn.execute("PRAGMA query_only = ON")
+    else:
+        # FULL: a committed trace survives even an OS crash, not only a killed process; the
+        # cost is one fsync per commit, and writers commit per batch of traces.
+        conn.execute("PRAGMA synchronous = FULL")
+    return conn
+
+
+def _create(conn: sqlite3.Connection, path: Path, readonly: bool) -> None:
+    if readonly:
+        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        conn.close()
+        raise StoreError(
+            f"{path} is not an oar-attrib store (no schema version)" if tables
+            else f"{path} is empty, not a store; build one with `oar demo`"
+        )
+    # WAL is a property of the file: set once here, every later connection uses it.
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # Another writer may have created the schema while this one waited for the lock.
+        if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
+            if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                raise SchemaVersionError(
+                    f"{path} is an SQLite file with tables but no store schema version; it was "
+                    "not written by oar-attrib (pass the path of a store)"
+                )
+            for statement in _DDL.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        conn.close()
+        raise

@@ -1,0 +1,156 @@
+"""`oar demo` and `oar web`: registered into the `oar` command by `add_web_commands`.
+
+Everything heavy (the web framework, the store, torch) is imported inside the commands, so
+that `oar --help` and the other subcommands never pay for the web app.
+"""
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+import threading
+import time
+
+from oar_attrib.configs import add_dataclass_args, dataclass_from_args
+from oar_attrib.errors import OARError
+
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8765
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A bound, listening socket, so that a busy port fails here with a clear message and
+    the printed URL is the one being served (port 0 picks a free port)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        raise OARError(f"cannot listen on {host}:{port} ({err.strerror}); pass another --port "
+                       "(or --port 0 for any free one)") from None
+    sock.listen(128)
+    return sock
+
+
+def serve(app, host: str, port: int, *, started: float | None = None, on_ready=None) -> None:
+    """Serve `app` until Ctrl+C; print its URL once it answers (after the lifespan ran), then
+    call `on_ready()`."""
+    import uvicorn
+
+    sock = _listen(host, port)
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{sock.getsockname()[1]}/"
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None):
+            await super().startup(sockets=sockets)
+            if self.started:
+                took = "" if started is None else f" (ready in {time.perf_counter() - started:.1f} s)"
+                print(f"oar-attrib web app: {url}{took}  (Ctrl+C to stop)", flush=True)
+                if on_ready is not None:
+                    on_ready()
+
+    try:
+        Server(uvicorn.Config(app, log_level="warning", lifespan="on")).run(sockets=[sock])
+    finally:
+        sock.close()
+
+
+def _settings(host: str):
+    from .settings import LOOPBACK_HOSTS, WebSettings
+
+    if host in LOOPBACK_HOSTS:
+        return WebSettings()
+    print(f"warning: serving on {host}: anyone who can reach this machine can read the store",
+          file=sys.stderr)
+    return WebSettings(allowed_hosts=("*",))
+
+
+def _complete_pending(path, model_name: str, stop: threading.Event) -> None:
+    """Compute the demo store's deferred methods (a thread beside the server)."""
+    from oar_attrib.demo import complete_pending
+    from oar_attrib.models import load_model
+    from oar_attrib.store import Store
+
+    try:
+        # Its own copy of the model: IG hooks the embedding layer, which must not touch the
+        # live-attribution model that requests use meanwhile.
+        model, tokenizer = load_model(model_name)
+        with Store(path) as store:
+            done = all([complete_pending(store, model, tokenizer, run.id, progress=True, stop=stop)
+                        for run in store.runs()])
+        if done:
+            print("demo store complete: reload a page to see every method", file=sys.stderr)
+    except Exception as err:  # noqa: BLE001 - a background failure must not stop the server
+        print(f"oar demo: the background attribution failed ({err}); the app still serves "
+              "what is stored; `oar demo --rebuild` starts over", file=sys.stderr)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from oar_attrib.demo import DEFERRED_METHODS, DemoConfig, ensure_demo_store, pending_methods
+
+    started = time.perf_counter()
+    args.methods = tuple(args.methods)
+    config = dataclass_from_args(DemoConfig, args)
+    path, built = ensure_demo_store(config, rebuild=args.rebuild, progress=not args.no_progress,
+                                    defer=DEFERRED_METHODS)
+    state = f"built in {time.perf_counter() - started:.0f} s" if built else "cached"
+    pending = pending_methods(path)
+    later = f"; {', '.join(pending)} will be added in the background" if pending else ""
+    print(f"demo store: {path} ({state}{later})", file=sys.stderr)
+    stop = threading.Event()
+    if args.build_only:
+        if pending:
+            _complete_pending(path, config.model, stop)
+        return 0
+    from .main import create_app
+
+    app = create_app(path, model=config.model, settings=_settings(args.host))
+    worker = threading.Thread(target=_complete_pending, args=(path, config.model, stop), daemon=True)
+    try:
+        serve(app, args.host, args.port, started=started,
+              on_ready=worker.start if pending else None)
+    finally:
+        stop.set()
+    return 0
+
+
+def _cmd_web(args: argparse.Namespace) -> int:
+    from .main import create_app
+
+    started = time.perf_counter()
+    app = create_app(args.store, model=args.model, settings=_settings(args.host))
+    serve(app, args.host, args.port, started=started)
+    return 0
+
+
+def _add_serve_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default=DEFAULT_HOST,
+                        help=f"address to listen on (default: {DEFAULT_HOST}, this machine only)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help=f"port to listen on, 0 for any free one (default: {DEFAULT_PORT})")
+
+
+def add_web_commands(subparsers) -> None:
+    """Register `oar demo` and `oar web` on the `oar` command's subparsers."""
+    from oar_attrib.demo import DemoConfig
+
+    demo = subparsers.add_parser(
+        "demo", help="build (once, cached) a demo store from the bundled model and serve the web app",
+        description="Samples right and wrong traces of the bundled model on held-out arithmetic "
+                    "problems, attributes them with every method, labels them with the oracle, "
+                    "and serves the trace browser. The store is cached; later runs start at once.")
+    add_dataclass_args(demo, DemoConfig)
+    _add_serve_args(demo)
+    demo.add_argument("--rebuild", action="store_true", help="rebuild the cached demo store")
+    demo.add_argument("--build-only", action="store_true", help="build the store, print its path, exit")
+    demo.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    demo.set_defaults(func=_cmd_demo)
+
+    web = subparsers.add_parser("web", help="serve the web app over a run store")
+    web.add_argument("--store", required=True, help="path of a run store (.db)")
+    web.add_argument("--model", default=None,
+                     help="bundled name or checkpoint folder for live attribution (default: none)")
+    _add_serve_args(web)
+    web.set_defaults(func=_cmd_web)

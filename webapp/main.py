@@ -1,0 +1,153 @@
+"""Builds the web app: `create_app(store_path, model=None)`.
+
+Pages are server-rendered (Jinja2, autoescaped) with a little JS per page; every page has a
+JSON twin under /api, documented at /docs. The store opens, and the model (when given)
+starts loading, in the lifespan, never at import.
+"""
+from __future__ import annotations
+
+import threading
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import jinja2
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.templating import Jinja2Templates
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+from oar_attrib import __version__
+from oar_attrib.errors import OARError
+from oar_attrib.store import NotFoundError, Store, StoreError
+
+from .errors import WebError
+from .live import LiveAttributor, LoadingLiveModel, NoLiveModel
+from .routers import assets, attribute, docs, report, runs, traces
+from .security import BodyLimitMiddleware, SecurityHeadersMiddleware
+from .settings import WebSettings
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+def make_templates() -> Jinja2Templates:
+    # Autoescape everything, whatever the file name: every trace text is untrusted.
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined)
+    return Jinja2Templates(env=env)
+
+
+def _attributor(model, tokenizer, name: str, settings: WebSettings) -> LiveAttributor:
+    return LiveAttributor(model, tokenizer, max_tokens=settings.max_live_tokens,
+                          max_concurrent=settings.max_live_concurrent, name=name)
+
+
+def _start_live(app: FastAPI, model, settings: WebSettings) -> threading.Thread | None:
+    """Put the live attributor of `model` on `app.state.live`: None (no live attribution), a
+    (model, tokenizer) pair, or a bundled name / local folder. A named model loads in a thread,
+    so that the pages answer at once; live requests meanwhile get 503 with Retry-After."""
+    if model is None:
+        app.state.live = NoLiveModel()
+        return None
+    if isinstance(model, (tuple, list)):
+        lm, tokenizer = model
+        name = getattr(getattr(lm, "config", None), "name_or_path", "") or type(lm).__name__
+        app.state.live = _attributor(lm, tokenizer, name, settings)
+        return None
+    name = str(model)
+    app.state.live = LoadingLiveModel(name)
+
+    def load() -> None:
+        from oar_attrib.models import load_model
+
+        try:
+            app.state.live = _attributor(*load_model(name), name, settings)
+        except Exception as err:  # noqa: BLE001 - reported to every live request instead
+            app.state.live = LoadingLiveModel(name, err)
+
+    thread = threading.Thread(target=load, name="load-live-model", daemon=True)
+    thread.start()
+    return thread
+
+
+def _error(request: Request, status: int, message: str, headers=None):
+    """A JSON error under /api, an HTML error page elsewhere."""
+    if request.url.path.startswith("/api/"):
+        return JSONResponse({"detail": message}, status_code=status, headers=headers)
+    templates: Jinja2Templates = request.app.state.templates
+    return templates.TemplateResponse(request, "error.html", {"status": status, "message": message},
+                                      status_code=status, headers=headers)
+
+
+def _add_handlers(app: FastAPI) -> None:
+    @app.exception_handler(NotFoundError)
+    async def not_found(request: Request, exc: NotFoundError):
+        return _error(request, 404, str(exc))
+
+    @app.exception_handler(WebError)
+    async def web_error(request: Request, exc: WebError):
+        headers = {"retry-after": str(exc.retry_after)} if exc.retry_after else None
+        return _error(request, exc.status, str(exc), headers)
+
+    @app.exception_handler(StoreError)
+    async def store_error(request: Request, exc: StoreError):
+        return _error(request, 500, f"the store could not be read: {exc}")
+
+    @app.exception_handler(OARError)
+    async def input_error(request: Request, exc: OARError):
+        # InputError, UnknownNameError, TokenizerError: the request's text or names.
+        return _error(request, 422, str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError):
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"detail": jsonable_encoder(exc.errors())}, status_code=422)
+        fields = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        return _error(request, 422, f"invalid request ({fields})")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        return _error(request, exc.status_code, str(exc.detail), getattr(exc, "headers", None))
+
+
+def create_app(store_path: str | Path, model=None, *, settings: WebSettings | None = None) -> FastAPI:
+    """The web app over the store at `store_path`.
+
+    model: None (no live attribution), a bundled model name or a local checkpoint folder
+    (loaded at startup), or a (model, tokenizer) pair. Raises StoreError now, not at the
+    first request, when the path is not a readable store.
+    """
+    settings = settings or WebSettings()
+    path = Path(store_path)
+    Store(path, readonly=True).close()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        app.state.store = Store(path, readonly=True)
+        app.state.live_loader = _start_live(app, model, settings)
+        try:
+            yield
+        finally:
+            app.state.store.close()
+
+    app = FastAPI(
+        title="oar-attrib", version=__version__, lifespan=lifespan,
+        docs_url=None, redoc_url=None,  # /docs is served by routers/docs.py, without a CDN
+        description="Token importances of reasoning traces (OAR and baselines): runs, traces, "
+                    "heatmaps, oracle recall reports, and live attribution. Every page has a "
+                    "JSON twin under /api.",
+    )
+    app.state.settings = settings
+    app.state.templates = make_templates()
+    _add_handlers(app)
+    for router in (runs.router, traces.router, report.router, attribute.router, assets.router,
+                   docs.router):
+        app.include_router(router)
+    # Added last = outermost: the host check and the size limit run before anything else.
+    app.add_middleware(SecurityHeadersMiddleware)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    if "*" not in settings.allowed_hosts:
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(settings.allowed_hosts))
+    return app

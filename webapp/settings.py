@@ -1,0 +1,30 @@
+"""The web app's limits and options, validated on construction."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
+
+
+@dataclass(frozen=True)
+class WebSettings:
+    """Options of `create_app`; the defaults suit a local, single-user app."""
+
+    max_body_bytes: int = field(default=64_000, metadata={
+        "help": "largest request body accepted, in bytes (larger: 413)"})
+    max_live_tokens: int = field(default=256, metadata={
+        "help": "longest prompt + response the live attribution runs on, in tokens (longer: 413)"})
+    max_live_concurrent: int = field(default=1, metadata={
+        "help": "live attributions running at once; more are refused with 429"})
+    live_methods: tuple[str, ...] = field(default=("oar_p", "oar_g", "entropy", "grail", "random"),
+                                          metadata={"help": "methods the live page may run"})
+    allowed_hosts: tuple[str, ...] = field(default=LOOPBACK_HOSTS, metadata={
+        "help": "Host headers served (blocks DNS rebinding); ('*',) serves any"})
+    page_size: int = field(default=50, metadata={"help": "traces per page of a run's table"})
+
+    def __post_init__(self) -> None:
+        for name in ("max_body_bytes", "max_live_tokens", "max_live_concurrent", "page_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"WebSettings.{name} must be >= 1, got {getattr(self, name)}")
+        if not self.allowed_hosts:
+            raise ValueError("WebSettings.allowed_hosts is empty; pass ('*',) to serve any host")

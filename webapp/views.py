@@ -1,0 +1,128 @@
+"""View models: stored records turned into what templates and page scripts draw.
+
+Pure functions of store records, so they are tested without a server. Text is never
+marked safe here: templates escape every string, and page scripts read data from JSON
+blocks and write it with textContent.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+from oar_attrib.store import TraceRecord
+from oar_attrib.store.records import json_float, json_floats
+
+ORACLE_SETS = ("direct", "chain", "distractor", "filler")
+# The page script (static/app.js, `heatColour`) draws the same colour from the same level.
+_HEAT_RGB = (230, 85, 13)
+
+
+def importance_levels(scores: np.ndarray, scored: np.ndarray) -> list[float | None]:
+    """(T,) display levels in [0, 1]: log(1 + I) min-max normalised over S, as the gate's
+    I^ (METHOD.md section 6, steps 1-2); None outside S or where the score is not finite."""
+    scores = np.asarray(scores, dtype=np.float64)
+    ok = scored & np.isfinite(scores)
+    levels: list[float | None] = [None] * len(scores)
+    if not ok.any():
+        return levels
+    logged = np.log1p(np.clip(scores, 0, None))
+    lo, hi = logged[ok].min(), logged[ok].max()
+    span = hi - lo
+    for i in np.flatnonzero(ok):
+        levels[i] = float((logged[i] - lo) / span) if span > 0 else 0.0
+    return levels
+
+
+def heat_colour(level: float | None) -> str:
+    """CSS background of a token at `level` ('' outside S)."""
+    if level is None:
+        return ""
+    alpha = 0.06 + 0.84 * level
+    return f"background-color: rgba({_HEAT_RGB[0]}, {_HEAT_RGB[1]}, {_HEAT_RGB[2]}, {alpha:.3f})"
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else format(x, spec)
+
+
+def token_title(token: str, score, weight, advantage) -> str:
+    """Tooltip text of a token. The token is JSON-quoted so that spaces and newlines show;
+    the page script (`tokenTitle`) writes the same fields when the method changes."""
+    return (f"token {json.dumps(token, ensure_ascii=False)} | score {_fmt(score, '.4g')} | "
+            f"weight {_fmt(weight, '.3f')} | reshaped advantage {_fmt(advantage, '.4g')}")
+
+
+def _pieces(response: str, offsets) -> list[dict]:
+    """The response cut into untokenised gaps and tokens, in order. A token's text is the
+    part of its span not already shown (byte-level tokens can share a character)."""
+    pieces, cursor = [], 0
+    for i, (start, end) in enumerate(offsets):
+        if start > cursor:
+            pieces.append({"index": None, "text": response[cursor:start]})
+        shown_from = max(start, cursor)
+        pieces.append({"index": i, "text": response[shown_from:end] if end > shown_from else ""})
+        cursor = max(cursor, end)
+    if cursor < len(response):
+        pieces.append({"index": None, "text": response[cursor:]})
+    return pieces
+
+
+def trace_view(record: TraceRecord, method: str | None, oracle_set: str) -> dict:
+    """Everything the trace page draws: text pieces with their initial colours, tooltips and
+    classes for `method`, and the JSON payload the page script switches methods with."""
+    scored = record.scored
+    methods = list(record.attributions)
+    levels = {m: importance_levels(a.scores, scored) for m, a in record.attributions.items()}
+    oracle = {name: record.oracle_mask(name).tolist() for name in record.oracle}
+    a = record.attributions.get(method) if method else None
+    pieces = []
+    for piece in _pieces(record.response, record.offsets):
+        i = piece["index"]
+        if i is None:
+            pieces.append(piece)
+            continue
+        classes = ["tok", f"seg-{record.segments[i]}"]
+        if oracle.get(oracle_set, [False] * len(scored))[i]:
+            classes.append("oracle")
+        if not piece["text"]:
+            classes.append("empty")
+        adv = a.token_advantages[i] if a is not None and a.token_advantages is not None else None
+        pieces.append({
+            **piece,
+            "classes": " ".join(classes),
+            "style": heat_colour(levels[method][i]) if a is not None else "",
+            "title": token_title(record.tokens[i], a.scores[i] if a else None,
+                                 a.weights[i] if a else None, adv),
+        })
+    payload = {
+        "trace_id": record.id,
+        "methods": methods,
+        "tokens": record.tokens,
+        "segments": record.segments,
+        "scored": scored.tolist(),
+        "levels": levels,
+        "scores": {m: json_floats(r.scores) for m, r in record.attributions.items()},
+        "weights": {m: json_floats(r.weights) for m, r in record.attributions.items()},
+        "token_advantages": {m: json_floats(r.token_advantages)
+                             for m, r in record.attributions.items()
+                             if r.token_advantages is not None},
+        "advantage": json_float(record.row.advantage),
+        "oracle": oracle,
+    }
+    return {"pieces": pieces, "payload": payload, "methods": methods,
+            "oracle_sets": [s for s in ORACLE_SETS if s in oracle]}
+
+
+def report_view(report: dict, subset: str, oracle_sets=("direct", "chain")) -> dict:
+    """Rows of the report page's tables for one subset (all | correct | wrong)."""
+    rows = [r for r in report["recall"] if r["subset"] == subset]
+    methods = sorted({r["method"] for r in rows})
+    table = []
+    for method in methods:
+        cells = {r["oracle"]: r for r in rows if r["method"] == method}
+        table.append({"method": method, "cells": [cells.get(s) for s in oracle_sets]})
+    return {"subset": subset, "oracle_sets": list(oracle_sets), "recall_table": table,
+            "payload": {"recall": rows, "agreement": report["agreement"],
+                        "credit": report["credit"], "oracle_sets": list(oracle_sets)}}
