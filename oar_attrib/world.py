@@ -1,10 +1,10 @@
 """The arithmetic reasoning world: seeded problems whose worked solutions are chains of steps.
 
-A problem gives a few named quantities, defines more quantities from them, and asks for an
-expression of two defined quantities::
+A problem defines named quantities, each from numbers and earlier quantities, and asks for an
+expression of two of them::
 
-    question:  a=4, b=7, c=3. d=a+b, e=d-c, f=b*c, g=a+c. find e+f.
-    solution:  d=4+7=11. e=11-3=8. so f=7*3=21. g=4+3=7. #### 29
+    question:  d=4+7, e=d-3, f=7*3, g=e+2. find e+f.
+    solution:  d=4+7=11. e=11-3=8. so f=7*3=21. g=8+2=10. #### 29
 
 The last line is computed *at answer time* from two earlier results (8 and 21): nothing in the
 trace writes `8+21=29` out. That is on purpose. OAR-P masks one trace token while the rest of the
@@ -24,7 +24,7 @@ model generated) with four sets:
   are computed from: ``d=4+7=11``, ``e=11-3=8``, ``f=7*3=21``). In a free-running model each
   step decides the next; with the trace held fixed only the ``direct`` tokens still matter, so
   this set measures how much of the *causal history* an importance method credits.
-- ``distractor``: steps whose quantity the answer never uses (``g=4+3=7``). A method that
+- ``distractor``: steps whose quantity the answer never uses (``g=8+2=10``). A method that
   credits them is wrong.
 - ``filler``: words between steps (``so``) that carry no information.
 
@@ -51,7 +51,6 @@ _MAX_TRIES = 200
 class WorldConfig:
     """Difficulty knobs of the problem generator."""
 
-    n_givens: int = 3
     n_steps: int = 3
     n_distractors: int = 1
     max_given: int = 9
@@ -65,18 +64,18 @@ class WorldConfig:
             raise WorldConfigError(
                 f"n_steps={self.n_steps}: the answer combines two step results, so n_steps must be >= 2"
             )
-        if self.n_givens < 1 or self.n_distractors < 0:
-            raise WorldConfigError("n_givens must be >= 1 and n_distractors >= 0")
-        total = self.n_givens + self.n_steps + self.n_distractors
+        if self.n_distractors < 0:
+            raise WorldConfigError(f"n_distractors={self.n_distractors} must be >= 0")
+        total = self.n_steps + self.n_distractors
         if total > len(NAMES):
             raise WorldConfigError(
                 f"{total} quantities need {total} names but only {len(NAMES)} letters exist; "
-                "lower n_givens, n_steps or n_distractors"
+                "lower n_steps or n_distractors"
             )
         if self.max_given < 1 or self.max_value < 2 * self.max_given:
             raise WorldConfigError(
                 f"max_given={self.max_given}, max_value={self.max_value}: need max_given >= 1 and "
-                "max_value >= 2 * max_given so that sums of givens fit"
+                "max_value >= 2 * max_given so that sums of two numbers fit"
             )
         if not 0.0 <= self.filler_rate <= 1.0:
             raise WorldConfigError(f"filler_rate={self.filler_rate} must lie in [0, 1]")
@@ -87,9 +86,9 @@ class WorldConfig:
 
 
 PRESETS: dict[str, WorldConfig] = {
-    "easy": WorldConfig(n_givens=3, n_steps=2, n_distractors=1, max_given=9, max_value=50),
+    "easy": WorldConfig(n_steps=2, n_distractors=1, max_given=9, max_value=50),
     "default": WorldConfig(),
-    "hard": WorldConfig(n_givens=4, n_steps=4, n_distractors=2, max_given=15, max_value=99),
+    "hard": WorldConfig(n_steps=4, n_distractors=2, max_given=15, max_value=99),
 }
 
 
@@ -107,19 +106,21 @@ def get_config(preset: str | WorldConfig = "default", **overrides) -> WorldConfi
         raise WorldConfigError(f"{err}; WorldConfig fields: {', '.join(asdict(base))}") from None
 
 
+Operand = str | int  # a quantity's name or a number written in the question
+
+
 @dataclass(frozen=True)
 class Step:
     name: str
-    left: str
+    left: Operand
     op: str
-    right: str
+    right: Operand
 
 
 @dataclass(frozen=True)
 class Problem:
     """One problem; `solution` is the reference trace, `answer` the true final answer."""
 
-    givens: tuple[tuple[str, int], ...]
     steps: tuple[Step, ...]  # in solution order, distractors included
     target: tuple[str, str, str]  # (u, op, v): the answer is u op v
     path: frozenset[str]  # names of the steps on the dependency path
@@ -132,12 +133,14 @@ class Problem:
         u, op, v = self.target
         return _apply(self.values[u], op, self.values[v])
 
+    def value(self, operand: Operand) -> int:
+        return operand if isinstance(operand, int) else self.values[operand]
+
     @property
     def question(self) -> str:
-        givens = ", ".join(f"{n}={v}" for n, v in self.givens)
         defs = ", ".join(f"{s.name}={s.left}{s.op}{s.right}" for s in self.steps)
         u, op, v = self.target
-        return f"{givens}. {defs}. find {u}{op}{v}."
+        return f"{defs}. find {u}{op}{v}."
 
     @property
     def prompt(self) -> str:
@@ -148,7 +151,7 @@ class Problem:
     def solution(self) -> str:
         parts = []
         for step, filler in zip(self.steps, self.fillers or (None,) * len(self.steps)):
-            lv, rv = self.values[step.left], self.values[step.right]
+            lv, rv = self.value(step.left), self.value(step.right)
             text = f"{step.name}={lv}{step.op}{rv}={self.values[step.name]}."
             parts.append(f"{filler} {text}" if filler else text)
         return " ".join(parts) + " " + format_answer(self.answer, self.answer_format)
@@ -185,15 +188,26 @@ def _allowed_ops(a: int, b: int, cfg: WorldConfig) -> list[str]:
     return ok
 
 
-def _make_step(rng, name, operands, values, cfg, first=None) -> Step | None:
-    """A step over `operands` (the first operand forced when given); None if no op fits."""
+def _operand(rng, names: list[str], cfg: WorldConfig, ref_rate: float) -> Operand:
+    """An earlier quantity's name (with probability ref_rate, if any) or a fresh number."""
+    if names and rng.random() < ref_rate:
+        return rng.choice(names)
+    return rng.randint(1, cfg.max_given)
+
+
+def _make_step(rng, name, names, values, cfg, first=None) -> Step | None:
+    """A step over numbers and the quantities `names` (the first operand forced when given);
+    None if no op fits."""
+    val = lambda x: x if isinstance(x, int) else values[x]  # noqa: E731
     for _ in range(20):
-        left = first if first is not None else rng.choice(operands)
-        right = rng.choice(operands)
-        ops = _allowed_ops(values[left], values[right], cfg)
+        left = first if first is not None else _operand(rng, names, cfg, 0.5)
+        right = _operand(rng, names, cfg, 0.25)
+        if left == right and isinstance(left, str):
+            continue  # x-x and x+x of one quantity make degenerate, easily guessed steps
+        ops = _allowed_ops(val(left), val(right), cfg)
         if ops:
             op = rng.choice(ops)
-            values[name] = _apply(values[left], op, values[right])
+            values[name] = _apply(val(left), op, val(right))
             return Step(name, left, op, right)
     return None
 
@@ -202,19 +216,18 @@ def _ancestors(name: str, by_name: dict[str, Step]) -> set[str]:
     seen, todo = set(), [name]
     while todo:
         n = todo.pop()
-        if n in by_name and n not in seen:
+        if isinstance(n, str) and n in by_name and n not in seen:
             seen.add(n)
             todo += [by_name[n].left, by_name[n].right]
     return seen
 
 
 def _try_problem(rng: random.Random, cfg: WorldConfig) -> Problem | None:
-    names = rng.sample(NAMES, cfg.n_givens + cfg.n_steps + cfg.n_distractors)
-    givens = [(n, rng.randint(1, cfg.max_given)) for n in names[: cfg.n_givens]]
-    values = dict(givens)
-    operands = [n for n, _ in givens]
+    names = rng.sample(NAMES, cfg.n_steps + cfg.n_distractors)
+    values: dict[str, int] = {}
+    operands: list[str] = []
     path: list[Step] = []
-    for name in names[cfg.n_givens : cfg.n_givens + cfg.n_steps]:
+    for name in names[: cfg.n_steps]:
         used = {s.left for s in path} | {s.right for s in path}
         unused = [s.name for s in path if s.name not in used]
         # Consume an unused step result most of the time so that the steps form one path.
@@ -235,16 +248,15 @@ def _try_problem(rng: random.Random, cfg: WorldConfig) -> Problem | None:
     if rng.random() < 0.5 and op == "+":
         u, v = v, u
     order = list(path)
-    for name in names[cfg.n_givens + cfg.n_steps :]:
+    for name in names[cfg.n_steps :]:
         step = _make_step(rng, name, operands, values, cfg)
-        if step is None:
-            return None
+        if step is None or {step.left, step.right} == {u, v}:
+            return None  # a distractor must not write the final expression out
         last = max((i for i, s in enumerate(order) if s.name in (step.left, step.right)), default=-1)
         order.insert(rng.randint(last + 1, len(order)), step)
         operands.append(name)
     fillers = tuple(rng.choice(FILLERS) if rng.random() < cfg.filler_rate else None for _ in order)
     return Problem(
-        givens=tuple(givens),
         steps=tuple(order),
         target=(u, op, v),
         path=frozenset(by_name),
