@@ -1,7 +1,56 @@
-"""oar-attrib: Outcome-grounded Advantage Reshaping for reasoning LLMs."""
-from .models import load_model
-from .world import WorldConfig, generate_problems, oracle_spans, reward
+"""oar-attrib: Outcome-grounded Advantage Reshaping for reasoning LLMs.
+
+The public API is imported lazily (PEP 562), so that `import oar_attrib` and the command line
+start without loading torch until a name that needs it is used.
+"""
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = ["load_model", "WorldConfig", "generate_problems", "oracle_spans", "reward"]
+_EXPORTS = {
+    "attribute": "attribute",
+    "AttributionBatch": "attribute",
+    "TraceAttribution": "attribute",
+    "compute_weights": "attribute",
+    "load_model": "models",
+    "find_answer_span": "spans",
+    "locate_answer": "spans",
+    "segment_tokens": "spans",
+    "encode_pairs": "inputs",
+    "ScoringBatch": "batch",
+    "bilevel_weights": "gating",
+    "entropy_topk_mask": "gating",
+    "grail_weights": "gating",
+    "reshape_advantages": "gating",
+    "ess_ratio": "metrics",
+    "top_mass": "metrics",
+    "recall_at_k": "metrics",
+    "average_precision": "metrics",
+    "counterfactual_oracle": "counterfactual",
+    "oracle_recall": "recall",
+    "get_method": "methods",
+    "register_method": "methods",
+    "available_methods": "methods",
+    "oar_p_reference": "oar_p",
+    "WorldConfig": "world",
+    "generate_problems": "world",
+    "oracle_spans": "world",
+    "reward": "world",
+    "Store": "store",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'oar_attrib' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -67,9 +67,18 @@ def _cmd_attribute(args: argparse.Namespace) -> int:
     traces = attribute(model, tokenizer, prompts, responses, args.methods, probe=args.probe,
                        fmt=args.format, tau=args.tau, beta=args.beta, w_min=args.w_min,
                        progress=not args.no_progress)
-    with open(args.out, "w", encoding="utf-8") as handle:
-        for line, trace in zip(lines, traces):
-            handle.write(json.dumps({"line": line, **trace.to_dict()}) + "\n")
+    if args.out.endswith(".db"):
+        from .store import Store
+
+        store = Store(args.out)
+        run = store.add_run(f"attribute {args.input}", model=args.model,
+                            config={"methods": args.methods, "probe": args.probe, "input": args.input})
+        store.add_traces(run, traces, extras=[{"line": line} for line in lines])
+        store.summarise(run)
+    else:
+        with open(args.out, "w", encoding="utf-8") as handle:
+            for line, trace in zip(lines, traces):
+                handle.write(json.dumps({"line": line, **trace.to_dict()}) + "\n")
     flagged = sum(bool(t.flags) for t in traces)
     print(f"wrote {len(traces)} attributions to {args.out} ({flagged} flagged, "
           f"{bad} bad lines skipped)", file=sys.stderr)
@@ -118,7 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     at = sub.add_parser("attribute", help="token importances of prompt/response pairs (JSONL in, JSONL out)")
     at.add_argument("--model", default="arith-tiny", help="bundled name or local checkpoint folder")
     at.add_argument("--input", required=True, help="JSONL with 'prompt' and 'response' per line")
-    at.add_argument("--out", required=True, help="JSONL to write, one attribution per valid line")
+    at.add_argument("--out", required=True,
+                    help="JSONL to write (one attribution per valid line), or a run store *.db "
+                         "to add a run to (readable by `oar web --store`)")
     at.add_argument("--methods", nargs="+", default=["oar_p", "oar_g"], help="importance methods")
     at.add_argument("--probe", default="as_mean", help="outcome probe: lt, as_mean, as_joint")
     at.add_argument("--format", default="auto", help="answer format: auto, boxed, gsm8k, answer_is")

@@ -177,3 +177,33 @@ def test_cli_attribute_reports_bad_lines_and_writes_good_ones(tmp_path, model, t
 def test_cli_unknown_model_folder_is_a_clear_error(tmp_path, capsys):
     assert cli.main(["eval", "--model", str(tmp_path / "nope"), "--no-progress"]) == 2
     assert "neither a bundled model" in capsys.readouterr().err
+
+
+def test_cli_attribute_into_a_store(tmp_path, model, tokenizer, problems):
+    from oar_attrib.store import Store
+
+    folder = tmp_path / "ckpt"
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"prompt": p.prompt, "response": p.solution}) + "\n" for p in problems[:3]))
+    db = tmp_path / "runs.db"
+    assert cli.main(["attribute", "--model", str(folder), "--input", str(src), "--out", str(db),
+                     "--methods", "oar_p", "entropy", "--no-progress"]) == 0
+    store = Store(db, readonly=True)
+    (run,) = store.runs()
+    assert run.n_traces == 3 and set(run.methods) == {"oar_p", "entropy"}
+    page, total = store.traces(run.id)
+    assert total == 3 and all(row.span_found for row in page)
+    first = store.trace(page[0].id).to_attribution()
+    expected = json.loads(src.read_text().splitlines()[0])
+    assert first.response == expected["response"]
+
+
+def test_public_api_names_resolve():
+    import oar_attrib
+
+    for name in oar_attrib.__all__:
+        assert getattr(oar_attrib, name) is not None
+    with pytest.raises(AttributeError):
+        oar_attrib.no_such_name
