@@ -54,9 +54,10 @@ class WorldConfig:
     n_steps: int = 3
     n_distractors: int = 1
     max_given: int = 9
-    max_value: int = 99
-    filler_rate: float = 0.3
+    max_value: int = 50
+    filler_rate: float = 0.2
     ops: str = "+-*"
+    final_ops: str = "+"
     answer_format: str = "gsm8k"
 
     def __post_init__(self) -> None:
@@ -81,14 +82,16 @@ class WorldConfig:
             raise WorldConfigError(f"filler_rate={self.filler_rate} must lie in [0, 1]")
         if not self.ops or set(self.ops) - set("+-*"):
             raise WorldConfigError(f"ops={self.ops!r} must be a non-empty string over '+-*'")
+        if not self.final_ops or set(self.final_ops) - set("+-"):
+            raise WorldConfigError(f"final_ops={self.final_ops!r} must be a non-empty string over '+-'")
         if self.answer_format not in ANSWER_FORMATS:
             raise unknown_name("answer format", self.answer_format, ANSWER_FORMATS)
 
 
 PRESETS: dict[str, WorldConfig] = {
-    "easy": WorldConfig(n_steps=2, n_distractors=1, max_given=9, max_value=50),
+    "easy": WorldConfig(n_steps=2, n_distractors=1, max_given=9, max_value=30),
     "default": WorldConfig(),
-    "hard": WorldConfig(n_steps=4, n_distractors=2, max_given=15, max_value=99),
+    "hard": WorldConfig(n_steps=4, n_distractors=2, max_given=12, max_value=99, final_ops="+-"),
 }
 
 
@@ -242,7 +245,7 @@ def _try_problem(rng: random.Random, cfg: WorldConfig) -> Problem | None:
     v = rng.choice([s.name for s in path[:-1]])
     if _ancestors(u, by_name) | _ancestors(v, by_name) != set(by_name):
         return None
-    op = rng.choice([o for o in "+-" if o in cfg.ops] or ["+"])
+    op = rng.choice(cfg.final_ops)
     if op == "-" and values[u] < values[v]:
         u, v = v, u
     if rng.random() < 0.5 and op == "+":

@@ -39,6 +39,7 @@ def test_solution_is_consistent_with_the_problem(preset):
             assert int(res) == eval(f"{lv}{op}{rv}")
             values[name] = int(res)
         u, op, v = p.target
+        assert op in cfg.final_ops
         assert p.answer == eval(f"{values[u]}{op}{values[v]}") >= 0
         assert extract_answer(p.solution) == p.answer
         assert len(p.steps) == cfg.n_steps + cfg.n_distractors
@@ -163,6 +164,7 @@ def test_split_is_disjoint_and_about_one_in_ten():
         (dict(max_given=9, max_value=10), "max_value"),
         (dict(filler_rate=1.5), "filler_rate"),
         (dict(ops="/"), "ops"),
+        (dict(final_ops="*"), "final_ops"),
     ],
 )
 def test_impossible_settings_raise_clear_errors(overrides, needle):

@@ -24,6 +24,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from oar_attrib.configs import add_dataclass_args, dataclass_from_args
 from oar_attrib.evaluation import evaluate_world
 from oar_attrib.world import PRESETS, generate_problems
+from oar_attrib.spans import find_answer_span
 from oar_attrib.world_tokenizer import build_tokenizer
 
 
@@ -31,7 +32,7 @@ from oar_attrib.world_tokenizer import build_tokenizer
 class PretrainConfig:
     out: str = field(default="runs/arith-tiny", metadata={"help": "checkpoint folder to write"})
     seed: int = field(default=0, metadata={"help": "seed of data, init and order"})
-    steps: int = field(default=2000, metadata={"help": "optimizer steps"})
+    steps: int = field(default=4000, metadata={"help": "optimizer steps"})
     batch_size: int = field(default=32, metadata={"help": "sequences per step"})
     lr: float = field(default=3e-3, metadata={"help": "peak learning rate (AdamW)"})
     warmup: int = field(default=100, metadata={"help": "linear warm-up steps"})
@@ -40,6 +41,9 @@ class PretrainConfig:
     layers: int = field(default=4, metadata={"help": "decoder layers"})
     heads: int = field(default=4, metadata={"help": "attention heads"})
     vocab_size: int = field(default=320, metadata={"help": "BPE vocabulary size"})
+    answer_weight: float = field(default=4.0, metadata={
+        "help": "loss weight of the final answer's tokens: the answer is the one step computed "
+                "from distant results, and only 2-3 of ~50 response tokens"})
     boxed_rate: float = field(default=0.15, metadata={"help": "share of \\boxed{} answers"})
     eval_n: int = field(default=200, metadata={"help": "held-out problems per preset at the end"})
     group_size: int = field(default=8, metadata={"help": "samples per problem for the group check"})
@@ -55,7 +59,7 @@ class PretrainConfig:
 def curriculum(progress: float) -> dict[str, float]:
     """Preset mix at training progress in [0, 1]: from mostly easy to mostly default/hard."""
     start = {"easy": 0.6, "default": 0.3, "hard": 0.1}
-    end = {"easy": 0.15, "default": 0.55, "hard": 0.3}
+    end = {"easy": 0.15, "default": 0.6, "hard": 0.25}
     return {k: (1 - progress) * start[k] + progress * end[k] for k in start}
 
 
@@ -72,21 +76,38 @@ def batch_problems(step: int, cfg: PretrainConfig) -> list:
     )
 
 
-def encode(problems, tokenizer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """input_ids, attention_mask, labels (-100 on the prompt and padding): each (B, L)."""
-    rows, labels = [], []
+def encode(problems, tokenizer, answer_weight: float = 1.0):
+    """input_ids, attention_mask, labels (-100 on the prompt and padding) and per-token loss
+    weights (`answer_weight` on the final answer's tokens, 1 elsewhere): each (B, L)."""
+    rows, labels, weights = [], [], []
     for p in problems:
         prompt = tokenizer(p.prompt).input_ids
-        response = tokenizer(p.solution).input_ids + [tokenizer.eos_token_id]
+        enc = tokenizer(p.solution, return_offsets_mapping=True)
+        start, end = find_answer_span(p.solution)
+        w = [answer_weight if a < end and start < b else 1.0 for a, b in enc.offset_mapping]
+        response = enc.input_ids + [tokenizer.eos_token_id]
         rows.append(prompt + response)
         labels.append([-100] * len(prompt) + response)
+        weights.append([0.0] * len(prompt) + w + [1.0])
     width = max(map(len, rows))
     ids = torch.full((len(rows), width), tokenizer.pad_token_id)
     lab = torch.full((len(rows), width), -100)
-    for i, (r, l) in enumerate(zip(rows, labels)):
+    wts = torch.zeros((len(rows), width))
+    for i, (r, l, w) in enumerate(zip(rows, labels, weights)):
         ids[i, : len(r)] = torch.tensor(r)
         lab[i, : len(l)] = torch.tensor(l)
-    return ids, (lab != -100) | (ids != tokenizer.pad_token_id), lab
+        wts[i, : len(w)] = torch.tensor(w)
+    return ids, (lab != -100) | (ids != tokenizer.pad_token_id), lab, wts
+
+
+def weighted_loss(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy, weighted per target token. logits (B, L, V); labels and
+    weights (B, L), aligned with the input (the target of position i is labels[i + 1])."""
+    ce = torch.nn.functional.cross_entropy(
+        logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100, reduction="none"
+    )
+    w = weights[:, 1:].flatten() * (labels[:, 1:].flatten() != -100)
+    return (ce * w).sum() / w.sum()
 
 
 def build_model(cfg: PretrainConfig, vocab: int, pad_id: int, eos_id: int) -> Qwen2ForCausalLM:
@@ -121,10 +142,10 @@ def train(cfg: PretrainConfig, command: str) -> dict:
     model.train()
     t0, curve = time.time(), []
     for step in range(cfg.steps):
-        ids, mask, labels = encode(batch_problems(step, cfg), tokenizer)
+        ids, mask, labels, weights = encode(batch_problems(step, cfg), tokenizer, cfg.answer_weight)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
-        loss = model(input_ids=ids, attention_mask=mask.long(), labels=labels).loss
+        loss = weighted_loss(model(input_ids=ids, attention_mask=mask.long()).logits, labels, weights)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
