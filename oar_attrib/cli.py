@@ -108,6 +108,16 @@ def _cmd_recall(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_plugin_commands(sub) -> None:
+    """Subcommands of the other packages of the distribution (`oar demo`, `oar web`,
+    `oar train`), found through the `oar_attrib.commands` entry points so that the core
+    never imports `training` or `webapp` itself."""
+    from importlib.metadata import entry_points
+
+    for entry in sorted(entry_points(group="oar_attrib.commands"), key=lambda e: e.name):
+        entry.load()(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="oar", description="Outcome-grounded Advantage Reshaping")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -152,10 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     rc.set_defaults(func=_cmd_recall)
 
-    # Registered here but imported lazily: the core never imports the web app at import time.
-    from webapp.cli import add_web_commands
-
-    add_web_commands(sub)
+    _add_plugin_commands(sub)
     return parser
 
 

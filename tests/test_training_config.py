@@ -1,0 +1,200 @@
+"""OARConfig validation, the TRL version pin, run files, overrides, the CLI and the datasets."""
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from oar_attrib.world import generate_problems
+from training.cli import add_train_command, main
+from training.config import OARConfig, check_trl_version
+from training.data import format_prompt, math_dataset, problem_from_json, read_jsonl, world_dataset
+from training.errors import DataError, TrainingConfigError, UnsupportedTRLError
+from training.launch import build_configs, parse_value, resolve
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+QWEN = Path(__file__).resolve().parents[2] / "shared" / "tokenizers" / "Qwen2.5-7B-Instruct"
+CPU = dict(output_dir="unused", use_cpu=True, bf16=False, report_to=[], per_device_train_batch_size=8,
+           num_generations=4)
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("oar_method", "ig", ["none", "oar_p", "oar_g", "entropy", "grail", "random"]),
+    ("oar_probe", "mean", ["lt", "as_mean", "as_joint"]),
+    ("answer_format", "latex", ["boxed", "gsm8k", "auto"]),
+    ("oar_entropy_mode", "topk", ["bilevel", "top_rho"]),
+])
+def test_config_rejects_unknown_names_listing_the_allowed(field, value, words):
+    with pytest.raises(TrainingConfigError) as err:
+        OARConfig(**CPU, **{field: value})
+    assert all(w in str(err.value) for w in words)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("oar_tau", 1.5), ("oar_tau", float("nan")), ("oar_beta", -1.0), ("oar_min_weight", 2.0),
+    ("oar_noise_std", -0.1), ("oar_max_batch_tokens", 0), ("oar_probe_warmup_steps", -1),
+    ("oar_entropy_rho", 0.0), ("oar_store_every", -1),
+])
+def test_config_rejects_out_of_range_values(field, value):
+    with pytest.raises(TrainingConfigError, match=field):
+        OARConfig(**CPU, **{field: value})
+
+
+def test_config_regex_needs_a_pattern_and_warmup_picks_the_probe():
+    with pytest.raises(TrainingConfigError, match="answer_pattern"):
+        OARConfig(**CPU, answer_format="regex")
+    cfg = OARConfig(**CPU, oar_probe="as_joint", oar_probe_warmup_steps=3)
+    assert [cfg.probe_at(s) for s in (0, 2, 3, 10)] == ["lt", "lt", "as_joint", "as_joint"]
+
+
+def test_trl_version_pin(monkeypatch):
+    monkeypatch.delenv("OAR_ALLOW_UNTESTED_TRL", raising=False)
+    check_trl_version("1.16.0")
+    for version in ("1.15.2", "1.17.0", "2.0.0"):
+        with pytest.raises(UnsupportedTRLError, match=r"trl>=1\.16\.0,<1\.17\.0"):
+            check_trl_version(version)
+    monkeypatch.setenv("OAR_ALLOW_UNTESTED_TRL", "1")
+    check_trl_version("1.17.0")
+
+
+def test_trainer_needs_an_oar_config():
+    from trl import GRPOConfig
+
+    from training.toy import tiny_policy, world_tokenizer
+    from training.trainer import OARGRPOTrainer
+
+    tok = world_tokenizer()
+    with pytest.raises(TrainingConfigError, match="OARConfig"):
+        OARGRPOTrainer(model=tiny_policy(tok), reward_funcs=[lambda **k: [0.0]], processing_class=tok,
+                       args=GRPOConfig(**CPU), train_dataset=world_dataset(4, "easy"))
+
+
+# ------------------------------------------------------------------ run files and the CLI
+
+
+def test_resolve_merges_preset_file_and_overrides(tmp_path):
+    extra = tmp_path / "extra.yaml"
+    extra.write_text("run:\n  eval_n: 17\ntrainer:\n  oar_tau: 0.3\n  max_steps: 9\n")
+    settings = resolve("arith-tiny", str(extra), ["oar_tau=0.5", "learning_rate=3e-4", "run.eval_every=0",
+                                                  "trainer.seed=4"])
+    assert settings["run"]["eval_n"] == 17 and settings["run"]["eval_every"] == 0
+    assert settings["trainer"]["oar_tau"] == 0.5 and settings["trainer"]["max_steps"] == 9
+    assert settings["trainer"]["learning_rate"] == 3e-4 and settings["trainer"]["seed"] == 4
+    run, args = build_configs(settings)
+    assert run.model == "arith-tiny" and isinstance(args, OARConfig) and args.oar_method == "oar_g"
+
+
+def test_overrides_fail_clearly():
+    with pytest.raises(TrainingConfigError, match="did you mean oar_tau"):
+        resolve("arith-tiny", None, ["oar_taux=1"])
+    with pytest.raises(TrainingConfigError, match="key=value"):
+        resolve("arith-tiny", None, ["oar_tau"])
+    with pytest.raises(TrainingConfigError, match="arith-tiny, math-7b"):
+        resolve("no-such-preset", None, [])
+    assert parse_value("3e-4") == 3e-4 and parse_value("[world, gsm8k]") == ["world", "gsm8k"]
+    assert parse_value("no") == "no" and parse_value("false") is False and parse_value("null") is None
+
+
+def test_math_preset_validates_with_cpu_overrides():
+    run, args = build_configs(resolve("math-7b", None, ["bf16=false", "use_cpu=true"]))
+    assert run.reward == ["math_verify"] and args.answer_format == "boxed"
+    assert Path(run.data).name == "gsm8k_train.jsonl"
+
+
+def test_cli_dry_run_and_subcommand(capsys):
+    assert main(["--dry-run", "--method", "oar_p", "--max-steps", "3", "oar_beta=1.5"]) == 0
+    out = capsys.readouterr().out
+    assert "oar_method: oar_p" in out and "max_steps: 3" in out and "oar_beta: 1.5" in out
+    assert main(["--dry-run", "oar_method=ig"]) == 2
+    assert "oar_method='ig' is not allowed" in capsys.readouterr().err
+    parser = argparse.ArgumentParser(prog="oar")
+    add_train_command(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["train", "--preset", "arith-tiny", "--resume", "latest", "oar_tau=0.2"])
+    assert args.resume == "latest" and args.overrides == ["oar_tau=0.2"] and callable(args.func)
+
+
+# ------------------------------------------------------------------ data
+
+
+def test_world_dataset_carries_the_problem():
+    ds = world_dataset(5, "easy", seed=2)
+    problems = generate_problems(5, "easy", seed=2)
+    assert ds["prompt"] == [p.prompt for p in problems] and ds["answer"] == [str(p.answer) for p in problems]
+    back = problem_from_json(ds["problem"][0])
+    assert back == problems[0] and back.oracle() == problems[0].oracle() and back.answer == problems[0].answer
+    assert set(ds["prompt"]).isdisjoint(world_dataset(50, "easy", seed=2, split="test")["prompt"])
+
+
+def test_math_dataset_prompts(tmp_path):
+    path = tmp_path / "set.jsonl"
+    path.write_text(json.dumps({"problem": "What is 2+2?", "answer": 4}) + "\n\n"
+                    + json.dumps({"question": "And 3+3?", "answer": "6", "id": "q"}) + "\n")
+    ds = math_dataset(path)
+    assert ds["answer"] == ["4", "6"] and ds["id"] == ["0", "q"]
+    assert ds["prompt"][0].startswith("What is 2+2?\n") and "\\boxed{}" in ds["prompt"][0]
+    if QWEN.is_dir():
+        from transformers import AutoTokenizer
+
+        chat = math_dataset(path, AutoTokenizer.from_pretrained(str(QWEN)), system="Be brief.")
+        assert chat["prompt"][1] == [{"role": "system", "content": "Be brief."},
+                                     {"role": "user", "content": format_prompt("And 3+3?")}]
+
+
+def test_data_errors_name_file_and_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"question": "x", "answer": "1"}\n{not json}\n')
+    with pytest.raises(DataError, match=r"bad\.jsonl:2"):
+        read_jsonl(path)
+    path.write_text('{"question": "x"}\n')
+    with pytest.raises(DataError, match="answer"):
+        math_dataset(path)
+    with pytest.raises(DataError, match="does not exist"):
+        read_jsonl(tmp_path / "missing.jsonl")
+    with pytest.raises(DataError, match="boxed, gsm8k, plain"):
+        format_prompt("x", template="latex")
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="shared math data not present")
+def test_shared_math_sets_load():
+    for name in ("gsm8k_test", "math500_test", "aime24", "aime25", "amc23"):
+        ds = math_dataset(DATA / f"{name}.jsonl", limit=5)
+        assert len(ds) == 5 and all(ds["answer"])
+
+
+def test_cli_trains_end_to_end(tmp_path, capsys):
+    """`python -m training` on a saved tiny model: a step, an evaluation, a checkpoint, the store."""
+    from training.toy import tiny_policy, world_tokenizer
+
+    tok = world_tokenizer()
+    model_dir = tmp_path / "tiny"
+    tiny_policy(tok).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    out = tmp_path / "run"
+    argv = ["--preset", "arith-tiny", "--model", str(model_dir), "--output-dir", str(out), "--max-steps", "1",
+            "world_train_size=16", "eval_every=1", "eval_n=4", "threads=0", "per_device_train_batch_size=8",
+            "num_generations=4", "max_completion_length=12", "save_steps=1", "oar_store_every=1",
+            "oar_store_samples=4"]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["global_step"] == 1
+    curve = [json.loads(line) for line in (out / "eval_curve.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in curve] == [0, 1] and all(0 <= row["accuracy"] <= 1 for row in curve)
+    assert (out / "model.safetensors").is_file() and (out / "checkpoint-1" / "model.safetensors").is_file()
+    assert (out / "runs.db").is_file() and (out / "run_settings.yaml").is_file()
+
+
+def test_evaluation_leaves_the_training_random_stream_alone(tmp_path):
+    import torch
+    from transformers import TrainerState
+
+    from training.callbacks import AccuracyCallback
+
+    def evaluate(model):
+        torch.manual_seed(0)  # as oar_attrib.generation.generate does
+        return {"accuracy": 0.5}
+
+    callback = AccuracyCallback(evaluate, every=1, output_dir=str(tmp_path))
+    before = torch.get_rng_state()
+    callback.on_step_end(None, TrainerState(global_step=3), None, model=None)
+    assert torch.equal(before, torch.get_rng_state())
+    assert json.loads((tmp_path / "eval_curve.jsonl").read_text())["step"] == 3

@@ -1,0 +1,87 @@
+"""Two CPU processes (gloo, launched with `torch.distributed.run`) run one reshaped GRPO step;
+the same samples get the same weights on both ranks. (`accelerate launch --cpu` starts several
+CPU processes only through mpirun; torchrun is the launcher that needs nothing else.)
+
+Both ranks receive the same prompt and the same four completions, in a different order per
+rank, so equal weights need per-sample seeding (OAR-G draws noise) and a batch-independent
+computation. This file is also the worker script the launcher runs.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIANTS = {0: ("right", "wrong", "no_answer", "right"), 1: ("right", "no_answer", "right", "wrong")}
+
+
+def worker(out_dir: str) -> None:
+    import torch
+    from datasets import concatenate_datasets
+
+    from oar_attrib.world import generate_problems
+    from training.config import OARConfig
+    from training.data import world_dataset
+    from training.rewards import world_reward
+    from training.toy import ScriptedRollout, tiny_policy, world_tokenizer
+    from training.trainer import OARGRPOTrainer
+
+    class RankRollout(ScriptedRollout):
+        def __call__(self, prompts, trainer):
+            self.variants = VARIANTS[trainer.accelerator.process_index]
+            return super().__call__(prompts, trainer)
+
+    tok = world_tokenizer()
+    problems = generate_problems(1, "easy", seed=5)
+    one = world_dataset(1, "easy", seed=5)
+    args = OARConfig(
+        output_dir=out_dir, per_device_train_batch_size=4, num_generations=4, max_steps=1,
+        learning_rate=1e-2, report_to=[], bf16=False, activation_checkpointing=False, use_cpu=True,
+        save_strategy="no", disable_tqdm=True, seed=0, logging_steps=1, oar_method="oar_g",
+    )
+    trainer = OARGRPOTrainer(model=tiny_policy(tok), reward_funcs=[world_reward], args=args,
+                             train_dataset=concatenate_datasets([one, one]), processing_class=tok,
+                             rollout_func=RankRollout(problems, tok))
+    trainer.train()
+    tw = trainer.last_token_weights
+    checksum = sum(float(p.detach().double().sum()) for p in trainer.model.parameters())
+    result = {
+        "rank": trainer.accelerator.process_index, "world": trainer.accelerator.num_processes,
+        "completions": [p.response_ids for p in tw.pairs], "weights": tw.weights.tolist(),
+        "params": checksum, "logs": trainer.state.log_history[0], "threads": torch.get_num_threads(),
+    }
+    Path(out_dir, f"rank{result['rank']}.json").write_text(json.dumps(result))
+
+
+@pytest.mark.slow
+def test_two_process_step_gives_equal_weights_for_equal_samples(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1",
+           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    with socket.socket() as sock:  # a free port for the rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+           "--master_addr", "127.0.0.1", "--master_port", str(port), __file__, str(tmp_path)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["world"] for r in ranks] == [2, 2]
+    assert ranks[0]["completions"] != ranks[1]["completions"]  # same samples, other order
+    by_sample = {}
+    for rank in ranks:
+        for ids, weights in zip(rank["completions"], rank["weights"]):
+            by_sample.setdefault(tuple(ids), []).append(weights)
+    assert len(by_sample) == 3  # right, wrong, no answer
+    for ids, seen in by_sample.items():
+        assert all(w == seen[0] for w in seen), ids
+    assert any(w != 1.0 for seen in by_sample.values() for w in seen[0])
+    assert ranks[0]["params"] == ranks[1]["params"]  # DDP kept the replicas equal
+    assert 0 < ranks[0]["logs"]["oar/ess_ratio"] <= 1
+
+
+if __name__ == "__main__":
+    worker(sys.argv[1])

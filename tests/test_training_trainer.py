@@ -1,0 +1,309 @@
+"""OARGRPOTrainer on a tiny random Qwen2 over the world tokenizer, CPU, one or two steps each.
+
+Completions come from a scripted rollout (right / wrong / no-answer variants of each reference
+solution), so rewards differ within every group and answer spans exist; in the plain-GRPO
+equivalence test the rollout also samples from the model, to exercise the random streams.
+"""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from trl import GRPOConfig, GRPOTrainer
+
+from oar_attrib.gating import bilevel_weights
+from oar_attrib.inputs import encode_pairs
+from oar_attrib.methods import get_method
+from oar_attrib.world import generate_problems
+from training import trainer as trainer_module
+from training.config import OAR_METHODS, OARConfig
+from training.data import world_dataset
+from training.rewards import world_reward
+from training.run_store_hook import RunStoreHook
+from training.toy import ScriptedRollout, tiny_policy, world_tokenizer
+from training.trainer import OARGRPOTrainer
+
+N_PROMPTS, GROUP = 4, 4
+COMMON = dict(
+    per_device_train_batch_size=8, num_generations=GROUP, max_completion_length=48, max_steps=1,
+    learning_rate=1e-2, logging_steps=1, report_to=[], bf16=False, activation_checkpointing=False,
+    use_cpu=True, save_strategy="no", disable_tqdm=True, seed=0, dataloader_num_workers=0,
+)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return world_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def world():
+    problems = generate_problems(N_PROMPTS, "easy", seed=1)
+    return problems, world_dataset(N_PROMPTS, "easy", seed=1)
+
+
+def make_trainer(tmp_path, tok, world, cls=OARGRPOTrainer, sample_tokens=0, **overrides):
+    problems, dataset = world
+    config_cls = OARConfig if issubclass(cls, OARGRPOTrainer) else GRPOConfig
+    args = config_cls(output_dir=str(tmp_path / "out"), **{**COMMON, **overrides})
+    rollout = ScriptedRollout(problems, tok, generate_tokens=sample_tokens)
+    return cls(model=tiny_policy(tok), reward_funcs=[world_reward], args=args, train_dataset=dataset,
+               processing_class=tok, rollout_func=rollout)
+
+
+class Capture(OARGRPOTrainer):
+    """Records the inputs of every loss call."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.loss_inputs = []
+
+    def _compute_loss(self, model, inputs):
+        self.loss_inputs.append({k: v.detach().clone() if torch.is_tensor(v) else v for k, v in inputs.items()})
+        return super()._compute_loss(model, inputs)
+
+
+def logged(trainer) -> dict:
+    """Metrics of the first log line."""
+    return trainer.state.log_history[0]
+
+
+def test_loss_sees_sequence_advantage_times_weight(tmp_path, tok, world):
+    trainer = make_trainer(tmp_path, tok, world, cls=Capture, oar_method="oar_p", oar_probe="as_mean")
+    # The policy before the step, built again from the same seed (a deepcopy of trainer.model
+    # would share the forward accelerate wraps around the original).
+    before = tiny_policy(tok).eval()
+    trainer.train()
+    (inputs,) = trainer.loss_inputs
+    prompt_rows = [ids[m.bool()].tolist() for ids, m in zip(inputs["prompt_ids"], inputs["prompt_mask"])]
+    lengths = inputs["completion_mask"].sum(dim=1).tolist()
+    completion_rows = [ids[:n].tolist() for ids, n in zip(inputs["completion_ids"], lengths)]
+    prompts = tok.batch_decode(prompt_rows)
+    texts = tok.batch_decode(completion_rows, skip_special_tokens=True)
+    # Independent path: text prompts, the TRL-free encoder, the registry, the gate.
+    answers = {p.prompt: str(p.answer) for p in world[0]}
+    rewards = torch.tensor(world_reward(prompts, texts, answer=[answers[p] for p in prompts]))
+    adv = torch.zeros(len(prompts))
+    for prompt in set(prompts):
+        rows = [i for i, p in enumerate(prompts) if p == prompt]
+        r = rewards[rows]
+        adv[rows] = (r - r.mean()) / (r.std() + 1e-4)
+    batch, pairs = encode_pairs(tok, prompts, None, response_ids=completion_rows, fmt="gsm8k")
+    imp = get_method("oar_p")(before, batch, probe="as_mean", max_batch_tokens=16384)
+    w = bilevel_weights(imp, batch.scored_mask & batch.has_answer[:, None])
+    expected = torch.ones_like(inputs["advantages"])
+    for b, pair in enumerate(pairs):
+        expected[b, : len(pair.response_ids)] = w[b, pair.response_start : pair.length]
+    expected = adv[:, None] * expected
+    mask = inputs["completion_mask"].bool()
+    assert inputs["advantages"].shape == inputs["completion_ids"].shape
+    assert (expected[mask] != adv[:, None].expand_as(expected)[mask]).any()  # not all weights 1
+    torch.testing.assert_close(inputs["advantages"][mask], expected[mask], atol=1e-4, rtol=1e-4)
+
+
+def test_none_matches_plain_grpo(tmp_path, tok, world):
+    # The rollouts also sample 8 tokens from the model, so both runs draw from the global RNG.
+    # Each trainer is built right before it trains: building one reseeds the global RNG.
+    plain = make_trainer(tmp_path / "a", tok, world, cls=GRPOTrainer, sample_tokens=8)
+    start = [p.detach().clone() for p in plain.model.parameters()]
+    plain.train()
+    oar = make_trainer(tmp_path / "b", tok, world, sample_tokens=8, oar_method="none")
+    oar.train()
+    assert any(not torch.equal(a, b) for a, b in zip(start, plain.model.parameters()))
+    for (name, p), q in zip(plain.model.named_parameters(), oar.model.parameters()):
+        assert torch.equal(p, q), name
+    assert logged(plain)["loss"] == logged(oar)["loss"]
+    assert oar.last_token_weights is not None and (oar.last_token_weights.weights == 1).all()
+
+
+def test_parameters_change_after_a_step(tmp_path, tok, world):
+    trainer = make_trainer(tmp_path, tok, world, oar_method="oar_g")
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    changed = [not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters())]
+    assert sum(changed) >= len(changed) // 2
+
+
+def test_weights_are_computed_once_per_generation_batch(tmp_path, tok, world, monkeypatch):
+    calls = []
+    original = trainer_module.token_weights
+    monkeypatch.setattr(trainer_module, "token_weights",
+                        lambda *a, **k: calls.append(1) or original(*a, **k))
+    # 2 micro-steps per optimizer step, each generation reused for 2 iterations: 2 optimizer
+    # steps are 4 micro-steps and 4 loss calls, all from one generation batch.
+    trainer = make_trainer(tmp_path, tok, world, cls=Capture, oar_method="oar_g", max_steps=2,
+                           per_device_train_batch_size=4, gradient_accumulation_steps=2, num_iterations=2)
+    trainer.train()
+    assert len(trainer.loss_inputs) == 4
+    assert len(calls) == 1 and trainer.oar_batches == 1
+    assert all(inp["advantages"].dim() == 2 for inp in trainer.loss_inputs)
+
+
+@pytest.mark.parametrize("method", [m for m in OAR_METHODS if m != "none"] + ["entropy-top_rho"])
+def test_every_method_runs_and_logs(tmp_path, tok, world, method):
+    name, _, mode = method.partition("-")
+    extra = {"oar_entropy_mode": mode} if mode else {}
+    trainer = make_trainer(tmp_path, tok, world, oar_method=name, **extra)
+    trainer.train()
+    tw = trainer.last_token_weights
+    assert torch.isfinite(tw.weights).all() and not tw.nonfinite.any()
+    assert tw.scored.any() and (tw.importances[tw.scored] >= 0).all()
+    assert (tw.importances[~tw.scored] == 0).all() and (tw.weights[~tw.scored] == 1).all()
+    if name not in ("grail",) and mode != "top_rho":  # mass preservation: mean 1 over S
+        for row in range(len(tw.pairs)):
+            if tw.scored[row].any():
+                assert tw.weights[row][tw.scored[row]].mean().item() == pytest.approx(1.0, abs=1e-4)
+    logs = logged(trainer)
+    for key in ("oar/ess_ratio", "oar/top10_mass", "oar/span_found_rate", "oar/weight_max",
+                "oar/time_s", "oar/time_share"):
+        assert key in logs, key
+    assert 0 < logs["oar/ess_ratio"] <= 1 and 0 < logs["oar/time_share"] < 1
+
+
+def test_response_without_answer_span_gets_weight_one_and_is_counted(tmp_path, tok, world):
+    trainer = make_trainer(tmp_path, tok, world, cls=Capture, oar_method="oar_g")
+    trainer.train()
+    tw = trainer.last_token_weights
+    missing = ~tw.span_found
+    assert missing.sum() == len(tw.pairs) // 4  # one variant in four has no answer line
+    assert (tw.weights[missing] == 1).all()
+    assert logged(trainer)["oar/span_found_rate"] == pytest.approx(0.75)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"])
+def test_every_loss_type_takes_token_advantages(tmp_path, tok, world, loss_type):
+    level = {"importance_sampling_level": "sequence"} if loss_type == "luspo" else {}
+    trainer = make_trainer(tmp_path, tok, world, cls=Capture, oar_method="random", loss_type=loss_type, **level)
+    trainer.train()
+    (inputs,) = trainer.loss_inputs
+    assert inputs["advantages"].shape == inputs["completion_ids"].shape
+    assert torch.isfinite(torch.tensor(logged(trainer)["loss"]))
+
+
+def test_probe_warmup_uses_lt_first(tmp_path, tok, world, monkeypatch):
+    probes = []
+    original = trainer_module.token_weights
+    monkeypatch.setattr(trainer_module, "token_weights",
+                        lambda *a, **k: probes.append(a[5].probe) or original(*a, **k))
+    trainer = make_trainer(tmp_path, tok, world, oar_method="oar_g", max_steps=2, oar_probe_warmup_steps=1)
+    trainer.train()
+    assert probes == ["lt", "as_mean"]
+
+
+def check_record(rec, answers):
+    n = len(rec["token_ids"])
+    assert rec["step"] == 0 and rec["extra"] == {"method": "oar_g"} and rec["group"] in (0, 1)
+    assert len(rec["weights"]["oar_g"]) == len(rec["scores"]["oar_g"]) == len(rec["tokens"]) == n
+    assert rec["reward"] == world_reward([rec["prompt"]], [rec["response"]], answer=[answers[rec["prompt"]]])[0]
+    assert set(rec["oracle"]) >= {"direct", "chain", "distractor", "filler", "complete"}
+    assert rec["span_found"] == ("no_answer_span" not in rec["flags"])
+
+
+def test_run_store_gets_a_sample_with_the_oracle(tmp_path, tok, world):
+    trainer = make_trainer(tmp_path, tok, world, oar_method="oar_g", oar_store_every=1, oar_store_samples=8)
+    trainer.train()
+    answers = {p.prompt: str(p.answer) for p in world[0]}
+    store_path = tmp_path / "out" / "runs.db"  # the default: the web app's run store
+    try:
+        from oar_attrib.store import Store
+    except ImportError:
+        Store = None
+    if Store is not None:
+        with Store(store_path, readonly=True) as store:
+            (run,) = store.runs()
+            rows, total = store.traces(run.id)
+            assert total == 8 and {r.step for r in rows} == {0} and {r.group for r in rows} == {0, 1}
+            record = store.trace(rows[0].id)
+            assert "oar_g" in record.attributions and record.oracle and record.extra == {"method": "oar_g"}
+    # The same sample as JSON Lines, in the shape of TraceAttribution.to_dict() plus fields.
+    hook = RunStoreHook(tmp_path / "traces.jsonl", every=1, samples=4, group_size=GROUP)
+    tw = trainer.last_token_weights
+    inputs = [{"prompt": tok.decode(p.prompt_ids), "problem": world[1]["problem"][
+        world[1]["prompt"].index(tok.decode(p.prompt_ids))]} for p in tw.pairs]
+    rewards = world_reward(None, [p.text for p in tw.pairs], answer=[answers[i["prompt"]] for i in inputs])
+    hook.write_batch(step=0, weights=tw, inputs=inputs, rewards=rewards, advantages=[0.5] * len(inputs),
+                     method="oar_g", probe="as_mean")
+    records = [json.loads(line) for line in (tmp_path / "traces.jsonl").read_text().splitlines()]
+    assert len(records) == 4
+    for rec in records:
+        check_record(rec, answers)
+    try:
+        from oar_attrib.attribute import TraceAttribution
+    except ImportError:
+        return
+    extra = {"reward", "step", "group", "extra", "oracle"}
+    TraceAttribution.from_dict({k: v for k, v in records[0].items() if k not in extra})
+
+
+def test_checkpoint_is_safetensors_and_resumes(tmp_path, tok, world):
+    first = make_trainer(tmp_path, tok, world, oar_method="oar_g", save_strategy="steps", save_steps=1)
+    first.train()
+    ckpt = tmp_path / "out" / "checkpoint-1"
+    assert (ckpt / "model.safetensors").is_file()
+    assert not list(ckpt.glob("pytorch_model*.bin"))  # weights only as safetensors
+    second = make_trainer(tmp_path, tok, world, oar_method="oar_g", save_strategy="no", max_steps=2)
+    second.train(resume_from_checkpoint=str(ckpt))
+    assert second.state.global_step == 2 and second.oar_batches == 1
+
+
+QWEN = Path(__file__).resolve().parents[2] / "shared" / "tokenizers" / "Qwen2.5-7B-Instruct"
+
+
+@pytest.mark.skipif(not QWEN.is_dir(), reason="Qwen2.5 tokenizer files not found")
+def test_chat_prompts_with_a_real_tokenizer_and_math_verify(tmp_path):
+    """Chat-templated math prompts, Qwen's byte-level BPE, `\\boxed{}` spans, math-verify rewards."""
+    from transformers import AutoTokenizer
+
+    from training.data import math_dataset
+    from training.rewards import math_verify_reward
+
+    qwen = AutoTokenizer.from_pretrained(str(QWEN))
+    data = tmp_path / "set.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in [
+        {"question": "What is 6 times 7?", "answer": "42"}, {"problem": "Half of 1/3?", "answer": "\\frac{1}{6}"}]))
+    dataset = math_dataset(data, qwen)
+    texts = {"42": ["6 times 7 is 42. So \\boxed{42}.", "6*7 = 48, \\boxed{48}", "It is 42.", "\\boxed{42}"],
+             "\\frac{1}{6}": ["Half of one third is one sixth: \\boxed{\\frac{1}{6}}", "\\boxed{1/5}",
+                              "one sixth", "We get $\\boxed{\\dfrac{1}{6}}$."]}
+
+    def rollout(prompts, trainer):
+        prompt_ids = [qwen.apply_chat_template(p, add_generation_prompt=True, tokenize=True,
+                                               return_dict=True)["input_ids"] for p in prompts]
+        answers = ["42" if "6 times 7" in p[-1]["content"] else "\\frac{1}{6}" for p in prompts]
+        completions = [qwen(texts[a][i % 4])["input_ids"] + [qwen.convert_tokens_to_ids("<|im_end|>")]
+                       for i, a in enumerate(answers)]
+        return {"prompt_ids": prompt_ids, "completion_ids": completions, "logprobs": None}
+
+    args = OARConfig(output_dir=str(tmp_path / "out"), **{**COMMON, "max_completion_length": 32},
+                     oar_method="oar_g", answer_format="boxed")
+    model = tiny_policy(qwen, vocab_size=len(qwen))
+    trainer = Capture(model=model, reward_funcs=[math_verify_reward], args=args, train_dataset=dataset,
+                      processing_class=qwen, rollout_func=rollout)
+    trainer.train()
+    tw = trainer.last_token_weights
+    assert tw.span_found.tolist() == [True, True, False, True] * 2
+    # math-verify also reads a bare final "42" (no marker, so no span): 5 of 8 are right.
+    assert logged(trainer)["rewards/math_verify_reward/mean"] == pytest.approx(0.625)
+    assert [p.answer_text for p in tw.pairs[:2]] == ["42", "48"]
+    assert trainer.loss_inputs[0]["advantages"].dim() == 2
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_completions_with_zero_advantage_are_not_attributed(tmp_path, tok, world, skip):
+    problems, dataset = world
+    args = OARConfig(output_dir=str(tmp_path / "out"), **COMMON, oar_method="oar_g",
+                     oar_skip_zero_advantage=skip)
+    # Group 1 mixes right, wrong and unanswered completions; group 2 is all right (A_i = 0).
+    rollout = ScriptedRollout(problems, tok, variants=("right", "wrong", "no_answer", "right") + ("right",) * 4)
+    trainer = Capture(model=tiny_policy(tok), reward_funcs=[world_reward], args=args, train_dataset=dataset,
+                      processing_class=tok, rollout_func=rollout)
+    trainer.train()
+    tw = trainer.last_token_weights
+    zero = torch.tensor([False] * 4 + [True] * 4)
+    has_s = tw.scored.any(dim=1)
+    assert tw.attributed.tolist() == (has_s & ~zero if skip else has_s).tolist()
+    if skip:
+        assert (tw.weights[zero] == 1).all() and (tw.importances[zero] == 0).all()
+    (inputs,) = trainer.loss_inputs
+    assert (inputs["advantages"][inputs["completion_mask"].bool()] != 0).sum() > 0
+    assert logged(trainer)["oar/attributed_rate"] == pytest.approx(3 / 8 if skip else 7 / 8)

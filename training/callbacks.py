@@ -1,0 +1,120 @@
+"""Held-out accuracy during training, logged beside TRL's metrics and kept as a curve file.
+
+The accuracy is greedy: for world data, `oar_attrib.evaluation.evaluate_world` on 'test'
+problems (the numbers `oar eval` prints); for JSONL data, the mean reward of greedy answers to
+a held-out set. Each evaluation is appended to `<output_dir>/eval_curve.jsonl` and queued as
+`eval/accuracy` for TRL's next log line. Runs on the main process only (not under ZeRO-3,
+whose sharded parameters need every rank for a forward).
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+from transformers import TrainerCallback
+
+from oar_attrib.evaluation import evaluate_world
+
+
+class AccuracyCallback(TrainerCallback):
+    """Every `every` optimizer steps (and before the first), the held-out accuracy."""
+
+    def __init__(self, evaluate, every: int, output_dir: str):
+        self.evaluate = evaluate  # model -> dict with at least "accuracy"
+        self.every = every
+        self.path = Path(output_dir) / "eval_curve.jsonl"
+        self.trainer = None  # set by `attach`; metrics go through its queue
+
+    def attach(self, trainer) -> "AccuracyCallback":
+        self.trainer = trainer
+        trainer.add_callback(self)
+        return self
+
+    def _run(self, state, model) -> None:
+        if self.every <= 0 or not state.is_world_process_zero:
+            return
+        start = time.perf_counter()
+        # Evaluation seeds its own sampling; the training's random streams must not notice.
+        devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+        with torch.no_grad(), torch.random.fork_rng(devices=devices):
+            result = self.evaluate(model)
+        row = {"step": state.global_step, **result, "seconds": round(time.perf_counter() - start, 2)}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(row) + "\n")
+        shown = ", ".join(f"{k} {v:.3f}" for k, v in result.items() if k.startswith("accuracy"))
+        print(f"[eval] step {state.global_step}: {shown}", flush=True)
+        if self.trainer is not None:
+            for key, value in result.items():
+                if key.startswith("accuracy"):
+                    self.trainer._metrics["train"][f"eval/{key}"].append(value)
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if state.global_step == 0:
+            self._run(state, model)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if self.every > 0 and state.global_step % self.every == 0:
+            self._run(state, model)
+
+
+def world_evaluator(tokenizer, presets: str | list[str] = "default", n: int = 200, seed: int = 0):
+    """model -> greedy accuracy and format rate on `n` held-out problems of each world preset;
+    `accuracy` is the first preset's, `accuracy/<preset>` each one's."""
+    presets = [presets] if isinstance(presets, str) else list(presets)
+
+    def evaluate(model) -> dict:
+        training = model.training
+        model.eval()
+        out = {}
+        try:
+            for preset in presets:
+                res = evaluate_world(model, tokenizer, preset, n=n, seed=seed)
+                out.setdefault("accuracy", res.accuracy)
+                out.setdefault("format_rate", res.format_rate)
+                out[f"accuracy/{preset}"] = res.accuracy
+        finally:
+            model.train(training)
+        return out
+
+    return evaluate
+
+
+def reward_evaluator(tokenizer, dataset, reward_fn, max_new_tokens: int = 1024, batch_size: int = 16):
+    """model -> mean reward of greedy completions of `dataset` (prompt and answer columns)."""
+    def evaluate(model) -> dict:
+        training = model.training
+        model.eval()
+        scores = []
+        try:
+            for start in range(0, len(dataset), batch_size):
+                rows = dataset[start : start + batch_size]
+                texts = _greedy(model, tokenizer, rows["prompt"], max_new_tokens)
+                extra = {k: v for k, v in rows.items() if k != "prompt"}
+                scores += reward_fn(prompts=rows["prompt"], completions=texts, **extra)
+        finally:
+            model.train(training)
+        return {"accuracy": sum(scores) / max(len(scores), 1)}
+
+    return evaluate
+
+
+def _greedy(model, tokenizer, prompts, max_new_tokens: int) -> list[str]:
+    def encode(prompt) -> list[int]:
+        if isinstance(prompt, list):  # chat messages
+            return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True,
+                                                 return_dict=True)["input_ids"]
+        return tokenizer(prompt)["input_ids"]
+
+    ids = [encode(p) for p in prompts]
+    width = max(map(len, ids))
+    pad = tokenizer.pad_token_id
+    input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in ids], device=model.device)
+    starts = torch.tensor([width - len(r) for r in ids], device=model.device)
+    mask = torch.arange(width, device=model.device)[None] >= starts[:, None]  # left padding
+    out = model.generate(input_ids=input_ids, attention_mask=mask.long(), do_sample=False,
+                         max_new_tokens=max_new_tokens, pad_token_id=pad, top_k=None, top_p=None,
+                         temperature=None)
+    return tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)

@@ -1,0 +1,138 @@
+"""Training prompts: the arithmetic world's presets and JSONL math sets.
+
+Every dataset has a `prompt` column (a string, or a one-message chat when the tokenizer has a
+chat template; TRL applies the template) and an `answer` column (a string) that the reward
+functions read. World rows also carry the problem itself (`problem`, JSON) so that the run
+store can attach the structural oracle to a generated trace.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+
+from datasets import Dataset
+
+from oar_attrib.world import Problem, Step, generate_problems
+
+from .errors import DataError
+
+# The instruction asks for the answer in the format the reward and the span finder read.
+PROMPT_TEMPLATES = {
+    "boxed": "{question}\nPlease reason step by step, and put your final answer within \\boxed{{}}.",
+    "gsm8k": "{question}\nPlease reason step by step, and end with a final line '#### <answer>'.",
+    "plain": "{question}",
+}
+QUESTION_KEYS = ("question", "problem")
+
+
+# ------------------------------------------------------------------ the arithmetic world
+
+
+def _encode(value):
+    """JSON of a Problem's field values, tagged so that decoding restores their types."""
+    if isinstance(value, Step):
+        return {"__step__": {f.name: _encode(getattr(value, f.name)) for f in fields(value)}}
+    if isinstance(value, frozenset):
+        return {"__frozenset__": sorted((_encode(v) for v in value), key=repr)}
+    if isinstance(value, tuple):
+        return {"__tuple__": [_encode(v) for v in value]}
+    if isinstance(value, dict):
+        return {str(k): _encode(v) for k, v in value.items()}
+    return value
+
+
+def _decode(value):
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "__step__" in value:
+        return Step(**{k: _decode(v) for k, v in value["__step__"].items()})
+    if "__frozenset__" in value:
+        return frozenset(_decode(v) for v in value["__frozenset__"])
+    if "__tuple__" in value:
+        return tuple(_decode(v) for v in value["__tuple__"])
+    return {k: _decode(v) for k, v in value.items()}
+
+
+def problem_to_json(problem: Problem) -> str:
+    """A world problem as JSON text (field by field, so new Problem fields travel too)."""
+    return json.dumps({f.name: _encode(getattr(problem, f.name)) for f in fields(problem)})
+
+
+def problem_from_json(text: str) -> Problem:
+    return Problem(**{k: _decode(v) for k, v in json.loads(text).items()})
+
+
+def world_dataset(n: int, preset: str = "default", seed: int = 0, split: str = "train",
+                  answer_format: str = "gsm8k") -> Dataset:
+    """`n` world problems: prompt (the question and a newline, as in pretraining), answer,
+    answer_format and problem (JSON). The 'test' split is disjoint from 'train'."""
+    problems = generate_problems(n, preset, seed=seed, split=split, answer_format=answer_format)
+    return Dataset.from_dict({
+        "prompt": [p.prompt for p in problems],
+        "answer": [str(p.answer) for p in problems],
+        "answer_format": [p.answer_format for p in problems],
+        "problem": [problem_to_json(p) for p in problems],
+    })
+
+
+# ------------------------------------------------------------------ JSONL math sets
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Records of a JSON Lines file; errors name the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path} does not exist; pass a JSON Lines file (one object per line)")
+    records = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DataError(f"{path}:{number}: not JSON ({err.msg})") from None
+            if not isinstance(record, dict):
+                raise DataError(f"{path}:{number}: a record must be a JSON object")
+            records.append(record)
+    return records
+
+
+def _question(record: dict, where: str) -> str:
+    for key in QUESTION_KEYS:
+        if isinstance(record.get(key), str):
+            return record[key]
+    raise DataError(f"{where}: needs a 'question' or 'problem' string")
+
+
+def format_prompt(question: str, tokenizer=None, template: str = "boxed", system: str | None = None):
+    """The prompt of one question: the template's text, as a chat (list of messages) when the
+    tokenizer has a chat template, else as a plain string."""
+    if template not in PROMPT_TEMPLATES:
+        raise DataError(f"unknown prompt template {template!r}; known: {', '.join(PROMPT_TEMPLATES)}")
+    text = PROMPT_TEMPLATES[template].format(question=question)
+    if tokenizer is None or getattr(tokenizer, "chat_template", None) is None:
+        return text if system is None else f"{system}\n\n{text}"
+    messages = [{"role": "system", "content": system}] if system else []
+    return messages + [{"role": "user", "content": text}]
+
+
+def math_dataset(path: str | Path, tokenizer=None, template: str = "boxed", system: str | None = None,
+                 limit: int | None = None) -> Dataset:
+    """A JSONL math set (question or problem, and answer) as prompt / answer / id columns."""
+    records = read_jsonl(path)[:limit]
+    if not records:
+        raise DataError(f"{path} holds no records")
+    prompts, answers, ids = [], [], []
+    for number, record in enumerate(records, start=1):
+        where = f"{path}: record {number}"
+        answer = record.get("answer")
+        if not isinstance(answer, (str, int, float)) or str(answer).strip() == "":
+            raise DataError(f"{where}: needs a non-empty 'answer'")
+        prompts.append(format_prompt(_question(record, where), tokenizer, template, system))
+        answers.append(str(answer))
+        ids.append(str(record.get("id", number - 1)))
+    return Dataset.from_dict({"prompt": prompts, "answer": answers, "id": ids})

@@ -1,0 +1,17 @@
+"""Exception types of reshaped GRPO training, one per failure family.
+
+All derive from `oar_attrib.errors.OARError`, so `oar train` reports them as one-line errors.
+"""
+from oar_attrib.errors import OARError
+
+
+class TrainingConfigError(OARError, ValueError):
+    """A training setting (config field, YAML key, override) that cannot work as given."""
+
+
+class UnsupportedTRLError(OARError, ImportError):
+    """The installed TRL is outside the version range the trainer hooks were tested against."""
+
+
+class DataError(OARError, ValueError):
+    """A training data file or record that cannot be turned into prompts and answers."""

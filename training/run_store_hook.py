@@ -1,0 +1,126 @@
+"""Run store hook: every N steps, a sample of the generation batch goes to the run store.
+
+Each record is a dict in the shape of `oar_attrib.attribute.TraceAttribution.to_dict()`
+(prompt, response, token_ids, tokens, offsets, segments, span_found, answer_span,
+answer_text, probe, params, flags, scores{method: list}, weights{method: list}, advantage,
+token_advantages, metrics, timings) plus the training fields `reward`, `step`, `group`,
+`extra` and, for arithmetic-world prompts, the structural `oracle` of the generated trace
+(character spans per set): the records `oar_attrib.store.Store.add_records` takes. A path
+ending in `.db` is a run store (one run per training, what the web app reads); any other path
+is a JSON Lines file with one record per line (`Store.import_jsonl` loads it later).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from oar_attrib.metrics import ess_ratio, top_mass
+
+from .reshaping import TokenWeights
+
+
+def _finite(values) -> list[float]:
+    return [float(v) if math.isfinite(v) else float("nan") for v in values]
+
+
+def world_oracle(problem_json: str, text: str) -> dict:
+    """Oracle character spans of a generated trace of a world problem, per oracle set."""
+    from .data import problem_from_json
+
+    oracle = problem_from_json(problem_json).oracle(text)
+    return {"complete": oracle.complete, **{k: [list(s) for s in v] for k, v in oracle.sets().items()}}
+
+
+def trace_record(tw: TokenWeights, row: int, *, prompt, reward: float, advantage: float, step: int,
+                 method: str, probe: str, params: dict | None = None, problem: str | None = None,
+                 group: int | None = None) -> dict:
+    """One completion of a generation batch as a run-store record."""
+    pair = tw.pairs[row]
+    n = len(pair.response_ids)
+    weights, scores = tw.weights[row, :n], tw.importances[row, :n]
+    scored = tw.scored[row, :n]
+    token_adv = weights * float(advantage)
+    has_s = bool(scored.any())
+    flags = [] if pair.span_found else ["no_answer_span"]
+    if pair.span_found and has_s and not bool(tw.attributed[row]) and method != "none":
+        flags.append("not_attributed")
+    if bool(tw.nonfinite[row]):
+        flags.append(f"non_finite_scores:{method}")
+    record = {
+        "prompt": prompt, "response": pair.text, "token_ids": list(pair.response_ids),
+        "tokens": [pair.text[a:b] for a, b in pair.offsets], "offsets": [list(o) for o in pair.offsets],
+        "segments": list(pair.labels), "span_found": pair.span_found,
+        "answer_span": None if pair.location is None else list(pair.location.span),
+        "answer_text": pair.answer_text, "probe": probe, "params": dict(params or {}), "flags": flags,
+        "scores": {method: _finite(scores.tolist())}, "weights": {method: weights.tolist()},
+        "advantage": float(advantage), "token_advantages": {method: token_adv.tolist()},
+        "metrics": {method: {
+            "ess_ratio": float(ess_ratio(weights, scored)) if has_s else 1.0,
+            "top10_mass": float(top_mass(token_adv, scored)) if has_s and advantage != 0 else float("nan"),
+        }},
+        "timings": {method: tw.seconds / max(len(tw.pairs), 1)},
+        "reward": float(reward), "step": int(step), "group": group, "extra": {"method": method},
+    }
+    if problem is not None:
+        record["oracle"] = world_oracle(problem, pair.text)
+    return record
+
+
+class RunStoreHook:
+    """Writes a sample of each due generation batch to a run store (`.db`) or JSON Lines file."""
+
+    def __init__(self, path: str | Path, every: int, samples: int = 4, group_size: int = 1,
+                 run_name: str = "train", model: str = "", config: dict | None = None):
+        self.path = Path(path)
+        self.every = int(every)
+        self.samples = int(samples)
+        self.group_size = max(int(group_size), 1)
+        self.run_name, self.model, self.config = run_name, model, dict(config or {})
+        self.run_id: int | None = None  # the store's run, created at the first write
+
+    @classmethod
+    def from_config(cls, args, model: str = "") -> "RunStoreHook":
+        path = args.oar_store_path or str(Path(args.output_dir) / "runs.db")
+        config = {k: v for k, v in vars(args).items() if k.startswith("oar_")}
+        config.update(answer_format=args.answer_format, seed=args.seed, loss_type=args.loss_type)
+        return cls(path, args.oar_store_every, args.oar_store_samples, args.num_generations,
+                   Path(args.output_dir).name, model, config)
+
+    def due(self, step: int) -> bool:
+        return self.every > 0 and step % self.every == 0
+
+    def write_batch(self, *, step: int, weights: TokenWeights, inputs: list[dict], rewards: list[float],
+                    advantages: list[float], method: str, probe: str,
+                    params: dict | None = None) -> list[dict]:
+        """Write the first `samples` completions (whole prompt groups, as TRL orders them)."""
+        records = [
+            trace_record(weights, row, prompt=inputs[row].get("prompt"), reward=rewards[row],
+                         advantage=advantages[row], step=step, method=method, probe=probe,
+                         params=params, problem=inputs[row].get("problem"),
+                         group=row // self.group_size)
+            for row in range(min(self.samples, len(inputs)))
+        ]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.suffix == ".db":
+            self._write_store(records)
+        else:
+            with self.path.open("a", encoding="utf-8") as handle:
+                for record in records:
+                    handle.write(json.dumps(record) + "\n")
+        return records
+
+    def _write_store(self, records: list[dict]) -> None:
+        from oar_attrib.store import Store
+
+        with Store(self.path) as store:
+            if self.run_id is None:
+                self.run_id = store.add_run(self.run_name, model=self.model, config=self.config)
+            store.add_records(self.run_id, records)
+
+
+def read_store(path: str | Path) -> list[dict]:
+    """Every record of a JSON Lines run store."""
+    with Path(path).open(encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+

@@ -1,0 +1,175 @@
+"""`OARGRPOTrainer`: TRL's GRPOTrainer with token advantages A_i * w_t (METHOD.md 1, 6).
+
+One hook does the work: after TRL has generated a batch, scored it and computed the sequence
+advantages A_i (`_generate_and_score_completions`), the weights w_t of every completion are
+computed once with the current policy and the advantages become the (B, C) tensor A_i * w_t.
+TRL's `_compute_loss` takes (B, C) advantages as they are, for every loss type, and the
+buffered batch is reused for all micro-steps and iterations of that generation, so the weights
+are never recomputed per micro-step.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+
+import torch
+from trl import GRPOTrainer
+from trl.models import unwrap_model_for_generation
+
+from oar_attrib.gating import reshape_advantages
+from oar_attrib.metrics import ess_ratio, top_mass
+
+from .config import OARConfig, check_trl_version
+from .errors import TrainingConfigError
+from .reshaping import ReshapeSettings, TokenWeights, token_weights, unpad_rows
+from .run_store_hook import RunStoreHook
+
+
+class OARGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer whose per-token advantage is A_i * w_t; configure it with `OARConfig`.
+
+    Attributes tests and callbacks may read: `oar_batches` (generation batches attributed so
+    far) and `last_token_weights` (the `TokenWeights` of the latest generation batch).
+    """
+
+    def __init__(self, *args, run_store: RunStoreHook | None = None, **kwargs):
+        check_trl_version()
+        super().__init__(*args, **kwargs)
+        if not isinstance(self.args, OARConfig):
+            raise TrainingConfigError(
+                f"OARGRPOTrainer needs args=OARConfig(...), got {type(self.args).__name__}; "
+                "OARConfig takes every GRPOConfig field plus the oar_* fields"
+            )
+        if self.args.oar_method != "none" and (self.tools or self.environment_factories):
+            raise TrainingConfigError(
+                "tool calls and environments interleave non-model tokens with the completion, which "
+                "the answer-span segmentation does not handle; use oar_method='none' with tools"
+            )
+        self.oar_batches = 0
+        self.last_token_weights: TokenWeights | None = None
+        self._oar_rewards: torch.Tensor | None = None
+        self._oar_step_attr = 0.0
+        self._oar_step_wall = 0.0
+        self.run_store = run_store
+        if run_store is None and self.args.oar_store_every > 0 and self.accelerator.is_main_process:
+            name = getattr(getattr(self.model, "config", None), "_name_or_path", "") or ""
+            self.run_store = RunStoreHook.from_config(self.args, model=str(name))
+
+    # ------------------------------------------------------------------ TRL hooks
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        # Kept for the run store: TRL returns rewards of all ranks, (N_global, n_funcs).
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._oar_rewards = rewards
+        return rewards
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if not self.model.training:  # evaluation reports plain GRPO losses
+            return output
+        weights = self._attribute(output)
+        advantages = output["advantages"]  # (B,)
+        if self.args.oar_method != "none":
+            output["advantages"] = reshape_advantages(advantages, weights.weights.to(advantages.device))
+        self._log_oar(weights, advantages)
+        self._store(weights, inputs, advantages)
+        return output
+
+    def training_step(self, model, inputs, num_items_in_batch):
+        start = time.perf_counter()
+        output = super().training_step(model, inputs, num_items_in_batch)
+        self._oar_step_wall += time.perf_counter() - start
+        if self._step % self.current_gradient_accumulation_steps == 0:
+            # Attribution happens inside the step that generates, so this share is high on
+            # generation steps and 0 on reuse steps; the logged mean is the overall share.
+            share = self._oar_step_attr / max(self._oar_step_wall, 1e-9)
+            self._metrics["train"]["oar/time_share"].append(share)
+            self._oar_step_attr, self._oar_step_wall = 0.0, 0.0
+        return output
+
+    # ------------------------------------------------------------------ attribution
+
+    def _attribution_model(self):
+        """The policy as a plain module (parameters gathered under ZeRO-3 / FSDP)."""
+        summon = getattr(getattr(self, "_dist", None), "summon_full_params", None)
+        full = summon(self.model_wrapped, recurse=False) if summon else nullcontext()
+        unwrap = unwrap_model_for_generation(
+            self.model_wrapped, self.accelerator,
+            gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+            gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+        )
+        return unwrap, full
+
+    def _rows_to_attribute(self, advantages: torch.Tensor) -> list[bool] | None:
+        """Rows with a non-zero advantage (A_i * w_t = 0 otherwise), and the rows the run store
+        is about to record; None: all rows."""
+        if not self.args.oar_skip_zero_advantage:
+            return None
+        select = (advantages.detach().cpu() != 0).tolist()
+        if self.run_store is not None and self.run_store.due(self.state.global_step):
+            select[: self.run_store.samples] = [True] * min(self.run_store.samples, len(select))
+        return select
+
+    def _attribute(self, output: dict) -> TokenWeights:
+        """Weights of the local generation batch, computed once, without parameter gradients."""
+        prompts, completions = unpad_rows(output["prompt_ids"], output["prompt_mask"],
+                                          output["completion_ids"], output["completion_mask"])
+        settings = ReshapeSettings.from_config(self.args, self.args.probe_at(self.state.global_step))
+        width = output["completion_ids"].shape[1]
+        select = self._rows_to_attribute(output["advantages"])
+        if settings.method == "none":  # spans only: no forward, so no ZeRO-3 gather either
+            weights = token_weights(None, self.processing_class, prompts, completions, width, settings)
+        else:
+            unwrap, full = self._attribution_model()
+            with unwrap as model, full:
+                weights = token_weights(model, self.processing_class, prompts, completions, width,
+                                        settings, select)
+        self.oar_batches += 1
+        self.last_token_weights = weights
+        self._oar_step_attr += weights.seconds
+        return weights
+
+    def _log_oar(self, tw: TokenWeights, advantages: torch.Tensor) -> None:
+        """Per-generation-batch metrics, pooled over ranks, beside TRL's own."""
+        adv = advantages.detach().float().cpu()
+        token_adv = reshape_advantages(adv, tw.weights)
+        # Over the rows that were attributed (for 'none': every row with S, whose weights are 1).
+        rows = tw.attributed if self.args.oar_method != "none" else tw.scored.any(dim=1)
+        scored = tw.scored & rows[:, None]
+        has_s = scored.any(dim=1)
+        ess = torch.as_tensor(ess_ratio(tw.weights, scored), dtype=torch.float32)  # (B,), NaN: no S
+        top = torch.as_tensor(top_mass(token_adv, scored, 0.1), dtype=torch.float32)  # NaN: A_i = 0
+        ess_ok, top_ok = has_s & ~torch.isnan(ess), has_s & ~torch.isnan(top)
+        local = torch.tensor([
+            float(ess[ess_ok].sum()), float(ess_ok.sum()), float(top[top_ok].sum()), float(top_ok.sum()),
+            float(tw.span_found.sum()), float(len(adv)), float(tw.nonfinite.sum()), float(tw.attributed.sum()),
+        ], device=self.accelerator.device)
+        peaks = torch.tensor([float(tw.weights.max()) if tw.weights.numel() else 1.0, tw.seconds],
+                             device=self.accelerator.device)
+        sums = self.accelerator.gather(local[None]).sum(dim=0).tolist()
+        peak = self.accelerator.gather(peaks[None]).amax(dim=0).tolist()
+        metrics = self._metrics["train"]
+        if sums[1] > 0:
+            metrics["oar/ess_ratio"].append(sums[0] / sums[1])
+        if sums[3] > 0:
+            metrics["oar/top10_mass"].append(sums[2] / sums[3])
+        metrics["oar/span_found_rate"].append(sums[4] / max(sums[5], 1.0))
+        metrics["oar/nonfinite_rows"].append(sums[6])
+        metrics["oar/attributed_rate"].append(sums[7] / max(sums[5], 1.0))
+        metrics["oar/weight_max"].append(peak[0])
+        metrics["oar/time_s"].append(peak[1])  # the slowest rank sets the pace
+
+    def _store(self, tw: TokenWeights, inputs: list[dict], advantages: torch.Tensor) -> None:
+        step = self.state.global_step
+        if self.run_store is None or not self.run_store.due(step) or self._oar_rewards is None:
+            return
+        start = self.accelerator.process_index * len(inputs)
+        rewards = self._oar_rewards[start : start + len(inputs)]
+        weights = self.reward_weights.to(rewards.device)
+        total = (rewards * weights[None]).nansum(dim=1).cpu()
+        self.run_store.write_batch(
+            step=step, weights=tw, inputs=inputs, rewards=total.tolist(),
+            advantages=advantages.detach().float().cpu().tolist(), method=self.args.oar_method,
+            probe=self.args.probe_at(step),
+            params={"tau": self.args.oar_tau, "beta": self.args.oar_beta, "w_min": self.args.oar_min_weight},
+        )
