@@ -6,8 +6,8 @@ every method sees the same policy and, with the same seed, the same completions 
 the ratios compare the same work. Methods run round-robin (`--rounds`) so that load from other
 processes on the machine spreads over all of them; the first step of each run is a warm-up.
 
-- CPU: the bundled `arith-tiny` model, sampling its own answers (the `arith-tiny` preset's
-  batch: 8 prompts x 8 completions, up to 96 tokens). Without the bundled checkpoint, a random
+- CPU: the bundled `arith-tiny` model, sampling its own answers to the `arith-tiny` preset's
+  prompts (world preset `easy`; 8 prompts x 8 completions, up to 96 tokens). Without the bundled checkpoint, a random
   model of its shape with scripted completions (generation cost kept, see training/toy.py).
 - GPU (when CUDA is available): a Qwen2-0.5B-shaped random model in bfloat16; completions
   are scripted world solutions stretched to `--gpu-tokens` tokens, after the model has
@@ -47,6 +47,7 @@ from training.trainer import OARGRPOTrainer  # noqa: E402
 METHODS = ("none", "oar_g", "oar_p")
 LABELS = {"none": "GRPO", "oar_g": "OAR-G", "oar_p": "OAR-P"}
 TARGETS = {"oar_g": 1.15, "oar_p": 2.5}
+WORLD_PRESET = "easy"  # the prompts of the arith-tiny training preset
 
 
 class StepTimer(TrainerCallback):
@@ -84,7 +85,7 @@ def cpu_setup(model: str):
     if model != "arith-tiny" or (bundled_path() / "config.json").is_file():
         return (lambda: load_model(model)[0]), load_model(model)[1], None, f"{model}, sampling its answers"
     tok = world_tokenizer(320)
-    problems = generate_problems(2000, "default", seed=0)  # covers every run's prompts
+    problems = generate_problems(2000, WORLD_PRESET, seed=0)  # covers every run's prompts
     rollout = ScriptedRollout(problems, tok, generate_tokens=48)
     make = lambda: tiny_policy(tok, hidden=128, layers=4, heads=4, init_std=0.02)  # noqa: E731
     return make, tok, rollout, "random model of arith-tiny's shape + scripted completions (no bundled model)"
@@ -104,7 +105,7 @@ def gpu_setup(tokens: int):
         torch.manual_seed(0)
         return Qwen2ForCausalLM(config).to(torch.bfloat16)
 
-    problems = generate_problems(2000, "default", seed=0)  # covers every run's prompts
+    problems = generate_problems(2000, WORLD_PRESET, seed=0)  # covers every run's prompts
     desc = f"Qwen2-0.5B shape, bf16, {tokens}-token completions"
     return make, tok, StretchedRollout(problems, tok, tokens), desc
 
@@ -120,7 +121,7 @@ def run(method: str, make_model, tok, rollout, steps: int, out: Path, cpu: bool,
     )
     timer = StepTimer()
     trainer = OARGRPOTrainer(model=make_model(), reward_funcs=[world_reward], args=args,
-                             train_dataset=world_dataset(batch * (steps + 1), "default", seed=0),
+                             train_dataset=world_dataset(batch * (steps + 1), WORLD_PRESET, seed=0),
                              processing_class=tok, rollout_func=rollout, callbacks=[timer])
     trainer.train()
     attr = [h["oar/time_s"] for h in trainer.state.log_history if "oar/time_s" in h]
