@@ -145,8 +145,12 @@ def bench(name: str, setup, rounds: int, steps: int, cpu: bool, batch: int, comp
             spans += res["span_found"]
             attributed += res["attributed"] if method != "none" else []
     med = {m: statistics.median(times[m]) for m in METHODS}
+    attr_s = {m: statistics.median(attr[m]) if attr[m] else 0.0 for m in METHODS}
+    # Step medians move with the machine's load; the attribution time is measured directly,
+    # so 1 + (its extra seconds) / (GRPO step) is the steadier estimate of the same ratio.
+    estimate = {m: 1.0 + (attr_s[m] - attr_s["none"]) / med["none"] for m in METHODS}
     result = {"device": name, "model": desc, "step_s": med, "ratio": {m: med[m] / med["none"] for m in METHODS},
-              "attribution_s": {m: statistics.median(attr[m]) if attr[m] else 0.0 for m in METHODS},
+              "ratio_from_attribution": estimate, "attribution_s": attr_s,
               "n_steps": {m: len(times[m]) for m in METHODS}, "span_found_rate": statistics.mean(spans),
               "attributed_rate": statistics.mean(attributed), "attribute_all": attribute_all}
     print(f"\n== {name}: {desc}")
@@ -156,8 +160,8 @@ def bench(name: str, setup, rounds: int, steps: int, cpu: bool, batch: int, comp
     for m in METHODS:
         target = f"  (target <= {TARGETS[m]:.2f}x: {'met' if result['ratio'][m] <= TARGETS[m] else 'MISSED'})" \
             if m in TARGETS else ""
-        print(f"   {LABELS[m]:<6} {med[m]:7.3f} s/step  attribution {result['attribution_s'][m]:6.3f} s  "
-              f"{result['ratio'][m]:5.2f}x{target}")
+        print(f"   {LABELS[m]:<6} {med[m]:7.3f} s/step  attribution {attr_s[m]:6.3f} s  "
+              f"{result['ratio'][m]:5.2f}x (from attribution time {estimate[m]:4.2f}x){target}")
     return result
 
 

@@ -148,3 +148,16 @@ def test_attribution_leaves_parameter_gradients_alone(tok, rows, method):
     weights_of(model, tok, rows, [0, 1, 3], ReshapeSettings(method=method))
     assert all(torch.equal(p.grad, torch.full_like(p, 0.25)) for p in model.parameters())
     assert model.training  # eval mode only during attribution
+
+
+def test_repeated_rows_are_scored_once(model, tok, rows, monkeypatch):
+    calls = []
+    original = reshaping.oar_g_per_row
+    def counting(m, sub, gens, **kwargs):
+        calls.append(sub.input_ids.shape[0])
+        return original(m, sub, gens, **kwargs)
+
+    monkeypatch.setattr(reshaping, "oar_g_per_row", counting)
+    tw = weights_of(model, tok, rows, [0, 1, 0, 3, 1], ReshapeSettings(method="oar_g"))
+    assert calls == [3]  # rows 0, 1 and 3, each once
+    assert torch.equal(tw.weights[0], tw.weights[2]) and torch.equal(tw.importances[1], tw.importances[4])

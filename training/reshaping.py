@@ -152,8 +152,16 @@ def _method_kwargs(settings: ReshapeSettings, longest: int) -> dict:
 
 def batch_importances(model, batch: ScoringBatch, pairs: list[EncodedPair], settings: ReshapeSettings,
                       rows: list[int]) -> torch.Tensor:
-    """(B, L) float32 importances on CPU of the given rows, 0 elsewhere and outside S."""
+    """(B, L) float32 importances on CPU of the given rows, 0 elsewhere and outside S.
+
+    Rows repeating an earlier row (same prompt and completion, common in a sampled group) are
+    scored once and copied: a row's importances depend on its ids alone.
+    """
     out = torch.zeros(batch.input_ids.shape, dtype=torch.float32)
+    first: dict[tuple, int] = {}
+    copies = {r: first.setdefault((tuple(pairs[r].prompt_ids), tuple(pairs[r].response_ids)), r)
+              for r in rows}
+    rows = [r for r in rows if copies[r] == r]
     if not rows:
         return out
     fn = get_method(settings.method)
@@ -170,6 +178,9 @@ def batch_importances(model, batch: ScoringBatch, pairs: list[EncodedPair], sett
             scores = fn(model, sub, probe=settings.probe, generator=generators[0] if single else None,
                         **_method_kwargs(settings, max(lengths[r] for r in group)))
         out[group, : sub.input_ids.shape[1]] = scores.float().cpu()
+    for row, source in copies.items():
+        if row != source:
+            out[row] = out[source]
     return out
 
 
