@@ -34,6 +34,9 @@ def oar_g(model, batch: ScoringBatch, *, probe: str = "as_mean", noise_std: floa
     n_noise:   number of noise draws to average.
     generator: source of the noise: each draw is one standard normal (B, L, D) tensor from it,
                scaled by `noise_std`, kept on the scored positions. Seed it to reproduce.
+               A sequence of B generators gives row b the noise it would draw alone from
+               generators[b] (a (1, n_b, D) normal, n_b its length), so a row's importances do
+               not depend on the rows batched with it (training needs that on every rank).
     Returns (B, L) float32 on the batch's device: >= 0 (NaN if the model gives NaN) on scored
     positions of rows with an answer span, exactly 0 elsewhere.
     """
@@ -43,6 +46,9 @@ def oar_g(model, batch: ScoringBatch, *, probe: str = "as_mean", noise_std: floa
         raise InputError(f"n_noise must be an integer >= 1, got {n_noise!r}")
     if not noise_std >= 0:
         raise InputError(f"noise_std must be >= 0, got {noise_std!r}")
+    if isinstance(generator, (list, tuple)) and len(generator) != batch.input_ids.shape[0]:
+        raise InputError(f"{len(generator)} generators for {batch.input_ids.shape[0]} rows; "
+                         "pass one generator, or one per row")
     work = batch.to(model_device(model))
     sites = probe_sites(work)
     noisy = scoreable(work)[..., None]  # (B, L, 1)
@@ -52,11 +58,22 @@ def oar_g(model, batch: ScoringBatch, *, probe: str = "as_mean", noise_std: floa
         with torch.no_grad():
             clean = probe_values(_probe_logits(model, embeds, work, sites), sites, probe)
         for _ in range(n_noise):
-            noise = draw_normal(embeds.shape, generator, embeds.device, embeds.dtype) * noise_std
+            noise = _draw_noise(embeds, work, generator) * noise_std
             noise = torch.where(noisy, noise, torch.zeros((), dtype=noise.dtype,
                                                            device=noise.device))
             total += _gradient_times_input(model, embeds, noise, work, sites, clean, probe)
     return keep_scoreable(total / n_noise, work).to(batch.input_ids.device)
+
+
+def _draw_noise(embeds: torch.Tensor, batch: ScoringBatch, generator) -> torch.Tensor:
+    """(B, L, D) standard normal noise from one generator, or row b's first n_b positions
+    from generator[b] (zero on its padding) when given one per row."""
+    if not isinstance(generator, (list, tuple)):
+        return draw_normal(embeds.shape, generator, embeds.device, embeds.dtype)
+    noise = torch.zeros_like(embeds)
+    for b, (n, gen) in enumerate(zip(batch.lengths.tolist(), generator)):
+        noise[b, :n] = draw_normal((1, n, embeds.shape[-1]), gen, embeds.device, embeds.dtype)[0]
+    return noise
 
 
 def _probe_logits(model, embeds: torch.Tensor, batch: ScoringBatch, sites) -> torch.Tensor:
