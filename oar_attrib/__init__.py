@@ -10,10 +10,10 @@ import importlib
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "attribute": "attribute",
-    "AttributionBatch": "attribute",
-    "TraceAttribution": "attribute",
-    "compute_weights": "attribute",
+    "attribute": "attribution",
+    "AttributionBatch": "attribution",
+    "TraceAttribution": "attribution",
+    "compute_weights": "attribution",
     "load_model": "models",
     "find_answer_span": "spans",
     "locate_answer": "spans",
@@ -30,6 +30,13 @@ _EXPORTS = {
     "average_precision": "metrics",
     "counterfactual_oracle": "counterfactual",
     "oracle_recall": "recall",
+    "RecallReport": "recall",
+    "generate": "generation",
+    "recall_figure": "figures",
+    "token_heatmap": "figures",
+    "agreement_matrix": "figures",
+    "method_agreement": "figures",
+    "weights_figure": "figures",
     "get_method": "methods",
     "register_method": "methods",
     "available_methods": "methods",

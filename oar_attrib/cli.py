@@ -56,7 +56,7 @@ def _read_pairs(path: str) -> tuple[list, list, list[int], int]:
 
 
 def _cmd_attribute(args: argparse.Namespace) -> int:
-    from .attribute import attribute
+    from .attribution import attribute
     from .models import load_model
 
     prompts, responses, lines, bad = _read_pairs(args.input)

@@ -121,7 +121,7 @@ def write_problem_run(store, model, tokenizer, owners, texts, *, name: str = "de
     `group_size` per problem), label them with the oracle, store and summarise them as one
     run; returns its id. Advantages are GRPO's within each group. Methods in `defer` are
     left out and listed in the run config's `pending_methods` (see `complete_pending`)."""
-    from .attribute import attribute
+    from .attribution import attribute
     from .methods import available_methods
 
     all_methods = list(config.methods or available_methods())
@@ -187,7 +187,7 @@ def complete_pending(store, model, tokenizer, run_id: int, *, batch: int = 8,
     the work early between batches. Returns True when nothing is pending any more."""
     from tqdm.auto import tqdm
 
-    from .attribute import attribute
+    from .attribution import attribute
 
     config = store.run(run_id).config
     for method in list(config.get("pending_methods", [])):

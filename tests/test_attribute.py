@@ -7,7 +7,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from oar_attrib import cli
-from oar_attrib.attribute import AttributionBatch, attribute, compute_weights
+from oar_attrib.attribution import AttributionBatch, attribute, compute_weights
 from oar_attrib.errors import InputError, TokenizerError, UnknownNameError
 from oar_attrib.inputs import encode_pairs
 from oar_attrib.methods import available_methods, get_method
@@ -207,3 +207,16 @@ def test_public_api_names_resolve():
         assert getattr(oar_attrib, name) is not None
     with pytest.raises(AttributeError):
         oar_attrib.no_such_name
+
+
+def test_public_attribute_stays_the_function_after_submodules_load():
+    # A submodule named like an export would replace the function on the package once imported.
+    import importlib
+
+    import oar_attrib as oa
+
+    for name in ("recall", "attribution", "figures", "cli"):
+        importlib.import_module(f"oar_attrib.{name}")
+    assert callable(oa.attribute) and oa.attribute.__name__ == "attribute"
+    clashes = [n for n in oa.__all__ if importlib.util.find_spec(f"oar_attrib.{n}") is not None]
+    assert clashes == [], f"exports shadowed by submodules of the same name: {clashes}"

@@ -19,7 +19,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from oar_attrib.attribute import attribute
+from oar_attrib.attribution import attribute
 from oar_attrib.recall import EXPECTED, oracle_token_mask, summarize, trace_recall
 from oar_attrib.spans import SEGMENT_LABELS
 from oar_attrib.store import (

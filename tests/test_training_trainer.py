@@ -228,7 +228,7 @@ def test_run_store_gets_a_sample_with_the_oracle(tmp_path, tok, world):
     for rec in records:
         check_record(rec, answers)
     try:
-        from oar_attrib.attribute import TraceAttribution
+        from oar_attrib.attribution import TraceAttribution
     except ImportError:
         return
     extra = {"reward", "step", "group", "extra", "oracle"}

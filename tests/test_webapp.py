@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from oar_attrib.attribute import attribute
+from oar_attrib.attribution import attribute
 from oar_attrib.demo import DemoConfig, write_problem_run
 from oar_attrib.store import Store
 from test_store import tiny_world, wrong_solution

@@ -1,6 +1,6 @@
 """Run store hook: every N steps, a sample of the generation batch goes to the run store.
 
-Each record is a dict in the shape of `oar_attrib.attribute.TraceAttribution.to_dict()`
+Each record is a dict in the shape of `oar_attrib.attribution.TraceAttribution.to_dict()`
 (prompt, response, token_ids, tokens, offsets, segments, span_found, answer_span,
 answer_text, probe, params, flags, scores{method: list}, weights{method: list}, advantage,
 token_advantages, metrics, timings) plus the training fields `reward`, `step`, `group`,

@@ -28,7 +28,7 @@ class LiveAttributor:
     def run(self, prompt: str, response: str, methods: Sequence[str], probe: str,
             advantage: float | None = None):
         """The `TraceAttribution` of the pair."""
-        from oar_attrib.attribute import attribute
+        from oar_attrib.attribution import attribute
 
         n = self.count_tokens(prompt, response)
         if n > self.max_tokens:
