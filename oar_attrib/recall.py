@@ -6,11 +6,12 @@ oracle sets of the trace (`direct`, `chain`), with 95% bootstrap intervals over 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
-from .attribute import TraceAttribution, attribute
+from .attribution import AttributionBatch, TraceAttribution, attribute
 from .generation import generate
 from .methods import available_methods
 from .metrics import average_precision, bootstrap_ci, random_recall, recall_at_k
@@ -60,15 +61,54 @@ def _summary(values: list[float], seed: int) -> dict:
 
 @dataclass
 class RecallReport:
+    """Summary of an `oracle_recall` run, and the per-trace data it was computed from.
+
+    The summary fields are what `as_dict` (and `oar recall --json`) give. The rest, one entry
+    per problem in sampling order, are kept so that a notebook can look at single traces:
+    `per_trace[i]` is `trace_recall` of trace i, or None when it was skipped, and
+    `status[i]` says why ("scored", "no_answer_span", "incomplete_trace").
+    """
+
+    SUMMARY_FIELDS: ClassVar[tuple[str, ...]] = (
+        "methods", "random", "n", "n_scored", "accuracy", "skipped")
+
     methods: dict
     random: dict
     n: int
     n_scored: int
     accuracy: float
     skipped: dict
+    problems: list = field(default_factory=list, repr=False)
+    texts: list[str] = field(default_factory=list, repr=False)
+    traces: AttributionBatch = field(default_factory=AttributionBatch, repr=False)
+    oracles: list[Oracle] = field(default_factory=list, repr=False)
+    correct: list[bool] = field(default_factory=list, repr=False)
+    status: list[str] = field(default_factory=list, repr=False)
+    per_trace: list[dict | None] = field(default_factory=list, repr=False)
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        """The summary only: JSON-ready, without the traces."""
+        return {name: getattr(self, name) for name in self.SUMMARY_FIELDS}
+
+    def to_frame(self):
+        """pandas DataFrame, one row per scored trace x method x oracle set: recall@|O|, AP
+        and the random-ranking expectation of that trace. Its mean recall per (method, oracle)
+        is the summary's (NaN rows, where O is empty or a score is not finite, are skipped)."""
+        import pandas as pd
+
+        rows = []
+        for i, res in enumerate(self.per_trace):
+            if res is None:
+                continue
+            for method, sets in res.items():
+                if method == EXPECTED:
+                    continue
+                for name, stats in sets.items():
+                    rows.append({"trace": i, "correct": self.correct[i], "method": method,
+                                 "oracle": name, "recall": stats["recall"], "ap": stats["ap"],
+                                 "expected": res[EXPECTED][name]})
+        columns = ["trace", "correct", "method", "oracle", "recall", "ap", "expected"]
+        return pd.DataFrame(rows, columns=columns)
 
 
 def summarize(per_trace: list[dict], methods, sets=ORACLE_SETS, seed: int = 0) -> tuple[dict, dict]:
@@ -90,24 +130,26 @@ def oracle_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "
                   method_params: dict | None = None) -> RecallReport:
     """Sample `n` held-out problems, let the model answer, attribute, and score against the
     oracle. Traces without an answer span or without both final quantities are skipped and
-    counted in `skipped`."""
+    counted in `skipped`. The report keeps the problems, texts, traces and per-trace recall
+    (`RecallReport.to_frame`) for a closer look."""
     methods = list(methods or available_methods())
     problems = generate_problems(n, preset, seed=seed, split="test")
     ids = generate(model, tokenizer, [p.prompt for p in problems], progress=progress)
     texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
     traces = attribute(model, tokenizer, [p.prompt for p in problems], texts, methods,
                        probe=probe, seed=seed, progress=progress, method_params=method_params)
-    skipped = {"no_answer_span": 0, "incomplete_trace": 0}
-    per_trace, correct = [], 0
-    for problem, text, trace in zip(problems, texts, traces):
-        correct += problem.reward(text) == 1.0
-        oracle = problem.oracle(text)
-        if not trace.span_found:
-            skipped["no_answer_span"] += 1
-        elif not oracle.complete:
-            skipped["incomplete_trace"] += 1
-        else:
-            per_trace.append(trace_recall(trace, oracle))
-    summary, rand = summarize(per_trace, methods, seed=seed)
-    return RecallReport(methods=summary, random=rand, n=n, n_scored=len(per_trace),
-                        accuracy=correct / n, skipped=skipped)
+    correct = [problem.reward(text) == 1.0 for problem, text in zip(problems, texts)]
+    oracles = [problem.oracle(text) for problem, text in zip(problems, texts)]
+    skipped, status, per_trace = {"no_answer_span": 0, "incomplete_trace": 0}, [], []
+    for trace, oracle in zip(traces, oracles):
+        reason = ("no_answer_span" if not trace.span_found
+                  else "incomplete_trace" if not oracle.complete else None)
+        if reason is not None:
+            skipped[reason] += 1
+        status.append(reason or "scored")
+        per_trace.append(None if reason else trace_recall(trace, oracle))
+    summary, rand = summarize([t for t in per_trace if t is not None], methods, seed=seed)
+    return RecallReport(methods=summary, random=rand, n=n, n_scored=status.count("scored"),
+                        accuracy=sum(correct) / n, skipped=skipped, problems=problems,
+                        texts=texts, traces=traces, oracles=oracles, correct=correct,
+                        status=status, per_trace=per_trace)

@@ -1,0 +1,231 @@
+"""The notebooks run top to bottom on one CPU thread, and their key outputs hold.
+
+Each notebook's last cell prints a JSON summary of its results; the tests parse it from the
+executed notebook and check invariants and equivalences (never the bundled model's own
+numbers, which change when it is retrained).
+"""
+import base64
+import json
+import math
+import os
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+from nbclient import NotebookClient
+
+import oar_attrib as oa
+from oar_attrib.attribution import attribute
+
+pytestmark = [pytest.mark.notebook, pytest.mark.slow]
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+PLOTLY = "application/vnd.plotly.v1+json"
+CELL_TIMEOUT = 240
+# Variables the notebooks read: the tests set them explicitly, whatever the caller's shell has.
+NOTEBOOK_ENV = ("OAR_RUN_STORE", "OAR_SHARED")
+
+
+def run_notebook(name: str, **env: str) -> tuple[nbformat.NotebookNode, dict]:
+    """Execute notebooks/<name> with cwd notebooks/ on one thread; (executed notebook, summary)."""
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    kernel_env = {k: v for k, v in os.environ.items() if k not in NOTEBOOK_ENV}
+    kernel_env |= {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **env}
+    client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
+                            resources={"metadata": {"path": str(NOTEBOOKS)}})
+    client.execute(env=kernel_env)
+    printed = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream"
+                      and o.name == "stdout")
+    return nb, json.loads(printed.strip().splitlines()[-1])
+
+
+def plotly_outputs(nb) -> list[dict]:
+    """The Plotly figures the notebook displayed, as their JSON specs."""
+    return [o["data"][PLOTLY] for c in nb.cells if c.cell_type == "code" for o in c.outputs
+            if "data" in o and PLOTLY in o["data"]]
+
+
+def plotly_array(value) -> np.ndarray:
+    """A data array of a figure's JSON: a list, or Plotly's typed array {dtype, bdata, shape}."""
+    if isinstance(value, dict) and "bdata" in value:
+        out = np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
+        shape = value.get("shape")
+        return out.reshape([int(n) for n in str(shape).split(",")]) if shape else out
+    return np.asarray(value)
+
+
+def finite(x) -> bool:
+    return x is not None and math.isfinite(x)
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    return oa.load_model("arith-tiny")
+
+
+def test_notebooks_are_committed_without_outputs():
+    names = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
+    assert names == ["01_attribution_recall.ipynb", "02_reshaping.ipynb", "03_your_model.ipynb"]
+    for name in names:
+        nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+        nbformat.validate(nb)
+        assert nb.metadata.kernelspec.name == "python3"
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                assert cell.outputs == [] and cell.execution_count is None, name
+                # Public API only, and no machine paths.
+                assert "oar_attrib." not in cell.source and "from training" not in cell.source
+                assert "/work/" not in cell.source and "/home/" not in cell.source
+
+
+def test_01_attribution_recall(bundled):
+    nb, s = run_notebook("01_attribution_recall.ipynb")
+    methods = s["methods"]
+    assert methods == oa.available_methods() and s["n_scored"] > 0
+    assert list(s["table"]) == [*methods, "random expectation"]
+    for method, row in s["table"].items():
+        for name in ("direct", "chain"):
+            assert 0.0 <= row[name] <= 1.0
+            assert row[f"{name} lo"] <= row[name] <= row[f"{name} hi"]
+        if method in methods:
+            # Per-trace rows and a recomputation from the traces give the summary's means.
+            assert s["frame_means"][method]["direct"] == pytest.approx(row["direct"], abs=1e-9)
+            assert s["frame_means"][method]["chain"] == pytest.approx(row["chain"], abs=1e-9)
+            assert s["recomputed_direct"][method] == pytest.approx(row["direct"], abs=1e-9)
+
+    # The same problems through oracle_recall here give the notebook's OAR-P recall.
+    model, tok = bundled
+    again = oa.oracle_recall(model, tok, n=s["n"], seed=s["seed"], methods=["oar_p"])
+    for name in ("direct", "chain"):
+        table = s["table"]
+        assert again.methods["oar_p"][name]["recall"] == pytest.approx(table["oar_p"][name], abs=1e-9)
+        assert again.random[name]["recall"] == pytest.approx(table["random expectation"][name], abs=1e-9)
+
+    heat = s["heatmap"]
+    assert heat["rows"] == methods and heat["shape"] == [len(methods), heat["n_tokens"]]
+    agreement = np.array(s["agreement"]["matrix"], dtype=float)
+    assert s["agreement"]["methods"] == methods
+    np.testing.assert_allclose(np.diag(agreement), 1.0)
+    np.testing.assert_allclose(agreement, agreement.T, equal_nan=True)
+    assert np.all(np.isnan(agreement) | (np.abs(agreement) <= 1 + 1e-12))
+
+    cf = s["counterfactual"]
+    assert cf["traces"] and 0 < cf["tested"] <= 10 * len(cf["traces"])
+    assert 0 <= cf["causal"] <= cf["tested"]
+    assert set(cf["recall"]) == set(methods)
+    assert all(not finite(r) or 0.0 <= r <= 1.0 for r in cf["recall"].values())
+
+    figures = plotly_outputs(nb)
+    assert len(figures) == 3
+    bars = {t["name"]: t for t in figures[0]["data"] if t["type"] == "bar"}
+    for name in ("direct", "chain"):
+        assert list(plotly_array(bars[name]["x"])) == methods
+        np.testing.assert_allclose(plotly_array(bars[name]["y"]), [s["table"][m][name] for m in methods])
+    heatmap = figures[1]["data"][0]
+    assert plotly_array(heatmap["z"]).shape == tuple(heat["shape"])
+
+
+def _training_like_store(path: Path, model, tok) -> dict:
+    """A run store in the shape training writes (steps, groups, rewards, one method); returns
+    the mean reward per step it holds."""
+    problems = oa.generate_problems(6, "easy", seed=5, split="test")
+    texts = [p.solution if i % 2 == 0 else p.solution.rsplit("####", 1)[0] + f"#### {p.answer + 1}"
+             for i, p in enumerate(problems)]
+    rewards = [p.reward(t) for p, t in zip(problems, texts)]
+    advantages = [r - 0.5 for r in rewards]
+    res = attribute(model, tok, [p.prompt for p in problems], texts, ["oar_g"], advantages=advantages)
+    steps = [0, 0, 0, 0, 1, 1]
+    with oa.Store(path) as store:
+        run = store.add_run("notebook-test", model="arith-tiny", config={"oar_method": "oar_g"})
+        store.add_traces(run, res, rewards=rewards, steps=steps, groups=[i // 2 for i in range(6)],
+                         oracles=[p.oracle(t) for p, t in zip(problems, texts)])
+    return {step: np.mean([r for r, s in zip(rewards, steps) if s == step]) for step in (0, 1)}
+
+
+def _check_reshaping(s: dict) -> None:
+    assert s["n_scored_traces"] > 0
+    grid = s["grid"]
+    assert len(grid) == 6 * 4
+    for row in grid:
+        assert row["max |mean w - 1|"] <= 1e-5  # mass preservation, every tau and beta
+        assert 0.0 < row["min ess_ratio"] <= row["ess_ratio"] <= 1.0 + 1e-6
+        assert 0.1 - 1e-6 <= row["top10_mass"] <= 1.0
+    by = {(r["tau"], r["beta"]): r for r in grid}
+    assert by[(0.0, 0.0)]["ess_ratio"] == pytest.approx(1.0)  # boost-only with no boost: uniform
+    # Suppress-only gating (tau = 1) has nothing to boost: beta changes nothing.
+    assert len({round(r["ess_ratio"], 9) for (tau, _), r in by.items() if tau == 1.0}) == 1
+    # A stronger boost concentrates the weights (tau = 0.4).
+    ess = [by[(0.4, beta)]["ess_ratio"] for beta in (0.0, 1.0, 2.0, 4.0)]
+    assert ess == sorted(ess, reverse=True)
+
+    credit = s["credit"]
+    for name in ("oar_p", "oar_g", "grpo"):
+        assert credit[name]["mean w over S"] == pytest.approx(1.0, abs=1e-5)
+    assert credit["grpo"]["ess_ratio"] == pytest.approx(1.0)
+    # The entropy mask keeps the batch's top 20% (more only on ties at the cut), weight 0 elsewhere.
+    assert 0.75 <= credit["entropy top-20%"]["zero weight"] <= 0.8 + 1e-6
+    assert all(0.0 < c["ess_ratio"] <= 1.0 + 1e-6 for c in credit.values())
+    assert all(s["same_as_attribute"].values())
+
+    mass = s["advantage_mass"]
+    for name in ("oar_p", "oar_g", "grpo"):
+        assert mass["by_reshaper"][name] == pytest.approx(mass["grpo_total"], rel=1e-4, abs=1e-4)
+    assert all(w == pytest.approx(1.0, abs=1e-5) for w in s["weights_curves"].values())
+
+
+def test_02_reshaping_without_a_run_store():
+    nb, s = run_notebook("02_reshaping.ipynb")
+    _check_reshaping(s)
+    assert s["store"] is None
+    shown = [o["data"].get("text/markdown", "") for c in nb.cells if c.cell_type == "code"
+             for o in c.outputs if "data" in o]
+    assert any("No run store" in text for text in shown)
+    assert len(plotly_outputs(nb)) == 3
+
+
+def test_02_reshaping_reads_a_run_store(tmp_path, bundled):
+    expected = _training_like_store(tmp_path / "runs.db", *bundled)
+    nb, s = run_notebook("02_reshaping.ipynb", OAR_RUN_STORE=str(tmp_path / "runs.db"))
+    _check_reshaping(s)
+    store = s["store"]
+    assert store["run"] == "notebook-test" and store["n_traces"] == 6 and store["methods"] == ["oar_g"]
+    per_step = {row["step"]: row for row in store["per_step"]}
+    assert set(per_step) == {0, 1}
+    for step, reward in expected.items():
+        assert per_step[step]["reward"] == pytest.approx(reward)
+        assert 0.0 < per_step[step]["ess_ratio"] <= 1.0
+    assert [per_step[0]["traces"], per_step[1]["traces"]] == [4, 2]
+    figures = plotly_outputs(nb)
+    assert len(figures) == 4 and figures[-1]["data"][0]["type"] == "heatmap"
+
+
+@pytest.mark.skipif(not (SHARED / "tokenizers" / "Qwen2.5-7B-Instruct").is_dir()
+                    or not (SHARED / "data").is_dir(), reason="shared tokenizer and data not present")
+def test_03_your_model():
+    nb, s = run_notebook("03_your_model.ipynb")  # finds shared/ by walking up from notebooks/
+    assert s["model"]["loaded_from_folder"] and s["model"]["n_params"] > 0
+    spans = {(r["dataset"], r["id"]): r for r in s["spans"]}
+    traces = {(r["dataset"], r["id"]): r for r in s["traces"]}
+    assert {d for d, _ in spans} == {"gsm8k", "math500"} and set(spans) == set(traces)
+    gold = {key: r["gold"].replace(",", "") for key, r in spans.items()}
+    for key, row in spans.items():
+        assert row["span"] is not None, key
+        trace = traces[key]
+        assert trace["span found"] and trace["answer text"] == row["span text"]
+        assert 0 < trace["scored"] < trace["tokens"]
+        assert all(trace[f"{m} s"] > 0 for m in ("oar_p", "oar_g"))
+        if key[0] == "gsm8k":
+            # The span's text and the decoded answer tokens are the gold answer.
+            assert row["matches gold"] and row["span text"].replace(",", "") == gold[key]
+            assert trace["answer tokens"].replace(",", "") == gold[key]
+        else:
+            assert trace["answer text"] in trace["answer tokens"]
+    assert s["segments_agree"]
+    figures = plotly_outputs(nb)
+    assert len(figures) == 2
+    line = {t["name"]: t for t in figures[0]["data"]}
+    assert set(line) == {"oar_p", "oar_g"}
+    by_len = sorted(traces.values(), key=lambda r: r["scored"])
+    np.testing.assert_allclose(plotly_array(line["oar_p"]["x"]), [r["scored"] for r in by_len])

@@ -1,0 +1,115 @@
+"""`oracle_recall`'s report: the summary JSON is unchanged, and the per-trace data it keeps
+(traces, texts, per-trace recall, `to_frame`) is what the summary was computed from."""
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from oar_attrib import cli, recall
+from oar_attrib.world import generate_problems
+from oar_attrib.world_tokenizer import build_tokenizer
+
+N, SEED, METHODS = 10, 4, ["oar_p", "entropy", "random"]
+SUMMARY_KEYS = {"methods", "random", "n", "n_scored", "accuracy", "skipped"}
+
+
+@pytest.fixture(scope="module")
+def problems():
+    return generate_problems(N, "default", seed=SEED, split="test")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(problems):
+    extra = generate_problems(30, "default", seed=1)
+    return build_tokenizer([p.prompt + p.solution for p in problems + extra], 280)
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                         max_position_embeddings=256, initializer_range=0.3)
+    return Qwen2ForCausalLM(config).eval()
+
+
+def _response(i: int, problem) -> str:
+    """The 'model's' answer to problem i: right, wrong, without an answer, or incomplete."""
+    if i == 1:
+        return problem.solution.rsplit("####", 1)[0] + f"#### {problem.answer + 1}"
+    if i == 2:
+        return problem.solution.rsplit("####", 1)[0]
+    if i == 3:
+        return f"#### {problem.answer}"
+    return problem.solution
+
+
+@pytest.fixture()
+def scripted(monkeypatch, tokenizer, problems):
+    """`generate` replaced by one that writes `_response` for each prompt, so that the report
+    has right, wrong and skipped traces without a trained model."""
+    by_prompt = {p.prompt: (i, p) for i, p in enumerate(problems)}
+
+    def fake_generate(model, tok, prompts, **kwargs):
+        texts = [_response(*by_prompt[p]) for p in prompts]
+        return [tok(t, add_special_tokens=False).input_ids + [tok.eos_token_id] for t in texts]
+
+    monkeypatch.setattr(recall, "generate", fake_generate)
+
+
+@pytest.fixture()
+def report(scripted, model, tokenizer):
+    return recall.oracle_recall(model, tokenizer, n=N, seed=SEED, methods=METHODS)
+
+
+def test_summary_json_keeps_its_keys(report):
+    data = report.as_dict()
+    assert set(data) == SUMMARY_KEYS
+    assert json.loads(json.dumps(data)) == data
+    assert report.skipped == {"no_answer_span": 1, "incomplete_trace": 1}
+    assert report.n_scored == N - 2 and set(data["methods"]) == set(METHODS)
+
+
+def test_per_trace_data_lines_up_with_the_problems(report, problems):
+    assert [p.prompt for p in report.problems] == [p.prompt for p in problems]
+    assert len(report.texts) == len(report.traces) == len(report.oracles) == len(report.per_trace) == N
+    assert [t.response for t in report.traces] == report.texts
+    assert report.status[2:4] == ["no_answer_span", "incomplete_trace"]
+    assert [s == "scored" for s in report.status] == [r is not None for r in report.per_trace]
+    assert report.correct == [i not in (1, 2) for i in range(N)]
+    assert report.accuracy == pytest.approx(np.mean(report.correct))
+    for i in (0, 4):
+        oracle = problems[i].oracle(report.texts[i])
+        assert report.per_trace[i] == recall.trace_recall(report.traces[i], oracle)
+
+
+def test_frame_means_equal_the_summary(report):
+    frame = report.to_frame()
+    assert len(frame) == report.n_scored * len(METHODS) * len(recall.ORACLE_SETS)
+    assert set(frame["trace"]) == {i for i, s in enumerate(report.status) if s == "scored"}
+    means = frame.groupby(["method", "oracle"])[["recall", "ap"]].mean()
+    for method in METHODS:
+        for name in recall.ORACLE_SETS:
+            stats = report.methods[method][name]
+            assert means.loc[(method, name), "recall"] == pytest.approx(stats["recall"])
+            assert means.loc[(method, name), "ap"] == pytest.approx(stats["ap"])
+            lo, hi = stats["ci95"]
+            assert lo <= stats["recall"] <= hi
+    expected = frame[frame["method"] == METHODS[0]].groupby("oracle")["expected"].mean()
+    for name in recall.ORACLE_SETS:
+        assert expected[name] == pytest.approx(report.random[name]["recall"])
+    assert frame["recall"].between(0, 1).all()
+    wrong = frame[~frame["correct"]]
+    assert set(wrong["trace"]) == {1}
+
+
+def test_cli_recall_json_has_the_summary_keys_only(scripted, tmp_path, model, tokenizer, capsys):
+    folder = tmp_path / "ckpt"
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    assert cli.main(["recall", "--model", str(folder), "--n", str(N), "--seed", str(SEED),
+                     "--methods", *METHODS, "--json", "--no-progress"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) == SUMMARY_KEYS and data["n_scored"] == N - 2
