@@ -10,15 +10,21 @@ the gradient at the noisy point dotted with the clean embedding. At xi = 0 the K
 minimum and its gradient is exactly zero, hence the noise. With `n_noise` > 1, I_t is the mean
 of the per-draw importances. Only the embedding gradient is taken (`torch.autograd.grad`), so
 the parameters' `.grad` are never touched.
+
+The columns before the batch's first scored position (the prompts, at least the shortest one)
+are the same in the clean and the noisy forward and need no gradient: they run once, without
+autograd, and both forwards continue from their key/value cache. That spares a forward and the
+backward over the prompt, the same result up to float rounding.
 """
 from __future__ import annotations
 
 import torch
+from transformers import DynamicCache
 
 from .batch import ScoringBatch
 from .errors import InputError
-from .lm import (check_positions, draw_normal, eval_mode, input_embeddings, keep_scoreable,
-                 logits_at, model_device, scoreable)
+from .lm import (accepts_logits_to_keep, check_positions, draw_normal, eval_mode,
+                 input_embeddings, keep_scoreable, logits_at, model_device, scoreable)
 from .methods import register_method
 from .probes import check_probe, probe_divergence, probe_sites, probe_values
 
@@ -55,14 +61,50 @@ def oar_g(model, batch: ScoringBatch, *, probe: str = "as_mean", noise_std: floa
     total = torch.zeros(work.input_ids.shape, dtype=torch.float32, device=noisy.device)
     with eval_mode(model):
         embeds = input_embeddings(model, work.input_ids)  # (B, L, D)
+        prefix = _Prefix.of(model, embeds, work)
         with torch.no_grad():
-            clean = probe_values(_probe_logits(model, embeds, work, sites), sites, probe)
+            clean = probe_values(_probe_logits(model, embeds, work, sites, prefix), sites, probe)
         for _ in range(n_noise):
             noise = _draw_noise(embeds, work, generator) * noise_std
             noise = torch.where(noisy, noise, torch.zeros((), dtype=noise.dtype,
                                                            device=noise.device))
-            total += _gradient_times_input(model, embeds, noise, work, sites, clean, probe)
+            total += _gradient_times_input(model, embeds, noise, work, sites, clean, probe, prefix)
     return keep_scoreable(total / n_noise, work).to(batch.input_ids.device)
+
+
+class _Prefix:
+    """Keys and values of columns [0, width) of every row: the columns before the batch's
+    first scored position, which no noise reaches."""
+
+    def __init__(self, width: int, kv: list[tuple[torch.Tensor, torch.Tensor]]):
+        self.width, self.kv = width, kv
+
+    @classmethod
+    def of(cls, model, embeds: torch.Tensor, batch: ScoringBatch) -> "_Prefix | None":
+        """The shared prefix of `batch`, or None when there is none worth caching or the model's
+        cache is not a plain key/value cache (the forwards then run over whole rows)."""
+        columns = scoreable(batch).any(dim=0).nonzero().flatten()
+        width = int(columns[0]) if columns.numel() else 0
+        if width < 2:
+            return None
+        cache = DynamicCache()  # without the config: every layer keeps all its keys
+        inputs = dict(inputs_embeds=embeds[:, :width], attention_mask=batch.attention_mask[:, :width],
+                      past_key_values=cache, use_cache=True)
+        if accepts_logits_to_keep(model):
+            inputs["logits_to_keep"] = 1  # the prefix's logits are never read
+        with torch.no_grad():
+            model(**inputs)
+        kv = []
+        for layer in getattr(cache, "layers", []):
+            keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+            if not isinstance(keys, torch.Tensor) or keys.dim() != 4 or keys.shape[-2] != width:
+                return None
+            kv.append((keys, values))
+        return cls(width, kv) if kv else None
+
+    def cache(self) -> DynamicCache:
+        """A fresh cache holding the prefix (a forward appends to its own copy)."""
+        return DynamicCache(ddp_cache_data=self.kv)
 
 
 def _draw_noise(embeds: torch.Tensor, batch: ScoringBatch, generator) -> torch.Tensor:
@@ -76,20 +118,29 @@ def _draw_noise(embeds: torch.Tensor, batch: ScoringBatch, generator) -> torch.T
     return noise
 
 
-def _probe_logits(model, embeds: torch.Tensor, batch: ScoringBatch, sites) -> torch.Tensor:
-    """(B, K, V) logits at the probe sites for input embeddings `embeds` (B, L, D)."""
-    return logits_at(model, sites.positions, inputs_embeds=embeds,
-                     attention_mask=batch.attention_mask)
+def _probe_logits(model, embeds: torch.Tensor, batch: ScoringBatch, sites,
+                  prefix: _Prefix | None) -> torch.Tensor:
+    """(B, K, V) logits at the probe sites for input embeddings `embeds` (B, L, D); with a
+    prefix, only columns [prefix.width, L) of `embeds` are run, on top of its cache."""
+    if prefix is None:
+        return logits_at(model, sites.positions, inputs_embeds=embeds,
+                         attention_mask=batch.attention_mask)
+    # Probe sites lie after the first scored position; those of rows without an answer span
+    # may not, and are clamped (their objective is left out).
+    positions = (sites.positions - prefix.width).clamp_min(0)
+    return logits_at(model, positions, inputs_embeds=embeds[:, prefix.width:],
+                     attention_mask=batch.attention_mask, past_key_values=prefix.cache(),
+                     use_cache=True)
 
 
 def _gradient_times_input(model, embeds: torch.Tensor, noise: torch.Tensor,
                           batch: ScoringBatch, sites, clean: torch.Tensor,
-                          probe: str) -> torch.Tensor:
+                          probe: str, prefix: _Prefix | None) -> torch.Tensor:
     """(B, L) float32 |<dJ/de_t, e_t>| for one noise draw; rows are independent, so the
     gradient of the sum of their J gives every row its own gradient."""
     with torch.enable_grad():
         leaf = embeds.detach().requires_grad_(True)  # (B, L, D)
-        value = probe_values(_probe_logits(model, leaf + noise, batch, sites), sites, probe)
+        value = probe_values(_probe_logits(model, leaf + noise, batch, sites, prefix), sites, probe)
         objective = probe_divergence(clean, value, probe)  # (B,)
         # Rows without a span read meaningless sites: leave them out of the objective.
         objective = torch.where(sites.has_answer, objective, torch.zeros_like(objective))

@@ -53,12 +53,13 @@ def tiny_llama(seed: int = 0, *, vocab: int = VOCAB, hidden: int = 48, layers: i
     return model.eval()
 
 
-def make_batch(lengths=(22, 15, 19), answer_lens=(1, 2, 3), *, prompt_len: int = 4,
+def make_batch(lengths=(22, 15, 19), answer_lens=(1, 2, 3), *, prompt_len: int | tuple = 4,
                vocab: int = VOCAB, seed: int = 0, no_answer_rows=()) -> ScoringBatch:
     """Rows of the given real lengths, right-padded with PAD_ID to the longest.
 
     Row layout: prompt [0, p) | scored [p, n-K-2) | bridge n-K-2 | answer [n-K-1, n-1) | tail n-1.
-    Rows listed in `no_answer_rows` have no answer span (and nothing scored).
+    `prompt_len` is one p for all rows or one per row. Rows listed in `no_answer_rows` have no
+    answer span (and nothing scored).
     """
     gen = torch.Generator().manual_seed(seed)
     width = max(lengths)
@@ -73,6 +74,7 @@ def make_batch(lengths=(22, 15, 19), answer_lens=(1, 2, 3), *, prompt_len: int =
         attn[row, :n] = 1
         if row in no_answer_rows:
             continue
-        scored[row, prompt_len:n - k - 2] = True
+        p = prompt_len[row] if isinstance(prompt_len, (tuple, list)) else prompt_len
+        scored[row, p:n - k - 2] = True
         answer[row, n - k - 1:n - 1] = True
     return ScoringBatch(ids, attn, scored, answer, PAD_ID)

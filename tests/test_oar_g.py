@@ -36,6 +36,22 @@ def test_contract_zeros_outside_scored_and_seeded(model, batch, probe):
                                       generator=_seeded(1)))
 
 
+@pytest.mark.parametrize("make", [tiny_qwen2, tiny_llama])
+@pytest.mark.parametrize("probe", PROBES)
+def test_shared_prompt_prefix_equals_whole_row_forwards(make, probe, monkeypatch):
+    # Prompts of different lengths; row 2 has no span and is shorter than the shared prefix.
+    model = make(seed=6)
+    batch = make_batch(lengths=(21, 16, 5), prompt_len=(7, 9, 2), no_answer_rows=(2,))
+    from oar_attrib import oar_g as module
+
+    width = module._Prefix.of(model, module.input_embeddings(model, batch.input_ids), batch).width
+    assert width == 7  # the first scored column of the batch
+    fast = oar_g(model, batch, probe=probe, noise_std=1e-2, n_noise=2, generator=_seeded(2))
+    monkeypatch.setattr(module._Prefix, "of", classmethod(lambda cls, *a: None))
+    whole = oar_g(model, batch, probe=probe, noise_std=1e-2, n_noise=2, generator=_seeded(2))
+    assert fast[:2].gt(0).any() and torch.allclose(fast, whole, rtol=1e-4, atol=1e-6)
+
+
 def test_parameter_grads_are_left_exactly_as_they_were(batch):
     model = tiny_llama(seed=4)
     params = dict(model.named_parameters())
