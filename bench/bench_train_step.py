@@ -7,7 +7,7 @@ the ratios compare the same work. Methods run round-robin (`--rounds`) so that l
 processes on the machine spreads over all of them; the first step of each run is a warm-up.
 
 - CPU: the bundled `arith-tiny` model, sampling its own answers to the `arith-tiny` preset's
-  prompts (world preset `easy`; 8 prompts x 8 completions, up to 96 tokens). Without the bundled checkpoint, a random
+  prompts (world preset `default`; 8 prompts x 8 completions, up to 96 tokens). Without the bundled checkpoint, a random
   model of its shape with scripted completions (generation cost kept, see training/toy.py).
 - GPU (when CUDA is available): a Qwen2-0.5B-shaped random model in bfloat16; completions
   are scripted world solutions stretched to `--gpu-tokens` tokens, after the model has
@@ -47,7 +47,7 @@ from training.trainer import OARGRPOTrainer  # noqa: E402
 METHODS = ("none", "oar_g", "oar_p")
 LABELS = {"none": "GRPO", "oar_g": "OAR-G", "oar_p": "OAR-P"}
 TARGETS = {"oar_g": 1.15, "oar_p": 2.5}
-WORLD_PRESET = "easy"  # the prompts of the arith-tiny training preset
+WORLD_PRESET = "default"  # the prompts of the arith-tiny training preset
 
 
 class StepTimer(TrainerCallback):

@@ -12,7 +12,7 @@ from oar_attrib.generation import generate
 from oar_attrib.inputs import encode_pairs
 from oar_attrib.models import bundled_path
 from oar_attrib.oar_p import oar_p, oar_p_reference
-from oar_attrib.world import extract_answer, generate_problems
+from oar_attrib.world import PRESETS, extract_answer, generate_problems
 
 
 @pytest.fixture(scope="module")
@@ -27,14 +27,17 @@ def test_checkpoint_is_small_safetensors_with_a_model_card():
     assert sum(p.stat().st_size for p in folder.iterdir()) <= 8 * 2**20
     card = json.loads((folder / "model_card.json").read_text())
     assert card["command"].startswith("python -m training.pretrain")
-    assert set(card["held_out"]) == {"easy", "default", "hard"}
+    assert set(card["held_out"]) == set(PRESETS)
     assert all(res["format_rate"] >= 0.90 and res["n"] == 200 for res in card["held_out"].values())
+    # The level the default world is set at: right and wrong answers, groups that mix them.
+    default = card["held_out"]["default"]
+    assert 0.30 <= default["accuracy"] <= 0.85 and default["mixed_group_rate"] >= 0.5
 
 
 def test_model_card_accuracy_is_what_the_model_measures(bundled):
     model, tokenizer = bundled
-    card = json.loads((bundled_path() / "model_card.json").read_text())["held_out"]["easy"]
-    fresh = evaluate_world(model, tokenizer, "easy", n=card["n"], seed=card["seed"])
+    card = json.loads((bundled_path() / "model_card.json").read_text())["held_out"]["default"]
+    fresh = evaluate_world(model, tokenizer, "default", n=card["n"], seed=card["seed"])
     assert fresh.accuracy == pytest.approx(card["accuracy"], abs=0.02)
     assert fresh.format_rate == pytest.approx(card["format_rate"], abs=0.02)
 
@@ -43,7 +46,7 @@ def test_loads_offline_and_writes_a_well_formed_trace(bundled, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     model, tokenizer = bundled
     assert not model.training and tokenizer.pad_token_id is not None
-    problems = generate_problems(16, "easy", seed=123, split="test")
+    problems = generate_problems(16, "default", seed=123, split="test")
     ids = generate(model, tokenizer, [p.prompt for p in problems])
     texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
     assert all(row[-1] == tokenizer.eos_token_id for row in ids)
@@ -56,7 +59,7 @@ def test_loads_offline_and_writes_a_well_formed_trace(bundled, monkeypatch):
 
 def test_fast_oar_p_equals_reference_on_the_bundled_model(bundled):
     model, tokenizer = bundled
-    problems = generate_problems(1, "hard", seed=5, split="test") + generate_problems(2, "easy", seed=5, split="test")
+    problems = generate_problems(1, "hard", seed=5, split="test") + generate_problems(2, "default", seed=5, split="test")
     batch, _ = encode_pairs(tokenizer, [p.prompt for p in problems], [p.solution for p in problems])
     assert len(set(batch.lengths.tolist())) > 1  # rows of different lengths, padded
     for probe in ("lt", "as_mean", "as_joint"):

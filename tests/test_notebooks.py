@@ -130,7 +130,7 @@ def test_01_attribution_recall(bundled):
 def _training_like_store(path: Path, model, tok) -> dict:
     """A run store in the shape training writes (steps, groups, rewards, one method); returns
     the mean reward per step it holds."""
-    problems = oa.generate_problems(6, "easy", seed=5, split="test")
+    problems = oa.generate_problems(6, "default", seed=5, split="test")
     texts = [p.solution if i % 2 == 0 else p.solution.rsplit("####", 1)[0] + f"#### {p.answer + 1}"
              for i, p in enumerate(problems)]
     rewards = [p.reward(t) for p, t in zip(problems, texts)]

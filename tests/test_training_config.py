@@ -66,7 +66,7 @@ def test_trainer_needs_an_oar_config():
     tok = world_tokenizer()
     with pytest.raises(TrainingConfigError, match="OARConfig"):
         OARGRPOTrainer(model=tiny_policy(tok), reward_funcs=[lambda **k: [0.0]], processing_class=tok,
-                       args=GRPOConfig(**CPU), train_dataset=world_dataset(4, "easy"))
+                       args=GRPOConfig(**CPU), train_dataset=world_dataset(4, "default"))
 
 
 # ------------------------------------------------------------------ run files and the CLI
@@ -117,12 +117,12 @@ def test_cli_dry_run_and_subcommand(capsys):
 
 
 def test_world_dataset_carries_the_problem():
-    ds = world_dataset(5, "easy", seed=2)
-    problems = generate_problems(5, "easy", seed=2)
+    ds = world_dataset(5, "default", seed=2)
+    problems = generate_problems(5, "default", seed=2)
     assert ds["prompt"] == [p.prompt for p in problems] and ds["answer"] == [str(p.answer) for p in problems]
     back = problem_from_json(ds["problem"][0])
     assert back == problems[0] and back.oracle() == problems[0].oracle() and back.answer == problems[0].answer
-    assert set(ds["prompt"]).isdisjoint(world_dataset(50, "easy", seed=2, split="test")["prompt"])
+    assert set(ds["prompt"]).isdisjoint(world_dataset(50, "default", seed=2, split="test")["prompt"])
 
 
 def test_math_dataset_prompts(tmp_path):
@@ -179,7 +179,7 @@ def test_cli_trains_end_to_end(tmp_path, capsys):
     assert summary["global_step"] == 1
     curve = [json.loads(line) for line in (out / "eval_curve.jsonl").read_text().splitlines()]
     assert [row["step"] for row in curve] == [0, 1] and all(0 <= row["accuracy"] <= 1 for row in curve)
-    assert all(row["accuracy"] == row["accuracy/easy"] and "accuracy/default" in row for row in curve)
+    assert all(row["accuracy"] == row["accuracy/default"] and "accuracy/medium" in row for row in curve)
     assert (out / "model.safetensors").is_file() and (out / "checkpoint-1" / "model.safetensors").is_file()
     assert (out / "runs.db").is_file() and (out / "run_settings.yaml").is_file()
 

@@ -36,8 +36,8 @@ def worker(out_dir: str) -> None:
             return super().__call__(prompts, trainer)
 
     tok = world_tokenizer()
-    problems = generate_problems(1, "easy", seed=5)
-    one = world_dataset(1, "easy", seed=5)
+    problems = generate_problems(1, "default", seed=5)
+    one = world_dataset(1, "default", seed=5)
     args = OARConfig(
         output_dir=out_dir, per_device_train_batch_size=4, num_generations=4, max_steps=1,
         learning_rate=1e-2, report_to=[], bf16=False, activation_checkpointing=False, use_cpu=True,

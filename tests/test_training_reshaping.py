@@ -17,7 +17,7 @@ def tok():
 @pytest.fixture(scope="module")
 def rows(tok):
     """Six (prompt ids, completion ids) rows: right, wrong and no-answer completions."""
-    problems = generate_problems(2, "easy", seed=3)
+    problems = generate_problems(2, "default", seed=3)
     rollout = ScriptedRollout(problems, tok, variants=("right", "wrong", "no_answer"))
     prompts = [p.prompt for p in problems for _ in range(3)]
     return [(tok(p)["input_ids"], rollout.completion_ids(p, i)) for i, p in enumerate(prompts)]

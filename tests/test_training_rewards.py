@@ -36,7 +36,7 @@ def boxed(answer: str) -> str:
 
 
 def test_world_reward_is_the_worlds_exact_reward():
-    problems = generate_problems(3, "easy", seed=4) + generate_problems(1, "easy", seed=4, answer_format="boxed")
+    problems = generate_problems(3, "default", seed=4) + generate_problems(1, "default", seed=4, answer_format="boxed")
     texts = [p.solution for p in problems]
     answers = [str(p.answer) for p in problems]
     fmts = [p.answer_format for p in problems]

@@ -38,8 +38,8 @@ def tok():
 
 @pytest.fixture(scope="module")
 def world():
-    problems = generate_problems(N_PROMPTS, "easy", seed=1)
-    return problems, world_dataset(N_PROMPTS, "easy", seed=1)
+    problems = generate_problems(N_PROMPTS, "default", seed=1)
+    return problems, world_dataset(N_PROMPTS, "default", seed=1)
 
 
 def make_trainer(tmp_path, tok, world, cls=OARGRPOTrainer, sample_tokens=0, **overrides):

@@ -182,7 +182,7 @@ def test_unknown_preset_and_format_list_known_names():
 
 
 def test_boxed_format():
-    p = generate_problems(1, "easy", seed=0, answer_format="boxed")[0]
+    p = generate_problems(1, "default", seed=0, answer_format="boxed")[0]
     assert p.solution.endswith(f"\\boxed{{{p.answer}}}")
     assert p.reward(p.solution) == 1.0
     assert p.reward(p.solution.replace("\\boxed", "#### ")) == 0.0

@@ -23,7 +23,7 @@ VARIANTS = ("right", "wrong", "no_answer", "right")
 @functools.lru_cache(maxsize=2)
 def world_tokenizer(vocab_size: int = 256):
     """The world's byte-level BPE tokenizer, trained on a fixed corpus (same ids every call)."""
-    corpus = [p.prompt + p.solution for preset in ("easy", "default", "hard") for fmt in ("gsm8k", "boxed")
+    corpus = [p.prompt + p.solution for preset in ("default", "medium", "hard") for fmt in ("gsm8k", "boxed")
               for p in generate_problems(200, preset, seed=99, split=None, answer_format=fmt)]
     return build_tokenizer(corpus, vocab_size)
 
