@@ -117,7 +117,7 @@ def test_mismatched_inputs_and_missing_pad_token(model, tokenizer, problems):
 def test_too_long_response_is_a_clear_error(model, tokenizer, problems):
     p = problems[0]
     with pytest.raises(InputError, match="max_position_embeddings=256"):
-        attribute(model, tokenizer, p.prompt, p.solution * 6, ["oar_p"])
+        attribute(model, tokenizer, p.prompt, p.solution * 12, ["oar_p"])
 
 
 def test_nan_logits_are_flagged_not_gated(tokenizer, problems):
