@@ -5,6 +5,7 @@ import argparse
 import json
 import sys
 
+from . import world
 from .errors import OARError
 
 
@@ -91,20 +92,21 @@ def _cmd_recall(args: argparse.Namespace) -> int:
 
     model, tokenizer = load_model(args.model, device=args.device)
     report = oracle_recall(model, tokenizer, n=args.n, seed=args.seed, preset=args.preset,
-                           methods=args.methods, probe=args.probe, progress=not args.no_progress)
+                           methods=args.methods, probe=args.probe, progress=not args.no_progress,
+                           sets=args.sets)
     if args.json:
         print(json.dumps(report.as_dict()))
         return 0
     print(f"n={report.n} scored={report.n_scored} accuracy={report.accuracy:.3f} skipped={report.skipped}")
-    print(f"{'method':<10} {'direct':>22} {'chain':>22}")
+    print(f"{'method':<10} " + " ".join(f"{name:>22}" for name in args.sets))
     rows = {**report.methods, "random": report.random}
     for method, sets in rows.items():
         cells = []
-        for name in ("direct", "chain"):
+        for name in args.sets:
             s = sets[name]
             cells.append("n/a" if s["recall"] is None else
                          f"{s['recall']:.3f} [{s['ci95'][0]:.3f},{s['ci95'][1]:.3f}]")
-        print(f"{method:<10} {cells[0]:>22} {cells[1]:>22}")
+        print(f"{method:<10} " + " ".join(f"{cell:>22}" for cell in cells))
     return 0
 
 
@@ -157,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--preset", default="default", help="world preset")
     rc.add_argument("--methods", nargs="+", default=None, help="methods (default: all registered)")
     rc.add_argument("--probe", default="as_mean", help="outcome probe: lt, as_mean, as_joint")
+    rc.add_argument("--sets", nargs="+", default=["direct", "chain"], choices=world.KNOWN_SETS,
+                    help="oracle sets to score against (names and results are the two halves of direct)")
     rc.add_argument("--device", default=None, help="torch device (default: CPU)")
     rc.add_argument("--json", action="store_true", help="print one JSON object")
     rc.add_argument("--no-progress", action="store_true", help="hide the progress bar")

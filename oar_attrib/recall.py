@@ -13,9 +13,10 @@ import numpy as np
 
 from .attribution import AttributionBatch, TraceAttribution, attribute
 from .generation import generate
+from .errors import InputError
 from .methods import available_methods
 from .metrics import average_precision, bootstrap_ci, random_recall, recall_at_k
-from .world import Oracle, generate_problems
+from .world import KNOWN_SETS, Oracle, generate_problems
 
 ORACLE_SETS = ("direct", "chain")
 EXPECTED = "random_expectation"
@@ -127,11 +128,15 @@ def summarize(per_trace: list[dict], methods, sets=ORACLE_SETS, seed: int = 0) -
 
 def oracle_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "default",
                   methods=None, probe: str = "as_mean", progress: bool = False,
-                  method_params: dict | None = None) -> RecallReport:
+                  method_params: dict | None = None, sets=ORACLE_SETS) -> RecallReport:
     """Sample `n` held-out problems, let the model answer, attribute, and score against the
-    oracle. Traces without an answer span or without both final quantities are skipped and
-    counted in `skipped`. The report keeps the problems, texts, traces and per-trace recall
-    (`RecallReport.to_frame`) for a closer look."""
+    oracle sets `sets` (see KNOWN_SETS). Traces without an answer span or without both final
+    quantities are skipped and counted in `skipped`. The report keeps the problems, texts,
+    traces and per-trace recall (`RecallReport.to_frame`) for a closer look."""
+    sets = tuple(sets)
+    unknown = [s for s in sets if s not in KNOWN_SETS]
+    if unknown or not sets:
+        raise InputError(f"unknown oracle set(s) {unknown or sets}; choose from {', '.join(KNOWN_SETS)}")
     methods = list(methods or available_methods())
     problems = generate_problems(n, preset, seed=seed, split="test")
     ids = generate(model, tokenizer, [p.prompt for p in problems], progress=progress)
@@ -147,8 +152,8 @@ def oracle_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "
         if reason is not None:
             skipped[reason] += 1
         status.append(reason or "scored")
-        per_trace.append(None if reason else trace_recall(trace, oracle))
-    summary, rand = summarize([t for t in per_trace if t is not None], methods, seed=seed)
+        per_trace.append(None if reason else trace_recall(trace, oracle, sets))
+    summary, rand = summarize([t for t in per_trace if t is not None], methods, sets, seed=seed)
     return RecallReport(methods=summary, random=rand, n=n, n_scored=status.count("scored"),
                         accuracy=sum(correct) / n, skipped=skipped, problems=problems,
                         texts=texts, traces=traces, oracles=oracles, correct=correct,

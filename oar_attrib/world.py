@@ -316,6 +316,8 @@ _ANSWER_RE = {
 }
 
 Span = tuple[int, int]
+# Every oracle set a method can be scored against: `names` and `results` are the halves of `direct`.
+KNOWN_SETS = ("direct", "chain", "names", "results", "distractor", "filler")
 
 
 @dataclass(frozen=True)
@@ -327,8 +329,12 @@ class Oracle:
     distractor: tuple[Span, ...]
     filler: tuple[Span, ...]
     complete: bool  # every quantity of the final expression was found in the trace
+    # The two halves of `direct`, to ask which of them a method (or the model) relies on.
+    names: tuple[Span, ...] = ()
+    results: tuple[Span, ...] = ()
 
     def sets(self) -> dict[str, tuple[Span, ...]]:
+        """The four oracle sets (`names` and `results` are parts of `direct`)."""
         return {k: getattr(self, k) for k in ("direct", "chain", "distractor", "filler")}
 
 
@@ -337,7 +343,7 @@ def oracle_spans(problem: Problem, trace: str) -> Oracle:
     by_name = {s.name: s for s in problem.steps}
     u, _, v = problem.target
     needed = _ancestors(u, by_name) | _ancestors(v, by_name)
-    direct, chain, distractor = [], [], []
+    chain, distractor = [], []
     last: dict[str, re.Match] = {}
     for m in _STEP_RE.finditer(trace):
         name = m.group("name")
@@ -346,16 +352,17 @@ def oracle_spans(problem: Problem, trace: str) -> Oracle:
             last[name] = m
         elif name in by_name:
             distractor.append((m.start("name"), m.end("res")))
-    for name in dict.fromkeys((u, v)):
-        if name in last:
-            direct += [last[name].span("name"), last[name].span("res")]
+    names = sorted(last[n].span("name") for n in dict.fromkeys((u, v)) if n in last)
+    results = sorted(last[n].span("res") for n in dict.fromkeys((u, v)) if n in last)
     filler = [m.span() for m in _FILLER_RE.finditer(trace)]
     return Oracle(
-        direct=tuple(sorted(direct)),
+        direct=tuple(sorted(names + results)),
         chain=tuple(chain),
         distractor=tuple(distractor),
         filler=tuple(filler),
         complete=u in last and v in last,
+        names=tuple(names),
+        results=tuple(results),
     )
 
 

@@ -113,3 +113,24 @@ def test_cli_recall_json_has_the_summary_keys_only(scripted, tmp_path, model, to
                      "--methods", *METHODS, "--json", "--no-progress"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data) == SUMMARY_KEYS and data["n_scored"] == N - 2
+
+
+def test_names_and_results_split_direct_and_can_be_scored(scripted, model, tokenizer, problems, capsys):
+    for p in problems:
+        o = p.oracle()
+        assert sorted(o.names + o.results) == list(o.direct)
+        assert {p.solution[a:b] for a, b in o.names} == {p.target[0], p.target[2]}
+        assert sorted(p.solution[a:b] for a, b in o.results) == sorted(
+            [str(p.values[p.target[0]]), str(p.values[p.target[2]])])
+    sets = ("direct", "names", "results")
+    report = recall.oracle_recall(model, tokenizer, n=N, seed=SEED, methods=METHODS, sets=sets)
+    assert set(report.random) == set(sets) and all(set(report.methods[m]) == set(sets) for m in METHODS)
+    # Per trace, |O| of direct is |O| of names plus |O| of results: the random expectations add.
+    for row in filter(None, report.per_trace):
+        e = row[recall.EXPECTED]
+        assert e["direct"] == pytest.approx(e["names"] + e["results"])
+    with pytest.raises(recall.InputError, match="unknown oracle set"):
+        recall.oracle_recall(model, tokenizer, n=2, seed=SEED, methods=METHODS, sets=("answer",))
+    with pytest.raises(SystemExit):  # argparse refuses it before anything is loaded
+        cli.main(["recall", "--sets", "answer"])
+    assert "invalid choice: 'answer'" in capsys.readouterr().err
