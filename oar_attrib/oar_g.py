@@ -11,10 +11,10 @@ minimum and its gradient is exactly zero, hence the noise. With `n_noise` > 1, I
 of the per-draw importances. Only the embedding gradient is taken (`torch.autograd.grad`), so
 the parameters' `.grad` are never touched.
 
-The columns before the batch's first scored position (the prompts, at least the shortest one)
-are the same in the clean and the noisy forward and need no gradient: they run once, without
-autograd, and both forwards continue from their key/value cache. That spares a forward and the
-backward over the prompt, the same result up to float rounding.
+The columns before a row's first scored position (its prompt) are the same in the clean and the
+noisy forward and need no gradient: they run once per distinct prompt (a GRPO group shares
+one), without autograd, and both forwards continue from their key/value cache. That spares the
+prompt's forwards and backward, the same result up to float rounding.
 """
 from __future__ import annotations
 
@@ -73,38 +73,71 @@ def oar_g(model, batch: ScoringBatch, *, probe: str = "as_mean", noise_std: floa
 
 
 class _Prefix:
-    """Keys and values of columns [0, width) of every row: the columns before the batch's
-    first scored position, which no noise reaches."""
+    """Keys and values of each row's columns before its first scored position (the prompt, in
+    training), run once per distinct prefix: the completions of a GRPO group share a prompt.
 
-    def __init__(self, width: int, kv: list[tuple[torch.Tensor, torch.Tensor]]):
-        self.width, self.kv = width, kv
+    Row b's prefix sits right-aligned in P = max prefix length cache slots (slot j holds column
+    j - (P - s_b), earlier slots are masked), so every row continues at its own column s_b.
+    """
+
+    def __init__(self, starts: torch.Tensor, kv: list[tuple[torch.Tensor, torch.Tensor]],
+                 slot_mask: torch.Tensor):
+        self.starts, self.kv, self.slot_mask = starts, kv, slot_mask  # (B,), per layer (B,H,P,D), (B,P)
 
     @classmethod
     def of(cls, model, embeds: torch.Tensor, batch: ScoringBatch) -> "_Prefix | None":
-        """The shared prefix of `batch`, or None when there is none worth caching or the model's
-        cache is not a plain key/value cache (the forwards then run over whole rows)."""
-        columns = scoreable(batch).any(dim=0).nonzero().flatten()
-        width = int(columns[0]) if columns.numel() else 0
+        """The prefixes of `batch`'s rows, or None when they are too short to be worth caching or
+        the model's cache is not a plain key/value cache (the forwards then run whole rows).
+        A row with nothing to score keeps no prefix (it runs whole; its objective is left out)."""
+        score = scoreable(batch)
+        starts = torch.where(score.any(dim=1), score.int().argmax(dim=1), 0)  # (B,) first scored column
+        width = int(starts.max())
         if width < 2:
             return None
+        rows = starts.tolist()
+        distinct: dict[tuple, int] = {}
+        owner = [distinct.setdefault(tuple(batch.input_ids[b, :s].tolist()), b) if s else -1
+                 for b, s in enumerate(rows)]
+        firsts = sorted(distinct.values())  # one row per distinct prefix
+        slot_of = {b: i for i, b in enumerate(firsts)}
+        index = torch.tensor(firsts, device=embeds.device)
+        mask = torch.arange(width, device=embeds.device)[None, :] < starts[index][:, None]  # (U, P)
         cache = DynamicCache()  # without the config: every layer keeps all its keys
-        inputs = dict(inputs_embeds=embeds[:, :width], attention_mask=batch.attention_mask[:, :width],
+        inputs = dict(inputs_embeds=embeds[index, :width], attention_mask=mask.long(),
                       past_key_values=cache, use_cache=True)
         if accepts_logits_to_keep(model):
             inputs["logits_to_keep"] = 1  # the prefix's logits are never read
         with torch.no_grad():
             model(**inputs)
+        src = torch.arange(width, device=embeds.device)[None, :] - (width - starts)[:, None]  # (B, P)
+        slot_mask = src >= 0
+        src = src.clamp_min(0)
+        which = torch.tensor([slot_of.get(o, 0) for o in owner], device=embeds.device)[:, None]
         kv = []
         for layer in getattr(cache, "layers", []):
             keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
             if not isinstance(keys, torch.Tensor) or keys.dim() != 4 or keys.shape[-2] != width:
                 return None
-            kv.append((keys, values))
-        return cls(width, kv) if kv else None
+            # (U, H, P, D) -> (B, H, P, D): each row's own prefix, right-aligned.
+            kv.append((keys.transpose(1, 2)[which, src].transpose(1, 2),
+                       values.transpose(1, 2)[which, src].transpose(1, 2)))
+        return cls(starts, kv, slot_mask) if kv else None
 
-    def cache(self) -> DynamicCache:
-        """A fresh cache holding the prefix (a forward appends to its own copy)."""
-        return DynamicCache(ddp_cache_data=self.kv)
+    def continuation(self, embeds: torch.Tensor, batch: ScoringBatch, positions: torch.Tensor):
+        """Forward kwargs that run columns [s_b, n_b) of every row on top of its prefix, and the
+        probe `positions` (B, K) relative to them."""
+        n_rows = embeds.shape[0]
+        lengths = batch.attention_mask.sum(dim=1)  # (B,)
+        span = int((lengths - self.starts).max())
+        col = self.starts[:, None] + torch.arange(span, device=embeds.device)[None, :]  # (B, Q)
+        valid = col < lengths[:, None]
+        col = torch.minimum(col, (lengths - 1).clamp_min(0)[:, None])  # padding repeats the last column
+        rows = torch.arange(n_rows, device=embeds.device)[:, None]
+        attention_mask = torch.cat([self.slot_mask, valid], dim=1).long()  # (B, P + Q)
+        relative = (positions - self.starts[:, None]).clamp(0, span - 1)
+        cache = DynamicCache(ddp_cache_data=self.kv)  # a fresh cache: a forward appends to it
+        return dict(inputs_embeds=embeds[rows, col], attention_mask=attention_mask,
+                    position_ids=col, past_key_values=cache, use_cache=True), relative
 
 
 def _draw_noise(embeds: torch.Tensor, batch: ScoringBatch, generator) -> torch.Tensor:
@@ -121,16 +154,14 @@ def _draw_noise(embeds: torch.Tensor, batch: ScoringBatch, generator) -> torch.T
 def _probe_logits(model, embeds: torch.Tensor, batch: ScoringBatch, sites,
                   prefix: _Prefix | None) -> torch.Tensor:
     """(B, K, V) logits at the probe sites for input embeddings `embeds` (B, L, D); with a
-    prefix, only columns [prefix.width, L) of `embeds` are run, on top of its cache."""
+    prefix, each row runs from its first scored column on, on top of the prefix's cache."""
     if prefix is None:
         return logits_at(model, sites.positions, inputs_embeds=embeds,
                          attention_mask=batch.attention_mask)
     # Probe sites lie after the first scored position; those of rows without an answer span
     # may not, and are clamped (their objective is left out).
-    positions = (sites.positions - prefix.width).clamp_min(0)
-    return logits_at(model, positions, inputs_embeds=embeds[:, prefix.width:],
-                     attention_mask=batch.attention_mask, past_key_values=prefix.cache(),
-                     use_cache=True)
+    inputs, positions = prefix.continuation(embeds, batch, sites.positions)
+    return logits_at(model, positions, **inputs)
 
 
 def _gradient_times_input(model, embeds: torch.Tensor, noise: torch.Tensor,

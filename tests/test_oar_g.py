@@ -38,18 +38,30 @@ def test_contract_zeros_outside_scored_and_seeded(model, batch, probe):
 
 @pytest.mark.parametrize("make", [tiny_qwen2, tiny_llama])
 @pytest.mark.parametrize("probe", PROBES)
-def test_shared_prompt_prefix_equals_whole_row_forwards(make, probe, monkeypatch):
-    # Prompts of different lengths; row 2 has no span and is shorter than the shared prefix.
+def test_prompt_prefixes_equal_whole_row_forwards(make, probe, monkeypatch):
+    # Prompts of different lengths, rows 0 and 3 with the same prompt (one prefix forward for
+    # both), row 2 without a span and shorter than the other prompts (it runs whole).
     model = make(seed=6)
-    batch = make_batch(lengths=(21, 16, 5), prompt_len=(7, 9, 2), no_answer_rows=(2,))
+    batch = make_batch(lengths=(21, 16, 5, 18), prompt_len=(7, 9, 2, 7), no_answer_rows=(2,))
+    batch.input_ids[3, :7] = batch.input_ids[0, :7]
     from oar_attrib import oar_g as module
 
-    width = module._Prefix.of(model, module.input_embeddings(model, batch.input_ids), batch).width
-    assert width == 7  # the first scored column of the batch
+    calls = []
+    forward = type(model).forward
+
+    def counting(self, *args, **kwargs):
+        calls.append(kwargs["inputs_embeds"].shape[:2])
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(model), "forward", counting)
     fast = oar_g(model, batch, probe=probe, noise_std=1e-2, n_noise=2, generator=_seeded(2))
+    # The prefix forward runs the 2 distinct prompts (9 columns); the others run from column 7,
+    # 9 or 0 on: rows of 14, 7, 5 and 11 columns.
+    assert calls[0] == (2, 9) and all(c == (4, 14) for c in calls[1:]) and len(calls) == 4
     monkeypatch.setattr(module._Prefix, "of", classmethod(lambda cls, *a: None))
     whole = oar_g(model, batch, probe=probe, noise_std=1e-2, n_noise=2, generator=_seeded(2))
-    assert fast[:2].gt(0).any() and torch.allclose(fast, whole, rtol=1e-4, atol=1e-6)
+    assert fast[[0, 1, 3]].gt(0).any(dim=1).all() and (fast[2] == 0).all()
+    assert torch.allclose(fast, whole, rtol=1e-4, atol=1e-6)
 
 
 def test_parameter_grads_are_left_exactly_as_they_were(batch):
