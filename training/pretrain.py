@@ -67,7 +67,8 @@ TOKENIZER_WORLDS = (
 def curriculum(progress: float) -> dict[str, float]:
     """Preset mix at training progress in [0, 1]: from mostly `default` to mostly `medium`. A
     little `hard` teaches longer traces; more of it costs steps the model cannot yet use (a
-    mix ending at 25% hard gave lower accuracy on every preset at the same budget)."""
+    mix ending at 25% hard reached 0.39 / 0.085 on default / medium after 3200 steps, this one
+    0.47 / 0.145 after 2700; hard itself stayed below 0.05 with either)."""
     start = {"default": 0.6, "medium": 0.35, "hard": 0.05}
     end = {"default": 0.3, "medium": 0.6, "hard": 0.1}
     return {k: (1 - progress) * start[k] + progress * end[k] for k in start}
