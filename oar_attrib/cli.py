@@ -32,27 +32,24 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 def _read_pairs(path: str) -> tuple[list, list, list[int], int]:
     """Prompts, responses and line numbers of the valid lines, and the number of bad lines
     (each reported on stderr with its line number)."""
+    from .jsonl import NotJSON, iter_jsonl
+
     prompts, responses, lines, bad = [], [], [], 0
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                print(f"{path}:{number}: skipped: not JSON ({err.msg})", file=sys.stderr)
-                bad += 1
-                continue
-            prompt = record.get("prompt") if isinstance(record, dict) else None
-            response = record.get("response") if isinstance(record, dict) else None
-            if not isinstance(prompt, (str, list)) or not isinstance(response, str):
-                print(f"{path}:{number}: skipped: needs a 'prompt' (string or chat messages) "
-                      "and a 'response' string", file=sys.stderr)
-                bad += 1
-                continue
-            prompts.append(prompt)
-            responses.append(response)
-            lines.append(number)
+    for number, record in iter_jsonl(path):
+        if isinstance(record, NotJSON):
+            print(f"{path}:{number}: skipped: not JSON ({record})", file=sys.stderr)
+            bad += 1
+            continue
+        prompt = record.get("prompt") if isinstance(record, dict) else None
+        response = record.get("response") if isinstance(record, dict) else None
+        if not isinstance(prompt, (str, list)) or not isinstance(response, str):
+            print(f"{path}:{number}: skipped: needs a 'prompt' (string or chat messages) "
+                  "and a 'response' string", file=sys.stderr)
+            bad += 1
+            continue
+        prompts.append(prompt)
+        responses.append(response)
+        lines.append(number)
     return prompts, responses, lines, bad
 
 

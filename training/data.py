@@ -13,6 +13,7 @@ from pathlib import Path
 
 from datasets import Dataset
 
+from oar_attrib.jsonl import NotJSON, iter_jsonl
 from oar_attrib.world import Problem, Step, generate_problems
 
 from .errors import DataError
@@ -87,17 +88,12 @@ def read_jsonl(path: str | Path) -> list[dict]:
     if not path.is_file():
         raise DataError(f"{path} does not exist; pass a JSON Lines file (one object per line)")
     records = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(f"{path}:{number}: not JSON ({err.msg})") from None
-            if not isinstance(record, dict):
-                raise DataError(f"{path}:{number}: a record must be a JSON object")
-            records.append(record)
+    for number, record in iter_jsonl(path):
+        if isinstance(record, NotJSON):
+            raise DataError(f"{path}:{number}: not JSON ({record})")
+        if not isinstance(record, dict):
+            raise DataError(f"{path}:{number}: a record must be a JSON object")
+        records.append(record)
     return records
 
 

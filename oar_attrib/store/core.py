@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, Literal, Mapping, Sequence
 
+from ..jsonl import NotJSON, iter_jsonl
 from . import codec, schema
 from .errors import NotFoundError, StoreError
 from .records import AttributionRecord, RunInfo, TraceRecord, TraceRow, json_safe
@@ -206,17 +207,13 @@ class Store:
         run_id = self.add_run(name or path.stem, model=model,
                               config={"source": path.name, **(config or {})})
         pending: list[dict] = []
-        with path.open(encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    pending.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise StoreError(f"{path.name}:{number} is not JSON ({err.msg})") from None
-                if len(pending) >= batch:
-                    self.add_records(run_id, pending)
-                    pending = []
+        for number, record in iter_jsonl(path):
+            if isinstance(record, NotJSON):
+                raise StoreError(f"{path.name}:{number} is not JSON ({record})")
+            pending.append(record)
+            if len(pending) >= batch:
+                self.add_records(run_id, pending)
+                pending = []
         if pending:
             self.add_records(run_id, pending)
         return run_id
