@@ -42,6 +42,16 @@ def tiny_qwen2(seed: int = 0, *, vocab: int = VOCAB, hidden: int = 32, layers: i
     return model.eval()
 
 
+def world_policy(tokenizer, *, max_pos: int = 256) -> Qwen2ForCausalLM:
+    """A random 2-layer Qwen2 (seed 0, ~40k parameters, peaked logits) over `tokenizer`'s
+    vocabulary, for tests that attribute world text tokenized by a real BPE tokenizer."""
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                         max_position_embeddings=max_pos, initializer_range=0.3)
+    return Qwen2ForCausalLM(config).eval()
+
+
 def tiny_llama(seed: int = 0, *, vocab: int = VOCAB, hidden: int = 48, layers: int = 2,
                max_pos: int = 256, dtype: torch.dtype = torch.float32,
                attn: str = "sdpa") -> LlamaForCausalLM:

@@ -14,6 +14,7 @@ from oar_attrib.methods import available_methods, get_method
 from oar_attrib.recall import EXPECTED, oracle_token_mask, summarize, trace_recall
 from oar_attrib.world import generate_problems
 from oar_attrib.world_tokenizer import build_tokenizer
+from models import world_policy
 
 FAST = ["oar_p", "oar_g", "entropy", "grail", "random"]
 
@@ -30,11 +31,7 @@ def tokenizer(problems):
 
 @pytest.fixture(scope="module")
 def model(tokenizer):
-    torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                         max_position_embeddings=256, initializer_range=0.3)
-    return Qwen2ForCausalLM(config).eval()
+    return world_policy(tokenizer)
 
 
 @pytest.fixture(scope="module")

@@ -4,12 +4,11 @@ import json
 
 import numpy as np
 import pytest
-import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from oar_attrib import cli, recall
 from oar_attrib.world import generate_problems
 from oar_attrib.world_tokenizer import build_tokenizer
+from models import world_policy
 
 N, SEED, METHODS = 10, 4, ["oar_p", "entropy", "random"]
 SUMMARY_KEYS = {"methods", "random", "n", "n_scored", "accuracy", "skipped"}
@@ -28,11 +27,7 @@ def tokenizer(problems):
 
 @pytest.fixture(scope="module")
 def model(tokenizer):
-    torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                         max_position_embeddings=256, initializer_range=0.3)
-    return Qwen2ForCausalLM(config).eval()
+    return world_policy(tokenizer)
 
 
 def _response(i: int, problem) -> str:

@@ -16,8 +16,6 @@ import time
 
 import numpy as np
 import pytest
-import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from oar_attrib.attribution import attribute
 from oar_attrib.recall import EXPECTED, oracle_token_mask, summarize, trace_recall
@@ -33,6 +31,7 @@ from oar_attrib.store import codec
 from oar_attrib.store.summaries import spearman
 from oar_attrib.world import generate_problems
 from oar_attrib.world_tokenizer import build_tokenizer
+from models import world_policy
 
 METHODS = ["entropy", "oar_p", "random"]
 
@@ -42,11 +41,7 @@ def tiny_world(n: int = 8, seed: int = 3):
     random 2-layer Qwen2 (~40k parameters) with peaked logits."""
     problems = generate_problems(n, "default", seed=seed, filler_rate=0.5)
     tokenizer = build_tokenizer([p.prompt + p.solution for p in problems], 280)
-    torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                         max_position_embeddings=512, initializer_range=0.3)
-    return problems, tokenizer, Qwen2ForCausalLM(config).eval()
+    return problems, tokenizer, world_policy(tokenizer, max_pos=512)
 
 
 def wrong_solution(problem) -> str:
