@@ -124,10 +124,13 @@ class _Prefix:
         return cls(starts, kv, slot_mask) if kv else None
 
     def continuation(self, embeds: torch.Tensor, batch: ScoringBatch, positions: torch.Tensor):
-        """Forward kwargs that run columns [s_b, n_b) of every row on top of its prefix, and the
-        probe `positions` (B, K) relative to them."""
+        """Forward kwargs that run columns [s_b, e_b) of every row on top of its prefix, and the
+        probe `positions` (B, K) relative to them; e_b is one past the row's last probe site
+        (later columns, the answer's last token and the tail, cannot reach the probe)."""
         n_rows = embeds.shape[0]
         lengths = batch.attention_mask.sum(dim=1)  # (B,)
+        # Columns after the last probe site cannot reach the probe (causal): stop there.
+        lengths = torch.minimum(lengths, (positions.max(dim=1).values + 1).clamp_min(self.starts + 1))
         span = int((lengths - self.starts).max())
         col = self.starts[:, None] + torch.arange(span, device=embeds.device)[None, :]  # (B, Q)
         valid = col < lengths[:, None]

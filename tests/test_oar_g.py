@@ -56,8 +56,9 @@ def test_prompt_prefixes_equal_whole_row_forwards(make, probe, monkeypatch):
     monkeypatch.setattr(type(model), "forward", counting)
     fast = oar_g(model, batch, probe=probe, noise_std=1e-2, n_noise=2, generator=_seeded(2))
     # The prefix forward runs the 2 distinct prompts (9 columns); the others run from column 7,
-    # 9 or 0 on: rows of 14, 7, 5 and 11 columns.
-    assert calls[0] == (2, 9) and all(c == (4, 14) for c in calls[1:]) and len(calls) == 4
+    # 9 or 0 on, up to their last probe site (the last answer token and the tail cannot reach
+    # it): rows of 12, 5, 1 and 9 columns.
+    assert calls[0] == (2, 9) and all(c == (4, 12) for c in calls[1:]) and len(calls) == 4
     monkeypatch.setattr(module._Prefix, "of", classmethod(lambda cls, *a: None))
     whole = oar_g(model, batch, probe=probe, noise_std=1e-2, n_noise=2, generator=_seeded(2))
     assert fast[[0, 1, 3]].gt(0).any(dim=1).all() and (fast[2] == 0).all()
