@@ -17,9 +17,11 @@ The structural oracle marks character spans of a trace (the reference solution o
 model generated) with four sets:
 
 - ``direct``: the tokens the answer is read from when the rest of the trace is held fixed: the
-  *result* of each quantity the final expression combines (``8`` and ``21``) and that step's
-  *name* (``e``, ``f``), because the model finds a result by its name. Masking either changes
-  what the answer-time computation can read. This is the set teacher-forced OAR-P should find.
+  *result* of each quantity the final expression combines (``8`` and ``21``). This is the set
+  teacher-forced OAR-P should find. It is exact only where nothing else in the trace carries
+  the same information, which the `recall` preset guarantees (``reuse_finals=False``): no later
+  step copies a final result as its operand. Where one does (``g=8+2`` above), the value is
+  written twice and masking either copy leaves the other to read from.
 - ``chain``: every step on the answer's dependency path (the final quantities and everything they
   are computed from: ``d=4+7=11``, ``e=11-3=8``, ``f=7*3=21``). In a free-running model each
   step decides the next; with the trace held fixed only the ``direct`` tokens still matter, so
@@ -27,6 +29,11 @@ model generated) with four sets:
 - ``distractor``: steps whose quantity the answer never uses (``g=8+2=10``). A method that
   credits them is wrong.
 - ``filler``: words between steps (``so``) that carry no information.
+
+``names`` (``e``, ``f``: the names of the final quantities' steps) is kept as a fifth set for
+analysis, not in ``direct``: the trace writes the steps in the question's order, so a step's
+place identifies its quantity as well as its name does, and masking a name removes nothing the
+answer needs. (The bundled model bears this out: every method but entropy gives names ~0.)
 
 ``direct`` lies inside ``chain``; ``chain``, ``distractor`` and ``filler`` are disjoint. The oracle
 of a generated trace is found by parsing the trace and following the *problem's* dependency
@@ -59,6 +66,9 @@ class WorldConfig:
     ops: str = "+-*"
     final_ops: str = "+"
     answer_format: str = "gsm8k"
+    # Whether later steps may use the two final quantities as operands. A result that a later
+    # step copies is written twice, so masking one copy leaves the other to read from.
+    reuse_finals: bool = True
 
     def __post_init__(self) -> None:
         if self.n_steps < 2:
@@ -97,6 +107,9 @@ PRESETS: dict[str, WorldConfig] = {
     "default": WorldConfig(),
     "medium": WorldConfig(n_steps=3, n_distractors=1, max_given=9, max_value=50),
     "hard": WorldConfig(n_steps=4, n_distractors=2, max_given=12, max_value=99, final_ops="+-"),
+    # The world `oar recall` scores attribution on: every token of `direct` is the only place
+    # its information is written (the final results are never copied by a later step).
+    "recall": WorldConfig(reuse_finals=False),
 }
 
 
@@ -247,7 +260,14 @@ def _try_problem(rng: random.Random, cfg: WorldConfig) -> Problem | None:
         operands.append(name)
     by_name = {s.name: s for s in path}
     u = path[-1].name
-    v = rng.choice([s.name for s in path[:-1]])
+    if cfg.reuse_finals:
+        v = rng.choice([s.name for s in path[:-1]])
+    else:  # the two steps no other step uses
+        used = {s.left for s in path} | {s.right for s in path}
+        free = [s.name for s in path[:-1] if s.name not in used]
+        if len(free) != 1:
+            return None
+        v = free[0]
     if _ancestors(u, by_name) | _ancestors(v, by_name) != set(by_name):
         return None
     op = rng.choice(cfg.final_ops)
@@ -257,7 +277,8 @@ def _try_problem(rng: random.Random, cfg: WorldConfig) -> Problem | None:
         u, v = v, u
     order = list(path)
     for name in names[cfg.n_steps :]:
-        step = _make_step(rng, name, operands, values, cfg)
+        usable = operands if cfg.reuse_finals else [n for n in operands if n not in (u, v)]
+        step = _make_step(rng, name, usable, values, cfg)
         if step is None or {step.left, step.right} == {u, v}:
             return None  # a distractor must not write the final expression out
         last = max((i for i, s in enumerate(order) if s.name in (step.left, step.right)), default=-1)
@@ -316,7 +337,7 @@ _ANSWER_RE = {
 }
 
 Span = tuple[int, int]
-# Every oracle set a method can be scored against: `names` and `results` are the halves of `direct`.
+# Every oracle set a method can be scored against: `results` is `direct`, `names` the steps' names.
 KNOWN_SETS = ("direct", "chain", "names", "results", "distractor", "filler")
 
 
@@ -329,12 +350,12 @@ class Oracle:
     distractor: tuple[Span, ...]
     filler: tuple[Span, ...]
     complete: bool  # every quantity of the final expression was found in the trace
-    # The two halves of `direct`, to ask which of them a method (or the model) relies on.
+    # The final quantities' names (not in `direct`: see the module docstring) and results.
     names: tuple[Span, ...] = ()
     results: tuple[Span, ...] = ()
 
     def sets(self) -> dict[str, tuple[Span, ...]]:
-        """The four oracle sets (`names` and `results` are parts of `direct`)."""
+        """The four oracle sets (`results` equals `direct`; `names` is for analysis)."""
         return {k: getattr(self, k) for k in ("direct", "chain", "distractor", "filler")}
 
 
@@ -356,7 +377,7 @@ def oracle_spans(problem: Problem, trace: str) -> Oracle:
     results = sorted(last[n].span("res") for n in dict.fromkeys((u, v)) if n in last)
     filler = [m.span() for m in _FILLER_RE.finditer(trace)]
     return Oracle(
-        direct=tuple(sorted(names + results)),
+        direct=tuple(results),
         chain=tuple(chain),
         distractor=tuple(distractor),
         filler=tuple(filler),

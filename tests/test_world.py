@@ -67,13 +67,31 @@ def test_answer_needs_two_results_and_all_path_steps():
         assert all(s.left not in distractors and s.right not in distractors for s in p.steps if s.name in p.path)
 
 
+@pytest.mark.parametrize("preset", ["recall", "medium", "hard"])
+def test_without_reuse_every_final_result_is_written_once(preset):
+    problems = generate_problems(200, preset, seed=3, reuse_finals=False)
+    for p in problems:
+        u, _, v = p.target
+        assert {u, v} <= p.path and all(u not in (s.left, s.right) and v not in (s.left, s.right)
+                                        for s in p.steps)
+        o = p.oracle()
+        finals = sorted(str(p.values[n]) for n in (u, v))
+        assert sorted(_spans_text(p.solution, o.direct)) == finals
+    # With reuse (the other presets' default), later steps do read the finals.
+    reused = generate_problems(200, "default", seed=3)
+    assert any(p.target[2] in (s.left, s.right) or p.target[0] in (s.left, s.right)
+               for p in reused for s in p.steps)
+    assert get_config("recall").reuse_finals is False
+
+
 def test_oracle_spans_cover_exactly_the_intended_text():
     p = generate_problems(1, "default", seed=0)[0]
     text = p.solution
     oracle = p.oracle()
     u, _, v = p.target
     direct = _spans_text(text, oracle.direct)
-    assert sorted(direct) == sorted([u, str(p.values[u]), v, str(p.values[v])])
+    assert sorted(direct) == sorted([str(p.values[u]), str(p.values[v])])
+    assert sorted(_spans_text(text, oracle.names)) == sorted([u, v])
     chain = _spans_text(text, oracle.chain)
     for step in p.steps:
         written = f"{step.name}={p.value(step.left)}{step.op}{p.value(step.right)}={p.values[step.name]}"
