@@ -32,6 +32,9 @@ def test_checkpoint_is_small_safetensors_with_a_model_card():
     # The level the default world is set at: right and wrong answers, groups that mix them.
     default = card["held_out"]["default"]
     assert 0.30 <= default["accuracy"] <= 0.85 and default["mixed_group_rate"] >= 0.5
+    # The demo and `oar recall` run on `recall`: it must answer some right, and groups mix.
+    recall = card["held_out"]["recall"]
+    assert recall["accuracy"] >= 0.15 and recall["mixed_group_rate"] >= 0.4
 
 
 def test_model_card_accuracy_is_what_the_model_measures(bundled):
