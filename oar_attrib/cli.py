@@ -153,11 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--model", default="arith-tiny", help="bundled name or local checkpoint folder")
     rc.add_argument("--n", type=int, default=200, help="number of held-out problems")
     rc.add_argument("--seed", type=int, default=0, help="seed of problems, sampling and bootstrap")
-    rc.add_argument("--preset", default="default", help="world preset")
+    rc.add_argument("--preset", default="recall",
+                    help="world preset (recall: final results written once, so `direct` is exact)")
     rc.add_argument("--methods", nargs="+", default=None, help="methods (default: all registered)")
     rc.add_argument("--probe", default="as_mean", help="outcome probe: lt, as_mean, as_joint")
     rc.add_argument("--sets", nargs="+", default=["direct", "chain"], choices=world.KNOWN_SETS,
-                    help="oracle sets to score against (names and results are the two halves of direct)")
+                    help="oracle sets to score against (results = direct; names: the final steps' names)")
     rc.add_argument("--device", default=None, help="torch device (default: CPU)")
     rc.add_argument("--json", action="store_true", help="print one JSON object")
     rc.add_argument("--no-progress", action="store_true", help="hide the progress bar")

@@ -19,7 +19,7 @@ class DemoConfigError(OARError, ValueError):
     """A demo setting that cannot build a store."""
 
 
-DEMO_VERSION = 2  # bump when the demo's content changes, so cached stores are rebuilt
+DEMO_VERSION = 3  # bump when the demo's content changes, so cached stores are rebuilt
 # Integrated Gradients (32 path steps, each a forward and a backward) costs more than every
 # other method together, so `oar demo` serves the app first and adds it in the background.
 DEFERRED_METHODS = ("ig",)
@@ -37,7 +37,9 @@ class DemoConfig:
     candidates: int = field(default=2, metadata={
         "help": "problems sampled per kept one; groups with right and wrong answers are kept first"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
-    preset: str = field(default="default", metadata={"help": "world preset (default, medium, hard)"})
+    preset: str = field(default="recall", metadata={
+        "help": "world preset (recall: each final result written once, so the recall report's "
+                "`direct` oracle is exact; default, medium, hard)"})
     methods: tuple[str, ...] = field(default=(), metadata={
         "help": "importance methods (default: every registered method)"})
     probe: str = field(default="as_mean", metadata={"help": "outcome probe (lt, as_mean, as_joint)"})

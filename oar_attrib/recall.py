@@ -126,11 +126,12 @@ def summarize(per_trace: list[dict], methods, sets=ORACLE_SETS, seed: int = 0) -
     return summary, rand
 
 
-def oracle_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "default",
+def oracle_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "recall",
                   methods=None, probe: str = "as_mean", progress: bool = False,
                   method_params: dict | None = None, sets=ORACLE_SETS) -> RecallReport:
     """Sample `n` held-out problems, let the model answer, attribute, and score against the
-    oracle sets `sets` (see KNOWN_SETS). Traces without an answer span or without both final
+    oracle sets `sets` (see KNOWN_SETS) on world `preset` (`recall`: no step copies a final
+    result, so every `direct` token is the only carrier of its information). Traces without an answer span or without both final
     quantities are skipped and counted in `skipped`. The report keeps the problems, texts,
     traces and per-trace recall (`RecallReport.to_frame`) for a closer look."""
     sets = tuple(sets)

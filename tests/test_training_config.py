@@ -179,7 +179,7 @@ def test_cli_trains_end_to_end(tmp_path, capsys):
     assert summary["global_step"] == 1
     curve = [json.loads(line) for line in (out / "eval_curve.jsonl").read_text().splitlines()]
     assert [row["step"] for row in curve] == [0, 1] and all(0 <= row["accuracy"] <= 1 for row in curve)
-    assert all(row["accuracy"] == row["accuracy/default"] and "accuracy/medium" in row for row in curve)
+    assert all(row["accuracy"] == row["accuracy/default"] and "accuracy/recall" in row for row in curve)
     assert (out / "model.safetensors").is_file() and (out / "checkpoint-1" / "model.safetensors").is_file()
     assert (out / "runs.db").is_file() and (out / "run_settings.yaml").is_file()
 
