@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", help="accuracy of a model on held-out arithmetic-world problems")
     ev.add_argument("--model", default="arith-tiny", help="bundled name or local checkpoint folder")
-    ev.add_argument("--preset", default="default", help="world preset (default, medium, hard)")
+    ev.add_argument("--preset", default="default", help="world preset (default, recall, medium, hard)")
     ev.add_argument("--n", type=int, default=200, help="number of held-out problems")
     ev.add_argument("--seed", type=int, default=0, help="seed of the problem sample")
     ev.add_argument("--group-size", type=int, default=0,
