@@ -132,8 +132,9 @@ def oracle_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "
     """Sample `n` held-out problems, let the model answer, attribute, and score against the
     oracle sets `sets` (see KNOWN_SETS) on world `preset` (`recall`: no step copies a final
     result, so every `direct` token is the only carrier of its information). Traces without
-    an answer span or without both final quantities are skipped and counted in `skipped`. The report keeps the problems, texts,
-    traces and per-trace recall (`RecallReport.to_frame`) for a closer look."""
+    an answer span or without both final quantities are skipped and counted in `skipped`. The
+    report keeps the problems, texts, traces and per-trace recall (`RecallReport.to_frame`)
+    for a closer look."""
     sets = tuple(sets)
     unknown = [s for s in sets if s not in KNOWN_SETS]
     if unknown or not sets:
