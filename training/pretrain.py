@@ -29,7 +29,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from oar_attrib.configs import add_dataclass_args, dataclass_from_args
 from oar_attrib.evaluation import evaluate_world
 from oar_attrib.world import PRESETS, WorldConfig, generate_problems
-from oar_attrib.spans import find_answer_span
+from oar_attrib.spans import ANSWER, REASONING, locate_answer, segment_tokens
 from oar_attrib.world_tokenizer import build_tokenizer
 
 
@@ -105,21 +105,21 @@ def encode(problems, tokenizer, answer_weight: float = 1.0, mask_rate: float = 0
            generator: torch.Generator | None = None):
     """input_ids, attention_mask, labels (-100 on the prompt and padding) and per-token loss
     weights (`answer_weight` on the final answer's tokens, 1 elsewhere): each (B, L). With
-    `mask_rate`, that share of the reasoning tokens (before the answer marker) is the pad token
-    in input_ids; labels keep the true tokens."""
+    `mask_rate`, that share of the reasoning tokens (OAR's scored segment, before the answer
+    marker) is the pad token in input_ids; labels keep the true tokens."""
     rows, labels, weights = [], [], []
     for p in problems:
         prompt = tokenizer(p.prompt).input_ids
         enc = tokenizer(p.solution, return_offsets_mapping=True)
-        start, end = find_answer_span(p.solution)
-        marker = p.solution.rfind("####") if "####" in p.solution else p.solution.rfind("\\boxed")
-        w = [answer_weight if a < end and start < b else 1.0 for a, b in enc.offset_mapping]
+        # The segments OAR scores by: reasoning (maskable), the answer (weighted), the rest.
+        segments = segment_tokens(enc.offset_mapping, locate_answer(p.solution)).labels
+        w = [answer_weight if label == ANSWER else 1.0 for label in segments]
         response = enc.input_ids + [tokenizer.eos_token_id]
         inputs = list(response)
         if mask_rate > 0:
             draw = torch.rand(len(enc.input_ids), generator=generator).tolist()
-            for i, (_, b) in enumerate(enc.offset_mapping):
-                if b <= marker and draw[i] < mask_rate:
+            for i, label in enumerate(segments):
+                if label == REASONING and draw[i] < mask_rate:
                     inputs[i] = tokenizer.pad_token_id
         rows.append(prompt + inputs)
         labels.append([-100] * len(prompt) + response)
