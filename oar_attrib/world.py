@@ -350,13 +350,21 @@ class Oracle:
     distractor: tuple[Span, ...]
     filler: tuple[Span, ...]
     complete: bool  # every quantity of the final expression was found in the trace
-    # The final quantities' names (not in `direct`: see the module docstring) and results.
+    # The final quantities' names (not in `direct`: see the module docstring).
     names: tuple[Span, ...] = ()
-    results: tuple[Span, ...] = ()
+
+    @property
+    def results(self) -> tuple[Span, ...]:
+        """The final quantities' results: the `direct` set, under the name `--sets` uses."""
+        return self.direct
 
     def sets(self) -> dict[str, tuple[Span, ...]]:
-        """The four oracle sets (`results` equals `direct`; `names` is for analysis)."""
+        """The four oracle sets (`names` is for analysis)."""
         return {k: getattr(self, k) for k in ("direct", "chain", "distractor", "filler")}
+
+    def span_lists(self) -> dict[str, list[list[int]]]:
+        """The four sets as JSON-ready lists of [start, end], as stores keep them."""
+        return {k: [list(s) for s in v] for k, v in self.sets().items()}
 
 
 def oracle_spans(problem: Problem, trace: str) -> Oracle:
@@ -383,7 +391,6 @@ def oracle_spans(problem: Problem, trace: str) -> Oracle:
         filler=tuple(filler),
         complete=u in last and v in last,
         names=tuple(names),
-        results=tuple(results),
     )
 
 

@@ -29,7 +29,7 @@ def world_oracle(problem_json: str, text: str) -> dict:
     from .data import problem_from_json
 
     oracle = problem_from_json(problem_json).oracle(text)
-    return {"complete": oracle.complete, **{k: [list(s) for s in v] for k, v in oracle.sets().items()}}
+    return {"complete": oracle.complete, **oracle.span_lists()}
 
 
 def trace_record(tw: TokenWeights, row: int, *, prompt, reward: float, advantage: float, step: int,

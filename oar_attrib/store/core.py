@@ -54,8 +54,8 @@ def _oracle_sets(oracle) -> tuple[dict, bool | None]:
     """(set name -> spans, complete) of a `world.Oracle`, a dict of spans, or None."""
     if oracle is None:
         return {}, None
-    if hasattr(oracle, "sets"):
-        return {k: [list(s) for s in v] for k, v in oracle.sets().items()}, bool(oracle.complete)
+    if hasattr(oracle, "span_lists"):
+        return oracle.span_lists(), bool(oracle.complete)
     sets = dict(oracle)
     complete = sets.pop("complete", None)
     return ({k: [list(s) for s in v] for k, v in sets.items()},
