@@ -16,6 +16,9 @@ class EvalResult:
     mixed_group_rate: float | None  # share of problems whose sampled group has right and wrong
     group_size: int
     seed: int
+    # Mean accuracy of the sampled answers (all group_size per problem): the quantity the RL
+    # objective raises, which greedy accuracy shows only once the mode itself changes.
+    sampled_accuracy: float | None = None
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -31,11 +34,14 @@ def evaluate_world(
     temperature: float = 1.0,
     batch_size: int = 64,
     progress: bool = False,
+    sample_batch_size: int | None = None,
 ) -> EvalResult:
     """Greedy accuracy and format rate on `n` held-out ('test' split) problems; with
-    `group_size` > 0 also sample that many answers per problem at `temperature` and report the
-    share of problems whose group holds both a right and a wrong answer (GRPO learns only
-    from those)."""
+    `group_size` > 0 also sample that many answers per problem at `temperature` and report
+    their mean accuracy and the share of problems whose group holds both a right and a wrong
+    answer (GRPO learns only from those). Sampling is seeded by `seed`: the same model gives
+    the same figures. `batch_size` and `sample_batch_size` (default: `batch_size`) are the
+    sequences per generate call, greedy and sampled."""
     cfg = get_config(preset)
     problems = generate_problems(n, cfg, seed=seed, split="test")
     prompts = [p.prompt for p in problems]
@@ -43,19 +49,19 @@ def evaluate_world(
     texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
     answers = [extract_answer(t, cfg.answer_format) for t in texts]
     correct = [a == p.answer for a, p in zip(answers, problems)]
-    mixed = None
+    mixed = sampled_accuracy = None
     if group_size > 0:
         sampled = generate(
             model, tokenizer, prompts, do_sample=True, temperature=temperature,
-            num_return_sequences=group_size, batch_size=max(1, batch_size // group_size),
+            num_return_sequences=group_size, batch_size=max(1, (sample_batch_size or batch_size) // group_size),
             seed=seed, progress=progress,
         )
         texts_s = tokenizer.batch_decode(sampled, skip_special_tokens=True)
-        groups = [texts_s[i * group_size : (i + 1) * group_size] for i in range(n)]
-        mixed = sum(
-            len({extract_answer(t, cfg.answer_format) == p.answer for t in g}) == 2
-            for g, p in zip(groups, problems)
-        ) / n
+        groups = [[extract_answer(t, cfg.answer_format) == p.answer
+                   for t in texts_s[i * group_size : (i + 1) * group_size]]
+                  for i, p in enumerate(problems)]
+        mixed = sum(len(set(g)) == 2 for g in groups) / n
+        sampled_accuracy = sum(map(sum, groups)) / (n * group_size)
     return EvalResult(
         preset=preset if isinstance(preset, str) else "custom",
         n=n,
@@ -64,4 +70,5 @@ def evaluate_world(
         mixed_group_rate=mixed,
         group_size=group_size,
         seed=seed,
+        sampled_accuracy=sampled_accuracy,
     )

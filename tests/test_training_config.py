@@ -91,6 +91,8 @@ def test_overrides_fail_clearly():
         resolve("arith-tiny", None, ["oar_tau"])
     with pytest.raises(TrainingConfigError, match="arith-tiny, math-7b"):
         resolve("no-such-preset", None, [])
+    with pytest.raises(TrainingConfigError, match="eval_samples"):
+        build_configs(resolve("arith-tiny", None, ["eval_samples=-1"]))
     assert parse_value("3e-4") == 3e-4 and parse_value("[world, gsm8k]") == ["world", "gsm8k"]
     assert parse_value("no") == "no" and parse_value("false") is False and parse_value("null") is None
 
@@ -171,7 +173,7 @@ def test_cli_trains_end_to_end(tmp_path, capsys):
     tok.save_pretrained(model_dir)
     out = tmp_path / "run"
     argv = ["--preset", "arith-tiny", "--model", str(model_dir), "--output-dir", str(out), "--max-steps", "1",
-            "world_train_size=16", "eval_every=1", "eval_n=4", "threads=0", "per_device_train_batch_size=8",
+            "world_train_size=16", "eval_every=1", "eval_n=4", "eval_samples=2", "threads=0", "per_device_train_batch_size=8",
             "num_generations=4", "max_completion_length=12", "save_steps=1", "oar_store_every=1",
             "oar_store_samples=4"]
     assert main(argv) == 0
@@ -180,6 +182,7 @@ def test_cli_trains_end_to_end(tmp_path, capsys):
     curve = [json.loads(line) for line in (out / "eval_curve.jsonl").read_text().splitlines()]
     assert [row["step"] for row in curve] == [0, 1] and all(0 <= row["accuracy"] <= 1 for row in curve)
     assert all(row["accuracy"] == row["accuracy/default"] and "accuracy/recall" in row for row in curve)
+    assert all(0 <= row["accuracy_sampled/recall"] <= 1 for row in curve)
     assert (out / "model.safetensors").is_file() and (out / "checkpoint-1" / "model.safetensors").is_file()
     assert (out / "runs.db").is_file() and (out / "run_settings.yaml").is_file()
 

@@ -2,7 +2,10 @@
 
 The accuracy is greedy: for world data, `oar_attrib.evaluation.evaluate_world` on 'test'
 problems (the numbers `oar eval` prints); for JSONL data, the mean reward of greedy answers to
-a held-out set. Each evaluation is appended to `<output_dir>/eval_curve.jsonl` and queued as
+a held-out set. With `samples` > 0 the mean accuracy of that many sampled answers per problem
+is logged too (`accuracy_sampled`): RL raises the probability of right answers, which greedy
+accuracy shows only where the most likely answer itself changes. Sampling is seeded, so two
+evaluations differ only by the model. Each evaluation is appended to `<output_dir>/eval_curve.jsonl` and queued as
 `eval/accuracy` for TRL's next log line. Runs on the main process only (not under ZeRO-3,
 whose sharded parameters need every rank for a forward).
 """
@@ -60,9 +63,12 @@ class AccuracyCallback(TrainerCallback):
             self._run(state, model)
 
 
-def world_evaluator(tokenizer, presets: str | list[str] = "default", n: int = 200, seed: int = 0):
+def world_evaluator(tokenizer, presets: str | list[str] = "default", n: int = 200, seed: int = 0,
+                    samples: int = 0, temperature: float = 1.0):
     """model -> greedy accuracy and format rate on `n` held-out problems of each world preset;
-    `accuracy` is the first preset's, `accuracy/<preset>` each one's."""
+    `accuracy` is the first preset's, `accuracy/<preset>` each one's. With `samples` > 0 also
+    `accuracy_sampled[/<preset>]`, the mean accuracy of that many answers per problem sampled at
+    `temperature`."""
     presets = [presets] if isinstance(presets, str) else list(presets)
 
     def evaluate(model) -> dict:
@@ -71,10 +77,14 @@ def world_evaluator(tokenizer, presets: str | list[str] = "default", n: int = 20
         out = {}
         try:
             for preset in presets:
-                res = evaluate_world(model, tokenizer, preset, n=n, seed=seed)
+                res = evaluate_world(model, tokenizer, preset, n=n, seed=seed, group_size=samples,
+                                     temperature=temperature, sample_batch_size=512)
                 out.setdefault("accuracy", res.accuracy)
                 out.setdefault("format_rate", res.format_rate)
                 out[f"accuracy/{preset}"] = res.accuracy
+                if samples:
+                    out.setdefault("accuracy_sampled", res.sampled_accuracy)
+                    out[f"accuracy_sampled/{preset}"] = res.sampled_accuracy
         finally:
             model.train(training)
         return out
@@ -82,26 +92,42 @@ def world_evaluator(tokenizer, presets: str | list[str] = "default", n: int = 20
     return evaluate
 
 
-def reward_evaluator(tokenizer, dataset, reward_fn, max_new_tokens: int = 1024, batch_size: int = 16):
-    """model -> mean reward of greedy completions of `dataset` (prompt and answer columns)."""
+def reward_evaluator(tokenizer, dataset, reward_fn, max_new_tokens: int = 1024, batch_size: int = 16,
+                     samples: int = 0, temperature: float = 1.0, seed: int = 0):
+    """model -> mean reward of greedy completions of `dataset` (prompt and answer columns), and
+    with `samples` > 0 `accuracy_sampled`, that of `samples` completions per record sampled at
+    `temperature` (seeded by `seed`)."""
+    def mean_reward(model, rows, sample: int) -> list[float]:
+        texts = _complete(model, tokenizer, rows["prompt"], max_new_tokens, sample, temperature)
+        repeat = max(sample, 1)  # generate keeps a prompt's completions together
+        extra = {k: [v for v in vals for _ in range(repeat)] for k, vals in rows.items() if k != "prompt"}
+        prompts = [p for p in rows["prompt"] for _ in range(repeat)]
+        return reward_fn(prompts=prompts, completions=texts, **extra)
+
     def evaluate(model) -> dict:
         training = model.training
         model.eval()
-        scores = []
+        greedy, sampled = [], []
         try:
+            torch.manual_seed(seed)
             for start in range(0, len(dataset), batch_size):
                 rows = dataset[start : start + batch_size]
-                texts = _greedy(model, tokenizer, rows["prompt"], max_new_tokens)
-                extra = {k: v for k, v in rows.items() if k != "prompt"}
-                scores += reward_fn(prompts=rows["prompt"], completions=texts, **extra)
+                greedy += mean_reward(model, rows, 0)
+                if samples:
+                    sampled += mean_reward(model, rows, samples)
         finally:
             model.train(training)
-        return {"accuracy": sum(scores) / max(len(scores), 1)}
+        out = {"accuracy": sum(greedy) / max(len(greedy), 1)}
+        if samples:
+            out["accuracy_sampled"] = sum(sampled) / max(len(sampled), 1)
+        return out
 
     return evaluate
 
 
-def _greedy(model, tokenizer, prompts, max_new_tokens: int) -> list[str]:
+def _complete(model, tokenizer, prompts, max_new_tokens: int, samples: int = 0,
+              temperature: float = 1.0) -> list[str]:
+    """Greedy completions (samples=0) or `samples` sampled ones per prompt, prompt-major."""
     def encode(prompt) -> list[int]:
         if isinstance(prompt, list):  # chat messages
             return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True,
@@ -114,7 +140,8 @@ def _greedy(model, tokenizer, prompts, max_new_tokens: int) -> list[str]:
     input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in ids], device=model.device)
     starts = torch.tensor([width - len(r) for r in ids], device=model.device)
     mask = torch.arange(width, device=model.device)[None] >= starts[:, None]  # left padding
-    out = model.generate(input_ids=input_ids, attention_mask=mask.long(), do_sample=False,
-                         max_new_tokens=max_new_tokens, pad_token_id=pad, top_k=None, top_p=None,
-                         temperature=None)
+    sampling = dict(do_sample=True, temperature=temperature, num_return_sequences=samples) if samples \
+        else dict(do_sample=False, temperature=None)
+    out = model.generate(input_ids=input_ids, attention_mask=mask.long(), max_new_tokens=max_new_tokens,
+                         pad_token_id=pad, top_k=None, top_p=None, **sampling)
     return tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)

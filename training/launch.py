@@ -39,6 +39,9 @@ class RunConfig:
     eval_n: int = field(default=200, metadata={"help": "Held-out problems (world) or records (JSONL)."})
     eval_preset: str | list[str] = field(default="default", metadata={
         "help": "World preset(s) of the held-out problems; eval/accuracy is the first one's."})
+    eval_samples: int = field(default=0, metadata={
+        "help": "Also sample this many answers per held-out problem at the training temperature and "
+                "log their mean accuracy as eval/accuracy_sampled[/<preset>] (0: greedy only)."})
     eval_data: str | None = field(default=None, metadata={"help": "JSONL held-out set for non-world data."})
     eval_max_new_tokens: int = field(default=1024, metadata={"help": "Greedy tokens per held-out answer (JSONL)."})
     threads: int = field(default=0, metadata={"help": "torch CPU threads (0: torch's default)."})
@@ -53,8 +56,8 @@ class RunConfig:
         for name in ("world_train_size", "eval_n", "eval_max_new_tokens"):
             if getattr(self, name) < 1:
                 raise TrainingConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.eval_every < 0 or self.threads < 0:
-            raise TrainingConfigError("eval_every and threads must be >= 0")
+        if self.eval_every < 0 or self.threads < 0 or self.eval_samples < 0:
+            raise TrainingConfigError("eval_every, eval_samples and threads must be >= 0")
         if self.data != "world" and self.eval_every > 0 and not self.eval_data:
             raise TrainingConfigError("eval_every > 0 with JSONL data needs eval_data, a held-out JSONL file")
 
@@ -165,21 +168,23 @@ def build_configs(settings: dict):
 # ------------------------------------------------------------------ building the run
 
 
-def build_datasets(run: RunConfig, tokenizer, seed: int):
-    """(train dataset, held-out evaluator or None)."""
+def build_datasets(run: RunConfig, tokenizer, seed: int, temperature: float = 1.0):
+    """(train dataset, held-out evaluator or None); sampled evaluation runs at `temperature`."""
     from .callbacks import reward_evaluator, world_evaluator
     from .data import math_dataset, world_dataset
 
     if run.data == "world":
         train = world_dataset(run.world_train_size, run.world_preset, seed=seed, split="train",
                               answer_format=run.world_answer_format)
-        evaluator = world_evaluator(tokenizer, run.eval_preset, run.eval_n) if run.eval_every else None
+        evaluator = (world_evaluator(tokenizer, run.eval_preset, run.eval_n, samples=run.eval_samples,
+                                     temperature=temperature) if run.eval_every else None)
         return train, evaluator
     train = math_dataset(run.data, tokenizer, run.prompt_template, run.system_prompt, run.data_limit)
     evaluator = None
     if run.eval_every:
         held_out = math_dataset(run.eval_data, tokenizer, run.prompt_template, run.system_prompt, run.eval_n)
-        evaluator = reward_evaluator(tokenizer, held_out, build_rewards(run)[0], run.eval_max_new_tokens)
+        evaluator = reward_evaluator(tokenizer, held_out, build_rewards(run)[0], run.eval_max_new_tokens,
+                                     samples=run.eval_samples, temperature=temperature)
     return train, evaluator
 
 
@@ -201,7 +206,7 @@ def build_trainer(run: RunConfig, args, rollout_func=None):
     if run.threads:
         torch.set_num_threads(run.threads)
     model, tokenizer = load_model(run.model, dtype=run.dtype)
-    train, evaluator = build_datasets(run, tokenizer, args.seed)
+    train, evaluator = build_datasets(run, tokenizer, args.seed, args.temperature)
     trainer = OARGRPOTrainer(model=model, reward_funcs=build_rewards(run), args=args,
                              train_dataset=train, processing_class=tokenizer, rollout_func=rollout_func)
     if evaluator is not None:
