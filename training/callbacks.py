@@ -97,9 +97,10 @@ def reward_evaluator(tokenizer, dataset, reward_fn, max_new_tokens: int = 1024, 
     """model -> mean reward of greedy completions of `dataset` (prompt and answer columns), and
     with `samples` > 0 `accuracy_sampled`, that of `samples` completions per record sampled at
     `temperature` (seeded by `seed`)."""
-    def mean_reward(model, rows, sample: int) -> list[float]:
-        texts = _complete(model, tokenizer, rows["prompt"], max_new_tokens, sample, temperature)
-        repeat = max(sample, 1)  # generate keeps a prompt's completions together
+    def rewards(model, rows, n_samples: int) -> list[float]:
+        """Rewards of greedy (n_samples=0) or n_samples sampled completions of each record."""
+        texts = _complete(model, tokenizer, rows["prompt"], max_new_tokens, n_samples, temperature)
+        repeat = max(n_samples, 1)  # generate keeps a prompt's completions together
         extra = {k: [v for v in vals for _ in range(repeat)] for k, vals in rows.items() if k != "prompt"}
         prompts = [p for p in rows["prompt"] for _ in range(repeat)]
         return reward_fn(prompts=prompts, completions=texts, **extra)
@@ -112,9 +113,9 @@ def reward_evaluator(tokenizer, dataset, reward_fn, max_new_tokens: int = 1024, 
             torch.manual_seed(seed)
             for start in range(0, len(dataset), batch_size):
                 rows = dataset[start : start + batch_size]
-                greedy += mean_reward(model, rows, 0)
+                greedy += rewards(model, rows, 0)
                 if samples:
-                    sampled += mean_reward(model, rows, samples)
+                    sampled += rewards(model, rows, samples)
         finally:
             model.train(training)
         out = {"accuracy": sum(greedy) / max(len(greedy), 1)}
