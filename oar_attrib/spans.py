@@ -270,28 +270,33 @@ def _decode_many(tokenizer, seqs: list[list[int]]) -> list[str]:
     ]
 
 
-def _visible_lengths(tokenizer, ids: list[int], context: int = 4) -> list[tuple[int, int]]:
-    """For each k, (length of the complete text of ids[:k+1], 1 if a character is pending).
+def _visible_lengths(tokenizer, rows: list[list[int]], context: int = 4) -> list[list[tuple[int, int]]]:
+    """Per row, for each k: (length of the complete text of ids[:k+1], 1 if a character is pending).
 
     A byte-level BPE token can end inside a multi-byte character: the decode then ends in
     U+FFFD until a later token completes the character. Token k's new text is the decode of
     a short window ending at k minus the decode of that window without k (trailing U+FFFD
     dropped from both). Windows keep this O(T) and make leading-space rules (SentencePiece)
-    act alike on both decodes. `context` >= 3 covers the longest (4-byte) character.
+    act alike on both decodes. `context` >= 3 covers the longest (4-byte) character. The
+    windows of all rows go to the tokenizer in one batch.
     """
-    starts = [max(0, k - context) for k in range(len(ids))]
-    fulls = _decode_many(tokenizer, [ids[s : k + 1] for k, s in enumerate(starts)])
-    bases = _decode_many(tokenizer, [ids[s:k] for k, s in enumerate(starts)])
-    out, length = [], 0
-    for full, base in zip(fulls, bases):
-        done, before = full.rstrip("\ufffd"), base.rstrip("\ufffd")
-        if not done.startswith(before):
-            raise TokenizerError(
-                "decoding token ids is not incremental for this tokenizer (a window decodes "
-                "differently inside a longer one); pass the response as text instead"
-            )
-        length += len(done) - len(before)
-        out.append((length, 1 if len(done) < len(full) else 0))
+    windows = [(ids, max(0, k - context), k) for ids in rows for k in range(len(ids))]
+    fulls = _decode_many(tokenizer, [ids[s : k + 1] for ids, s, k in windows])
+    bases = _decode_many(tokenizer, [ids[s:k] for ids, s, k in windows])
+    out, at = [], 0
+    for ids in rows:
+        row, length = [], 0
+        for full, base in zip(fulls[at : at + len(ids)], bases[at : at + len(ids)]):
+            done, before = full.rstrip("\ufffd"), base.rstrip("\ufffd")
+            if not done.startswith(before):
+                raise TokenizerError(
+                    "decoding token ids is not incremental for this tokenizer (a window decodes "
+                    "differently inside a longer one); pass the response as text instead"
+                )
+            length += len(done) - len(before)
+            row.append((length, 1 if len(done) < len(full) else 0))
+        out.append(row)
+        at += len(ids)
     return out
 
 
@@ -303,20 +308,29 @@ def offsets_from_ids(tokenizer, ids: Sequence[int]) -> tuple[list[tuple[int, int
     carries part of a multi-byte character covers that whole character, as the tokenizer's
     own offset mapping does; special tokens (EOS, padding) get (len(text), len(text)).
     """
-    ids = [int(i) for i in (ids.tolist() if hasattr(ids, "tolist") else ids)]
+    return offsets_from_ids_batch(tokenizer, [ids])[0]
+
+
+def offsets_from_ids_batch(tokenizer, rows: Sequence[Sequence[int]]) -> list[tuple[list[tuple[int, int]], str]]:
+    """`offsets_from_ids` of each row, with one tokenizer call for all rows' decodes (a training
+    step decodes a whole generation batch; one call per row costs several times more)."""
+    rows = [[int(i) for i in (ids.tolist() if hasattr(ids, "tolist") else ids)] for ids in rows]
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
-    plain = [i for i in ids if i not in special]
-    lengths = _visible_lengths(tokenizer, plain)
-    text = _decode_many(tokenizer, [plain])[0]
-    n = len(text)
-    offsets, prev, j = [], 0, 0
-    for i in ids:
-        if i in special:
-            offsets.append((n, n))
-            continue
-        stable, pending = lengths[j]
-        # The token starts at the first character not completed before it (which may be
-        # a character it shares with the previous token) and ends after its last byte.
-        offsets.append((prev, min(stable + pending, n)))
-        prev, j = stable, j + 1
-    return offsets, text
+    plains = [[i for i in ids if i not in special] for ids in rows]
+    lengths = _visible_lengths(tokenizer, plains)
+    texts = _decode_many(tokenizer, plains)
+    out = []
+    for ids, text, row_lengths in zip(rows, texts, lengths):
+        n = len(text)
+        offsets, prev, j = [], 0, 0
+        for i in ids:
+            if i in special:
+                offsets.append((n, n))
+                continue
+            stable, pending = row_lengths[j]
+            # The token starts at the first character not completed before it (which may be
+            # a character it shares with the previous token) and ends after its last byte.
+            offsets.append((prev, min(stable + pending, n)))
+            prev, j = stable, j + 1
+        out.append((offsets, text))
+    return out

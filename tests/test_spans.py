@@ -11,6 +11,7 @@ from oar_attrib.spans import (
     find_answer_span,
     locate_answer,
     offsets_from_ids,
+    offsets_from_ids_batch,
     segment_tokens,
 )
 
@@ -272,3 +273,15 @@ def test_offsets_from_ids_special_tokens_at_end(qwen):
     seg = segment_tokens(offsets, locate_answer(decoded))
     assert seg.labels[-3:] == ("tail", "tail", "tail")  # "}" then EOS and pad
     assert offsets_from_ids(qwen, []) == ([], "")
+
+
+def test_offsets_from_ids_batch_equals_one_row_at_a_time(qwen):
+    texts = ["a 𝔸 é x 日本語 ✓ #### 3", "So \\boxed{7}", "", "  two  spaces\n\nand\ttabs"]
+    rows = [qwen(t, add_special_tokens=False)["input_ids"] for t in texts]
+    rows[1] = rows[1] + [qwen.eos_token_id, qwen.pad_token_id]
+    batched = offsets_from_ids_batch(qwen, rows)
+    assert batched == [offsets_from_ids(qwen, ids) for ids in rows]
+    assert [text for _, text in batched] == texts
+    for (offsets, text), ids in zip(batched, rows):
+        enc = qwen(text, add_special_tokens=False, return_offsets_mapping=True)
+        assert offsets[: len(enc["input_ids"])] == [tuple(o) for o in enc["offset_mapping"]]

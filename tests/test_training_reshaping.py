@@ -4,7 +4,7 @@ import torch
 
 from oar_attrib.world import generate_problems
 from training import reshaping
-from training.reshaping import (ReshapeSettings, _chunks, encode_row, sample_seed, token_weights,
+from training.reshaping import (ReshapeSettings, _chunks, encode_row, encode_rows, sample_seed, token_weights,
                                 unpad_rows)
 from training.toy import ScriptedRollout, tiny_policy, world_tokenizer
 
@@ -50,6 +50,10 @@ def test_encode_row_segments_sampled_ids(tok, rows):
     assert pair.answer_text == pair.text.split("#### ")[-1]
     assert encode_row(tok, prompt, rows[2][1]).span_found is False  # no answer line
     assert encode_row(tok, prompt, []).span_found is False
+    # The batch path (one decode for all rows) gives each row what it gets alone.
+    prompts, completions = [r[0] for r in rows] + [prompt], [r[1] for r in rows] + [[]]
+    assert encode_rows(tok, prompts, completions, "gsm8k") == [
+        encode_row(tok, p, c, "gsm8k") for p, c in zip(prompts, completions)]
 
 
 def test_sample_seed_depends_only_on_the_row():

@@ -26,7 +26,7 @@ from oar_attrib.gating import bilevel_weights, entropy_topk_mask, grail_weights
 from oar_attrib.inputs import EncodedPair, pairs_to_batch
 from oar_attrib.lm import eval_mode
 from oar_attrib.methods import get_method
-from oar_attrib.spans import locate_answer, offsets_from_ids, segment_tokens
+from oar_attrib.spans import locate_answer, offsets_from_ids_batch, segment_tokens
 
 from .per_row_noise import oar_g_per_row
 
@@ -110,7 +110,18 @@ def encode_row(tokenizer, prompt_ids: list[int], completion_ids: list[int], fmt:
                pattern: str | None = None) -> EncodedPair:
     """One row as an EncodedPair: the completion's offsets come from its ids, so the segments
     match the tokens that were sampled (no re-tokenization)."""
-    offsets, text = offsets_from_ids(tokenizer, completion_ids) if completion_ids else ([], "")
+    return encode_rows(tokenizer, [prompt_ids], [completion_ids], fmt, pattern)[0]
+
+
+def encode_rows(tokenizer, prompt_rows: Sequence[list[int]], completion_rows: Sequence[list[int]],
+                fmt: str = "auto", pattern: str | None = None) -> list[EncodedPair]:
+    """`encode_row` of every row, the completions decoded in one tokenizer call."""
+    decoded = offsets_from_ids_batch(tokenizer, completion_rows)
+    return [_pair(prompt_ids, completion_ids, offsets, text, fmt, pattern)
+            for prompt_ids, completion_ids, (offsets, text) in zip(prompt_rows, completion_rows, decoded)]
+
+
+def _pair(prompt_ids, completion_ids, offsets, text: str, fmt: str, pattern: str | None) -> EncodedPair:
     location = locate_answer(text, fmt, pattern)
     segments = segment_tokens(offsets, location)
     # An answer right at the start of a row with an empty prompt has no predicting position.
@@ -211,8 +222,7 @@ def token_weights(model, tokenizer, prompt_rows: list[list[int]], completion_row
     With method 'none' the spans are still found (for metrics and the run store), weights are 1.
     """
     start = time.perf_counter()
-    pairs = [encode_row(tokenizer, p, c, settings.answer_format, settings.answer_pattern)
-             for p, c in zip(prompt_rows, completion_rows)]
+    pairs = encode_rows(tokenizer, prompt_rows, completion_rows, settings.answer_format, settings.answer_pattern)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     batch = pairs_to_batch(pairs, int(pad))
     scored = batch.scored_mask & batch.has_answer[:, None]
