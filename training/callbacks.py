@@ -5,8 +5,8 @@ problems (the numbers `oar eval` prints); for JSONL data, the mean reward of gre
 a held-out set. With `samples` > 0 the mean accuracy of that many sampled answers per problem
 is logged too (`accuracy_sampled`): RL raises the probability of right answers, which greedy
 accuracy shows only where the most likely answer itself changes. Sampling is seeded, so two
-evaluations differ only by the model. Each evaluation is appended to `<output_dir>/eval_curve.jsonl` and queued as
-`eval/accuracy` for TRL's next log line. Runs on the main process only (not under ZeRO-3,
+evaluations differ only by the model. Each evaluation is appended to
+`<output_dir>/eval_curve.jsonl` and queued as `eval/accuracy` for TRL's next log line. Runs on the main process only (not under ZeRO-3,
 whose sharded parameters need every rank for a forward).
 """
 from __future__ import annotations
