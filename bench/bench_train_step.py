@@ -16,9 +16,9 @@ processes on the machine spreads over all of them; the first step of each run is
     python bench/bench_train_step.py                 # CPU (and GPU if present)
     python bench/bench_train_step.py --steps 2 --rounds 1 --no-gpu   # smoke run
     python bench/bench_train_step.py --attribute-all   # also attribute zero-advantage completions
-Targets: OAR-G <= 1.15x and OAR-P <= 2.5x the step of TRL's GRPOTrainer. By default the trainer skips the
-completions whose advantage is 0 (A_i * w_t = 0 whatever w_t), as in training; the share it
-attributes is printed, since the ratios depend on it.
+Targets: OAR-G <= 1.15x and OAR-P <= 2.5x the step of TRL's GRPOTrainer. By default the
+trainer skips the completions whose advantage is 0 (A_i * w_t = 0 whatever w_t), as in
+training; the share it attributes is printed, since the ratios depend on it.
 """
 from __future__ import annotations
 
@@ -116,7 +116,8 @@ def gpu_setup(tokens: int):
 def run(method: str, make_model, tok, rollout, steps: int, out: Path, cpu: bool, batch: int,
         completion: int, attribute_all: bool) -> dict:
     args = OARConfig(
-        output_dir=str(out), oar_method="none" if method == "trl" else method, learning_rate=0.0, max_steps=steps + 1,
+        output_dir=str(out), oar_method="none" if method == "trl" else method, learning_rate=0.0,
+        max_steps=steps + 1,
         per_device_train_batch_size=batch, num_generations=8, max_completion_length=completion,
         temperature=1.0, top_k=0, seed=0, logging_steps=1, report_to=[], save_strategy="no",
         disable_tqdm=True, use_cpu=cpu, bf16=not cpu, activation_checkpointing=False,
@@ -125,8 +126,8 @@ def run(method: str, make_model, tok, rollout, steps: int, out: Path, cpu: bool,
     timer = StepTimer()
     trainer_class = GRPOTrainer if method == "trl" else OARGRPOTrainer
     trainer = trainer_class(model=make_model(), reward_funcs=[world_reward], args=args,
-                             train_dataset=world_dataset(batch * (steps + 1), WORLD_PRESET, seed=0),
-                             processing_class=tok, rollout_func=rollout, callbacks=[timer])
+                            train_dataset=world_dataset(batch * (steps + 1), WORLD_PRESET, seed=0),
+                            processing_class=tok, rollout_func=rollout, callbacks=[timer])
     trainer.train()
     attr = [h["oar/time_s"] for h in trainer.state.log_history if "oar/time_s" in h]
     found = [h["oar/span_found_rate"] for h in trainer.state.log_history if "oar/span_found_rate" in h]
