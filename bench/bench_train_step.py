@@ -1,14 +1,16 @@
-"""Time one training step of GRPO, OAR-G and OAR-P side by side, in one run, and print ratios.
+"""Time one training step of GRPO (TRL), OAR-G and OAR-P side by side, in one run; print ratios.
 
-A step is one optimizer step of OARGRPOTrainer (generation, rewards, attribution, loss,
-backward, update), timed between the trainer's step callbacks. The learning rate is 0, so
+A step is one optimizer step (generation, rewards, attribution, loss, backward, update) of
+TRL's own GRPOTrainer (the baseline) or of OARGRPOTrainer with oar_method none, oar_g or oar_p,
+timed between the trainer's step callbacks. The learning rate is 0, so
 every method sees the same policy and, with the same seed, the same completions at every step:
 the ratios compare the same work. Methods run round-robin (`--rounds`) so that load from other
 processes on the machine spreads over all of them; the first step of each run is a warm-up.
 
 - CPU: the bundled `arith-tiny` model, sampling its own answers to the `arith-tiny` preset's
-  prompts (world preset `default`; 8 prompts x 8 completions, up to 96 tokens). Without the bundled checkpoint, a random
-  model of its shape with scripted completions (generation cost kept, see training/toy.py).
+  prompts (world preset `default`; 8 prompts x 8 completions, up to 96 tokens). Without the
+  bundled checkpoint, a random model of its shape with scripted completions (generation cost
+  kept, see training/toy.py).
 - GPU (when CUDA is available): a Qwen2-0.5B-shaped random model in bfloat16; completions
   are scripted world solutions stretched to `--gpu-tokens` tokens, after the model has
   sampled as many tokens (so generation costs what it would).
