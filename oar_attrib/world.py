@@ -19,9 +19,11 @@ model generated) with four sets:
 - ``direct``: the tokens the answer is read from when the rest of the trace is held fixed: the
   *result* of each quantity the final expression combines (``8`` and ``21``). This is the set
   teacher-forced OAR-P should find. It is exact only where nothing else in the trace carries
-  the same information, which the `recall` preset guarantees (``reuse_finals=False``): no later
-  step copies a final result as its operand. Where one does (``g=8+2`` above), the value is
-  written twice and masking either copy leaves the other to read from.
+  the same information, which the `recall` preset guarantees: no later step copies a final
+  result as its operand (``reuse_finals=False``; where one does, as ``g=8+2`` above, the value
+  is written twice and masking either copy leaves the other to read from), and every value is
+  one digit (a two-digit sum of one-digit givens always starts with ``1``, which the result's
+  length gives away: masking that digit takes nothing from the answer).
 - ``chain``: every step on the answer's dependency path (the final quantities and everything they
   are computed from: ``d=4+7=11``, ``e=11-3=8``, ``f=7*3=21``). In a free-running model each
   step decides the next; with the trace held fixed only the ``direct`` tokens still matter, so
@@ -108,8 +110,13 @@ PRESETS: dict[str, WorldConfig] = {
     "medium": WorldConfig(n_steps=3, n_distractors=1, max_given=9, max_value=50),
     "hard": WorldConfig(n_steps=4, n_distractors=2, max_given=12, max_value=99, final_ops="+-"),
     # The world `oar recall` scores attribution on: every token of `direct` is the only place
-    # its information is written (the final results are never copied by a later step).
-    "recall": WorldConfig(reuse_finals=False),
+    # its information is written (the final results are never copied by a later step), and every
+    # result is one digit, so each token of `direct` carries a value the answer needs. (With two-
+    # digit results of one-digit givens, as in `recall-wide`, a sum's leading digit is always 1:
+    # the result's length gives it away, and masking it takes nothing from the answer.)
+    "recall": WorldConfig(max_given=4, max_value=9, reuse_finals=False),
+    # The earlier recall world: default sizes, finals never copied, leading digits predictable.
+    "recall-wide": WorldConfig(reuse_finals=False),
 }
 
 

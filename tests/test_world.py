@@ -67,7 +67,7 @@ def test_answer_needs_two_results_and_all_path_steps():
         assert all(s.left not in distractors and s.right not in distractors for s in p.steps if s.name in p.path)
 
 
-@pytest.mark.parametrize("preset", ["recall", "medium", "hard"])
+@pytest.mark.parametrize("preset", ["recall", "recall-wide", "medium", "hard"])
 def test_without_reuse_every_final_result_is_written_once(preset):
     problems = generate_problems(200, preset, seed=3, reuse_finals=False)
     for p in problems:
@@ -82,6 +82,19 @@ def test_without_reuse_every_final_result_is_written_once(preset):
     assert any(p.target[2] in (s.left, s.right) or p.target[0] in (s.left, s.right)
                for p in reused for s in p.steps)
     assert get_config("recall").reuse_finals is False
+
+
+def test_recall_results_are_one_digit_so_no_digit_of_direct_is_predictable():
+    # In `recall-wide` a two-digit sum of two one-digit givens starts with "1": its length gives
+    # that digit away. `recall` keeps every value to one digit, so each token of `direct` is a
+    # whole value.
+    wide_tens = [str(p.values[s.name]) for p in generate_problems(300, "recall-wide", seed=4)
+                 for s in p.steps if s.name in (p.target[0], p.target[2]) and s.op == "+"
+                 and isinstance(s.left, int) and isinstance(s.right, int) and p.values[s.name] > 9]
+    assert wide_tens and {v[0] for v in wide_tens} == {"1"}
+    for p in generate_problems(300, "recall", seed=4):
+        assert all(0 <= v <= 9 for v in p.values.values())
+        assert [b - a for a, b in p.oracle().direct] == [1, 1]
 
 
 def test_oracle_spans_cover_exactly_the_intended_text():
