@@ -37,7 +37,7 @@ from oar_attrib.world_tokenizer import build_tokenizer
 class PretrainConfig:
     out: str = field(default="runs/arith-tiny", metadata={"help": "checkpoint folder to write"})
     seed: int = field(default=0, metadata={"help": "seed of data, init and order"})
-    steps: int = field(default=4200, metadata={"help": "optimizer steps"})
+    steps: int = field(default=8000, metadata={"help": "optimizer steps"})
     batch_size: int = field(default=32, metadata={"help": "sequences per step"})
     lr: float = field(default=3e-3, metadata={"help": "peak learning rate (AdamW)"})
     warmup: int = field(default=100, metadata={"help": "linear warm-up steps"})
@@ -76,16 +76,16 @@ TOKENIZER_WORLDS = (
 
 
 def curriculum(progress: float) -> dict[str, float]:
-    """Preset mix at training progress in [0, 1]. `default` (what RL trains on) and `recall`
-    (what attribution is scored on) throughout, a growing share of `medium` and a little `hard`
-    for longer traces. Measured, greedy on 200 held-out problems: a mix without `recall`
-    (default .6 -> .3, medium .35 -> .6, hard .05 -> .1, no masking, 3600 steps) gave default
-    0.47 but recall 0.15; default .45 -> .25 / recall .2 -> .15 with mask_rate 0.03 gave 0.315 /
-    0.225; this mix with 4200 steps gives 0.39 / 0.225 with mask_rate 0.08 and 0.53 / 0.245
-    with 0.15 (the shipped model). With 0.15, 8000 steps give 0.635 / 0.305 (OAR-P direct recall
-    0.579 against 0.531, not yet shipped); width 192 at 4200 steps gives 0.16 / 0.14."""
-    start = {"default": 0.5, "recall": 0.25, "medium": 0.2, "hard": 0.05}
-    end = {"default": 0.35, "recall": 0.25, "medium": 0.3, "hard": 0.1}
+    """Preset mix at training progress in [0, 1]. `default` (what RL trains on), `recall` (what
+    attribution is scored on) and `recall-wide` throughout, a growing share of `medium` and a
+    little `hard` for longer traces. Measured, greedy on 200 held-out problems (default /
+    recall-wide): a mix without recall problems and without masking (3600 steps) gave 0.47 /
+    0.15; with mask_rate 0.03, 0.315 / 0.225; the earlier mix (default .5 -> .35, recall-wide
+    .25) with 4200 steps 0.39 / 0.225 at mask_rate 0.08 and 0.53 / 0.245 at 0.15 (the model
+    shipped before this one), and 0.635 / 0.305 with 8000 steps; width 192 at 4200 steps
+    0.16 / 0.14. This mix, 8000 steps, mask_rate 0.15 (shipped): 0.625 / 0.30, `recall` 0.395."""
+    start = {"default": 0.45, "recall": 0.15, "recall-wide": 0.15, "medium": 0.2, "hard": 0.05}
+    end = {"default": 0.35, "recall": 0.15, "recall-wide": 0.15, "medium": 0.25, "hard": 0.1}
     return {k: (1 - progress) * start[k] + progress * end[k] for k in start}
 
 
