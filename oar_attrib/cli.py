@@ -8,6 +8,9 @@ import sys
 from . import world
 from .errors import OARError
 
+# `recall.RECALL_SETS`, spelled out so that building the parser does not import torch.
+RECALL_SET_NAMES = world.KNOWN_SETS + ("counterfactual",)
+
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     from .evaluation import evaluate_world
@@ -90,7 +93,7 @@ def _cmd_recall(args: argparse.Namespace) -> int:
     model, tokenizer = load_model(args.model, device=args.device)
     report = oracle_recall(model, tokenizer, n=args.n, seed=args.seed, preset=args.preset,
                            methods=args.methods, probe=args.probe, progress=not args.no_progress,
-                           sets=args.sets)
+                           sets=args.sets, cf_positions=args.cf_positions)
     if args.json:
         print(json.dumps(report.as_dict()))
         return 0
@@ -157,8 +160,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="world preset (recall: final results written once, so `direct` is exact)")
     rc.add_argument("--methods", nargs="+", default=None, help="methods (default: all registered)")
     rc.add_argument("--probe", default="as_mean", help="outcome probe: lt, as_mean, as_joint")
-    rc.add_argument("--sets", nargs="+", default=["direct", "chain"], choices=world.KNOWN_SETS,
-                    help="oracle sets to score against (results = direct; names: the final steps' names)")
+    rc.add_argument("--sets", nargs="+", default=["direct", "chain"], choices=RECALL_SET_NAMES,
+                    help="oracle sets to score against (results = direct; names: the final steps' "
+                         "names; counterfactual: the positions whose replacement changes the "
+                         "model's regenerated answer)")
+    rc.add_argument("--cf-positions", type=int, default=64,
+                    help="counterfactual set: scored positions tested per trace (one greedy "
+                         "regeneration each)")
     rc.add_argument("--device", default=None, help="torch device (default: CPU)")
     rc.add_argument("--json", action="store_true", help="print one JSON object")
     rc.add_argument("--no-progress", action="store_true", help="hide the progress bar")

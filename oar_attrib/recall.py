@@ -3,6 +3,12 @@
 Problems are sampled from the held-out split, the model writes its own traces (greedy), every
 method attributes them, and each method's top-|O| tokens are compared with the structural
 oracle sets of the trace (`direct`, `chain`), with 95% bootstrap intervals over traces.
+
+The set `counterfactual` is the model's own oracle (METHOD.md 8b) instead of the world's: a
+scored position is in it when replacing its token by the pad token and regenerating the rest
+greedily changes the extracted answer. It is ranked among the positions tested (all scored
+ones, up to `cf_positions` per trace), and traces where no tested position changes the answer
+have no recall for it (the summary's `n` counts the rest).
 """
 from __future__ import annotations
 
@@ -12,13 +18,16 @@ from typing import ClassVar
 import numpy as np
 
 from .attribution import AttributionBatch, TraceAttribution, attribute
+from .counterfactual import counterfactual_oracle
 from .generation import generate
 from .errors import InputError
 from .methods import available_methods
 from .metrics import average_precision, bootstrap_ci, random_recall, recall_at_k
-from .world import KNOWN_SETS, Oracle, generate_problems
+from .world import KNOWN_SETS, Oracle, Problem, extract_answer, generate_problems
 
 ORACLE_SETS = ("direct", "chain")
+COUNTERFACTUAL = "counterfactual"
+RECALL_SETS = KNOWN_SETS + (COUNTERFACTUAL,)
 EXPECTED = "random_expectation"
 
 
@@ -30,25 +39,64 @@ def oracle_token_mask(offsets, spans) -> np.ndarray:
     return mask
 
 
-def trace_recall(trace: TraceAttribution, oracle: Oracle, sets=ORACLE_SETS) -> dict:
+def trace_recall(trace: TraceAttribution, oracle: Oracle, sets=ORACLE_SETS,
+                 token_sets: dict | None = None) -> dict:
     """Recall@|O| and AP per method and oracle set for one trace, plus the expectation of a
-    random ranking under the key EXPECTED (the method named `random` is a real draw)."""
+    random ranking under the key EXPECTED (the method named `random` is a real draw).
+
+    A set named in `token_sets` is given per token instead of by the oracle's character spans:
+    `token_sets[name] = (target, tested)`, two (T,) bool masks; it is ranked among the tested
+    scored positions only."""
     scored = np.array(trace.scored)
+    token_sets = token_sets or {}
     out: dict = {EXPECTED: {}}
     for name in sets:
-        target = oracle_token_mask(trace.offsets, getattr(oracle, name)) & scored
-        out[EXPECTED][name] = float(random_recall(target, scored)) if target.any() else float("nan")
+        if name in token_sets:
+            target, tested = (np.asarray(m, dtype=bool) for m in token_sets[name])
+            among = tested & scored
+            target = target & among
+        else:
+            among = scored
+            target = oracle_token_mask(trace.offsets, getattr(oracle, name)) & scored
+        out[EXPECTED][name] = float(random_recall(target, among)) if target.any() else float("nan")
         for method, scores in trace.scores.items():
             values = np.asarray(scores, dtype=np.float64)
             res = out.setdefault(method, {})
-            if not target.any() or not np.isfinite(values[scored]).all():
+            if not target.any() or not np.isfinite(values[among]).all():
                 res[name] = {"recall": float("nan"), "ap": float("nan")}
                 continue
             res[name] = {
-                "recall": float(recall_at_k(values, target, scored)),
-                "ap": float(average_precision(values, target, scored)),
+                "recall": float(recall_at_k(values, target, among)),
+                "ap": float(average_precision(values, target, among)),
             }
     return out
+
+
+def counterfactual_masks(model, tokenizer, problem: Problem, trace: TraceAttribution,
+                         max_positions: int = 64, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(target, tested): (T,) bool masks of the trace's scored positions whose replacement by
+    the pad token changes the greedily regenerated answer, and of the positions tested (at most
+    `max_positions`, spread evenly by `choose_positions`)."""
+    positions = [t for t, s in enumerate(trace.scored) if s]
+    target = np.zeros(len(trace.token_ids), dtype=bool)
+    tested = np.zeros_like(target)
+    if not positions:
+        return target, tested
+
+    def answer(text: str) -> str | None:
+        value = extract_answer(text, problem.answer_format)
+        return None if value is None else str(value)
+
+    prompt_ids = tokenizer(problem.prompt, add_special_tokens=False).input_ids
+    causal = counterfactual_oracle(
+        model, tokenizer, prompt_ids, trace.token_ids, positions, answer,
+        max_positions=max_positions, seed=seed, batch_size=64,
+        # The original response reached its answer within its own length.
+        max_new_tokens=len(trace.token_ids) + 8,
+    )
+    tested[list(causal)] = True
+    target[[t for t, c in causal.items() if c]] = True
+    return target, tested
 
 
 def _summary(values: list[float], seed: int) -> dict:
@@ -128,17 +176,22 @@ def summarize(per_trace: list[dict], methods, sets=ORACLE_SETS, seed: int = 0) -
 
 def oracle_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "recall",
                   methods=None, probe: str = "as_mean", progress: bool = False,
-                  method_params: dict | None = None, sets=ORACLE_SETS) -> RecallReport:
+                  method_params: dict | None = None, sets=ORACLE_SETS,
+                  cf_positions: int = 64) -> RecallReport:
     """Sample `n` held-out problems, let the model answer, attribute, and score against the
-    oracle sets `sets` (see KNOWN_SETS) on world `preset` (`recall`: no step copies a final
-    result, so every `direct` token is the only carrier of its information). Traces without
-    an answer span or without both final quantities are skipped and counted in `skipped`. The
-    report keeps the problems, texts, traces and per-trace recall (`RecallReport.to_frame`)
-    for a closer look."""
+    oracle sets `sets` (see RECALL_SETS) on world `preset` (`recall`: no step copies a final
+    result and every value is one digit, so every `direct` token is the only carrier of a value
+    the answer needs). `counterfactual` is the model's own oracle (module docstring), tested on
+    up to `cf_positions` scored positions per trace, one greedy regeneration each. Traces
+    without an answer span or without both final quantities are skipped and counted in
+    `skipped`. The report keeps the problems, texts, traces and per-trace recall
+    (`RecallReport.to_frame`) for a closer look."""
     sets = tuple(sets)
-    unknown = [s for s in sets if s not in KNOWN_SETS]
+    unknown = [s for s in sets if s not in RECALL_SETS]
     if unknown or not sets:
-        raise InputError(f"unknown oracle set(s) {unknown or sets}; choose from {', '.join(KNOWN_SETS)}")
+        raise InputError(f"unknown oracle set(s) {unknown or sets}; choose from {', '.join(RECALL_SETS)}")
+    if cf_positions < 1:
+        raise InputError(f"cf_positions={cf_positions} must be >= 1")
     methods = list(methods or available_methods())
     problems = generate_problems(n, preset, seed=seed, split="test")
     ids = generate(model, tokenizer, [p.prompt for p in problems], progress=progress)
@@ -148,13 +201,20 @@ def oracle_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "
     correct = [problem.reward(text) == 1.0 for problem, text in zip(problems, texts)]
     oracles = [problem.oracle(text) for problem, text in zip(problems, texts)]
     skipped, status, per_trace = {"no_answer_span": 0, "incomplete_trace": 0}, [], []
-    for trace, oracle in zip(traces, oracles):
+    for problem, trace, oracle in zip(problems, traces, oracles):
         reason = ("no_answer_span" if not trace.span_found
                   else "incomplete_trace" if not oracle.complete else None)
         if reason is not None:
             skipped[reason] += 1
         status.append(reason or "scored")
-        per_trace.append(None if reason else trace_recall(trace, oracle, sets))
+        if reason:
+            per_trace.append(None)
+            continue
+        token_sets = {}
+        if COUNTERFACTUAL in sets:
+            token_sets[COUNTERFACTUAL] = counterfactual_masks(model, tokenizer, problem, trace,
+                                                              cf_positions, seed)
+        per_trace.append(trace_recall(trace, oracle, sets, token_sets))
     summary, rand = summarize([t for t in per_trace if t is not None], methods, sets, seed=seed)
     return RecallReport(methods=summary, random=rand, n=n, n_scored=status.count("scored"),
                         accuracy=sum(correct) / n, skipped=skipped, problems=problems,

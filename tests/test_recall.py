@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from oar_attrib import cli, recall
-from oar_attrib.world import generate_problems
+from oar_attrib.world import extract_answer, generate_problems
 from oar_attrib.world_tokenizer import build_tokenizer
 from models import world_policy
 
@@ -131,3 +131,85 @@ def test_names_and_results_can_be_scored_beside_direct(scripted, model, tokenize
     with pytest.raises(SystemExit):  # argparse refuses it before anything is loaded
         cli.main(["recall", "--sets", "answer"])
     assert "invalid choice: 'answer'" in capsys.readouterr().err
+
+
+def test_a_token_set_is_ranked_among_its_tested_positions_only(report):
+    i = report.status.index("scored")
+    trace, oracle = report.traces[i], report.oracles[i]
+    scores = np.asarray(trace.scores["oar_p"])
+    scored = [t for t, s in enumerate(trace.scored) if s]
+    best = max(scored, key=lambda t: scores[t])
+    tested = np.zeros(len(scores), dtype=bool)
+    tested[[t for t in scored if t != best]] = True
+    # The top position among the tested ones is found at k=1, although an untested one
+    # scores higher; the bottom one is not.
+    top = max((t for t in scored if t != best), key=lambda t: scores[t])
+    bottom = min((t for t in scored if t != best), key=lambda t: scores[t])
+    for target_pos, want in ((top, 1.0), (bottom, 0.0)):
+        target = np.zeros_like(tested)
+        target[target_pos] = True
+        row = recall.trace_recall(trace, oracle, ("direct", "counterfactual"),
+                                  {"counterfactual": (target, tested)})
+        assert row["oar_p"]["counterfactual"]["recall"] == pytest.approx(want)
+        assert row[recall.EXPECTED]["counterfactual"] == pytest.approx(1 / tested.sum())
+        assert row["oar_p"]["direct"] == recall.trace_recall(trace, oracle, ("direct",))["oar_p"]["direct"]
+    # A tested position outside the scored set is not ranked.
+    outside = trace.scored.index(False) if False in trace.scored else None
+    if outside is not None:
+        tested[outside] = True
+        target = np.zeros_like(tested)
+        target[[outside, top]] = True
+        row = recall.trace_recall(trace, oracle, ("counterfactual",), {"counterfactual": (target, tested)})
+        assert row["oar_p"]["counterfactual"]["recall"] == pytest.approx(1.0)
+
+
+def test_counterfactual_set_scores_the_model_oracle_of_each_trace(scripted, monkeypatch, model, tokenizer):
+    # An oracle that marks exactly the `direct` tokens among all scored positions gives the
+    # `direct` figures: the counterfactual set goes through the same ranking.
+    calls = []
+
+    def fake_oracle(model_, tok, prompt_ids, response_ids, positions, extract, *, max_positions, **kw):
+        calls.append((prompt_ids, list(response_ids), list(positions), max_positions))
+        text = tok.decode(response_ids, skip_special_tokens=True)
+        assert extract(text) is not None  # the world's answer of the trace itself
+        offsets = tok(text, add_special_tokens=False, return_offsets_mapping=True).offset_mapping
+        problem = next(p for p in problems_by_prompt if tok(p.prompt, add_special_tokens=False).input_ids == prompt_ids)
+        direct = recall.oracle_token_mask(offsets, problem.oracle(text).direct)
+        return {t: bool(direct[t]) for t in positions}
+
+    problems_by_prompt = generate_problems(N, "recall", seed=SEED, split="test")
+    monkeypatch.setattr(recall, "counterfactual_oracle", fake_oracle)
+    report = recall.oracle_recall(model, tokenizer, n=N, seed=SEED, methods=METHODS,
+                                  sets=("direct", "counterfactual"), cf_positions=7)
+    assert len(calls) == report.n_scored
+    for method in METHODS:
+        assert report.methods[method]["counterfactual"] == report.methods[method]["direct"]
+    assert report.random["counterfactual"] == report.random["direct"]
+    scored_traces = [t for t, s in zip(report.traces, report.status) if s == "scored"]
+    for (prompt_ids, response_ids, positions, max_positions), trace in zip(calls, scored_traces):
+        assert response_ids == trace.token_ids and max_positions == 7
+        assert positions == [t for t, s in enumerate(trace.scored) if s]
+    with pytest.raises(recall.InputError, match="cf_positions"):
+        recall.oracle_recall(model, tokenizer, n=2, seed=SEED, methods=METHODS,
+                             sets=("counterfactual",), cf_positions=0)
+
+
+def test_counterfactual_masks_are_the_counterfactual_oracle(scripted, model, tokenizer, problems):
+    report = recall.oracle_recall(model, tokenizer, n=N, seed=SEED, methods=["random"], sets=("direct",))
+    i = report.status.index("scored")
+    trace, problem = report.traces[i], problems[i]
+    target, tested = recall.counterfactual_masks(model, tokenizer, problem, trace, max_positions=5, seed=1)
+    positions = [t for t, s in enumerate(trace.scored) if s]
+    causal = recall.counterfactual_oracle(
+        model, tokenizer, tokenizer(problem.prompt, add_special_tokens=False).input_ids, trace.token_ids,
+        positions, lambda text: None if (a := extract_answer(text)) is None else str(a),
+        max_positions=5, seed=1, max_new_tokens=len(trace.token_ids) + 8)
+    assert tested.sum() == len(causal) == 5 and set(np.flatnonzero(tested)) == set(causal)
+    assert set(np.flatnonzero(target)) == {t for t, c in causal.items() if c}
+
+
+def test_cli_recall_offers_every_recall_set():
+    parser = cli.build_parser()
+    action = next(a for a in parser._subparsers._group_actions[0].choices["recall"]._actions
+                  if a.dest == "sets")
+    assert tuple(action.choices) == recall.RECALL_SETS
