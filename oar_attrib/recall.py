@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from .attribution import AttributionBatch, TraceAttribution, attribute
 from .counterfactual import counterfactual_oracle
@@ -201,7 +202,9 @@ def oracle_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "
     correct = [problem.reward(text) == 1.0 for problem, text in zip(problems, texts)]
     oracles = [problem.oracle(text) for problem, text in zip(problems, texts)]
     skipped, status, per_trace = {"no_answer_span": 0, "incomplete_trace": 0}, [], []
-    for problem, trace, oracle in zip(problems, traces, oracles):
+    rows = tqdm(zip(problems, traces, oracles), total=n, desc="counterfactual oracle",
+                disable=not progress or COUNTERFACTUAL not in sets)
+    for problem, trace, oracle in rows:
         reason = ("no_answer_span" if not trace.span_found
                   else "incomplete_trace" if not oracle.complete else None)
         if reason is not None:
