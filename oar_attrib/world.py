@@ -336,7 +336,8 @@ def generate_problems(
 # ---------------------------------------------------------------------------------------------
 # Parsing traces: the oracle and the reward.
 
-_STEP_RE = re.compile(r"(?<![a-z])(?P<name>[a-z])=(?P<l>-?\d+)(?P<op>[+\-*])(?P<r>-?\d+)=(?P<res>-?\d+)")
+# One written step, `name=left op right=result`, with each part a named group.
+STEP_RE = re.compile(r"(?<![a-z])(?P<name>[a-z])=(?P<l>-?\d+)(?P<op>[+\-*])(?P<r>-?\d+)=(?P<res>-?\d+)")
 _FILLER_RE = re.compile(r"\b(?:" + "|".join(FILLERS) + r")\b")
 _ANSWER_RE = {
     "gsm8k": re.compile(r"####\s*(-?\d+)"),
@@ -381,7 +382,7 @@ def oracle_spans(problem: Problem, trace: str) -> Oracle:
     needed = _ancestors(u, by_name) | _ancestors(v, by_name)
     chain, distractor = [], []
     last: dict[str, re.Match] = {}
-    for m in _STEP_RE.finditer(trace):
+    for m in STEP_RE.finditer(trace):
         name = m.group("name")
         if name in needed:
             chain.append((m.start("name"), m.end("res")))

@@ -16,7 +16,6 @@ model does not use.
 from __future__ import annotations
 
 import argparse
-import re
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -24,8 +23,7 @@ import torch
 
 import oar_attrib as oa
 from oar_attrib.recall import oracle_token_mask
-
-STEP = re.compile(r"(?<![a-z])(?P<name>[a-z])=(?P<l>-?\d+)(?P<op>[+\-*])(?P<r>-?\d+)=(?P<res>-?\d+)")
+from oar_attrib.world import STEP_RE as STEP
 
 
 @torch.no_grad()

@@ -163,7 +163,8 @@ def test_a_token_set_is_ranked_among_its_tested_positions_only(report):
         assert row["oar_p"]["counterfactual"]["recall"] == pytest.approx(1.0)
 
 
-def test_counterfactual_set_scores_the_model_oracle_of_each_trace(scripted, monkeypatch, model, tokenizer):
+def test_counterfactual_set_scores_the_model_oracle_of_each_trace(scripted, monkeypatch, model, tokenizer,
+                                                                  problems):
     # An oracle that marks exactly the `direct` tokens among all scored positions gives the
     # `direct` figures: the counterfactual set goes through the same ranking.
     calls = []
@@ -173,11 +174,10 @@ def test_counterfactual_set_scores_the_model_oracle_of_each_trace(scripted, monk
         text = tok.decode(response_ids, skip_special_tokens=True)
         assert extract(text) is not None  # the world's answer of the trace itself
         offsets = tok(text, add_special_tokens=False, return_offsets_mapping=True).offset_mapping
-        problem = next(p for p in problems_by_prompt if tok(p.prompt, add_special_tokens=False).input_ids == prompt_ids)
+        problem = next(p for p in problems if tok(p.prompt, add_special_tokens=False).input_ids == prompt_ids)
         direct = recall.oracle_token_mask(offsets, problem.oracle(text).direct)
         return {t: bool(direct[t]) for t in positions}
 
-    problems_by_prompt = generate_problems(N, "recall", seed=SEED, split="test")
     monkeypatch.setattr(recall, "counterfactual_oracle", fake_oracle)
     report = recall.oracle_recall(model, tokenizer, n=N, seed=SEED, methods=METHODS,
                                   sets=("direct", "counterfactual"), cf_positions=7)

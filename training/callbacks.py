@@ -6,8 +6,9 @@ a held-out set. With `samples` > 0 the mean accuracy of that many sampled answer
 is logged too (`accuracy_sampled`): RL raises the probability of right answers, which greedy
 accuracy shows only where the most likely answer itself changes. Sampling is seeded, so two
 evaluations differ only by the model. Each evaluation is appended to
-`<output_dir>/eval_curve.jsonl` and queued as `eval/accuracy` for TRL's next log line. Runs on the main process only (not under ZeRO-3,
-whose sharded parameters need every rank for a forward).
+`<output_dir>/eval_curve.jsonl` and queued as `eval/accuracy` for TRL's next log line. Runs on
+the main process only (not under ZeRO-3, whose sharded parameters need every rank for a
+forward).
 """
 from __future__ import annotations
 
