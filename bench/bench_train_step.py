@@ -10,7 +10,7 @@ processes on the machine spreads over all of them; the first step of each run is
 - CPU: the bundled `arith-tiny` model, sampling its own answers to the `arith-tiny` preset's
   prompts (world preset `default`; 8 prompts x 8 completions, up to 96 tokens). Without the
   bundled checkpoint, a random model of its shape with scripted completions (generation cost
-  kept, see training/toy.py).
+  kept, see oar_attrib/training/toy.py).
 - GPU (when CUDA is available): a Qwen2-0.5B-shaped random model in bfloat16; completions
   are scripted world solutions stretched to `--gpu-tokens` tokens, after the model has
   sampled as many tokens (so generation costs what it would).
@@ -41,11 +41,11 @@ from transformers.utils import logging as hf_logging  # noqa: E402
 from trl import GRPOTrainer  # noqa: E402
 
 from oar_attrib.world import generate_problems  # noqa: E402
-from training.config import OARConfig  # noqa: E402
-from training.data import world_dataset  # noqa: E402
-from training.rewards import world_reward  # noqa: E402
-from training.toy import ScriptedRollout, tiny_policy, variant_text, world_tokenizer  # noqa: E402
-from training.trainer import OARGRPOTrainer  # noqa: E402
+from oar_attrib.training.config import OARConfig  # noqa: E402
+from oar_attrib.training.data import world_dataset  # noqa: E402
+from oar_attrib.training.rewards import world_reward  # noqa: E402
+from oar_attrib.training.toy import ScriptedRollout, tiny_policy, variant_text, world_tokenizer  # noqa: E402
+from oar_attrib.training.trainer import OARGRPOTrainer  # noqa: E402
 
 METHODS = ("trl", "none", "oar_g", "oar_p")
 # `trl` is TRL's own GRPOTrainer, the baseline of the targets; `none` is OARGRPOTrainer with

@@ -1,6 +1,6 @@
 """Load test of the web app: N concurrent clients on the trace and report pages, loopback only.
 
-The server runs in its own process (`webapp.cli.serve` on 127.0.0.1, a free port), so that the
+The server runs in its own process (`oar_attrib.webapp.cli.serve` on 127.0.0.1, a free port), so that the
 clients' threads do not share its interpreter. Each client sends its share of a fixed number
 of requests, cycling over the run's trace pages and its report page (one request in
 `--report-every` is a report). Any status other than 200, or a failed connection, is an error;
@@ -27,8 +27,8 @@ import httpx  # noqa: E402
 
 SERVER = """
 import sys
-from webapp.cli import serve
-from webapp.main import create_app
+from oar_attrib.webapp.cli import serve
+from oar_attrib.webapp.main import create_app
 serve(create_app(sys.argv[1]), "127.0.0.1", 0)
 """
 
@@ -39,10 +39,10 @@ def build_store(path: Path, n_problems: int) -> None:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from oar_attrib.demo import DemoConfig, write_problem_run
+    from oar_attrib.webapp.demo import DemoConfig, write_problem_run
     from oar_attrib.store import Store
     from oar_attrib.world import generate_problems
-    from oar_attrib.world_tokenizer import build_tokenizer
+    from oar_attrib.world.tokenizer import build_tokenizer
 
     problems = generate_problems(n_problems, "default", seed=0, split="test")
     tokenizer = build_tokenizer([p.prompt + p.solution for p in problems], 280)

@@ -13,7 +13,7 @@ RECALL_SET_NAMES = world.KNOWN_SETS + ("counterfactual",)
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from .evaluation import evaluate_world
+    from .world.evaluation import evaluate_world
     from .models import load_model
 
     model, tokenizer = load_model(args.model)
@@ -88,7 +88,7 @@ def _cmd_attribute(args: argparse.Namespace) -> int:
 
 def _cmd_recall(args: argparse.Namespace) -> int:
     from .models import load_model
-    from .recall import oracle_recall
+    from .analysis.recall import oracle_recall
 
     model, tokenizer = load_model(args.model, device=args.device)
     report = oracle_recall(model, tokenizer, n=args.n, seed=args.seed, preset=args.preset,

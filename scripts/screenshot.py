@@ -19,7 +19,7 @@ from pathlib import Path
 def serve(store: str):
     import uvicorn
 
-    from webapp import create_app
+    from oar_attrib.webapp import create_app
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))

@@ -7,7 +7,7 @@ import torch
 
 from oar_attrib import load_model
 from oar_attrib.errors import ModelLoadError
-from oar_attrib.evaluation import evaluate_world
+from oar_attrib.world.evaluation import evaluate_world
 from oar_attrib.generation import generate
 from oar_attrib.inputs import encode_pairs
 from oar_attrib.models import bundled_path
@@ -26,7 +26,7 @@ def test_checkpoint_is_small_safetensors_with_a_model_card():
     assert "model.safetensors" in files and not any(f.endswith((".bin", ".pt", ".pth")) for f in files)
     assert sum(p.stat().st_size for p in folder.iterdir()) <= 8 * 2**20
     card = json.loads((folder / "model_card.json").read_text())
-    assert card["command"].startswith("python -m training.pretrain")
+    assert card["command"].startswith("python -m oar_attrib.training.pretrain")
     assert set(card["held_out"]) == set(PRESETS)
     assert all(res["format_rate"] >= 0.90 and res["n"] == 200 for res in card["held_out"].values())
     # The level the default world is set at: right and wrong answers, groups that mix them.

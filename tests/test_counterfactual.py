@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from oar_attrib.counterfactual import choose_positions, counterfactual_oracle
+from oar_attrib.analysis.counterfactual import choose_positions, counterfactual_oracle
 from oar_attrib.errors import InputError
 
 WORDS = ["<pad>", "<eos>", "[UNK]", "zzz"] + [f"w{i}" for i in range(28)]

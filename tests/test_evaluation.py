@@ -4,10 +4,10 @@ import torch
 from datasets import Dataset
 
 from oar_attrib import load_model
-from oar_attrib.evaluation import evaluate_world
+from oar_attrib.world.evaluation import evaluate_world
 from oar_attrib.generation import generate
 from oar_attrib.world import extract_answer, generate_problems
-from training.callbacks import reward_evaluator, world_evaluator
+from oar_attrib.training.callbacks import reward_evaluator, world_evaluator
 
 
 @pytest.fixture(scope="module")

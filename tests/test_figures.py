@@ -7,7 +7,7 @@ import torch
 
 import oar_attrib as oa
 from oar_attrib.attribution import TraceAttribution
-from oar_attrib.figures import normalise_scores
+from oar_attrib.analysis.figures import normalise_scores
 from oar_attrib.store.summaries import spearman
 
 SEGMENTS = ["reasoning"] * 6 + ["bridge", "answer", "tail"]
@@ -51,7 +51,7 @@ def test_recall_bars_and_error_bars_equal_the_report():
 
 
 def test_recall_figure_takes_a_report_object():
-    from oar_attrib.recall import RecallReport, summarize
+    from oar_attrib.analysis.recall import RecallReport, summarize
 
     per_trace = [{"m": {"direct": {"recall": r, "ap": r}}, "random_expectation": {"direct": 0.2}}
                  for r in (0.0, 0.5, 1.0, 1.0)]

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from oar_attrib.world import generate_problems
-from oar_attrib.world_tokenizer import build_tokenizer
-from training.pretrain import PretrainConfig, encode
+from oar_attrib.world.tokenizer import build_tokenizer
+from oar_attrib.training.pretrain import PretrainConfig, encode
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,10 @@ import json
 import numpy as np
 import pytest
 
-from oar_attrib import cli, recall
+from oar_attrib import cli
+from oar_attrib.analysis import recall
 from oar_attrib.world import extract_answer, generate_problems
-from oar_attrib.world_tokenizer import build_tokenizer
+from oar_attrib.world.tokenizer import build_tokenizer
 from models import world_policy
 
 N, SEED, METHODS = 10, 4, ["oar_p", "entropy", "random"]

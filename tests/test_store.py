@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from oar_attrib.attribution import attribute
-from oar_attrib.recall import EXPECTED, oracle_token_mask, summarize, trace_recall
+from oar_attrib.analysis.recall import EXPECTED, oracle_token_mask, summarize, trace_recall
 from oar_attrib.spans import SEGMENT_LABELS
 from oar_attrib.store import (
     SCHEMA_VERSION,
@@ -30,7 +30,7 @@ from oar_attrib.store import (
 from oar_attrib.store import codec
 from oar_attrib.store.summaries import spearman
 from oar_attrib.world import generate_problems
-from oar_attrib.world_tokenizer import build_tokenizer
+from oar_attrib.world.tokenizer import build_tokenizer
 from models import world_policy
 
 METHODS = ["entropy", "oar_p", "random"]

@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 
 from oar_attrib.world import generate_problems
-from training.cli import add_train_command, main
-from training.config import OARConfig, check_trl_version
-from training.data import format_prompt, math_dataset, problem_from_json, read_jsonl, world_dataset
-from training.errors import DataError, TrainingConfigError, UnsupportedTRLError
-from training.launch import build_configs, parse_value, resolve
+from oar_attrib.training.cli import add_train_command, main
+from oar_attrib.training.config import OARConfig, check_trl_version
+from oar_attrib.training.data import format_prompt, math_dataset, problem_from_json, read_jsonl, world_dataset
+from oar_attrib.training.errors import DataError, TrainingConfigError, UnsupportedTRLError
+from oar_attrib.training.launch import build_configs, parse_value, resolve
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 QWEN = Path(__file__).resolve().parents[2] / "shared" / "tokenizers" / "Qwen2.5-7B-Instruct"
@@ -60,8 +60,8 @@ def test_trl_version_pin(monkeypatch):
 def test_trainer_needs_an_oar_config():
     from trl import GRPOConfig
 
-    from training.toy import tiny_policy, world_tokenizer
-    from training.trainer import OARGRPOTrainer
+    from oar_attrib.training.toy import tiny_policy, world_tokenizer
+    from oar_attrib.training.trainer import OARGRPOTrainer
 
     tok = world_tokenizer()
     with pytest.raises(TrainingConfigError, match="OARConfig"):
@@ -164,8 +164,8 @@ def test_shared_math_sets_load():
 
 
 def test_cli_trains_end_to_end(tmp_path, capsys):
-    """`python -m training` on a saved tiny model: a step, an evaluation, a checkpoint, the store."""
-    from training.toy import tiny_policy, world_tokenizer
+    """`python -m oar_attrib.training` on a saved tiny model: a step, an evaluation, a checkpoint, the store."""
+    from oar_attrib.training.toy import tiny_policy, world_tokenizer
 
     tok = world_tokenizer()
     model_dir = tmp_path / "tiny"
@@ -191,7 +191,7 @@ def test_evaluation_leaves_the_training_random_stream_alone(tmp_path):
     import torch
     from transformers import TrainerState
 
-    from training.callbacks import AccuracyCallback
+    from oar_attrib.training.callbacks import AccuracyCallback
 
     def evaluate(model):
         torch.manual_seed(0)  # as oar_attrib.generation.generate does

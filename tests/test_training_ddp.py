@@ -24,11 +24,11 @@ def worker(out_dir: str) -> None:
     from datasets import concatenate_datasets
 
     from oar_attrib.world import generate_problems
-    from training.config import OARConfig
-    from training.data import world_dataset
-    from training.rewards import world_reward
-    from training.toy import ScriptedRollout, tiny_policy, world_tokenizer
-    from training.trainer import OARGRPOTrainer
+    from oar_attrib.training.config import OARConfig
+    from oar_attrib.training.data import world_dataset
+    from oar_attrib.training.rewards import world_reward
+    from oar_attrib.training.toy import ScriptedRollout, tiny_policy, world_tokenizer
+    from oar_attrib.training.trainer import OARGRPOTrainer
 
     class RankRollout(ScriptedRollout):
         def __call__(self, prompts, trainer):

@@ -1,12 +1,12 @@
-"""Token weights of a generation batch in TRL's layout (training/reshaping.py), without TRL."""
+"""Token weights of a generation batch in TRL's layout (oar_attrib/training/reshaping.py), without TRL."""
 import pytest
 import torch
 
 from oar_attrib.world import generate_problems
-from training import reshaping
-from training.reshaping import (ReshapeSettings, _chunks, encode_row, encode_rows, sample_seed, token_weights,
+from oar_attrib.training import reshaping
+from oar_attrib.training.reshaping import (ReshapeSettings, _chunks, encode_row, encode_rows, sample_seed, token_weights,
                                 unpad_rows)
-from training.toy import ScriptedRollout, tiny_policy, world_tokenizer
+from oar_attrib.training.toy import ScriptedRollout, tiny_policy, world_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +126,7 @@ def test_gating_follows_the_method(model, tok, rows):
 def test_batched_oar_g_matches_oar_g_on_each_row_alone(model, tok, rows):
     from oar_attrib.inputs import pairs_to_batch
     from oar_attrib.oar_g import oar_g
-    from training.per_row_noise import oar_g_per_row
+    from oar_attrib.training.per_row_noise import oar_g_per_row
 
     pairs = [encode_row(tok, p, c) for p, c in rows]
     batch = pairs_to_batch(pairs, tok.pad_token_id)

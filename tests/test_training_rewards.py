@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from oar_attrib.world import generate_problems
-from training.errors import TrainingConfigError
-from training.rewards import (extract_number, get_reward, gsm8k_reward, math_verify_reward,
+from oar_attrib.training.errors import TrainingConfigError
+from oar_attrib.training.rewards import (extract_number, get_reward, gsm8k_reward, math_verify_reward,
                               world_reward)
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -80,7 +80,7 @@ def test_math_verify_equivalences_and_failures():
 
 def test_get_reward():
     assert get_reward("world") is world_reward and get_reward("math_verify") is math_verify_reward
-    assert get_reward("training.rewards:gsm8k_reward") is gsm8k_reward
+    assert get_reward("oar_attrib.training.rewards:gsm8k_reward") is gsm8k_reward
     with pytest.raises(Exception, match="gsm8k, math_verify"):
         get_reward("exact")
     with pytest.raises(TrainingConfigError, match="cannot import"):

@@ -15,13 +15,13 @@ from oar_attrib.gating import bilevel_weights
 from oar_attrib.inputs import encode_pairs
 from oar_attrib.methods import get_method
 from oar_attrib.world import generate_problems
-from training import trainer as trainer_module
-from training.config import OAR_METHODS, OARConfig
-from training.data import world_dataset
-from training.rewards import world_reward
-from training.run_store_hook import RunStoreHook
-from training.toy import ScriptedRollout, tiny_policy, world_tokenizer
-from training.trainer import OARGRPOTrainer
+from oar_attrib.training import trainer as trainer_module
+from oar_attrib.training.config import OAR_METHODS, OARConfig
+from oar_attrib.training.data import world_dataset
+from oar_attrib.training.rewards import world_reward
+from oar_attrib.training.run_store_hook import RunStoreHook
+from oar_attrib.training.toy import ScriptedRollout, tiny_policy, world_tokenizer
+from oar_attrib.training.trainer import OARGRPOTrainer
 
 N_PROMPTS, GROUP = 4, 4
 COMMON = dict(
@@ -254,8 +254,8 @@ def test_chat_prompts_with_a_real_tokenizer_and_math_verify(tmp_path):
     """Chat-templated math prompts, Qwen's byte-level BPE, `\\boxed{}` spans, math-verify rewards."""
     from transformers import AutoTokenizer
 
-    from training.data import math_dataset
-    from training.rewards import math_verify_reward
+    from oar_attrib.training.data import math_dataset
+    from oar_attrib.training.rewards import math_verify_reward
 
     qwen = AutoTokenizer.from_pretrained(str(QWEN))
     data = tmp_path / "set.jsonl"

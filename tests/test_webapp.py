@@ -9,11 +9,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from oar_attrib.attribution import attribute
-from oar_attrib.demo import DemoConfig, write_problem_run
+from oar_attrib.webapp.demo import DemoConfig, write_problem_run
 from oar_attrib.store import Store
 from test_store import tiny_world, wrong_solution
-from webapp import WebSettings, create_app
-from webapp.views import _pieces, heat_colour, importance_levels, token_title
+from oar_attrib.webapp import WebSettings, create_app
+from oar_attrib.webapp.views import _pieces, heat_colour, importance_levels, token_title
 
 METHODS = ("entropy", "oar_p", "random")
 SCRIPT = "<script>alert('owned')</script>"
@@ -406,7 +406,7 @@ def _demo_config(model_dir):
 
 
 def test_demo_store_builds_once_then_comes_from_the_cache(tmp_path, monkeypatch, model_dir):
-    from oar_attrib import demo
+    from oar_attrib.webapp import demo
 
     monkeypatch.setenv("OAR_CACHE_DIR", str(tmp_path / "cache"))
     config = _demo_config(model_dir)
@@ -424,7 +424,7 @@ def test_demo_store_builds_once_then_comes_from_the_cache(tmp_path, monkeypatch,
 def test_deferred_methods_are_completed_later_and_resumable(tmp_path, world):
     import threading
 
-    from oar_attrib.demo import complete_pending
+    from oar_attrib.webapp.demo import complete_pending
 
     problems, tokenizer, model = world
     owners = [p for p in problems[:3] for _ in (0, 1)]
@@ -449,7 +449,7 @@ def test_deferred_methods_are_completed_later_and_resumable(tmp_path, world):
 
 
 def test_the_demo_keeps_groups_with_right_and_wrong_answers_first(world):
-    from oar_attrib.demo import _keep_mixed_groups
+    from oar_attrib.webapp.demo import _keep_mixed_groups
 
     problems = world[0][:4]
     right = [p.solution for p in problems]
@@ -465,7 +465,7 @@ def test_demo_and_web_commands(tmp_path, monkeypatch, model_dir, capsys):
     import argparse
 
     from oar_attrib.errors import OARError
-    from webapp.cli import _listen, add_web_commands
+    from oar_attrib.webapp.cli import _listen, add_web_commands
 
     monkeypatch.setenv("OAR_CACHE_DIR", str(tmp_path / "cache"))
     parser = argparse.ArgumentParser(prog="oar")

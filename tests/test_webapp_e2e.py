@@ -38,7 +38,7 @@ def server(store_path, world):
     """The web app over the test store, served by uvicorn on a free loopback port."""
     import uvicorn
 
-    from webapp import create_app
+    from oar_attrib.webapp import create_app
 
     _, tokenizer, model = world
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -3,7 +3,7 @@
 
 Recall and agreement read every trace of a run, so they are computed once when a run is
 written (`Store.summarise`) and stored; credit metrics are a SQL average and read live.
-Recall follows `oar_attrib.recall` exactly (same skips, same bootstrap), so the report page
+Recall follows `oar_attrib.analysis.recall` exactly (same skips, same bootstrap), so the report page
 and `oracle_recall` agree on the same traces.
 """
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _skip_reason(record: TraceRecord) -> str | None:
 
 
 def _per_trace_recall(record: TraceRecord, sets) -> dict:
-    from ..recall import trace_recall
+    from ..analysis.recall import trace_recall
 
     oracle = SimpleNamespace(**{name: record.oracle.get(name, []) for name in sets})
     return trace_recall(record.to_attribution(), oracle, sets)
@@ -78,7 +78,7 @@ def _agreement_rows(records: list[TraceRecord], methods: list[str]) -> list[tupl
 
 def _recall_rows(per_trace: list[dict], correct: list[bool | None], methods, sets,
                  seed: int) -> list[tuple]:
-    from ..recall import EXPECTED, summarize
+    from ..analysis.recall import EXPECTED, summarize
 
     rows = []
     for subset in SUBSETS:

@@ -1,6 +1,6 @@
 """Held-out accuracy during training, logged beside TRL's metrics and kept as a curve file.
 
-The accuracy is greedy: for world data, `oar_attrib.evaluation.evaluate_world` on 'test'
+The accuracy is greedy: for world data, `oar_attrib.world.evaluation.evaluate_world` on 'test'
 problems (the numbers `oar eval` prints); for JSONL data, the mean reward of greedy answers to
 a held-out set. With `samples` > 0 the mean accuracy of that many sampled answers per problem
 is logged too (`accuracy_sampled`): RL raises the probability of right answers, which greedy
@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-from oar_attrib.evaluation import evaluate_world
+from oar_attrib.world.evaluation import evaluate_world
 
 
 class AccuracyCallback(TrainerCallback):

@@ -1,8 +1,8 @@
-"""`oar train` / `python -m training`: reshaped GRPO from a preset, a YAML file and overrides.
+"""`oar train` / `python -m oar_attrib.training`: reshaped GRPO from a preset, a YAML file and overrides.
 
     oar train --preset arith-tiny --method oar_g
     oar train --preset math-7b model=/models/Qwen2.5-7B max_steps=500
-    accelerate launch --config_file training/accelerate/ddp.yaml -m training --preset math-7b
+    accelerate launch --config_file oar_attrib/training/accelerate/ddp.yaml -m oar_attrib.training --preset math-7b
 
 `add_train_command(subparsers)` registers the subcommand on an existing `oar` parser.
 """
@@ -17,7 +17,7 @@ from oar_attrib.errors import OARError
 EPILOG = """settings: key=value pairs (YAML values) after the flags override the preset and
 --config; a bare key is a field of the run section (model, data, reward, eval_every, ...) or of
 OARConfig (learning_rate, oar_tau, num_generations, ...); run.KEY / trainer.KEY name the section.
-Multi-GPU: accelerate launch --config_file training/accelerate/{ddp,zero2,zero3}.yaml -m training ..."""
+Multi-GPU: accelerate launch --config_file oar_attrib/training/accelerate/{ddp,zero2,zero3}.yaml -m oar_attrib.training ..."""
 
 
 def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -73,7 +73,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = _configure(argparse.ArgumentParser(
-        prog="python -m training", description=__doc__.split("\n\n")[0], epilog=EPILOG,
+        prog="python -m oar_attrib.training", description=__doc__.split("\n\n")[0], epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     ))
     args = parser.parse_args(argv)

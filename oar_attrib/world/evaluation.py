@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .generation import generate
-from .world import WorldConfig, extract_answer, generate_problems, get_config
+from ..generation import generate
+from ..world import WorldConfig, extract_answer, generate_problems, get_config
 
 
 @dataclass

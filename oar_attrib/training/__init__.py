@@ -1,9 +1,9 @@
 """Training for oar-attrib: SFT of the bundled arithmetic model and reshaped GRPO.
 
-`OARConfig` and `OARGRPOTrainer` load on first use, so that `python -m training.pretrain`
+`OARConfig` and `OARGRPOTrainer` load on first use, so that `python -m oar_attrib.training.pretrain`
 does not import TRL.
 """
-_LAZY = {"OARConfig": "training.config", "OARGRPOTrainer": "training.trainer"}
+_LAZY = {"OARConfig": "oar_attrib.training.config", "OARGRPOTrainer": "oar_attrib.training.trainer"}
 
 
 def __getattr__(name: str):

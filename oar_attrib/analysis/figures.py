@@ -13,10 +13,10 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .store.summaries import spearman
+from ..store.summaries import spearman
 
 if TYPE_CHECKING:
-    from .attribution import TraceAttribution
+    from ..attribution import TraceAttribution
 
 
 def _as_array(values, dtype=np.float64) -> np.ndarray:

@@ -11,8 +11,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import __version__
-from .errors import OARError
+from .. import __version__
+from ..errors import OARError
 
 
 class DemoConfigError(OARError, ValueError):
@@ -74,8 +74,8 @@ def _model_folder(name: str) -> Path:
     for folder in (bundled, Path(name).expanduser()):
         if (folder / "config.json").is_file():
             return folder
-    from .errors import ModelLoadError
-    from .models import resolve
+    from ..errors import ModelLoadError
+    from ..models import resolve
 
     folder = resolve(name)
     if not (folder / "config.json").is_file():
@@ -97,7 +97,7 @@ def _model_fingerprint(name: str) -> str:
 
 def demo_path(config: DemoConfig) -> Path:
     """The cache file of a demo store: one per config, model and package version."""
-    from .store import SCHEMA_VERSION
+    from ..store import SCHEMA_VERSION
 
     key = hashlib.sha256(repr((asdict(config), DEMO_VERSION, SCHEMA_VERSION, __version__,
                                _model_fingerprint(config.model))).encode()).hexdigest()[:12]
@@ -123,8 +123,8 @@ def write_problem_run(store, model, tokenizer, owners, texts, *, name: str = "de
     `group_size` per problem), label them with the oracle, store and summarise them as one
     run; returns its id. Advantages are GRPO's within each group. Methods in `defer` are
     left out and listed in the run config's `pending_methods` (see `complete_pending`)."""
-    from .attribution import attribute
-    from .methods import available_methods
+    from ..attribution import attribute
+    from ..methods import available_methods
 
     all_methods = list(config.methods or available_methods())
     methods = [m for m in all_methods if m not in defer]
@@ -165,8 +165,8 @@ def write_demo_run(store, model, tokenizer, config: DemoConfig = DemoConfig(), *
     """Sample `config.samples` responses to `config.candidates` held-out problems per kept
     one, keep `config.n_problems` (groups with right and wrong answers first) and write them
     as one run (`write_problem_run`); returns its id."""
-    from .generation import generate
-    from .world import generate_problems
+    from ..generation import generate
+    from ..world import generate_problems
 
     problems = generate_problems(config.n_problems * config.candidates, config.preset,
                                  seed=config.seed, split="test")
@@ -189,7 +189,7 @@ def complete_pending(store, model, tokenizer, run_id: int, *, batch: int = 8,
     the work early between batches. Returns True when nothing is pending any more."""
     from tqdm.auto import tqdm
 
-    from .attribution import attribute
+    from ..attribution import attribute
 
     config = store.run(run_id).config
     for method in list(config.get("pending_methods", [])):
@@ -219,8 +219,8 @@ def build_demo_store(path: str | Path, config: DemoConfig = DemoConfig(), *, mod
     renamed when complete, so an interrupted build never leaves a half store behind.
     `model` is a (model, tokenizer) pair; default: load `config.model`. Methods in `defer`
     are left for `complete_pending`."""
-    from .models import load_model
-    from .store import Store
+    from ..models import load_model
+    from ..store import Store
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -247,7 +247,7 @@ def ensure_demo_store(config: DemoConfig = DemoConfig(), *, rebuild: bool = Fals
 
 def pending_methods(path: str | Path) -> list[str]:
     """Methods still to be computed in the demo store at `path` (its one run)."""
-    from .store import Store
+    from ..store import Store
 
     with Store(path, readonly=True) as store:
         return [m for run in store.runs() for m in run.config.get("pending_methods", [])]

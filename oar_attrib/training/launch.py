@@ -63,7 +63,7 @@ class RunConfig:
 
 
 def preset_path(name: str) -> Path:
-    """A preset by name (training/presets/<name>.yaml) or a path to a YAML file."""
+    """A preset by name (oar_attrib/training/presets/<name>.yaml) or a path to a YAML file."""
     path = Path(name)
     if path.suffix in (".yaml", ".yml") and path.is_file():
         return path

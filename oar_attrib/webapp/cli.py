@@ -69,7 +69,7 @@ def _settings(host: str):
 
 def _complete_pending(path, model_name: str, stop: threading.Event) -> None:
     """Compute the demo store's deferred methods (a thread beside the server)."""
-    from oar_attrib.demo import complete_pending
+    from oar_attrib.webapp.demo import complete_pending
     from oar_attrib.models import load_model
     from oar_attrib.store import Store
 
@@ -88,7 +88,7 @@ def _complete_pending(path, model_name: str, stop: threading.Event) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from oar_attrib.demo import DEFERRED_METHODS, DemoConfig, ensure_demo_store, pending_methods
+    from oar_attrib.webapp.demo import DEFERRED_METHODS, DemoConfig, ensure_demo_store, pending_methods
 
     started = time.perf_counter()
     args.methods = tuple(args.methods)
@@ -134,7 +134,7 @@ def _add_serve_args(parser: argparse.ArgumentParser) -> None:
 
 def add_web_commands(subparsers) -> None:
     """Register `oar demo` and `oar web` on the `oar` command's subparsers."""
-    from oar_attrib.demo import DemoConfig
+    from oar_attrib.webapp.demo import DemoConfig
 
     demo = subparsers.add_parser(
         "demo", help="build (once, cached) a demo store from the bundled model and serve the web app",

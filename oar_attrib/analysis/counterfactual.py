@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from .errors import InputError, TokenizerError
+from ..errors import InputError, TokenizerError
 
 
 def _ids(x, name: str) -> list[int]:

@@ -48,7 +48,7 @@ import random
 import re
 from dataclasses import asdict, dataclass, field, replace
 
-from .errors import WorldConfigError, unknown_name
+from ..errors import WorldConfigError, unknown_name
 
 NAMES = "abcdefghijklmnopqrstuvwxyz"
 FILLERS = ("so", "then", "now", "ok", "next", "hmm", "well")

@@ -15,7 +15,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from oar_attrib.world import Problem, generate_problems
-from oar_attrib.world_tokenizer import build_tokenizer
+from oar_attrib.world.tokenizer import build_tokenizer
 
 VARIANTS = ("right", "wrong", "no_answer", "right")
 

@@ -18,13 +18,13 @@ from typing import ClassVar
 import numpy as np
 from tqdm.auto import tqdm
 
-from .attribution import AttributionBatch, TraceAttribution, attribute
+from ..attribution import AttributionBatch, TraceAttribution, attribute
 from .counterfactual import counterfactual_oracle
-from .generation import generate
-from .errors import InputError
-from .methods import available_methods
-from .metrics import average_precision, bootstrap_ci, random_recall, recall_at_k
-from .world import KNOWN_SETS, Oracle, Problem, extract_answer, generate_problems
+from ..generation import generate
+from ..errors import InputError
+from ..methods import available_methods
+from ..metrics import average_precision, bootstrap_ci, random_recall, recall_at_k
+from ..world import KNOWN_SETS, Oracle, Problem, extract_answer, generate_problems
 
 ORACLE_SETS = ("direct", "chain")
 COUNTERFACTUAL = "counterfactual"

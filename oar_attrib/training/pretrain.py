@@ -1,6 +1,6 @@
 """SFT of the tiny arithmetic reasoning model that ships as `arith-tiny`.
 
-    python -m training.pretrain --out oar_attrib/assets/arith-tiny
+    python -m oar_attrib.training.pretrain --out oar_attrib/assets/arith-tiny
 
 Seeded and reproducible on CPU: the tokenizer is trained on a seeded corpus, the problems of
 each step come from a seeded generator, and torch runs deterministic kernels. The loss is on the
@@ -27,10 +27,10 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from oar_attrib.configs import add_dataclass_args, dataclass_from_args
-from oar_attrib.evaluation import evaluate_world
+from oar_attrib.world.evaluation import evaluate_world
 from oar_attrib.world import PRESETS, WorldConfig, generate_problems
 from oar_attrib.spans import ANSWER, REASONING, locate_answer, segment_tokens
-from oar_attrib.world_tokenizer import build_tokenizer
+from oar_attrib.world.tokenizer import build_tokenizer
 
 
 @dataclass
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
     add_dataclass_args(parser, PretrainConfig)
     args = parser.parse_args(argv)
     argv = sys.argv[1:] if argv is None else argv
-    train(dataclass_from_args(PretrainConfig, args), "python -m training.pretrain " + shlex.join(argv))
+    train(dataclass_from_args(PretrainConfig, args), "python -m oar_attrib.training.pretrain " + shlex.join(argv))
 
 
 if __name__ == "__main__":
