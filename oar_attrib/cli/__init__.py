@@ -1,0 +1,38 @@
+"""The `oar` command line: one subcommand per job, one module per subcommand."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import OARError
+from . import attribute, evaluate, recall
+from .recall import RECALL_SET_NAMES  # noqa: F401  (the choices of `oar recall --sets`)
+
+
+def _add_plugin_commands(sub) -> None:
+    """Subcommands of the other packages of the distribution (`oar demo`, `oar web`,
+    `oar train`), found through the `oar_attrib.commands` entry points so that the core
+    never imports `training` or `webapp` itself."""
+    from importlib.metadata import entry_points
+
+    for entry in sorted(entry_points(group="oar_attrib.commands"), key=lambda e: e.name):
+        entry.load()(sub)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="oar", description="Outcome-grounded Advantage Reshaping")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in (evaluate, attribute, recall):
+        command.add_parser(sub)
+    _add_plugin_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except OARError as err:
+        print(f"oar {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
