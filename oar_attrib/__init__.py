@@ -18,6 +18,8 @@ _EXPORTS = {
     "find_answer_span": "spans",
     "locate_answer": "spans",
     "segment_tokens": "spans",
+    "step_spans": "steps",
+    "token_steps": "steps",
     "encode_pairs": "inputs",
     "ScoringBatch": "batch",
     "bilevel_weights": "gating",

@@ -1,0 +1,89 @@
+"""Steps of a response: the units people read a reasoning trace in (lines, paragraphs,
+sentences), as character spans of the text and as token ranges over its reasoning tokens.
+
+`step_spans` cuts the text; `token_steps` maps the cuts onto tokens so that every reasoning
+token lies in exactly one step, in order: the boundary of step k is the first token whose
+characters reach past the start of step k's text, so the whitespace between two steps stays
+with the earlier one and a token that straddles a cut goes to the later one.
+"""
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from .errors import InputError, unknown_name
+
+STEP_UNITS = ("line", "paragraph", "sentence")
+
+# A sentence ends at . ! or ? followed by whitespace (so "72.5" and "e=11-3=8." + "e=..." split
+# correctly), or at a line break. The arithmetic world's clauses `x=a+b=n.` are sentences.
+_CUTS = {
+    "line": re.compile(r"\n"),
+    "paragraph": re.compile(r"\n[ \t]*\n\s*"),
+    "sentence": re.compile(r"(?<=[.!?])\s+|\n"),
+}
+
+
+def _pieces(text: str, cut: re.Pattern, end: int) -> list[tuple[int, int]]:
+    spans, start = [], 0
+    for match in cut.finditer(text, 0, end):
+        spans.append((start, match.start()))
+        start = match.end()
+    spans.append((start, end))
+    return spans
+
+
+def _strip(text: str, start: int, end: int) -> tuple[int, int]:
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+def step_spans(text: str, unit: str | re.Pattern = "line", end: int | None = None) -> list[tuple[int, int]]:
+    """Character spans [start, end) of the steps of text[:end], in order, without overlap.
+
+    unit: "line" (non-empty lines), "paragraph" (blocks between blank lines), "sentence"
+        (cut after . ! ? before whitespace, and at line breaks), or a compiled regex / pattern
+        string whose matches are the cuts between steps.
+    end: where the steps stop (e.g. the start of the answer marker); default the whole text.
+    Each span is stripped of surrounding whitespace; empty steps are dropped.
+    """
+    end = len(text) if end is None else end
+    if not 0 <= end <= len(text):
+        raise InputError(f"end={end} lies outside the text of length {len(text)}")
+    if isinstance(unit, str) and unit in _CUTS:
+        cut = _CUTS[unit]
+    elif isinstance(unit, re.Pattern):
+        cut = unit
+    elif isinstance(unit, str) and unit and not unit.isalpha():
+        cut = re.compile(unit)
+    else:
+        raise unknown_name("step unit", unit, STEP_UNITS + ("<regex>",))
+    if cut.search("") is not None:
+        raise InputError(f"step regex {cut.pattern!r} matches the empty string; it must match the cuts")
+    spans = [_strip(text, a, b) for a, b in _pieces(text, cut, end)]
+    return [(a, b) for a, b in spans if b > a]
+
+
+def token_steps(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]],
+                n_tokens: int) -> list[tuple[int, int]]:
+    """Token ranges [a, b) of the steps over tokens 0..n_tokens (the reasoning tokens).
+
+    offsets: (T,) character spans of the response tokens, T >= n_tokens.
+    spans: character spans of the steps, in order (from `step_spans`).
+    The ranges cover 0..n_tokens in order without gaps or overlap; a step that gets no token
+    (it lies past the reasoning, or inside one token) is dropped.
+    """
+    if n_tokens == 0:
+        return []
+    bounds = [0]
+    for start, _ in spans[1:]:
+        # The first token (at or after the last boundary) whose text reaches past `start`.
+        b = bounds[-1]
+        while b < n_tokens and int(offsets[b][1]) <= start:
+            b += 1
+        bounds.append(b)
+    bounds.append(n_tokens)
+    return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
