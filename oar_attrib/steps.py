@@ -87,3 +87,19 @@ def token_steps(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, i
         bounds.append(b)
     bounds.append(n_tokens)
     return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+STEP_POOLS = ("sum", "mean", "max")
+
+
+def pool_steps(scores, ranges: Sequence[tuple[int, int]], how: str = "sum") -> list[float]:
+    """One score per step: the sum, mean or max of the (T,) token `scores` over each token
+    range [a, b) of `ranges` (from `token_steps`). NaN scores propagate (a step with a NaN
+    token is NaN), so a diverged method is never pooled into a plausible number."""
+    import numpy as np
+
+    if how not in STEP_POOLS:
+        raise unknown_name("step pooling", how, STEP_POOLS)
+    values = np.asarray(scores, dtype=np.float64)
+    reduce = {"sum": np.sum, "mean": np.mean, "max": np.max}[how]
+    return [float(reduce(values[a:b])) for a, b in ranges]

@@ -54,3 +54,17 @@ def test_token_steps_cover_the_reasoning_in_order():
     # A step past the reasoning gets no token and is dropped; no reasoning, no steps.
     assert token_steps(offsets, spans, n_tokens=2) == [(0, 2)]
     assert token_steps(offsets, spans, n_tokens=0) == []
+
+
+def test_pool_steps_sum_mean_max_by_hand():
+    from oar_attrib.steps import pool_steps
+
+    scores = [1.0, 2.0, 6.0, 0.5, 0.5]
+    ranges = [(0, 3), (3, 5)]
+    assert pool_steps(scores, ranges, "sum") == [9.0, 1.0]
+    assert pool_steps(scores, ranges, "mean") == [3.0, 0.5]
+    assert pool_steps(scores, ranges, "max") == [6.0, 0.5]
+    nan = pool_steps([1.0, float("nan"), 2.0], [(0, 2), (2, 3)], "max")
+    assert nan[0] != nan[0] and nan[1] == 2.0
+    with pytest.raises(ValueError, match="step pooling"):
+        pool_steps(scores, ranges, "median")
