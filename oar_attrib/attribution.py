@@ -23,6 +23,7 @@ from .lm import eval_mode, model_device
 from .methods import get_method
 from .metrics import ess_ratio, top_mass
 from .probes import check_probe
+from .steps import AUTO, STEP_POOLS, check_steps, pool_steps
 
 # Methods whose weights are not the bi-level gate of their importances (METHOD.md section 7).
 _OWN_WEIGHTS = {"grail": grail_weights}
@@ -30,7 +31,12 @@ _OWN_WEIGHTS = {"grail": grail_weights}
 
 @dataclass
 class TraceAttribution:
-    """Attribution of one response: every list has one entry per response token."""
+    """Attribution of one response: every per-token list has one entry per response token.
+
+    steps: (start, end) token ranges over the response tokens that cover its scored reasoning
+    tokens in order, without overlap (`steps.response_steps`; empty when nothing is scored).
+    `step_frame()` pools every method's scores per step.
+    """
 
     prompt: str | list
     response: str
@@ -50,9 +56,15 @@ class TraceAttribution:
     token_advantages: dict[str, list[float]] = field(default_factory=dict)
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    steps: list[tuple[int, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         n = len(self.token_ids)
+        self.steps = [(int(a), int(b)) for a, b in self.steps]
+        if self.steps:
+            check_steps(self.steps, self.steps[-1][1])
+            if self.steps[-1][1] > n:
+                raise InputError(f"steps reach token {self.steps[-1][1]} of {n} response tokens")
         lists = {"tokens": self.tokens, "offsets": self.offsets, "segments": self.segments}
         lists |= {f"scores[{m}]": v for m, v in self.scores.items()}
         lists |= {f"weights[{m}]": v for m, v in self.weights.items()}
@@ -74,7 +86,34 @@ class TraceAttribution:
         data["offsets"] = [tuple(o) for o in data["offsets"]]
         if data.get("answer_span") is not None:
             data["answer_span"] = tuple(data["answer_span"])
+        data["steps"] = [tuple(r) for r in data.get("steps", [])]
         return cls(**data)
+
+    def step_text(self, step: int) -> str:
+        """The response text of step `step` (its first token's start to its last token's
+        end), stripped of the whitespace a token carries across the cut."""
+        a, b = self.steps[step]
+        return self.response[self.offsets[a][0]:self.offsets[b - 1][1]].strip()
+
+    def step_scores(self, method: str, how: str = "sum") -> list[float]:
+        """One score per step: `how` (sum, mean, max) of the method's token scores."""
+        return pool_steps(self.scores[method], self.steps, how)
+
+    def step_frame(self):
+        """pandas DataFrame, one row per step: step, start, end (token range), text, and
+        score_<method>_<sum|mean|max> for every method."""
+        import pandas as pd
+
+        frame = pd.DataFrame({
+            "step": range(len(self.steps)),
+            "start": [a for a, _ in self.steps],
+            "end": [b for _, b in self.steps],
+            "text": [self.step_text(k) for k in range(len(self.steps))],
+        })
+        for method in self.scores:
+            for how in STEP_POOLS:
+                frame[f"score_{method}_{how}"] = self.step_scores(method, how)
+        return frame
 
     def to_frame(self):
         """pandas DataFrame, one row per response token."""
@@ -163,7 +202,7 @@ def _trace(tokenizer, pair, prompt, scores, seconds, row, probe, params, gating,
         segments=list(pair.labels), span_found=pair.span_found,
         answer_span=None if pair.location is None else pair.location.span,
         answer_text=pair.answer_text, probe=probe, params={**gating, "methods": params},
-        flags=flags, advantage=advantage,
+        flags=flags, advantage=advantage, steps=list(pair.steps),
     )
     for method, values in row_scores.items():
         ok = f"non_finite_scores:{method}" not in flags
@@ -200,6 +239,7 @@ def attribute(
     batch_size: int = 16,
     seed: int = 0,
     progress: bool = False,
+    step_unit=AUTO,
 ) -> AttributionBatch:
     """Token importances, weights and credit metrics of each response.
 
@@ -210,6 +250,10 @@ def attribute(
         top-10% advantage mass per method.
     tau, beta, w_min: bi-level gating (METHOD.md section 6).
     method_params: extra keyword arguments per method, e.g. {"oar_g": {"n_noise": 4}}.
+    step_unit: how reasoning splits into steps (`steps.step_spans`: line, paragraph,
+        sentence, a regex; default auto: lines, or sentences when the reasoning is one line,
+        as the arithmetic world's is, so each `x=a+b=n.` clause is a step). Sets each trace's
+        `steps` and the steps step-level methods (`oar_p_step`) perturb.
     Responses whose answer span is not found get weight 1 everywhere and the flag
     `no_answer_span`; non-finite importances are flagged, never silently gated.
     """
@@ -231,7 +275,7 @@ def attribute(
         for start in tqdm(starts, desc="attribute", disable=not progress):
             stop = start + batch_size
             batch, pairs = encode_pairs(tokenizer, prompts[start:stop], responses[start:stop],
-                                        fmt=fmt, pattern=pattern, chat=chat)
+                                        fmt=fmt, pattern=pattern, chat=chat, step_unit=step_unit)
             scores, seconds = _score(model, batch, methods, probe, params, seed + start)
             for row, pair in enumerate(pairs):
                 adv = None if advantages is None else float(advantages[start + row])

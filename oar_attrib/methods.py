@@ -32,7 +32,7 @@ def register_method(name: str) -> Callable[[ImportanceFn], ImportanceFn]:
 def _load_builtin() -> None:
     # Imported for their registration side effect; kept lazy so that importing this module
     # stays cheap and free of cycles.
-    from . import oar_p, oar_g  # noqa: F401
+    from . import oar_p, oar_g, oar_p_step  # noqa: F401
     from .baselines import entropy, grail, ig, random  # noqa: F401
 
 

@@ -27,6 +27,7 @@ from oar_attrib.inputs import EncodedPair, pairs_to_batch
 from oar_attrib.lm import eval_mode
 from oar_attrib.methods import get_method
 from oar_attrib.spans import locate_answer, offsets_from_ids_batch, segment_tokens
+from oar_attrib.steps import reasoning_steps
 
 from .per_row_noise import oar_g_per_row
 
@@ -131,6 +132,7 @@ def _pair(prompt_ids, completion_ids, offsets, text: str, fmt: str, pattern: str
         offsets=[(int(s), int(e)) for s, e in offsets], labels=list(segments.labels),
         location=location, span_found=found, response_start=len(prompt_ids), text=text,
         empty_reasoning=found and segments.n_reasoning == 0,
+        steps=reasoning_steps(text, offsets, segments.labels, found),
     )
 
 
