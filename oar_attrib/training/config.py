@@ -23,7 +23,8 @@ from .errors import TrainingConfigError, UnsupportedTRLError
 TRL_MIN, TRL_MAX = Version("1.16.0"), Version("1.17.0")
 TRL_OVERRIDE_ENV = "OAR_ALLOW_UNTESTED_TRL"
 
-OAR_METHODS = ("none", "oar_p", "oar_g", "entropy", "grail", "random")
+OAR_METHODS = ("none", "oar_p", "oar_p_step", "oar_g", "entropy", "grail", "random")
+OAR_GRANULARITIES = ("token", "step")
 ENTROPY_MODES = ("bilevel", "top_rho")
 
 
@@ -88,6 +89,18 @@ class OARConfig(GRPOConfig):
     oar_entropy_rho: float = field(
         default=0.2, metadata={"help": "Kept fraction in (0, 1] for oar_entropy_mode='top_rho'."}
     )
+    oar_granularity: str = field(
+        default="token",
+        metadata={"help": "'token' gates each token's importance; 'step' pools the importances per "
+                          "step (lines, or sentences of a one-line reasoning), gates the steps and "
+                          "gives each step's weight to its tokens, mean 1 over the scored tokens."},
+    )
+    oar_step_pool: str = field(
+        default="mean",
+        metadata={"help": "oar_granularity='step': how a step's token importances pool into one: "
+                          "mean, sum or max (oar_p_step's are constant per step: all three agree "
+                          "up to sum's length factor)."},
+    )
     oar_skip_zero_advantage: bool = field(
         default=True,
         metadata={"help": "Do not attribute completions whose advantage is 0 (groups with equal "
@@ -122,6 +135,8 @@ class OARConfig(GRPOConfig):
         _choice("oar_method", self.oar_method, OAR_METHODS)
         _choice("oar_probe", self.oar_probe, PROBES)
         _choice("oar_entropy_mode", self.oar_entropy_mode, ENTROPY_MODES)
+        _choice("oar_granularity", self.oar_granularity, OAR_GRANULARITIES)
+        _choice("oar_step_pool", self.oar_step_pool, ("mean", "sum", "max"))
         _choice("answer_format", self.answer_format, ANSWER_FORMATS)
         self._check_ranges()
         if self.answer_format == "regex" and not self.answer_pattern:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import torch
@@ -27,6 +27,7 @@ from oar_attrib.inputs import EncodedPair, pairs_to_batch
 from oar_attrib.lm import eval_mode
 from oar_attrib.methods import get_method
 from oar_attrib.spans import locate_answer, offsets_from_ids_batch, segment_tokens
+from oar_attrib.step_gating import step_weights
 from oar_attrib.steps import reasoning_steps
 
 from .per_row_noise import oar_g_per_row
@@ -48,6 +49,8 @@ class ReshapeSettings:
     answer_format: str = "auto"
     answer_pattern: str | None = None
     seed: int = 0
+    granularity: str = "token"
+    step_pool: str = "mean"
 
     @classmethod
     def from_config(cls, args, probe: str | None = None) -> "ReshapeSettings":
@@ -57,6 +60,8 @@ class ReshapeSettings:
             max_batch_tokens=args.oar_max_batch_tokens, entropy_mode=args.oar_entropy_mode,
             rho=args.oar_entropy_rho, answer_format=args.answer_format,
             answer_pattern=args.answer_pattern, seed=args.seed,
+            granularity=getattr(args, "oar_granularity", "token"),
+            step_pool=getattr(args, "oar_step_pool", "mean"),
         )
 
 
@@ -157,7 +162,7 @@ def _chunks(rows: list[int], lengths: list[int], budget: int, single: bool) -> l
 
 
 def _method_kwargs(settings: ReshapeSettings, longest: int) -> dict:
-    if settings.method == "oar_p":
+    if settings.method in ("oar_p", "oar_p_step"):
         # A row longer than the budget is scored alone rather than failing the step.
         return {"max_batch_tokens": max(settings.max_batch_tokens, longest)}
     return {}
@@ -197,8 +202,14 @@ def batch_importances(model, batch: ScoringBatch, pairs: list[EncodedPair], sett
     return out
 
 
-def gate(importances: torch.Tensor, scored: torch.Tensor, settings: ReshapeSettings) -> torch.Tensor:
-    """(B, L) weights of (B, L) importances over the (B, L) bool scored mask."""
+def gate(importances: torch.Tensor, scored: torch.Tensor, settings: ReshapeSettings,
+         step_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, L) weights of (B, L) importances over the (B, L) bool scored mask; with
+    granularity 'step', the weighting runs over the steps of `step_ids` (`step_gating`)."""
+    if settings.granularity == "step":
+        token_settings = replace(settings, granularity="token")
+        return step_weights(importances, scored, step_ids, settings.step_pool,
+                            lambda values, valid: gate(values, valid, token_settings))
     if settings.method == "grail":
         return grail_weights(importances, scored)
     if settings.method == "entropy" and settings.entropy_mode == "top_rho":
@@ -242,7 +253,8 @@ def token_weights(model, tokenizer, prompt_rows: list[list[int]], completion_row
         # A diverged row must not stop the run: it keeps weight 1 and is counted in the logs.
         nonfinite = (scored & ~torch.isfinite(importances)).any(dim=1)
         importances[nonfinite] = 0.0
-        weights = gate(importances, scored & (attributed & ~nonfinite)[:, None], settings)
+        weights = gate(importances, scored & (attributed & ~nonfinite)[:, None], settings,
+                       batch.step_ids)
     return TokenWeights(
         weights=_to_completion(weights, pairs, width, 1.0),
         importances=_to_completion(importances, pairs, width, 0.0),
