@@ -62,7 +62,7 @@ def oar_p_step_reference(model, batch: ScoringBatch, probe: str = "as_mean") -> 
     return out.to(batch.input_ids.device)
 
 
-@register_method("oar_p_step")
+@register_method("oar_p_step", token_budget=True)
 def oar_p_step(model, batch: ScoringBatch, *, probe: str = "as_mean", max_batch_tokens: int = 16384,
                generator: torch.Generator | None = None, progress: bool = False,
                overhead_tokens: int | None = None) -> torch.Tensor:

@@ -5,6 +5,8 @@ import argparse
 import json
 import sys
 
+from .choices import method_name, probe_name
+
 def _read_pairs(path: str) -> tuple[list, list, list[int], int]:
     """Prompts, responses and line numbers of the valid lines, and the number of bad lines
     (each reported on stderr with its line number)."""
@@ -67,8 +69,9 @@ def add_parser(sub) -> None:
     at.add_argument("--out", required=True,
                     help="JSONL to write (one attribution per valid line), or a run store *.db "
                          "to add a run to (readable by `oar web --store`)")
-    at.add_argument("--methods", nargs="+", default=["oar_p", "oar_g"], help="importance methods")
-    at.add_argument("--probe", default="as_mean", help="outcome probe: lt, as_mean, as_joint")
+    at.add_argument("--methods", nargs="+", default=["oar_p", "oar_g"], type=method_name,
+                    help="registered importance methods (oar_attrib.available_methods())")
+    at.add_argument("--probe", default="as_mean", type=probe_name, help="outcome probe: lt, as_mean, as_joint")
     at.add_argument("--format", default="auto", help="answer format: auto, boxed, gsm8k, answer_is")
     at.add_argument("--tau", type=float, default=0.4, help="gating quantile level")
     at.add_argument("--beta", type=float, default=2.0, help="gating boost strength")

@@ -24,8 +24,10 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--preset", default="arith-tiny",
                         help="preset name (arith-tiny, math-7b) or a YAML file (default: arith-tiny)")
     parser.add_argument("--config", help="YAML file merged over the preset (same run/trainer sections)")
-    parser.add_argument("--method", help="importance method: none, oar_p, oar_g, entropy, grail, random")
-    parser.add_argument("--probe", help="outcome probe after the warm-up: lt, as_mean, as_joint")
+    parser.add_argument("--method", help="importance method: 'none' (plain GRPO) or a registered "
+                        "method that is not analysis-only; an unknown name is refused with the list")
+    parser.add_argument("--probe", help="outcome probe after the warm-up; an unknown name is refused "
+                        "with the list")
     parser.add_argument("--model", help="bundled model name or local checkpoint folder")
     parser.add_argument("--output-dir", help="where checkpoints, logs and the run store go")
     parser.add_argument("--max-steps", type=int, help="optimizer steps")
