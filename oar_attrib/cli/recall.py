@@ -25,7 +25,7 @@ def run_steps(args: argparse.Namespace, model, tokenizer) -> int:
     print(f"preset={report.preset} n={report.n} scored={report.n_scored} accuracy={report.accuracy:.3f} "
           f"skipped={report.skipped} step pool={report.pool}")
     print(f"{'method':<12} " + " ".join(f"{name:>22}" for name in STEP_METRICS))
-    for method, stats in {**report.methods, "random": report.random}.items():
+    for method, stats in {**report.methods, "(random order)": report.random}.items():
         cells = ["n/a" if stats[k]["mean"] is None else
                  f"{stats[k]['mean']:.3f} [{stats[k]['ci95'][0]:.3f},{stats[k]['ci95'][1]:.3f}]"
                  for k in STEP_METRICS]
