@@ -11,8 +11,8 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "attribute": "attribution",
-    "AttributionBatch": "attribution",
-    "TraceAttribution": "attribution",
+    "AttributionBatch": "traces",
+    "TraceAttribution": "traces",
     "compute_weights": "attribution",
     "load_model": "models",
     "find_answer_span": "spans",
