@@ -28,7 +28,8 @@ from oar_attrib.store import (
     StoreError,
 )
 from oar_attrib.store import codec
-from oar_attrib.store.summaries import spearman
+from oar_attrib.analysis.agreement import spearman
+from oar_attrib.analysis.run_summary import summarise
 from oar_attrib.world import generate_problems
 from oar_attrib.world.tokenizer import build_tokenizer
 from models import world_policy
@@ -277,7 +278,7 @@ def test_spearman_known_values():
 def test_recall_summaries_equal_the_recall_module_on_the_same_traces(filled, attributed):
     store, run = filled
     traces, _, rewards, oracles = attributed
-    report = store.summarise(run, seed=0)
+    report = summarise(store, run, seed=0)
     per_trace = [trace_recall(t, o) for t, o in zip(traces, oracles)]
     want, floor = summarize(per_trace, METHODS, seed=0)
     got = {(r["oracle"], r["method"]): r for r in report["recall"] if r["subset"] == "all"}
@@ -296,7 +297,7 @@ def test_recall_summaries_equal_the_recall_module_on_the_same_traces(filled, att
 
 def test_agreement_is_a_symmetric_matrix_with_unit_diagonal(filled):
     store, run = filled
-    agreement = store.summarise(run)["agreement"]
+    agreement = summarise(store, run)["agreement"]
     assert agreement["methods"] == METHODS
     m = np.array(agreement["spearman"], dtype=float)
     np.testing.assert_allclose(np.diag(m), 1.0)
@@ -306,7 +307,7 @@ def test_agreement_is_a_symmetric_matrix_with_unit_diagonal(filled):
 
 def test_credit_metrics_average_the_stored_ones_and_summaries_go_stale(filled, attributed):
     store, run = filled
-    report = store.summarise(run)
+    report = summarise(store, run)
     traces = attributed[0]
     credit = {c["method"]: c for c in report["credit"]}
     for method in METHODS:
@@ -328,7 +329,7 @@ def test_frames(filled):
     assert len(tokens) == n_tokens
     for column in ("score_oar_p", "weight_entropy", "advantage_random", "oracle_direct", "scored"):
         assert column in tokens
-    store.summarise(run)
+    summarise(store, run)
     assert set(store.frame("recall", run_id=run)["subset"]) == {"all", "correct", "wrong"}
     with pytest.raises(StoreError, match="unknown frame kind"):
         store.frame("nope")

@@ -44,13 +44,14 @@ def run(args: argparse.Namespace) -> int:
                        fmt=args.format, tau=args.tau, beta=args.beta, w_min=args.w_min,
                        progress=not args.no_progress)
     if args.out.endswith(".db"):
+        from ..analysis.run_summary import summarise
         from ..store import Store
 
         store = Store(args.out)
         run = store.add_run(f"attribute {args.input}", model=args.model,
                             config={"methods": args.methods, "probe": args.probe, "input": args.input})
         store.add_traces(run, traces, extras=[{"line": line} for line in lines])
-        store.summarise(run)
+        summarise(store, run)
     else:
         with open(args.out, "w", encoding="utf-8") as handle:
             for line, trace in zip(lines, traces):
