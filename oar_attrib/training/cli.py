@@ -56,6 +56,26 @@ def _flag_overrides(args: argparse.Namespace) -> list[str]:
     return [f"{key}={json.dumps(value)}" for key, value in pairs if value is not None]
 
 
+def _check_resume(resume: str | None, settings: dict) -> str | bool | None:
+    """The `resume_from_checkpoint` of `--resume`, checked before anything loads."""
+    from pathlib import Path
+
+    from .errors import TrainingConfigError
+
+    if resume is None:
+        return None
+    if resume == "latest":
+        out = Path(str(settings["trainer"].get("output_dir") or "."))
+        if not any(out.glob("checkpoint-*")):
+            raise TrainingConfigError(f"--resume latest: no checkpoint-* folder in {out}; train "
+                                      "without --resume first, or pass a checkpoint folder")
+        return True
+    if not Path(resume).is_dir():
+        raise TrainingConfigError(f"--resume {resume}: no checkpoint folder there; pass a "
+                                  "checkpoint-N folder of an earlier run, or 'latest'")
+    return resume
+
+
 def run_train(args: argparse.Namespace) -> int:
     from .launch import build_configs, resolve, train
 
@@ -63,11 +83,11 @@ def run_train(args: argparse.Namespace) -> int:
     if args.dry_run:
         import yaml
 
+        build_configs(settings)  # validates (types included) before anything is printed
         print(yaml.safe_dump(settings, sort_keys=False), end="")
-        build_configs(settings)  # validates
         return 0
+    resume = _check_resume(args.resume, settings)
     run, trainer_args = build_configs(settings)
-    resume = True if args.resume == "latest" else args.resume
     summary = train(run, trainer_args, resume=resume)
     print(json.dumps(summary))
     return 0
