@@ -235,3 +235,21 @@ def test_resume_latest_without_a_checkpoint_fails_before_loading(tmp_path, monke
         assert main(["--output-dir", str(out), "--resume", "latest"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "has no checkpoint-N folder" in err[0] and str(out) in err[0]
+
+
+def test_config_from_python_works_on_this_machine_without_warnings(tmp_path):
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        args = OARConfig(output_dir=str(tmp_path), oar_method="oar_g")
+        explicit = OARConfig(output_dir=str(tmp_path), gradient_checkpointing=False, bf16=False)
+    assert not [w for w in caught if "checkpointing" in str(w.message)]
+    cuda_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    assert args.bf16 is cuda_bf16 and not args.fp16  # fp32 on a CPU machine, as the presets
+    assert args.gradient_checkpointing is True  # TRL's default, kept under either name
+    assert getattr(args, "activation_checkpointing", True) is True
+    assert explicit.gradient_checkpointing is False and explicit.bf16 is False
+    assert OARConfig(output_dir=str(tmp_path), use_cpu=True).bf16 is False

@@ -42,6 +42,12 @@ def check_trl_version(version: str | None = None) -> None:
     )
 
 
+def _cuda_bf16() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
 def _choice(name: str, value, allowed) -> None:
     if value not in allowed:
         raise TrainingConfigError(f"{name}={value!r} is not allowed; choose one of {', '.join(map(str, allowed))}")
@@ -118,6 +124,7 @@ class OARConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         check_trl_version()
+        self._quiet_defaults()
         super().__post_init__()
         _choice("oar_method", self.oar_method, OAR_METHODS)
         _choice("oar_probe", self.oar_probe, PROBES)
@@ -126,6 +133,18 @@ class OARConfig(GRPOConfig):
         self._check_ranges()
         if self.answer_format == "regex" and not self.answer_pattern:
             raise TrainingConfigError("answer_format='regex' needs answer_pattern, a regex with one group")
+
+    def _quiet_defaults(self) -> None:
+        """Defaults that work where the config is built. bf16 left unset is bf16 only on a CUDA
+        device that supports it (TRL would turn it on everywhere, which stops a CPU machine with
+        "doesn't support bf16/gpu", or with use_cpu=True runs every step under a slow CPU bf16
+        autocast): elsewhere fp32, as the CPU presets set. TRL's default gradient_checkpointing
+        is passed on under transformers 5's name, activation_checkpointing, when that field
+        exists and is unset, so that no deprecation warning is printed on every run."""
+        if self.bf16 is None:
+            self.bf16 = not self.fp16 and not self.use_cpu and _cuda_bf16()
+        if getattr(self, "activation_checkpointing", False) is None and self.gradient_checkpointing is not None:
+            self.activation_checkpointing = self.gradient_checkpointing
 
     def _check_ranges(self) -> None:
         checks = [
