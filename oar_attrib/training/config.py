@@ -42,10 +42,16 @@ def check_trl_version(version: str | None = None) -> None:
     )
 
 
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def _cuda_bf16() -> bool:
     import torch
 
-    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return _cuda() and torch.cuda.is_bf16_supported()
 
 
 def _choice(name: str, value, allowed) -> None:
@@ -140,9 +146,12 @@ class OARConfig(GRPOConfig):
         "doesn't support bf16/gpu", or with use_cpu=True runs every step under a slow CPU bf16
         autocast): elsewhere fp32, as the CPU presets set. TRL's default gradient_checkpointing
         is passed on under transformers 5's name, activation_checkpointing, when that field
-        exists and is unset, so that no deprecation warning is printed on every run."""
+        exists and is unset, so that no deprecation warning is printed on every run; without CUDA
+        the dataloader pins no memory (torch warns on every run that it cannot)."""
         if self.bf16 is None:
             self.bf16 = not self.fp16 and not self.use_cpu and _cuda_bf16()
+        if self.use_cpu or not _cuda():
+            self.dataloader_pin_memory = False  # nothing to pin to; torch warns on every run
         if getattr(self, "activation_checkpointing", False) is None and self.gradient_checkpointing is not None:
             self.activation_checkpointing = self.gradient_checkpointing
 
