@@ -164,8 +164,9 @@ def test_cli_attribute_reports_bad_lines_and_writes_good_ones(tmp_path, model, t
     code = cli.main(["attribute", "--model", str(folder), "--input", str(src), "--out", str(out),
                      "--methods", "oar_p", "--no-progress"])
     err = capsys.readouterr().err
-    assert code == 0
-    assert ":2: skipped: not JSON" in err and ":3: skipped: needs a 'prompt'" in err
+    assert code == 2  # some lines were skipped; the good ones are written
+    assert ":2: skipped (not_json): not JSON" in err and ":3: skipped (fields): needs a 'prompt'" in err
+    assert "2 bad lines skipped (fields 1, not_json 1)" in err
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["line"] for r in rows] == [1, 5]
     assert rows[0]["span_found"] and not rows[1]["span_found"]

@@ -274,15 +274,30 @@ def test_run_store_gets_a_sample_with_the_oracle(tmp_path, tok, world):
     TraceAttribution.from_dict({k: v for k, v in records[0].items() if k not in extra})
 
 
-def test_checkpoint_is_safetensors_and_resumes(tmp_path, tok, world):
-    first = make_trainer(tmp_path, tok, world, oar_method="oar_g", save_strategy="steps", save_steps=1)
-    first.train()
+def test_checkpoint_is_safetensors_and_resumes(tmp_path, tok, world, capfd):
+    import warnings
+
+    first = make_trainer(tmp_path, tok, world, oar_method="oar_g", save_strategy="steps", save_steps=1,
+                         activation_checkpointing=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first.train()
+    # TRL's calls of the renamed gradient_checkpointing methods print nothing.
+    assert not [w for w in caught if "checkpointing" in str(w.message)]
     ckpt = tmp_path / "out" / "checkpoint-1"
     assert (ckpt / "model.safetensors").is_file()
     assert not list(ckpt.glob("pytorch_model*.bin"))  # weights only as safetensors
+    # The saved card names the base model and the OAR settings.
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "[None]" not in card and "oar_g importances, probe as_mean" in card
+    assert "| `oar_tau` | `0.4` |" in card and "| `answer_format` | `auto` |" in card
+    capfd.readouterr()
     second = make_trainer(tmp_path, tok, world, oar_method="oar_g", save_strategy="no", max_steps=2)
     second.train(resume_from_checkpoint=str(ckpt))
     assert second.state.global_step == 2 and second.oar_batches == 1
+    assert "missing keys" not in capfd.readouterr().err  # lm_head.weight is tied, not missing
+    head = second.model.get_output_embeddings().weight
+    assert head.data_ptr() == second.model.get_input_embeddings().weight.data_ptr()
 
 
 QWEN = Path(__file__).resolve().parents[2] / "shared" / "tokenizers" / "Qwen2.5-7B-Instruct"

@@ -49,6 +49,18 @@ def check_trl_version(version: str | None = None) -> None:
     )
 
 
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _cuda_bf16() -> bool:
+    import torch
+
+    return _cuda() and torch.cuda.is_bf16_supported()
+
+
 def _choice(name: str, value, allowed) -> None:
     if value not in allowed:
         raise TrainingConfigError(f"{name}={value!r} is not allowed; choose one of {', '.join(map(str, allowed))}")
@@ -128,6 +140,7 @@ class OARConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         check_trl_version()
+        self._quiet_defaults()
         super().__post_init__()
         if self.oar_method in available_methods() and self.oar_method not in trainable_methods():
             raise TrainingConfigError(
@@ -141,6 +154,21 @@ class OARConfig(GRPOConfig):
         self._check_ranges()
         if self.answer_format == "regex" and not self.answer_pattern:
             raise TrainingConfigError("answer_format='regex' needs answer_pattern, a regex with one group")
+
+    def _quiet_defaults(self) -> None:
+        """Defaults that work where the config is built. bf16 left unset is bf16 only on a CUDA
+        device that supports it (TRL would turn it on everywhere, which stops a CPU machine with
+        "doesn't support bf16/gpu", or with use_cpu=True runs every step under a slow CPU bf16
+        autocast): elsewhere fp32, as the CPU presets set. TRL's default gradient_checkpointing
+        is passed on under transformers 5's name, activation_checkpointing, when that field
+        exists and is unset, so that no deprecation warning is printed on every run; without CUDA
+        the dataloader pins no memory (torch warns on every run that it cannot)."""
+        if self.bf16 is None:
+            self.bf16 = not self.fp16 and not self.use_cpu and _cuda_bf16()
+        if self.use_cpu or not _cuda():
+            self.dataloader_pin_memory = False  # nothing to pin to; torch warns on every run
+        if getattr(self, "activation_checkpointing", False) is None and self.gradient_checkpointing is not None:
+            self.activation_checkpointing = self.gradient_checkpointing
 
     def _check_ranges(self) -> None:
         checks = [
