@@ -14,7 +14,9 @@ import numpy as np
 from oar_attrib.store import TraceRecord
 from oar_attrib.store.records import json_float, json_floats
 
-ORACLE_SETS = ("direct", "chain", "distractor", "filler")
+# The world's oracle sets (world.KNOWN_SETS) a trace page can outline; `names` and `results`
+# are parts of `direct`/`chain` and would only repeat them.
+OUTLINE_SETS = ("direct", "chain", "distractor", "filler")
 # The page script (static/app.js, `heatColour`) draws the same colour from the same level.
 _HEAT_RGB = (230, 85, 13)
 
@@ -112,7 +114,7 @@ def trace_view(record: TraceRecord, method: str | None, oracle_set: str) -> dict
         "oracle": oracle,
     }
     return {"pieces": pieces, "payload": payload, "methods": methods,
-            "oracle_sets": [s for s in ORACLE_SETS if s in oracle]}
+            "oracle_sets": [s for s in OUTLINE_SETS if s in oracle]}
 
 
 def report_view(report: dict, subset: str, oracle_sets=("direct", "chain")) -> dict:
