@@ -13,6 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..normalise import log1p_minmax
 from .agreement import agreement_matrix
 
 if TYPE_CHECKING:
@@ -129,8 +130,7 @@ def normalised_importance(importance, mask=None) -> np.ndarray:
     """(T,) I^ of the gate (METHOD.md section 6, steps 1-2): log1p(I) min-max normalised over
     the scored tokens; NaN off them, 0 where every scored importance is equal."""
     imp = _as_array(importance)
-    mask = np.ones(imp.shape, bool) if mask is None else _as_array(mask, bool)
-    return normalise_scores(np.log1p(np.clip(imp, 0.0, None)), mask)
+    return log1p_minmax(imp, np.ones(imp.shape, bool) if mask is None else _as_array(mask, bool))
 
 
 def weights_figure(importance, weights: Mapping[str, Sequence[float]], mask=None,
