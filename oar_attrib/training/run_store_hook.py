@@ -3,7 +3,7 @@
 Each record is a dict in the shape of `oar_attrib.attribution.TraceAttribution.to_dict()`
 (prompt, response, token_ids, tokens, offsets, segments, span_found, answer_span,
 answer_text, probe, params, flags, scores{method: list}, weights{method: list}, advantage,
-token_advantages, metrics, timings) plus the training fields `reward`, `step`, `group`,
+token_advantages, metrics, timings) plus the training fields `reward`, `correct` (None: not known), `step`, `group`,
 `extra` and, for arithmetic-world prompts, the structural `oracle` of the generated trace
 (character spans per set): the records `oar_attrib.store.Store.add_records` takes. A path
 ending in `.db` is a run store (one run per training, what the web app reads); any other path
@@ -92,8 +92,9 @@ class RunStoreHook:
 
     def write_batch(self, *, step: int, weights: TokenWeights, inputs: list[dict], rewards: list[float],
                     advantages: list[float], method: str, probe: str,
-                    params: dict | None = None) -> list[dict]:
-        """Write the first `samples` completions (whole prompt groups, as TRL orders them)."""
+                    params: dict | None = None, correct: list | None = None) -> list[dict]:
+        """Write the first `samples` completions (whole prompt groups, as TRL orders them);
+        `correct` (bool or None per completion) is stored as each record's `correct`."""
         records = [
             trace_record(weights, row, prompt=inputs[row].get("prompt"), reward=rewards[row],
                          advantage=advantages[row], step=step, method=method, probe=probe,
@@ -101,6 +102,8 @@ class RunStoreHook:
                          group=row // self.group_size)
             for row in range(min(self.samples, len(inputs)))
         ]
+        for row, record in enumerate(records):
+            record["correct"] = None if correct is None else correct[row]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.suffix == ".db":
             self._write_store(records)

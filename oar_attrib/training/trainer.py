@@ -24,6 +24,7 @@ from oar_attrib.metrics import ess_ratio, top_mass
 from .config import OARConfig, check_trl_version
 from .errors import TrainingConfigError
 from .model_card import base_model_name, oar_model_card
+from .rewards import correctness
 from .reshaping import ReshapeSettings, TokenWeights, token_weights, unpad_rows
 from .run_store_hook import RunStoreHook
 
@@ -204,8 +205,10 @@ class OARGRPOTrainer(GRPOTrainer):
         rewards = self._oar_rewards[start : start + len(inputs)]
         weights = self.reward_weights.to(rewards.device)
         total = (rewards * weights[None]).nansum(dim=1).cpu()
+        correct = correctness(rewards.cpu(), self.reward_funcs, total.tolist(),
+                              self.args.oar_correct_threshold)
         self.run_store.write_batch(
-            step=step, weights=tw, inputs=inputs, rewards=total.tolist(),
+            step=step, weights=tw, inputs=inputs, rewards=total.tolist(), correct=correct,
             advantages=advantages.detach().float().cpu().tolist(), method=self.args.oar_method,
             probe=self.args.probe_at(step),
             params={"tau": self.args.oar_tau, "beta": self.args.oar_beta, "w_min": self.args.oar_min_weight},
