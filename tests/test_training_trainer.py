@@ -356,3 +356,26 @@ def test_default_run_store_records_correctness_by_the_rewards_notion(tmp_path, t
             assert row.reward == (1.0 if right else 0.5)
             # Unknown when nothing says what correct is; else right answers only (never 0.5 > 0).
             assert row.correct is (None if declared is None and threshold is None else right)
+
+
+@pytest.mark.parametrize("answer_format", ["boxed", "auto"])
+def test_a_low_span_found_rate_warns_once_naming_the_formats(tmp_path, tok, world, answer_format):
+    import warnings
+
+    from oar_attrib.training.errors import LowSpanRateWarning
+
+    # The scripted completions end with "#### N": `boxed` finds no span, `auto` finds most.
+    trainer = make_trainer(tmp_path, tok, world, oar_method="oar_g", answer_format=answer_format,
+                           max_steps=2, oar_store_every=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.train()
+    low = [w for w in caught if issubclass(w.category, LowSpanRateWarning)]
+    rates = [row["oar/span_found_rate"] for row in trainer.state.log_history if "oar/span_found_rate" in row]
+    assert len(rates) == 2
+    if answer_format == "boxed":
+        assert max(rates) < 0.5 and len(low) == 1  # once, though both batches are low
+        text = str(low[0].message)
+        assert "formats tried: boxed" in text and "gsm8k" in text and f"{rates[0]:.0%}" in text
+    else:
+        assert min(rates) >= 0.5 and not low
