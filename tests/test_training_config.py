@@ -20,10 +20,10 @@ CPU = dict(output_dir="unused", use_cpu=True, bf16=False, report_to=[], per_devi
 
 
 @pytest.mark.parametrize("field, value, words", [
-    ("oar_method", "ig", ["none", "oar_p", "oar_g", "entropy", "grail", "random"]),
+    ("oar_method", "captum", ["none", "oar_p", "oar_g", "entropy", "grail", "ig", "random"]),
     ("oar_probe", "mean", ["lt", "as_mean", "as_joint"]),
     ("answer_format", "latex", ["boxed", "gsm8k", "auto"]),
-    ("oar_entropy_mode", "topk", ["bilevel", "top_rho"]),
+    ("oar_weighting", "topk", ["bilevel", "grail", "top_rho"]),
 ])
 def test_config_rejects_unknown_names_listing_the_allowed(field, value, words):
     with pytest.raises(TrainingConfigError) as err:
@@ -108,8 +108,8 @@ def test_cli_dry_run_and_subcommand(capsys):
     assert main(["--dry-run", "--method", "oar_p", "--max-steps", "3", "oar_beta=1.5"]) == 0
     out = capsys.readouterr().out
     assert "oar_method: oar_p" in out and "max_steps: 3" in out and "oar_beta: 1.5" in out
-    assert main(["--dry-run", "oar_method=ig"]) == 2
-    assert "oar_method='ig' is not allowed" in capsys.readouterr().err
+    assert main(["--dry-run", "oar_method=captum"]) == 2
+    assert "oar_method='captum' is not allowed" in capsys.readouterr().err
     parser = argparse.ArgumentParser(prog="oar")
     add_train_command(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["train", "--preset", "arith-tiny", "--resume", "latest", "oar_tau=0.2"])

@@ -6,6 +6,7 @@ import json
 import sys
 
 from ..world import KNOWN_SETS
+from .choices import method_name, probe_name
 
 # `recall.RECALL_SETS`, spelled out so that building the parser does not import torch.
 RECALL_SET_NAMES = KNOWN_SETS + ("counterfactual",)
@@ -53,8 +54,9 @@ def add_parser(sub) -> None:
     rc.add_argument("--seed", type=int, default=0, help="seed of problems, sampling and bootstrap")
     rc.add_argument("--preset", default="recall",
                     help="world preset (recall: final results written once, so `direct` is exact)")
-    rc.add_argument("--methods", nargs="+", default=None, help="methods (default: all registered)")
-    rc.add_argument("--probe", default="as_mean", help="outcome probe: lt, as_mean, as_joint")
+    rc.add_argument("--methods", nargs="+", default=None, type=method_name,
+                    help="methods (default: all registered)")
+    rc.add_argument("--probe", default="as_mean", type=probe_name, help="outcome probe: lt, as_mean, as_joint")
     rc.add_argument("--sets", nargs="+", default=["direct", "chain"], choices=RECALL_SET_NAMES,
                     help="oracle sets to score against (results = direct; names: the final steps' "
                          "names; counterfactual: the positions whose replacement changes the "

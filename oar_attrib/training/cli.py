@@ -71,8 +71,10 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--preset", default="arith-tiny",
                         help="preset name (arith-tiny, math-7b) or a YAML file (default: arith-tiny)")
     parser.add_argument("--config", help="YAML file merged over the preset (same run/trainer sections)")
-    parser.add_argument("--method", help="importance method: none, oar_p, oar_g, entropy, grail, random")
-    parser.add_argument("--probe", help="outcome probe after the warm-up: lt, as_mean, as_joint")
+    parser.add_argument("--method", help="importance method: 'none' (plain GRPO) or a registered "
+                        "method that is not analysis-only; an unknown name is refused with the list")
+    parser.add_argument("--probe", help="outcome probe after the warm-up; an unknown name is refused "
+                        "with the list")
     parser.add_argument("--model", help="bundled model name or local checkpoint folder")
     parser.add_argument("--output-dir", help="where checkpoints, logs and the run store go")
     parser.add_argument("--max-steps", type=int, help="optimizer steps")
@@ -104,20 +106,29 @@ def _flag_overrides(args: argparse.Namespace) -> list[str]:
     return [f"{key}={json.dumps(value)}" for key, value in pairs if value is not None]
 
 
-def _latest_checkpoint(output_dir: str) -> str:
-    """The newest checkpoint-N folder of `output_dir`, found before anything is loaded."""
+def _check_resume(resume: str | None, settings: dict) -> str | None:
+    """The `resume_from_checkpoint` of `--resume` (a folder, or the newest checkpoint-N of the
+    run's output_dir for 'latest'), checked before anything loads."""
     from pathlib import Path
 
     from transformers.trainer_utils import get_last_checkpoint
 
     from .errors import TrainingConfigError
 
-    found = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
-    if found is None:
-        raise TrainingConfigError(
-            f"--resume latest: {output_dir} has no checkpoint-N folder to resume from; train without "
-            "--resume first, or pass --output-dir of a run that saved checkpoints")
-    return found
+    if resume is None:
+        return None
+    if resume == "latest":
+        out = str(settings["trainer"].get("output_dir") or ".")
+        found = get_last_checkpoint(out) if Path(out).is_dir() else None
+        if found is None:
+            raise TrainingConfigError(
+                f"--resume latest: {out} has no checkpoint-N folder to resume from; train without "
+                "--resume first, or pass --output-dir of a run that saved checkpoints")
+        return found
+    if not Path(resume).is_dir():
+        raise TrainingConfigError(f"--resume {resume}: no checkpoint folder there; pass a "
+                                  "checkpoint-N folder of an earlier run, or 'latest'")
+    return resume
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -127,11 +138,11 @@ def run_train(args: argparse.Namespace) -> int:
     if args.dry_run:
         import yaml
 
+        build_configs(settings)  # validates (types included) before anything is printed
         print(yaml.safe_dump(settings, sort_keys=False), end="")
-        build_configs(settings)  # validates
         return 0
+    resume = _check_resume(args.resume, settings)
     run, trainer_args = build_configs(settings)
-    resume = _latest_checkpoint(trainer_args.output_dir) if args.resume == "latest" else args.resume
     summary = train(run, trainer_args, resume=resume)
     print(json.dumps(summary))
     return 0
