@@ -92,6 +92,7 @@ def attribute(
         top-10% advantage mass per method.
     tau, beta, w_min: bi-level gating (METHOD.md section 6).
     method_params: extra keyword arguments per method, e.g. {"oar_g": {"n_noise": 4}}.
+    progress: a progress bar counting traces, with the scored positions so far.
     Responses whose answer span is not found get weight 1 everywhere and the flag
     `no_answer_span`; non-finite importances are flagged, never silently gated.
     """
@@ -109,8 +110,10 @@ def attribute(
     params, gating = method_params or {}, {"tau": tau, "beta": beta, "w_min": w_min}
     out = AttributionBatch()
     starts = range(0, len(prompts), batch_size)
-    with eval_mode(model):
-        for start in tqdm(starts, desc="attribute", disable=not progress):
+    bar = tqdm(total=len(prompts), desc="attribute", unit="trace", disable=not progress)
+    positions = 0  # scored positions so far, beside the traces
+    with eval_mode(model), bar:
+        for start in starts:
             stop = start + batch_size
             batch, pairs = encode_pairs(tokenizer, prompts[start:stop], responses[start:stop],
                                         fmt=fmt, pattern=pattern, chat=chat)
@@ -120,4 +123,7 @@ def attribute(
                 out.append(_trace(pair, prompts[start + row], scores,
                                   {m: t / len(pairs) for m, t in seconds.items()},
                                   row, probe, params, gating, adv))
+            positions += sum(sum(t.scored) for t in out[-len(pairs):])
+            bar.update(len(pairs))
+            bar.set_postfix(positions=positions)
     return out

@@ -40,6 +40,8 @@ class TraceAttribution:
     advantage: float | None = None
     token_advantages: dict[str, list[float]] = field(default_factory=dict)
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Seconds per method of the batch this trace was scored in, divided by its traces: traces
+    # are scored together, so one trace's own time is not measured (batch_size=1 measures it).
     timings: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -24,6 +24,7 @@ TraceSort = Literal["id", "step", "reward", "advantage", "n_tokens"]
 _SORT_SQL = {"id": "id", "step": "step", "reward": "reward", "advantage": "advantage",
              "n_tokens": "n_tokens"}
 _PREVIEW_CHARS = 120
+UNKNOWN = object()  # an explicit "correctness not known" (add_records: a null `correct`)
 _TRACE_COLUMNS = ("id, run_id, step, grp, reward, advantage, correct, answer_text, span_found, "
                   "n_tokens, n_scored, flags, substr(response, 1, {n})").format(n=_PREVIEW_CHARS)
 
@@ -194,9 +195,12 @@ class Store:
         fields `reward`, `correct`, `step`, `group`, `oracle` (set name -> spans, and an
         optional `complete`) and `extra` (the training hook's JSON Lines format)."""
         records = list(records)
-        fields = {"rewards": "reward", "correct": "correct", "steps": "step", "groups": "group",
+        fields = {"rewards": "reward", "steps": "step", "groups": "group",
                   "oracles": "oracle", "extras": "extra"}
-        return self.add_traces(run_id, records,
+        # A record whose `correct` is null says "not known": no reward > 0 guess for it.
+        correct = [r["correct"] if r.get("correct") is not None else UNKNOWN if "correct" in r else None
+                   for r in records]
+        return self.add_traces(run_id, records, correct=correct,
                                **{arg: [r.get(key) for r in records] for arg, key in fields.items()})
 
     def import_jsonl(self, path: str | Path, *, name: str | None = None, model: str = "",
@@ -225,7 +229,9 @@ class Store:
         # Plain Python numbers: sqlite3 cannot bind numpy or torch scalars.
         reward, advantage = _opt_float(reward), _opt_float(d.get("advantage"))
         step, group = (None if v is None else int(v) for v in (step, group))
-        if correct is None and reward is not None:
+        if correct is UNKNOWN:
+            correct = None
+        elif correct is None and reward is not None:
             correct = reward > 0
         segments, span_found = list(d["segments"]), bool(d["span_found"])
         n_scored = sum(s == "reasoning" for s in segments) if span_found else 0

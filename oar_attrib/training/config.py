@@ -125,9 +125,16 @@ class OARConfig(GRPOConfig):
         metadata={"help": "Regex with one capturing group (the answer), for answer_format='regex'."},
     )
     oar_store_every: int = field(
-        default=0,
-        metadata={"help": "Write a sample of the generation batch to the run store every this many "
-                          "optimizer steps (0: never)."},
+        default=25,
+        metadata={"help": "Write a sample of the generation batch to the run store (default "
+                          "<output_dir>/runs.db, what `oar web --store` reads) at step 0 and every "
+                          "this many optimizer steps (0: never)."},
+    )
+    oar_correct_threshold: float | None = field(
+        default=None,
+        metadata={"help": "The run store marks a completion correct when its total reward is >= this. "
+                          "Unset: when every reward function that declares `correct_threshold` (the "
+                          "built-in ones: 1.0) reaches it; unknown when none declares one."},
     )
     oar_store_samples: int = field(
         default=4, metadata={"help": "Completions per written sample (taken from the main process)."}
