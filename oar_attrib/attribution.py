@@ -18,6 +18,7 @@ from .inputs import EncodedPair, encode_pairs
 from .lm import eval_mode, model_device
 from .methods import get_method, method_spec
 from .probes import check_probe
+from .steps import AUTO
 from .traces import AttributionBatch, TraceAttribution, build_trace, scored_positions
 from .weightings import WeightingParams, get_weighting
 
@@ -82,6 +83,7 @@ def attribute(
     batch_size: int = 16,
     seed: int = 0,
     progress: bool = False,
+    step_unit=AUTO,
 ) -> AttributionBatch:
     """Token importances, weights and credit metrics of each response.
 
@@ -93,6 +95,10 @@ def attribute(
     tau, beta, w_min: bi-level gating (METHOD.md section 6).
     method_params: extra keyword arguments per method, e.g. {"oar_g": {"n_noise": 4}}.
     progress: a progress bar counting traces, with the scored positions so far.
+    step_unit: how reasoning splits into steps (`steps.step_spans`: line, paragraph,
+        sentence, a regex; default auto: lines, or sentences when the reasoning is one line,
+        as the arithmetic world's is, so each `x=a+b=n.` clause is a step). Sets each trace's
+        `steps` and the steps step-level methods (`oar_p_step`) perturb.
     Responses whose answer span is not found get weight 1 everywhere and the flag
     `no_answer_span`; non-finite importances are flagged, never silently gated.
     """
@@ -116,7 +122,7 @@ def attribute(
         for start in starts:
             stop = start + batch_size
             batch, pairs = encode_pairs(tokenizer, prompts[start:stop], responses[start:stop],
-                                        fmt=fmt, pattern=pattern, chat=chat)
+                                        fmt=fmt, pattern=pattern, chat=chat, step_unit=step_unit)
             scores, seconds = _score(model, batch, methods, probe, params, seed + start)
             for row, pair in enumerate(pairs):
                 adv = None if advantages is None else float(advantages[start + row])

@@ -18,7 +18,7 @@ from typing import Iterator, Literal, Mapping, Sequence
 from ..jsonl import NotJSON, iter_jsonl
 from . import codec, schema
 from .errors import NotFoundError, StoreError
-from .records import AttributionRecord, RunInfo, TraceRecord, TraceRow, json_safe
+from .records import AttributionRecord, RunInfo, TraceRecord, TraceRow, json_safe, record_steps
 
 TraceSort = Literal["id", "step", "reward", "advantage", "n_tokens"]
 _SORT_SQL = {"id": "id", "step": "step", "reward": "reward", "advantage": "advantage",
@@ -235,6 +235,8 @@ class Store:
             correct = reward > 0
         segments, span_found = list(d["segments"]), bool(d["span_found"])
         n_scored = sum(s == "reasoning" for s in segments) if span_found else 0
+        if d.get("steps"):  # step ranges ride in `extra` (no schema change); see _trace
+            extra = {**extra, "steps": [list(r) for r in d["steps"]]}
         answer = d.get("answer_span")
         sets, complete = _oracle_sets(oracle)
         cur = conn.execute(
@@ -387,13 +389,16 @@ class Store:
         ids, offsets, segments, texts = conn.execute(
             "SELECT ids, offsets, segments, texts FROM tokens WHERE trace_id = ?", (trace_id,)
         ).fetchone()
+        extra, offsets = json.loads(extra), codec.unpack_offsets(offsets)
+        segments = codec.unpack_segments(segments)
         record = TraceRecord(
             row=row, prompt=prompt, response=response, token_ids=codec.unpack_ints(ids).tolist(),
-            tokens=json.loads(texts), offsets=codec.unpack_offsets(offsets),
-            segments=codec.unpack_segments(segments),
+            tokens=json.loads(texts), offsets=offsets, segments=segments,
             answer_span=None if a_start is None else (a_start, a_end), probe=probe,
-            params=json.loads(params), extra=json.loads(extra),
+            params=json.loads(params), extra=extra,
             oracle_complete=None if complete is None else bool(complete),
+            steps=record_steps(extra.pop("steps", None), response, offsets, segments,
+                               row.span_found),
         )
         for (method, a_probe, scores, weights, adv, ess, top, sec) in conn.execute(
             "SELECT method, probe, scores, weights, token_advantages, ess_ratio, top10_mass, "
