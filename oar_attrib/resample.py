@@ -24,7 +24,7 @@ from typing import Sequence
 
 import torch
 
-from .analysis.counterfactual import _eos_ids, _left_pad
+from .generation import eos_ids as _eos_ids, left_pad as _left_pad
 from .batch import ScoringBatch
 from .errors import InputError
 from .lm import eval_mode, model_device
