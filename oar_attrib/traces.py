@@ -48,6 +48,8 @@ class TraceAttribution:
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     # Seconds per method of the batch this trace was scored in, divided by its traces: traces
     # are scored together, so one trace's own time is not measured (batch_size=1 measures it).
+    # Seconds per method of the batch this trace was scored in, divided by its traces: traces
+    # are scored together, so one trace's own time is not measured (batch_size=1 measures it).
     timings: dict[str, float] = field(default_factory=dict)
     steps: list[tuple[int, int]] = field(default_factory=list)
 
