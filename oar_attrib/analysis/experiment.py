@@ -136,8 +136,12 @@ def build_report(db, name: str, metric: str | None = None) -> ExperimentReport:
 
 
 def load_report(store: str | Path, name: str, metric: str | None = None) -> ExperimentReport:
+    """The report of experiment `name` in the store file `store` (opened read-only)."""
     with open_readonly(store) as db:
         return build_report(db, name, metric)
+
+
+experiment_report = load_report  # the public name (oar_attrib.experiment_report)
 
 
 # ------------------------------------------------------------------ text and summary

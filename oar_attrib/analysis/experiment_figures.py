@@ -115,3 +115,7 @@ def save_matplotlib(report, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+experiment_figure = plotly_figure  # public names (oar_attrib.experiment_figure, ...)
+experiment_credit_figure = credit_figure
