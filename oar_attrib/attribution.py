@@ -17,15 +17,13 @@ from tqdm.auto import tqdm
 
 from .batch import ScoringBatch
 from .errors import InputError
-from .gating import bilevel_weights, grail_weights, reshape_advantages
+from .gating import reshape_advantages
 from .inputs import EncodedPair, encode_pairs
 from .lm import eval_mode, model_device
-from .methods import get_method
+from .methods import get_method, method_spec
 from .metrics import ess_ratio, top_mass
 from .probes import check_probe
-
-# Methods whose weights are not the bi-level gate of their importances (METHOD.md section 7).
-_OWN_WEIGHTS = {"grail": grail_weights}
+from .weightings import WeightingParams, get_weighting
 
 
 @dataclass
@@ -117,11 +115,12 @@ class AttributionBatch(list):
 
 
 def compute_weights(method: str, importance: torch.Tensor, mask: torch.Tensor,
-                    tau: float = 0.4, beta: float = 2.0, w_min: float = 0.1) -> torch.Tensor:
-    """(B, L) weights from (B, L) importances over the (B, L) bool scored mask."""
-    if method in _OWN_WEIGHTS:
-        return _OWN_WEIGHTS[method](importance, mask)
-    return bilevel_weights(importance, mask, tau=tau, beta=beta, w_min=w_min)
+                    tau: float = 0.4, beta: float = 2.0, w_min: float = 0.1, *,
+                    weighting: str | None = None, rho: float = 0.2) -> torch.Tensor:
+    """(B, L) weights from (B, L) importances over the (B, L) bool scored mask, through
+    `weighting` (default: the one `method` registered with; `weightings.available_weightings()`)."""
+    fn = get_weighting(weighting or method_spec(method).weighting)
+    return fn(importance, mask, WeightingParams(tau=tau, beta=beta, w_min=w_min, rho=rho))
 
 
 def _score(model, batch: ScoringBatch, methods, probe, params, seed) -> tuple[dict, dict]:

@@ -164,11 +164,37 @@ def test_cli_attribute_reports_bad_lines_and_writes_good_ones(tmp_path, model, t
     code = cli.main(["attribute", "--model", str(folder), "--input", str(src), "--out", str(out),
                      "--methods", "oar_p", "--no-progress"])
     err = capsys.readouterr().err
-    assert code == 0
-    assert ":2: skipped: not JSON" in err and ":3: skipped: needs a 'prompt'" in err
+    assert code == 2  # some lines were skipped; the good ones are written
+    assert ":2: skipped (not_json): not JSON" in err and ":3: skipped (fields): needs a 'prompt'" in err
+    assert "2 bad lines skipped (fields 1, not_json 1)" in err
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["line"] for r in rows] == [1, 5]
     assert rows[0]["span_found"] and not rows[1]["span_found"]
+
+
+def test_cli_attribute_accepts_exactly_the_registered_methods(tmp_path, model, tokenizer, problems, capsys):
+    from oar_attrib.methods import register_method, unregister_method
+
+    folder = tmp_path / "ckpt"
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"prompt": problems[0].prompt, "response": problems[0].solution}) + "\n")
+    out = tmp_path / "out.jsonl"
+    argv = ["attribute", "--model", str(folder), "--input", str(src), "--out", str(out),
+            "--methods", "test_ones", "--no-progress"]
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)  # not registered yet: argparse refuses it, naming the known methods
+    assert exit_.value.code == 2 and "unknown importance method 'test_ones'" in capsys.readouterr().err
+    register_method("test_ones")(lambda model, batch, **kw: (batch.scored_mask & batch.has_answer[:, None]).float())
+    try:
+        assert cli.main(argv) == 0
+    finally:
+        unregister_method("test_ones")
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    scored = [s == "reasoning" for s in row["segments"]]
+    assert row["scores"]["test_ones"] == [1.0 if s else 0.0 for s in scored]
+    assert row["weights"]["test_ones"] == [1.0] * len(scored)  # equal importances: flat, weight 1
 
 
 def test_cli_unknown_model_folder_is_a_clear_error(tmp_path, capsys):

@@ -7,8 +7,13 @@ import sys
 
 def run(args: argparse.Namespace) -> int:
     from ..world.evaluation import evaluate_world
+    from ..errors import InputError
     from ..models import load_model
 
+    if args.n < 1:
+        raise InputError(f"--n must be at least 1 (the number of problems), got {args.n}")
+    if args.group_size < 0:
+        raise InputError(f"--group-size must be 0 (off) or more, got {args.group_size}")
     model, tokenizer = load_model(args.model)
     res = evaluate_world(
         model, tokenizer, args.preset, n=args.n, seed=args.seed, group_size=args.group_size,

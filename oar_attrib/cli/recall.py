@@ -6,9 +6,28 @@ import json
 import sys
 
 from ..world import KNOWN_SETS
+from .choices import method_name, probe_name
 
 # `recall.RECALL_SETS`, spelled out so that building the parser does not import torch.
 RECALL_SET_NAMES = KNOWN_SETS + ("counterfactual",)
+
+
+RANDOM_DRAW, RANDOM_EXPECTED = "random (a draw)", "random expectation"
+
+
+def recall_table(report, sets) -> str:
+    """The text table of `oar recall`: one row per method, the random method's own draw
+    labelled as one, and the random-ranking expectation as its own last row (as README's)."""
+    rows = {(RANDOM_DRAW if m == "random" else m): v for m, v in report.methods.items()}
+    rows[RANDOM_EXPECTED] = report.random
+    width = max(len(m) for m in rows)
+    lines = [f"{'method':<{width}} " + " ".join(f"{name:>22}" for name in sets)]
+    for method, stats in rows.items():
+        cells = ["n/a" if stats[name]["recall"] is None else
+                 f"{stats[name]['recall']:.3f} [{stats[name]['ci95'][0]:.3f},{stats[name]['ci95'][1]:.3f}]"
+                 for name in sets]
+        lines.append(f"{method:<{width}} " + " ".join(f"{cell:>22}" for cell in cells))
+    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -23,15 +42,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report.as_dict()))
         return 0
     print(f"n={report.n} scored={report.n_scored} accuracy={report.accuracy:.3f} skipped={report.skipped}")
-    print(f"{'method':<10} " + " ".join(f"{name:>22}" for name in args.sets))
-    rows = {**report.methods, "random": report.random}
-    for method, sets in rows.items():
-        cells = []
-        for name in args.sets:
-            s = sets[name]
-            cells.append("n/a" if s["recall"] is None else
-                         f"{s['recall']:.3f} [{s['ci95'][0]:.3f},{s['ci95'][1]:.3f}]")
-        print(f"{method:<10} " + " ".join(f"{cell:>22}" for cell in cells))
+    print(recall_table(report, args.sets))
     return 0
 
 
@@ -43,8 +54,9 @@ def add_parser(sub) -> None:
     rc.add_argument("--seed", type=int, default=0, help="seed of problems, sampling and bootstrap")
     rc.add_argument("--preset", default="recall",
                     help="world preset (recall: final results written once, so `direct` is exact)")
-    rc.add_argument("--methods", nargs="+", default=None, help="methods (default: all registered)")
-    rc.add_argument("--probe", default="as_mean", help="outcome probe: lt, as_mean, as_joint")
+    rc.add_argument("--methods", nargs="+", default=None, type=method_name,
+                    help="methods (default: all registered)")
+    rc.add_argument("--probe", default="as_mean", type=probe_name, help="outcome probe: lt, as_mean, as_joint")
     rc.add_argument("--sets", nargs="+", default=["direct", "chain"], choices=RECALL_SET_NAMES,
                     help="oracle sets to score against (results = direct; names: the final steps' "
                          "names; counterfactual: the positions whose replacement changes the "

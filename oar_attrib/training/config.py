@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from packaging.version import Version
 from trl import GRPOConfig
 
+from oar_attrib.methods import available_methods, trainable_methods
 from oar_attrib.probes import PROBES
 from oar_attrib.spans import ANSWER_FORMATS
+from oar_attrib.weightings import available_weightings
 
 from .errors import TrainingConfigError, UnsupportedTRLError
 
@@ -23,8 +25,13 @@ from .errors import TrainingConfigError, UnsupportedTRLError
 TRL_MIN, TRL_MAX = Version("1.16.0"), Version("1.17.0")
 TRL_OVERRIDE_ENV = "OAR_ALLOW_UNTESTED_TRL"
 
-OAR_METHODS = ("none", "oar_p", "oar_g", "entropy", "grail", "random")
-ENTROPY_MODES = ("bilevel", "top_rho")
+NO_METHOD = "none"
+
+
+def oar_method_choices() -> list[str]:
+    """Allowed `oar_method` values: 'none' (plain GRPO) and every registered method that is not
+    analysis-only, read from the registry when called (so methods registered later count)."""
+    return [NO_METHOD, *trainable_methods()]
 
 
 def check_trl_version(version: str | None = None) -> None:
@@ -42,6 +49,18 @@ def check_trl_version(version: str | None = None) -> None:
     )
 
 
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _cuda_bf16() -> bool:
+    import torch
+
+    return _cuda() and torch.cuda.is_bf16_supported()
+
+
 def _choice(name: str, value, allowed) -> None:
     if value not in allowed:
         raise TrainingConfigError(f"{name}={value!r} is not allowed; choose one of {', '.join(map(str, allowed))}")
@@ -53,8 +72,10 @@ class OARConfig(GRPOConfig):
 
     oar_method: str = field(
         default="oar_g",
-        metadata={"help": "Importance method whose weights reshape the advantages: one of "
-                          f"{', '.join(OAR_METHODS)}. 'none' is plain GRPO (weights are not computed)."},
+        metadata={"help": "Importance method whose weights reshape the advantages: a registered "
+                          "method that is not analysis-only (oar_p, oar_g, entropy, grail, ig, random, "
+                          "or one registered with oar_attrib.register_method), or 'none' for plain GRPO "
+                          "(weights are not computed)."},
     )
     oar_probe: str = field(
         default="as_mean",
@@ -80,13 +101,14 @@ class OARConfig(GRPOConfig):
         metadata={"help": "Token budget of one attribution forward: rows are grouped so that their "
                           "total length stays under it, and OAR-P sizes its perturbation batches by it."},
     )
-    oar_entropy_mode: str = field(
-        default="bilevel",
-        metadata={"help": "entropy method only: 'bilevel' gates the entropies like OAR; 'top_rho' keeps "
-                          "the top-rho entropy tokens of the local batch (weight 1) and zeroes the rest."},
+    oar_weighting: str | None = field(
+        default=None,
+        metadata={"help": "How importances become weights: a registered weighting ('bilevel' gates "
+                          "like OAR; 'grail' is GRAIL's transform; 'top_rho' keeps the top-rho tokens "
+                          "of the local batch at weight 1 and zeroes the rest). Default: the method's own."},
     )
     oar_entropy_rho: float = field(
-        default=0.2, metadata={"help": "Kept fraction in (0, 1] for oar_entropy_mode='top_rho'."}
+        default=0.2, metadata={"help": "Kept fraction in (0, 1] for oar_weighting='top_rho'."}
     )
     oar_skip_zero_advantage: bool = field(
         default=True,
@@ -118,14 +140,35 @@ class OARConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         check_trl_version()
+        self._quiet_defaults()
         super().__post_init__()
-        _choice("oar_method", self.oar_method, OAR_METHODS)
+        if self.oar_method in available_methods() and self.oar_method not in trainable_methods():
+            raise TrainingConfigError(
+                f"oar_method={self.oar_method!r} is analysis-only (it can explain traces with "
+                f"attribute() but not reshape training); choose one of {', '.join(oar_method_choices())}")
+        _choice("oar_method", self.oar_method, oar_method_choices())
         _choice("oar_probe", self.oar_probe, PROBES)
-        _choice("oar_entropy_mode", self.oar_entropy_mode, ENTROPY_MODES)
+        if self.oar_weighting is not None:
+            _choice("oar_weighting", self.oar_weighting, available_weightings())
         _choice("answer_format", self.answer_format, ANSWER_FORMATS)
         self._check_ranges()
         if self.answer_format == "regex" and not self.answer_pattern:
             raise TrainingConfigError("answer_format='regex' needs answer_pattern, a regex with one group")
+
+    def _quiet_defaults(self) -> None:
+        """Defaults that work where the config is built. bf16 left unset is bf16 only on a CUDA
+        device that supports it (TRL would turn it on everywhere, which stops a CPU machine with
+        "doesn't support bf16/gpu", or with use_cpu=True runs every step under a slow CPU bf16
+        autocast): elsewhere fp32, as the CPU presets set. TRL's default gradient_checkpointing
+        is passed on under transformers 5's name, activation_checkpointing, when that field
+        exists and is unset, so that no deprecation warning is printed on every run; without CUDA
+        the dataloader pins no memory (torch warns on every run that it cannot)."""
+        if self.bf16 is None:
+            self.bf16 = not self.fp16 and not self.use_cpu and _cuda_bf16()
+        if self.use_cpu or not _cuda():
+            self.dataloader_pin_memory = False  # nothing to pin to; torch warns on every run
+        if getattr(self, "activation_checkpointing", False) is None and self.gradient_checkpointing is not None:
+            self.activation_checkpointing = self.gradient_checkpointing
 
     def _check_ranges(self) -> None:
         checks = [

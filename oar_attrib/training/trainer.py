@@ -9,7 +9,9 @@ are never recomputed per micro-step.
 """
 from __future__ import annotations
 
+import os
 import time
+import warnings
 from contextlib import nullcontext
 
 import torch
@@ -21,8 +23,12 @@ from oar_attrib.metrics import ess_ratio, top_mass
 
 from .config import OARConfig, check_trl_version
 from .errors import TrainingConfigError
+from .model_card import base_model_name, oar_model_card
 from .reshaping import ReshapeSettings, TokenWeights, token_weights, unpad_rows
 from .run_store_hook import RunStoreHook
+
+
+TRL_RENAMED_CALLS = r"`(is_)?gradient_checkpointing(_enable|_disable)?` is deprecated"
 
 
 class OARGRPOTrainer(GRPOTrainer):
@@ -51,11 +57,42 @@ class OARGRPOTrainer(GRPOTrainer):
         self._oar_step_attr = 0.0
         self._oar_step_wall = 0.0
         self.run_store = run_store
+        self._oar_base_model = base_model_name(self.model)
         if run_store is None and self.args.oar_store_every > 0 and self.accelerator.is_main_process:
             name = getattr(getattr(self.model, "config", None), "_name_or_path", "") or ""
             self.run_store = RunStoreHook.from_config(self.args, model=str(name))
 
     # ------------------------------------------------------------------ TRL hooks
+
+    def train(self, *args, **kwargs):
+        # TRL 1.16 calls the model's gradient_checkpointing methods, which transformers 5
+        # renamed (activation_checkpointing): one FutureWarning per generation the user can do
+        # nothing about. Silenced here, during training only.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=TRL_RENAMED_CALLS, category=FutureWarning)
+            return super().train(*args, **kwargs)
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        """TRL's card plus the base model and the OAR settings (`model_card.oar_model_card`)."""
+        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
+        path = os.path.join(self.args.output_dir, "README.md")
+        if self.is_world_process_zero() and os.path.isfile(path):
+            with open(path, encoding="utf-8") as handle:
+                card = handle.read()
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(oar_model_card(card, self._oar_base_model, self.args))
+
+    def _issue_warnings_after_load(self, load_result):
+        # A checkpoint of a model with tied embeddings stores the shared tensor once, so the
+        # tied key (lm_head.weight) is "missing" although loading restored it: no warning.
+        tied = set(getattr(self.model, "_tied_weights_keys", None) or ())
+        if not getattr(getattr(self.model, "config", None), "tie_word_embeddings", False):
+            tied = set()
+        missing = [k for k in load_result.missing_keys if k not in tied]
+        if len(missing) < len(load_result.missing_keys):
+            self.model.tie_weights()
+            load_result = load_result._replace(missing_keys=missing)
+        return super()._issue_warnings_after_load(load_result)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         # Kept for the run store: TRL returns rewards of all ranks, (N_global, n_funcs).
