@@ -162,3 +162,45 @@ def test_bad_settings_exit_2_in_one_line(tmp_path, capsys):
     assert "needs 'none'" in capsys.readouterr().err
     assert experiment_cli.main(["run", str(path), "oar_tau=2", "--dry-run"]) == 2
     assert not (tmp_path / "exp.db").exists()  # nothing written for a bad grid
+
+
+def _synthetic(path: Path, finals: dict[str, list[float]]) -> None:
+    """A store with a 2-step experiment 'grid' whose last-step accuracies are `finals`."""
+    from oar_attrib.store.experiments import ExperimentStore
+
+    spec = {"steps": 2, "eval_every": 1, "eval_presets": ["default"], "world_seed": 0, "preset": "arith-tiny",
+            "base": {"run": {"eval_samples": 2}, "trainer": {}}}
+    with ExperimentStore(path) as db:
+        exp = db.ensure_experiment("grid", spec)
+        for method, values in finals.items():
+            for seed, final in enumerate(values):
+                cell = db.ensure_cell(exp, method, seed, {"method": method})
+                for step, acc in ((0, 0.3), (1, 0.35), (2, final)):
+                    db.add_points(cell, step, {"eval/accuracy/default": acc, "eval/accuracy_sampled/default": acc})
+                for step in (1, 2):
+                    db.add_points(cell, step, {"step_seconds": 1.0 + seed, "reward": 0.5})
+
+
+def test_report_and_page_of_a_stored_grid_escape_labels(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from oar_attrib.analysis.experiment import format_report, summary
+    from oar_attrib.store import Store
+    from oar_attrib.webapp.main import create_app
+
+    evil = "<script>alert(1)</script>"
+    finals = {"none": [0.5, 0.6, 0.4], evil: [0.6, 0.6, 0.5]}
+    db = tmp_path / "exp.db"
+    _synthetic(db, finals)
+    report = load_report(db, "grid")
+    d = report.paired["eval/accuracy_sampled/default"][evil]
+    assert d["diffs"] == pytest.approx([0.1, 0.0, 0.1]) and (d["wins"], d["ties"]) == (2, 1)
+    assert report.seconds["none"] == {"step": pytest.approx(2.0), "eval": pytest.approx(float("nan"), nan_ok=True),
+                                      "steps": 6}
+    assert summary(report)["methods"][evil]["vs_grpo"]["mean"] == pytest.approx(0.2 / 3)
+    assert "+0.067" in format_report(report)
+    Store(db).close()
+    with TestClient(create_app(db), base_url="http://127.0.0.1") as client:
+        page = client.get("/experiments/grid").text
+        assert evil not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+        assert client.get("/experiments").status_code == 200
