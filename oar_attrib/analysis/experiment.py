@@ -158,6 +158,9 @@ def format_report(report: ExperimentReport) -> str:
     finished = sum(c["finished"] for c in report.cells)
     lines = [f"experiment {report.name}: {finished}/{len(report.cells)} cells finished, "
              f"{report.spec['steps']} steps each", ""]
+    pending = [f"{c['method']}-s{c['seed']}" for c in report.cells if not c["finished"]]
+    if pending:
+        lines[-1:] = [f"not finished (left out below): {', '.join(pending)}", ""]
     for key in report.finals:
         lines.append(f"final {key} (mean over seeds; difference from GRPO ('none'), paired by seed, "
                      "95% t-interval; wins = seeds where the method beat GRPO)")
@@ -203,7 +206,10 @@ def summary(report: ExperimentReport) -> dict:
         entry["seconds_per_step"] = report.seconds.get(method, {}).get("step")
         entry["credit"] = {k: _mean_curve(report, k, method) for k in CREDIT_KEYS}
         methods[method] = entry
+    finished = sum(c["finished"] for c in report.cells)
     return {"experiment": report.name, "metric": report.metric, "steps": report.spec["steps"],
+            "complete": finished == len(report.cells), "finished_cells": finished,
+            "total_cells": len(report.cells),
             "interval": "95% t-interval over paired seed differences (method - none), df = n - 1",
             "cells": report.cells, "settings": report.spec, "methods": methods}
 
