@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -213,7 +214,28 @@ def run(spec: ExperimentSpec, base: dict, jobs: int = 1, echo=print) -> dict:
     echo(f"experiment {spec.name}: {len(cells)} cells, {len(cells) - len(todo)} finished, "
          f"{len(todo)} to run, {jobs} at a time; store {spec.store}")
     running: dict[int, tuple[PlannedCell, subprocess.Popen, float]] = {}
-    failed = []
+    failed: list[PlannedCell] = []
+    previous = signal.signal(signal.SIGTERM, _raise_exit)
+    try:
+        _loop(spec, jobs, todo, running, failed, echo)
+    finally:  # stopped (Ctrl-C, kill): stop the cells too, so that a rerun never races them
+        signal.signal(signal.SIGTERM, previous)
+        for _, proc, _ in running.values():
+            proc.terminate()
+        for _, proc, _ in running.values():
+            proc.wait()
+    with ExperimentStore(spec.store) as store:
+        exp = store.experiment(spec.name)[0]
+        done = store.finished_cells(exp, spec.steps, eval_keys(spec, base) + ["reward"])
+    return {"cells": len(cells), "finished": len(done), "failed": [f"{c.method}-s{c.seed}" for c in failed]}
+
+
+def _raise_exit(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def _loop(spec, jobs, todo, running, failed, echo) -> None:
+    """Keep `jobs` cells running until none is left; a finished process leaves `running`."""
     while todo or running:
         while todo and len(running) < jobs:
             cell = todo.pop(0)
@@ -230,10 +252,6 @@ def run(spec: ExperimentSpec, base: dict, jobs: int = 1, echo=print) -> dict:
             else:
                 failed.append(cell)
                 echo(f"  FAILED {cell.method} seed {cell.seed} (exit {proc.returncode}); see {cell.log}")
-    with ExperimentStore(spec.store) as store:
-        exp = store.experiment(spec.name)[0]
-        done = store.finished_cells(exp, spec.steps, eval_keys(spec, base) + ["reward"])
-    return {"cells": len(cells), "finished": len(done), "failed": [f"{c.method}-s{c.seed}" for c in failed]}
 
 
 def dump_spec(spec: ExperimentSpec, base: dict) -> str:
