@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from oar_attrib.errors import unknown_name
 from oar_attrib.store.experiments import STEP_KEY, open_readonly
 
 BASELINE = "none"
@@ -107,7 +108,7 @@ def build_report(db, name: str, metric: str | None = None) -> ExperimentReport:
     keys = _eval_keys(spec)
     metric = metric or keys[0]
     if metric not in keys:
-        raise ValueError(f"metric {metric!r} is not an evaluation key of {name}; choose one of {', '.join(keys)}")
+        raise unknown_name(f"metric of experiment {name}", metric, keys)
     cells = db.cells(exp_id)
     done = db.finished_cells(exp_id, spec["steps"], keys + ["reward"])
     methods = list(dict.fromkeys(c.method for c in cells))

@@ -55,16 +55,17 @@ TRAIN_KEYS = ("reward", "entropy", "loss", "oar/ess_ratio", "oar/top10_mass", "o
 class ExperimentSpec:
     """The `experiment` section: what the grid is."""
 
-    name: str
-    methods: dict[str, dict]
-    seeds: list[int]
-    steps: int
-    preset: str = "arith-tiny"
-    eval_every: int = 20
-    eval_presets: list[str] = field(default_factory=lambda: ["default", "recall"])
-    world_seed: int = 1234
-    store: str = "runs/experiments.db"
-    output_dir: str = "runs/experiments"
+    name: str = field(metadata={"help": "Name of the grid in the store (a changed grid needs a new one)."})
+    methods: dict[str, dict] = field(metadata={"help": "Label -> trainer settings; 'none' (GRPO) is required."})
+    seeds: list[int] = field(metadata={"help": "Seeds of every method (an int N means 0..N-1)."})
+    steps: int = field(metadata={"help": "Optimizer steps of every cell."})
+    preset: str = field(default="arith-tiny", metadata={"help": "Base preset (or YAML) of every cell."})
+    eval_every: int = field(default=20, metadata={"help": "Held-out evaluation at 0, every N steps, the last."})
+    eval_presets: list[str] = field(default_factory=lambda: ["default", "recall"], metadata={
+        "help": "World presets of the held-out problems: the training preset first, then unseen ones."})
+    world_seed: int = field(default=1234, metadata={"help": "Seed of the training problems, shared by all cells."})
+    store: str = field(default="runs/experiments.db", metadata={"help": "The run store of every cell's curve."})
+    output_dir: str = field(default="runs/experiments", metadata={"help": "Cell logs and trainer output."})
 
     def __post_init__(self) -> None:
         if not self.methods or not isinstance(self.methods, dict):
