@@ -204,3 +204,24 @@ def test_report_and_page_of_a_stored_grid_escape_labels(tmp_path):
         page = client.get("/experiments/grid").text
         assert evil not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
         assert client.get("/experiments").status_code == 200
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "docs" / "experiments").glob("*.json")), ids=lambda p: p.name)
+def test_committed_summaries_are_consistent(path):
+    """Each committed summary's paired differences follow from its own per-seed finals."""
+    import json
+
+    data = json.loads(path.read_text())
+    methods = data["methods"]
+    base = methods["none"]["final"]
+    for method, entry in methods.items():
+        if method == "none":
+            continue
+        seeds = sorted(set(entry["final"]) & set(base), key=int)
+        diffs = [entry["final"][s] - base[s] for s in seeds]
+        got = entry["vs_grpo"]
+        assert got["n"] == len(seeds) and got["mean"] == pytest.approx(statistics.mean(diffs))
+        assert got["wins"] == sum(d > 0 for d in diffs)
+        if len(seeds) >= 2:
+            half = t_quantile(0.975, len(seeds) - 1) * statistics.stdev(diffs) / math.sqrt(len(seeds))
+            assert (got["lo"], got["hi"]) == pytest.approx((got["mean"] - half, got["mean"] + half))
