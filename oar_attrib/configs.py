@@ -6,6 +6,18 @@ import dataclasses
 import typing
 
 
+class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """`--help` that shows each option's default (unless its help already says it, or it has
+    none: None, False), descriptions and epilogs kept as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if ("default" in text or not action.option_strings
+                or action.default is None or action.default is False or action.default == argparse.SUPPRESS):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 def add_dataclass_args(parser: argparse.ArgumentParser, cls) -> None:
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):

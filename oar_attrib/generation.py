@@ -50,3 +50,22 @@ def generate(
             cut = row.index(eos) + 1 if eos in row else len(row)
             out.append(row[:cut])
     return out
+
+
+def left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, L) left-padded ids and attention mask: generation continues every row at L."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, r in enumerate(rows):
+        ids[b, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+        attn[b, width - len(r) :] = 1
+    return ids.to(device), attn.to(device)
+
+
+def eos_ids(model, tokenizer) -> set[int]:
+    """The ids that end a generation: the model's generation config, else the tokenizer's."""
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    return set() if eos is None else {int(e) for e in (eos if isinstance(eos, list) else [eos])}

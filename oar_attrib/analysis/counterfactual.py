@@ -11,6 +11,7 @@ from typing import Callable, Sequence
 import torch
 
 from ..errors import InputError, TokenizerError
+from ..generation import eos_ids as _eos_ids, left_pad as _left_pad
 
 
 def _ids(x, name: str) -> list[int]:
@@ -39,24 +40,6 @@ def choose_positions(positions: Sequence[int], max_positions: int, seed: int = 0
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         picks.append(chosen[lo + int(torch.randint(hi - lo, (1,), generator=gen))])
     return picks
-
-
-def _left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, L) left-padded ids and attention mask: generation continues every row at L."""
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(rows), width), dtype=torch.long)
-    for b, r in enumerate(rows):
-        ids[b, width - len(r) :] = torch.tensor(r, dtype=torch.long)
-        attn[b, width - len(r) :] = 1
-    return ids.to(device), attn.to(device)
-
-
-def _eos_ids(model, tokenizer) -> set[int]:
-    eos = getattr(model.generation_config, "eos_token_id", None)
-    if eos is None:
-        eos = tokenizer.eos_token_id
-    return set() if eos is None else {int(e) for e in (eos if isinstance(eos, list) else [eos])}
 
 
 @torch.no_grad()

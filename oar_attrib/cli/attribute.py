@@ -193,9 +193,15 @@ def run(args: argparse.Namespace) -> int:
     def skip_line(number: int) -> bool:
         return number in done or (number - 1) % world != rank
 
-    pairs = read_pairs(source, tokenizer, args.format, skip_line, counts,
-                       report=lambda line: print(line, file=sys.stderr))
-    written = attribute_lines(model, tokenizer, pairs, _Flagged(writer, flagged), args)
+    bar = progress_bar(source, skip_line, disable=args.no_progress or rank != 0)
+
+    def report(line: str) -> None:  # a skipped line: counted, and printed above the bar
+        bar.update(1)
+        bar.write(line, file=sys.stderr)
+
+    pairs = read_pairs(source, tokenizer, args.format, skip_line, counts, report=report)
+    with bar:
+        written = attribute_lines(model, tokenizer, pairs, _Flagged(writer, flagged, bar), args)
     if dist is not None:
         writer.close()
         gathered = [None] * world
@@ -216,17 +222,47 @@ def run(args: argparse.Namespace) -> int:
 
 
 class _Flagged:
-    """An output that also counts the records that carry flags."""
+    """An output that also counts the records that carry flags, and moves the progress bar
+    (traces, and the scored positions so far)."""
 
-    def __init__(self, output: outputs.Output, counter: Counter):
-        self.output, self.counter, self.done = output, counter, output.done
+    def __init__(self, output: outputs.Output, counter: Counter, bar=None):
+        self.output, self.counter, self.done, self.bar = output, counter, output.done, bar
+        self.positions = 0
 
     def write(self, records: list[dict]) -> None:
         self.output.write(records)
         self.counter["n"] += sum(bool(r.get("flags")) for r in records)
+        if self.bar is not None:
+            self.positions += sum(r["span_found"] * r["segments"].count("reasoning") for r in records)
+            self.bar.update(len(records))
+            self.bar.set_postfix(positions=self.positions)
 
     def close(self, finish: bool = True) -> None:
         self.output.close(finish)
+
+
+def lines_to_read(path: Path, skip_line) -> int:
+    """Non-blank lines of `path` this process reads (the progress bar's total), counted in
+    pieces of at most 1 MiB so that an overlong line costs no memory."""
+    total, number, blank = 0, 0, True
+    with open(path, "rb") as handle:
+        for piece in iter(lambda: handle.readline(1 << 20), b""):
+            blank = blank and not piece.strip()
+            if piece.endswith(b"\n"):
+                number += 1
+                total += not blank and not skip_line(number)
+                blank = True
+    if not blank:
+        total += not skip_line(number + 1)
+    return total
+
+
+def progress_bar(path: Path, skip_line, disable: bool):
+    """A progress bar over the traces of `path` (lines written or skipped)."""
+    from tqdm.auto import tqdm
+
+    total = None if disable else lines_to_read(path, skip_line)
+    return tqdm(total=total, desc="attribute", unit="trace", disable=disable, file=sys.stderr)
 
 
 def add_parser(sub) -> None:

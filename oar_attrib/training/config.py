@@ -32,6 +32,7 @@ def oar_method_choices() -> list[str]:
     """Allowed `oar_method` values: 'none' (plain GRPO) and every registered method that is not
     analysis-only, read from the registry when called (so methods registered later count)."""
     return [NO_METHOD, *trainable_methods()]
+OAR_GRANULARITIES = ("token", "step")
 
 
 def check_trl_version(version: str | None = None) -> None:
@@ -110,6 +111,18 @@ class OARConfig(GRPOConfig):
     oar_entropy_rho: float = field(
         default=0.2, metadata={"help": "Kept fraction in (0, 1] for oar_weighting='top_rho'."}
     )
+    oar_granularity: str = field(
+        default="token",
+        metadata={"help": "'token' gates each token's importance; 'step' pools the importances per "
+                          "step (lines, or sentences of a one-line reasoning), gates the steps and "
+                          "gives each step's weight to its tokens, mean 1 over the scored tokens."},
+    )
+    oar_step_pool: str = field(
+        default="mean",
+        metadata={"help": "oar_granularity='step': how a step's token importances pool into one: "
+                          "mean, sum or max (oar_p_step's are constant per step: all three agree "
+                          "up to sum's length factor)."},
+    )
     oar_skip_zero_advantage: bool = field(
         default=True,
         metadata={"help": "Do not attribute completions whose advantage is 0 (groups with equal "
@@ -125,9 +138,16 @@ class OARConfig(GRPOConfig):
         metadata={"help": "Regex with one capturing group (the answer), for answer_format='regex'."},
     )
     oar_store_every: int = field(
-        default=0,
-        metadata={"help": "Write a sample of the generation batch to the run store every this many "
-                          "optimizer steps (0: never)."},
+        default=25,
+        metadata={"help": "Write a sample of the generation batch to the run store (default "
+                          "<output_dir>/runs.db, what `oar web --store` reads) at step 0 and every "
+                          "this many optimizer steps (0: never)."},
+    )
+    oar_correct_threshold: float | None = field(
+        default=None,
+        metadata={"help": "The run store marks a completion correct when its total reward is >= this. "
+                          "Unset: when every reward function that declares `correct_threshold` (the "
+                          "built-in ones: 1.0) reaches it; unknown when none declares one."},
     )
     oar_store_samples: int = field(
         default=4, metadata={"help": "Completions per written sample (taken from the main process)."}
@@ -150,6 +170,8 @@ class OARConfig(GRPOConfig):
         _choice("oar_probe", self.oar_probe, PROBES)
         if self.oar_weighting is not None:
             _choice("oar_weighting", self.oar_weighting, available_weightings())
+        _choice("oar_granularity", self.oar_granularity, OAR_GRANULARITIES)
+        _choice("oar_step_pool", self.oar_step_pool, ("mean", "sum", "max"))
         _choice("answer_format", self.answer_format, ANSWER_FORMATS)
         self._check_ranges()
         if self.answer_format == "regex" and not self.answer_pattern:
