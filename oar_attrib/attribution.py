@@ -76,6 +76,13 @@ class TraceAttribution:
             data["answer_span"] = tuple(data["answer_span"])
         return cls(**data)
 
+    def to_html(self, path, method: str | None = None):
+        """Write this trace's view (steps, tokens, step x method table) as ONE self-contained
+        HTML file that loads nothing when opened; returns its path (see `export`)."""
+        from .export import write_html
+
+        return write_html(self, path, method)
+
     def to_frame(self):
         """pandas DataFrame, one row per response token."""
         import pandas as pd
