@@ -44,6 +44,7 @@ def long_responses(shared: Path, tokenizer, n: int, target_tokens: int = 4000) -
     gsm = _records(shared / "data" / "gsm8k_test.jsonl")
     math = [r for r in _records(shared / "data" / "math500_test.jsonl") if "\\boxed" in r["solution"]]
     out, g, m = [], 0, 0
+    count = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
     for _ in range(n):
         parts, prompt, length = [], None, 0
         while length < target_tokens:
@@ -54,7 +55,10 @@ def long_responses(shared: Path, tokenizer, n: int, target_tokens: int = 4000) -
                                           record["solution"]))
             parts.append(math[m % len(math)]["solution"])
             m += 1
-            length = len(tokenizer("\n\n".join(parts), add_special_tokens=False)["input_ids"])
+            # Parts counted alone (fast); the joined text once that count reaches the target.
+            length += count(parts[-2]) + count(parts[-1])
+            if length >= target_tokens:
+                length = count("\n\n".join(parts))
         out.append((prompt, "\n\n".join(parts)))
     return out
 

@@ -38,6 +38,8 @@ def step_blocks(record: TraceRecord, table: dict, method: str | None, oracle_set
     steps = table["steps"]
     blocks = [{**s, "pieces": pieces, "style": "", "title": "", "classes": "step"}
               for s, pieces in zip(steps, step_pieces(record, steps))]
+    for block in blocks:
+        _trim_whitespace(block["pieces"])
     oracle = table["oracle"].get(oracle_set)
     for k, block in enumerate(blocks):
         classes = ["step"] + (["answer"] if block["answer"] else [])
@@ -50,6 +52,19 @@ def step_blocks(record: TraceRecord, table: dict, method: str | None, oracle_set
             block["title"] = (f"step {k + 1}: answer" if block["answer"] else
                               f"step {k + 1} | {method} step score {'n/a' if score is None else format(score, '.4g')}")
     return blocks
+
+
+def _trim_whitespace(pieces: list[dict]) -> None:
+    """Blank out the whitespace at the ends of a step block (the line breaks between steps,
+    which the blocks already show); the tokens stay, so every token keeps its element."""
+    n = len(pieces)
+    for indices, strip in ((range(n), str.lstrip), (range(n - 1, -1, -1), str.rstrip)):
+        for k in indices:
+            text = strip(pieces[k]["text"])
+            if text != pieces[k]["text"]:
+                pieces[k] = {**pieces[k], "text": text}
+            if text:
+                break
 
 
 def step_payload(table: dict) -> dict:
