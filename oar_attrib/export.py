@@ -17,7 +17,7 @@ from pathlib import Path
 
 import jinja2
 
-from .step_view import display_levels, step_pieces, step_table
+from .step_view import STEP_POOL, display_levels, step_pieces, step_table, trace_steps
 
 EXPORT_KINDS = ("view.html", "tokens.csv", "steps.csv", "tokens.json", "steps.json")
 _TEMPLATES = Path(__file__).resolve().parent / "assets" / "export"
@@ -54,11 +54,10 @@ def _finite(x) -> float | None:
 def token_rows(record) -> list[dict]:
     """One row per response token: position, token, segment, scored, step, and per method
     its score, weight and (when stored) reshaped advantage."""
-    table = step_table(record)
     step_of = {}
-    for s in table["steps"]:
-        for i in range(s["start"], s["end"]):
-            step_of[i] = s["index"]
+    for s in trace_steps(record):
+        for i in range(s.start, s.end):
+            step_of[i] = s.index
     scored = list(record.scored)
     rows = []
     for i, token in enumerate(record.tokens):
@@ -74,10 +73,10 @@ def token_rows(record) -> list[dict]:
     return rows
 
 
-def step_rows(record, table: dict | None = None) -> list[dict]:
+def step_rows(record, table: dict | None = None, pool: str = STEP_POOL) -> list[dict]:
     """One row per step: index, token and character range, answer flag, text, and per
-    method its step score and level (normalised over the steps)."""
-    table = table or step_table(record)
+    method its step score (tokens pooled by `pool`) and level (normalised over the steps)."""
+    table = table or step_table(record, pool)
     rows = []
     for s, text in zip(table["steps"], table["texts"]):
         row = {"step": s["index"], "start": s["start"], "end": s["end"],
@@ -111,13 +110,14 @@ def rows_json(rows: list[dict]) -> str:
 
 
 def render_html(record, method: str | None = None, *, title: str | None = None,
-                random_weights: bool = False, oracle_set: str = "direct") -> str:
+                random_weights: bool = False, oracle_set: str = "direct",
+                pool: str = STEP_POOL) -> str:
     """The self-contained HTML view of a TraceRecord, coloured by `method` (default oar_p,
     else the first method), steps of `oracle_set` outlined when the trace has an oracle."""
     methods = list(record.attributions)
     method = method if method in methods else ("oar_p" if "oar_p" in methods else
                                                (methods[0] if methods else None))
-    table = step_table(record)
+    table = step_table(record, pool)
     levels = _token_levels(record, method) if method is not None else {}
     tops = table["top"].get(method) or [[] for _ in table["steps"]]
     steps = []
@@ -140,15 +140,16 @@ def _token_levels(record, method: str) -> dict[int, float]:
     return {i: v for i, v in enumerate(display_levels(values)) if v is not None}
 
 
-def export(record, kind: str, method: str | None = None, **html_options) -> tuple[str, str]:
+def export(record, kind: str, method: str | None = None, pool: str = STEP_POOL,
+           **html_options) -> tuple[str, str]:
     """(text, media type) of one export kind of a TraceRecord (see EXPORT_KINDS)."""
     from .errors import unknown_name
 
     if kind == "view.html":
-        return render_html(record, method, **html_options), "text/html; charset=utf-8"
+        return render_html(record, method, pool=pool, **html_options), "text/html; charset=utf-8"
     if kind not in EXPORT_KINDS:
         raise unknown_name("export", kind, EXPORT_KINDS)
-    rows = token_rows(record) if kind.startswith("tokens") else step_rows(record)
+    rows = token_rows(record) if kind.startswith("tokens") else step_rows(record, pool=pool)
     if kind.endswith(".csv"):
         return rows_csv(rows), "text/csv; charset=utf-8"
     return rows_json(rows), "application/json"

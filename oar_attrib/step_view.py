@@ -2,9 +2,12 @@
 oracle steps and the methods' rank agreement, as the trace page's step view, the step x
 method table and the exports show them.
 
-Steps are the reasoning steps of `oar_attrib.steps` (token ranges over the reasoning tokens)
-followed by one answer step (the marker, the answer and any tail). A step's score is the
-`pool_steps` sum of its tokens' scores; the answer step has none (it is not scored).
+Steps are the trace's stored reasoning steps (`TraceRecord.steps`, token ranges over the
+scored reasoning tokens) followed by one last step holding the rest of the response (the
+answer marker, the answer and any tail: the answer step). A step's score is its tokens'
+scores pooled by `steps.pool_steps` (`max` by default, as step recall: a step-level method's
+score is constant per step, and `sum` would rank long steps first whatever the method); the
+answer step has none, it is not scored.
 """
 from __future__ import annotations
 
@@ -13,9 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .steps import pool_steps, step_spans, token_steps
+from .normalise import log1p_minmax
+from .steps import STEP_POOLS, pool_steps
 
-STEP_UNIT = "line"
+STEP_POOL = "max"
 TOP_TOKENS = 3  # tokens emphasised per step
 
 
@@ -34,54 +38,28 @@ class Step:
         return dict(self.__dict__)
 
 
-def _n_reasoning(segments) -> int:
-    """Reasoning tokens come first: the length of that leading run."""
-    n = 0
-    while n < len(segments) and segments[n] == "reasoning":
-        n += 1
-    return n
-
-
-def reasoning_ranges(record, unit: str = STEP_UNIT) -> list[tuple[int, int]]:
-    """Token ranges of the reasoning steps: the stored steps when the record has them, else
-    cut from the text it holds (`step_spans` + `token_steps` over the reasoning tokens)."""
-    stored = getattr(record, "steps", None)
-    if stored:
-        return [tuple(map(int, r)) for r in stored]
-    n = _n_reasoning(record.segments)
-    if n == 0:
-        return []
-    end = int(record.offsets[n - 1][1])
-    return token_steps(record.offsets, step_spans(record.response, unit, end), n)
-
-
-def trace_steps(record, unit: str = STEP_UNIT) -> list[Step]:
-    """The reasoning steps, then the answer step (the tokens after the reasoning, if any)."""
-    ranges = reasoning_ranges(record, unit)
+def trace_steps(record) -> list[Step]:
+    """The stored reasoning steps, then one step of the tokens after them (if any): the
+    answer step when it starts outside the reasoning (a trace without an answer span has no
+    stored steps, and shows as one unscored step)."""
+    ranges = [(int(a), int(b)) for a, b in record.steps]
     n_tokens = len(record.offsets)
-    after = ranges[-1][1] if ranges else _n_reasoning(record.segments)
+    after = ranges[-1][1] if ranges else 0
     if after < n_tokens:
-        ranges = [*ranges, (after, n_tokens)]
+        ranges.append((after, n_tokens))
     out = []
     for i, (a, b) in enumerate(ranges):
-        answer = record.segments[a] != "reasoning"
+        answer = bool(record.row.span_found) and record.segments[a] != "reasoning"
         out.append(Step(i, a, b, int(record.offsets[a][0]), int(record.offsets[b - 1][1]), answer))
     return out
 
 
 def display_levels(values) -> list[float | None]:
-    """Display levels in [0, 1] of step (or token) scores: the gate's I^ (METHOD.md section 6,
-    steps 1-2: log1p, then min-max over the finite scores; 0 when they are all equal), the
-    same numbers as `gating.normalise_importance` without importing torch into the pages;
-    None where a score is missing or NaN."""
+    """Display levels in [0, 1] of step (or token) scores: the gate's I^ over the finite ones
+    (`normalise.log1p_minmax`); None where a score is missing or NaN."""
     x = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
-    ok = np.isfinite(x)
-    if not ok.any():
-        return [None] * len(x)
-    logged = np.log1p(np.clip(np.where(ok, x, 0.0), 0, None))
-    lo, hi = logged[ok].min(), logged[ok].max()
-    level = (logged - lo) / (hi - lo) if hi > lo else np.zeros_like(logged)
-    return [float(v) if k else None for v, k in zip(level.tolist(), ok.tolist())]
+    levels = log1p_minmax(x, np.isfinite(x))
+    return [None if math.isnan(v) else float(v) for v in levels.tolist()]
 
 
 def text_pieces(response: str, offsets) -> list[dict]:
@@ -149,10 +127,14 @@ def _agreement(scores: dict[str, list], n_reasoning_steps: int) -> dict:
     return {"methods": methods, "spearman": matrix, "n_steps": n_reasoning_steps}
 
 
-def step_table(record, unit: str = STEP_UNIT, top: int = TOP_TOKENS) -> dict:
-    """The steps of a TraceRecord with every method's step scores (None for the answer step
-    and where a score is NaN), levels, top tokens, oracle steps and agreement."""
-    steps = trace_steps(record, unit)
+def step_table(record, pool: str = STEP_POOL, top: int = TOP_TOKENS) -> dict:
+    """The steps of a TraceRecord with every method's step scores pooled by `pool` (None for
+    the answer step and where a score is NaN), levels, top tokens, oracle steps, agreement."""
+    from .errors import unknown_name
+
+    if pool not in STEP_POOLS:
+        raise unknown_name("step pooling", pool, STEP_POOLS)
+    steps = trace_steps(record)
     reasoning = [s for s in steps if not s.answer]
     ranges = [(s.start, s.end) for s in reasoning]
     scored = np.asarray(record.scored, dtype=bool)
@@ -160,7 +142,7 @@ def step_table(record, unit: str = STEP_UNIT, top: int = TOP_TOKENS) -> dict:
     for method, a in record.attributions.items():
         # Tokens outside S (none when no answer span was found) carry no score.
         values = np.where(scored, np.asarray(a.scores, dtype=np.float64), np.nan)
-        pooled = pool_steps(values, ranges, "sum") if scored.any() else [math.nan] * len(ranges)
+        pooled = pool_steps(values, ranges, pool) if scored.any() else [math.nan] * len(ranges)
         column = [v if math.isfinite(v) else None for v in pooled] + [None] * (len(steps) - len(ranges))
         scores[method], levels[method] = column, display_levels(column)
         tops[method] = _top_tokens(values, steps, top)
@@ -169,6 +151,6 @@ def step_table(record, unit: str = STEP_UNIT, top: int = TOP_TOKENS) -> dict:
         mask = record.oracle_mask(name)
         oracle[name] = [bool(mask[s.start:s.end].any()) for s in steps]
     texts = [record.response[s.char_start:s.char_end] for s in steps]
-    return {"unit": unit, "steps": [s.to_dict() for s in steps], "texts": texts,
+    return {"pool": pool, "steps": [s.to_dict() for s in steps], "texts": texts,
             "scores": scores, "levels": levels, "top": tops, "oracle": oracle,
             "agreement": _agreement(scores, len(reasoning))}

@@ -120,15 +120,17 @@ def test_steps_cover_every_token_once_and_end_with_the_answer(long_record):
         assert "\n" not in long_record.response[s.char_start:s.char_end].strip()
 
 
-def test_step_scores_are_the_sums_of_their_tokens_and_levels_span_0_1(long_record):
-    table = step_table(long_record)
+@pytest.mark.parametrize("pool, reduce", [("max", np.max), ("sum", np.sum), ("mean", np.mean)])
+def test_step_scores_pool_their_tokens_and_levels_span_0_1(long_record, pool, reduce):
+    table = step_table(long_record, pool)
     ranges = [(s["start"], s["end"]) for s in table["steps"] if not s["answer"]]
+    assert ranges == [tuple(r) for r in long_record.steps]
     for method, a in long_record.attributions.items():
-        expected = [float(np.sum(np.asarray(a.scores[x:y], dtype=np.float64))) for x, y in ranges]
+        expected = [float(reduce(np.asarray(a.scores[x:y], dtype=np.float64))) for x, y in ranges]
         got = table["scores"][method]
         assert got[-1] is None  # the answer step is not scored
         np.testing.assert_allclose(got[:-1], expected, rtol=1e-9)
-        assert got[:-1] == pool_steps(a.scores, ranges, "sum")
+        assert got[:-1] == pool_steps(a.scores, ranges, pool)
         levels = [v for v in table["levels"][method] if v is not None]
         assert min(levels) == 0.0 and max(levels) == 1.0
         for step, top in zip(table["steps"], table["top"][method]):
@@ -232,13 +234,14 @@ def test_token_and_step_tables_hold_the_stored_scores(long_record):
 
 
 def test_the_html_view_is_self_contained_and_shows_the_step_scores(long_client, long_record):
-    html = long_client.get(f"/api/traces/{long_record.id}/export/view.html?method=grail").text
+    html = long_client.get(f"/api/traces/{long_record.id}/export/view.html?method=grail&pool=mean").text
+    assert 'id="export-pool">mean<' in html
     assert "<script" not in html.lower()
     assert not re.search(r'(src|href)="(?!#)', html)  # links only to its own anchors
     assert re.search(r"<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'", html)
     assert 'id="export-method">grail<' in html
     shown = [None if s == "n/a" else float(s) for s in re.findall(r'data-score="([^"]*)"', html)]
-    expected = step_table(long_record)["scores"]["grail"]
+    expected = step_table(long_record, "mean")["scores"]["grail"]
     assert len(shown) == len(expected)
     for a, b in zip(shown, expected):
         assert (a is None and b is None) or a == pytest.approx(b, rel=1e-5)

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from oar_attrib.step_view import step_pieces, step_table
+from oar_attrib.step_view import STEP_POOL, step_pieces, step_table
 from oar_attrib.store import TraceRecord
 
 from .views import heat_colour
@@ -70,7 +70,7 @@ def _trim_whitespace(pieces: list[dict]) -> None:
 def step_payload(table: dict) -> dict:
     """What the page script needs to repaint steps and draw the step charts."""
     return {
-        "unit": table["unit"],
+        "pool": table["pool"],
         "steps": [[s["start"], s["end"]] for s in table["steps"]],
         "answer_step": next((s["index"] for s in table["steps"] if s["answer"]), None),
         "scores": {m: rounded(v) for m, v in table["scores"].items()},
@@ -94,13 +94,13 @@ def matrix_rows(table: dict, methods: list[str]) -> list[dict]:
     return rows
 
 
-def step_view(record: TraceRecord, method: str | None, oracle_set: str) -> dict:
+def step_view(record: TraceRecord, method: str | None, oracle_set: str, pool: str = STEP_POOL) -> dict:
     """Context of the step view: blocks, the step x method rows, and the payload."""
-    table = step_table(record)
+    table = step_table(record, pool)
     methods = list(record.attributions)
     return {"step_blocks": step_blocks(record, table, method, oracle_set),
             "step_rows": matrix_rows(table, methods), "step_payload": step_payload(table),
-            "agreement": table["agreement"], "default_view": "steps"
+            "agreement": table["agreement"], "pool": pool, "default_view": "steps"
             if len(record.tokens) > LONG_TRACE else "tokens"}
 
 

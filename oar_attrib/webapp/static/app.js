@@ -277,6 +277,13 @@ function tracePage() {
     link.searchParams.set("method", selected());
     exportLink.href = link.toString();
   });
+  const poolSelect = document.getElementById("pool-select");
+  poolSelect.addEventListener("change", () => {  // step scores are pooled on the server
+    const url = new URL(window.location.href);
+    url.searchParams.set("method", selected());
+    url.searchParams.set("pool", poolSelect.value);
+    window.location.assign(url);
+  });
   oracleSelect.addEventListener("change", () => {
     outlineOracle(root, data, oracleSelect.value);
     outlineOracleSteps(view.root, view.overview, steps, oracleSelect.value);
