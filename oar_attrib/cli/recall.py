@@ -12,6 +12,24 @@ from .choices import method_name, probe_name
 RECALL_SET_NAMES = KNOWN_SETS + ("counterfactual",)
 
 
+RANDOM_DRAW, RANDOM_EXPECTED = "random (a draw)", "random expectation"
+
+
+def recall_table(report, sets) -> str:
+    """The text table of `oar recall`: one row per method, the random method's own draw
+    labelled as one, and the random-ranking expectation as its own last row (as README's)."""
+    rows = {(RANDOM_DRAW if m == "random" else m): v for m, v in report.methods.items()}
+    rows[RANDOM_EXPECTED] = report.random
+    width = max(len(m) for m in rows)
+    lines = [f"{'method':<{width}} " + " ".join(f"{name:>22}" for name in sets)]
+    for method, stats in rows.items():
+        cells = ["n/a" if stats[name]["recall"] is None else
+                 f"{stats[name]['recall']:.3f} [{stats[name]['ci95'][0]:.3f},{stats[name]['ci95'][1]:.3f}]"
+                 for name in sets]
+        lines.append(f"{method:<{width}} " + " ".join(f"{cell:>22}" for cell in cells))
+    return "\n".join(lines)
+
+
 def run_steps(args: argparse.Namespace, model, tokenizer) -> int:
     """`--granularity step`: direct-step recall and upstream AUC per method."""
     from ..analysis.step_recall import STEP_METRICS, step_recall
@@ -24,12 +42,13 @@ def run_steps(args: argparse.Namespace, model, tokenizer) -> int:
         return 0
     print(f"preset={report.preset} n={report.n} scored={report.n_scored} accuracy={report.accuracy:.3f} "
           f"skipped={report.skipped} step pool={report.pool}")
-    print(f"{'method':<12} " + " ".join(f"{name:>22}" for name in STEP_METRICS))
-    for method, stats in {**report.methods, "(random order)": report.random}.items():
+    print(f"{'method':<20} " + " ".join(f"{name:>22}" for name in STEP_METRICS))
+    rows = {(RANDOM_DRAW if m == "random" else m): v for m, v in report.methods.items()}
+    for method, stats in {**rows, RANDOM_EXPECTED: report.random}.items():
         cells = ["n/a" if stats[k]["mean"] is None else
                  f"{stats[k]['mean']:.3f} [{stats[k]['ci95'][0]:.3f},{stats[k]['ci95'][1]:.3f}]"
                  for k in STEP_METRICS]
-        print(f"{method:<12} " + " ".join(f"{cell:>22}" for cell in cells))
+        print(f"{method:<20} " + " ".join(f"{cell:>22}" for cell in cells))
     return 0
 
 
@@ -50,15 +69,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report.as_dict()))
         return 0
     print(f"n={report.n} scored={report.n_scored} accuracy={report.accuracy:.3f} skipped={report.skipped}")
-    print(f"{'method':<10} " + " ".join(f"{name:>22}" for name in args.sets))
-    rows = {**report.methods, "random": report.random}
-    for method, sets in rows.items():
-        cells = []
-        for name in args.sets:
-            s = sets[name]
-            cells.append("n/a" if s["recall"] is None else
-                         f"{s['recall']:.3f} [{s['ci95'][0]:.3f},{s['ci95'][1]:.3f}]")
-        print(f"{method:<10} " + " ".join(f"{cell:>22}" for cell in cells))
+    print(recall_table(report, args.sets))
     return 0
 
 

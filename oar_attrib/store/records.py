@@ -186,7 +186,7 @@ class TraceRecord:
 
     def to_attribution(self):
         """The stored trace as a `TraceAttribution` (the result type of `attribute`)."""
-        from ..attribution import TraceAttribution
+        from ..traces import TraceAttribution
 
         a = self.attributions
         chat = self.extra.get("chat_prompt")  # a message list, stored as its JSON text

@@ -54,7 +54,7 @@ class ReshapeSettings:
     def from_config(cls, args, probe: str | None = None) -> "ReshapeSettings":
         return cls(
             method=args.oar_method, probe=probe or args.oar_probe, tau=args.oar_tau,
-            beta=args.oar_beta, w_min=args.oar_min_weight, noise_std=args.oar_noise_std,
+            beta=args.oar_beta, w_min=args.oar_w_min, noise_std=args.oar_noise_std,
             max_batch_tokens=args.oar_max_batch_tokens, weighting=args.oar_weighting,
             rho=args.oar_entropy_rho, answer_format=args.answer_format,
             answer_pattern=args.answer_pattern, seed=args.seed,
