@@ -34,15 +34,17 @@ def compute_weights(method: str, importance: torch.Tensor, mask: torch.Tensor,
     return fn(importance, mask, WeightingParams(tau=tau, beta=beta, w_min=w_min, rho=rho))
 
 
-def _score(model, batch: ScoringBatch, methods, probe, params, seed) -> tuple[dict, dict]:
+def _score(model, tokenizer, batch: ScoringBatch, methods, probe, params, seed) -> tuple[dict, dict]:
     """Importances (B, L) float32 on CPU and seconds, per method."""
     scores, seconds = {}, {}
     for method in methods:
-        fn = get_method(method)
+        spec = method_spec(method)
+        kwargs = dict(params.get(method, {}))
+        if spec.needs_tokenizer:
+            kwargs.setdefault("tokenizer", tokenizer)
         generator = torch.Generator(device=model_device(model)).manual_seed(seed)
         start = time.perf_counter()
-        scores[method] = fn(model, batch, probe=probe, generator=generator,
-                            **params.get(method, {})).float().cpu()
+        scores[method] = spec.fn(model, batch, probe=probe, generator=generator, **kwargs).float().cpu()
         seconds[method] = time.perf_counter() - start
     return scores, seconds
 
@@ -132,7 +134,7 @@ def attribute(
             batch, pairs = encode_pairs(tokenizer, prompts[start:stop], responses[start:stop],
                                         fmt=answer_format, pattern=answer_pattern, chat=chat,
                                         step_unit=step_unit)
-            scores, seconds = _score(model, batch, methods, probe, params, seed + start)
+            scores, seconds = _score(model, tokenizer, batch, methods, probe, params, seed + start)
             for row, pair in enumerate(pairs):
                 adv = None if advantages is None else float(advantages[start + row])
                 out.append(_trace(pair, prompts[start + row], scores,
