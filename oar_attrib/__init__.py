@@ -11,8 +11,8 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "attribute": "attribution",
-    "AttributionBatch": "attribution",
-    "TraceAttribution": "attribution",
+    "AttributionBatch": "traces",
+    "TraceAttribution": "traces",
     "compute_weights": "attribution",
     "load_model": "models",
     "find_answer_span": "spans",
@@ -36,7 +36,7 @@ _EXPORTS = {
     "generate": "generation",
     "recall_figure": "analysis.figures",
     "token_heatmap": "analysis.figures",
-    "agreement_matrix": "analysis.figures",
+    "agreement_matrix": "analysis.agreement",
     "method_agreement": "analysis.figures",
     "weights_figure": "analysis.figures",
     "get_method": "methods",
@@ -48,6 +48,7 @@ _EXPORTS = {
     "oracle_spans": "world",
     "reward": "world",
     "Store": "store",
+    "summarise": "analysis.run_summary",
 }
 
 __all__ = sorted(_EXPORTS)

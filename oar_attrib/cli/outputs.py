@@ -146,7 +146,9 @@ class StoreOutput:
     def close(self, finish: bool = True) -> None:
         """Close; with `finish`, first recompute the run's summaries (rank 0's job)."""
         if finish and self.run_id is not None:
-            self.store.summarise(self.run_id)
+            from ..analysis.run_summary import summarise
+
+            summarise(self.store, self.run_id)
         self.store.close()
 
 

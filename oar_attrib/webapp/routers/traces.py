@@ -7,7 +7,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
 from ..deps import StoreDep, TemplatesDep, TraceId
-from ..views import ORACLE_SETS, trace_view
+from ..views import OUTLINE_SETS, trace_view
 
 router = APIRouter(tags=["traces"])
 
@@ -15,7 +15,7 @@ router = APIRouter(tags=["traces"])
 MethodQuery = Annotated[str | None, Query(max_length=64, pattern=r"^[A-Za-z0-9_.\-]*$",
                                           description="method to colour by (default: oar_p)")]
 OracleQuery = Annotated[str, Query(max_length=32, pattern=r"^[a-z_]*$",
-                                   description=f"oracle set to outline: {', '.join(ORACLE_SETS)}")]
+                                   description=f"oracle set to outline: {', '.join(OUTLINE_SETS)}")]
 
 
 def pick_method(requested: str | None, available: list[str]) -> str | None:
