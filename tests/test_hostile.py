@@ -194,6 +194,14 @@ def test_bad_out_paths_fail_before_the_model_loads(tmp_path, problems, no_model,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "plain.txt"]
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_a_folder_nobody_can_create_files_in_fails_before_the_model_loads(tmp_path, problems,
+                                                                          no_model, capsys):
+    src = _write_input(tmp_path / "in.jsonl", problems[:1])
+    _one_line_error(_attribute(src, "/proc/oar-out.jsonl"), capsys, "cannot")
+    _one_line_error(_attribute(src, "/proc/oar-out.db"), capsys, "/proc/oar-out.db")
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
 def test_an_unwritable_folder_fails_before_the_model_loads(tmp_path, problems, no_model, capsys):
     src = _write_input(tmp_path / "in.jsonl", problems[:1])

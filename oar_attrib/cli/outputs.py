@@ -101,7 +101,11 @@ class JsonlOutput:
                 if not self.done:
                     _check_same_job(self.path, record, methods, probe)
                 self.done.add(record["line"])
-        self._handle = open(self.path, "a", encoding="utf-8")
+        try:
+            self._handle = open(self.path, "a", encoding="utf-8")
+        except OSError as err:
+            raise OutputError(f"--out {self.path} cannot be written ({err.strerror}); pass a "
+                              "path in a folder you can write") from None
 
     def write(self, records: list[dict]) -> None:
         for record in records:
