@@ -494,22 +494,39 @@ def _read_runs_without_write_rights(db: Path, root: Path = ROOT) -> subprocess.C
                           env=env, timeout=120)
 
 
+def _copy_with_hot_wal(db: Path, folder: Path) -> Path:
+    """A copy of `db` as a killed writer leaves it: a commit still only in the -wal file (a
+    second run), and no -shm file."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    conn.execute("INSERT INTO runs (name, model, config, created) VALUES ('late', '', '{}', '')")
+    shutil.copy(db, folder / "ro.db")
+    shutil.copy(f"{db}-wal", folder / "ro.db-wal")
+    conn.close()
+    return folder / "ro.db"
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() == 0 and not shutil.which("setpriv"),
                     reason="root ignores file permissions and setpriv is missing")
-def test_a_read_only_store_is_served(tmp_path):
+@pytest.mark.parametrize("hot_wal", [False, True])
+def test_a_read_only_store_is_served(tmp_path, hot_wal):
     folder = tmp_path / "shared"
     folder.mkdir()
-    db = Path(shutil.copy(_demo_store(tmp_path), folder / "ro.db"))
-    before = db.read_bytes()
-    os.chmod(db, 0o444)
+    src = _demo_store(tmp_path)
+    db = _copy_with_hot_wal(src, folder) if hot_wal else Path(shutil.copy(src, folder / "ro.db"))
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    for p in folder.iterdir():
+        os.chmod(p, 0o444)
     os.chmod(folder, 0o555)
     try:
         got = _read_runs_without_write_rights(db)
     finally:
         os.chmod(folder, 0o755)
+    # With a hot WAL and no way to make its -shm, the store is read as it was at the last
+    # checkpoint (the run still only in the WAL is not shown); without, every run is.
     assert got.returncode == 0 and got.stdout.split() == ["200", "1"], got.stderr[-2000:]
-    assert sorted(p.name for p in folder.iterdir()) == ["ro.db"] and db.read_bytes() == before
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # nothing written
 
 
 def test_a_half_sent_body_is_answered_408():
