@@ -84,18 +84,18 @@ def test_per_trace_data_lines_up_with_the_problems(report, problems):
 
 def test_frame_means_equal_the_summary(report):
     frame = report.to_frame()
-    assert len(frame) == report.n_scored * len(METHODS) * len(recall.ORACLE_SETS)
+    assert len(frame) == report.n_scored * len(METHODS) * len(recall.DEFAULT_SETS)
     assert set(frame["trace"]) == {i for i, s in enumerate(report.status) if s == "scored"}
     means = frame.groupby(["method", "oracle"])[["recall", "ap"]].mean()
     for method in METHODS:
-        for name in recall.ORACLE_SETS:
+        for name in recall.DEFAULT_SETS:
             stats = report.methods[method][name]
             assert means.loc[(method, name), "recall"] == pytest.approx(stats["recall"])
             assert means.loc[(method, name), "ap"] == pytest.approx(stats["ap"])
             lo, hi = stats["ci95"]
             assert lo <= stats["recall"] <= hi
     expected = frame[frame["method"] == METHODS[0]].groupby("oracle")["expected"].mean()
-    for name in recall.ORACLE_SETS:
+    for name in recall.DEFAULT_SETS:
         assert expected[name] == pytest.approx(report.random[name]["recall"])
     assert frame["recall"].between(0, 1).all()
     wrong = frame[~frame["correct"]]

@@ -6,7 +6,6 @@ import sys
 
 from ..errors import OARError
 from . import attribute, evaluate, recall
-from .recall import RECALL_SET_NAMES  # noqa: F401  (the choices of `oar recall --sets`)
 
 
 def _add_plugin_commands(sub) -> None:
