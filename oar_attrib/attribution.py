@@ -13,11 +13,12 @@ import torch
 from tqdm.auto import tqdm
 
 from .batch import ScoringBatch
-from .errors import InputError
+from .errors import InputError, renamed_keyword
 from .inputs import EncodedPair, encode_pairs
 from .lm import eval_mode, model_device
 from .methods import get_method, method_spec
 from .probes import check_probe
+from .steps import AUTO
 from .traces import AttributionBatch, TraceAttribution, build_trace, scored_positions
 from .weightings import WeightingParams, get_weighting
 
@@ -71,8 +72,8 @@ def attribute(
     methods: Sequence[str] = ("oar_p",),
     *,
     probe: str = "as_mean",
-    fmt: str = "auto",
-    pattern=None,
+    answer_format: str = "auto",
+    answer_pattern=None,
     chat: bool | None = None,
     advantages: Sequence[float] | None = None,
     tau: float = 0.4,
@@ -82,19 +83,33 @@ def attribute(
     batch_size: int = 16,
     seed: int = 0,
     progress: bool = False,
+    step_unit=AUTO,
+    fmt: str | None = None,
+    pattern=None,
 ) -> AttributionBatch:
     """Token importances, weights and credit metrics of each response.
 
     prompts, responses: one or B of each (a prompt is a string or a chat message list).
     methods: registered importance methods (`methods.available_methods()`).
     probe: outcome probe, `lt`, `as_mean` or `as_joint` (METHOD.md section 3).
+    answer_format, answer_pattern: where the final answer is (`spans.locate_answer`: auto,
+        boxed, gsm8k, answer_is, regex with answer_pattern); OARConfig and `oar attribute
+        --answer-format` use the same names. `fmt` and `pattern` are their old spellings.
     advantages: optional B sequence advantages A_i; adds token advantages A_i * w_t and the
         top-10% advantage mass per method.
-    tau, beta, w_min: bi-level gating (METHOD.md section 6).
+    tau, beta, w_min: bi-level gating (METHOD.md section 6); w_min floors the suppression gate
+        before the mass-preserving rescale, so a final weight can be below it.
     method_params: extra keyword arguments per method, e.g. {"oar_g": {"n_noise": 4}}.
+    progress: a progress bar counting traces, with the scored positions so far.
+    step_unit: how reasoning splits into steps (`steps.step_spans`: line, paragraph,
+        sentence, a regex; default auto: lines, or sentences when the reasoning is one line,
+        as the arithmetic world's is, so each `x=a+b=n.` clause is a step). Sets each trace's
+        `steps` and the steps step-level methods (`oar_p_step`) perturb.
     Responses whose answer span is not found get weight 1 everywhere and the flag
     `no_answer_span`; non-finite importances are flagged, never silently gated.
     """
+    answer_format = renamed_keyword("fmt", fmt, "answer_format", answer_format, "auto")
+    answer_pattern = renamed_keyword("pattern", pattern, "answer_pattern", answer_pattern, None)
     if isinstance(prompts, (str, dict)) or (prompts and isinstance(prompts[0], dict)):
         prompts = [prompts]
     if isinstance(responses, str):
@@ -109,15 +124,21 @@ def attribute(
     params, gating = method_params or {}, {"tau": tau, "beta": beta, "w_min": w_min}
     out = AttributionBatch()
     starts = range(0, len(prompts), batch_size)
-    with eval_mode(model):
-        for start in tqdm(starts, desc="attribute", disable=not progress):
+    bar = tqdm(total=len(prompts), desc="attribute", unit="trace", disable=not progress)
+    positions = 0  # scored positions so far, beside the traces
+    with eval_mode(model), bar:
+        for start in starts:
             stop = start + batch_size
             batch, pairs = encode_pairs(tokenizer, prompts[start:stop], responses[start:stop],
-                                        fmt=fmt, pattern=pattern, chat=chat)
+                                        fmt=answer_format, pattern=answer_pattern, chat=chat,
+                                        step_unit=step_unit)
             scores, seconds = _score(model, batch, methods, probe, params, seed + start)
             for row, pair in enumerate(pairs):
                 adv = None if advantages is None else float(advantages[start + row])
                 out.append(_trace(pair, prompts[start + row], scores,
                                   {m: t / len(pairs) for m, t in seconds.items()},
                                   row, probe, params, gating, adv))
+            positions += sum(sum(t.scored) for t in out[-len(pairs):])
+            bar.update(len(pairs))
+            bar.set_postfix(positions=positions)
     return out

@@ -81,7 +81,7 @@ def unregister_method(name: str) -> None:
 def _load_builtin() -> None:
     # Imported for their registration side effect; kept lazy so that importing this module
     # stays cheap and free of cycles.
-    from . import oar_p, oar_g  # noqa: F401
+    from . import oar_p, oar_g, oar_p_step, resample  # noqa: F401
     from .baselines import entropy, grail, ig, random  # noqa: F401
 
 

@@ -17,11 +17,17 @@ from .errors import InputError
 from .gating import reshape_advantages
 from .inputs import EncodedPair
 from .metrics import ess_ratio, top_mass
+from .steps import STEP_POOLS, check_steps, pool_steps
 
 
 @dataclass
 class TraceAttribution:
-    """Attribution of one response: every list has one entry per response token."""
+    """Attribution of one response: every per-token list has one entry per response token.
+
+    steps: (start, end) token ranges over the response tokens that cover its scored reasoning
+    tokens in order, without overlap (`steps.response_steps`; empty when nothing is scored).
+    `step_frame()` pools every method's scores per step.
+    """
 
     prompt: str | list
     response: str
@@ -40,10 +46,20 @@ class TraceAttribution:
     advantage: float | None = None
     token_advantages: dict[str, list[float]] = field(default_factory=dict)
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Seconds per method of the batch this trace was scored in, divided by its traces: traces
+    # are scored together, so one trace's own time is not measured (batch_size=1 measures it).
+    # Seconds per method of the batch this trace was scored in, divided by its traces: traces
+    # are scored together, so one trace's own time is not measured (batch_size=1 measures it).
     timings: dict[str, float] = field(default_factory=dict)
+    steps: list[tuple[int, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         n = len(self.token_ids)
+        self.steps = [(int(a), int(b)) for a, b in self.steps]
+        if self.steps:
+            check_steps(self.steps, self.steps[-1][1])
+            if self.steps[-1][1] > n:
+                raise InputError(f"steps reach token {self.steps[-1][1]} of {n} response tokens")
         lists = {"tokens": self.tokens, "offsets": self.offsets, "segments": self.segments}
         lists |= {f"scores[{m}]": v for m, v in self.scores.items()}
         lists |= {f"weights[{m}]": v for m, v in self.weights.items()}
@@ -65,7 +81,34 @@ class TraceAttribution:
         data["offsets"] = [tuple(o) for o in data["offsets"]]
         if data.get("answer_span") is not None:
             data["answer_span"] = tuple(data["answer_span"])
+        data["steps"] = [tuple(r) for r in data.get("steps", [])]
         return cls(**data)
+
+    def step_text(self, step: int) -> str:
+        """The response text of step `step` (its first token's start to its last token's
+        end), stripped of the whitespace a token carries across the cut."""
+        a, b = self.steps[step]
+        return self.response[self.offsets[a][0]:self.offsets[b - 1][1]].strip()
+
+    def step_scores(self, method: str, how: str = "sum") -> list[float]:
+        """One score per step: `how` (sum, mean, max) of the method's token scores."""
+        return pool_steps(self.scores[method], self.steps, how)
+
+    def step_frame(self):
+        """pandas DataFrame, one row per step: step, start, end (token range), text, and
+        score_<method>_<sum|mean|max> for every method."""
+        import pandas as pd
+
+        frame = pd.DataFrame({
+            "step": range(len(self.steps)),
+            "start": [a for a, _ in self.steps],
+            "end": [b for _, b in self.steps],
+            "text": [self.step_text(k) for k in range(len(self.steps))],
+        })
+        for method in self.scores:
+            for how in STEP_POOLS:
+                frame[f"score_{method}_{how}"] = self.step_scores(method, how)
+        return frame
 
     def to_frame(self):
         """pandas DataFrame, one row per response token."""
@@ -145,7 +188,7 @@ def build_trace(pair: EncodedPair, prompt, *, probe: str, scores: dict[str, torc
         segments=list(pair.labels), span_found=pair.span_found,
         answer_span=None if pair.location is None else tuple(pair.location.span),
         answer_text=pair.answer_text, probe=probe, params=dict(params or {}), flags=out,
-        advantage=None if advantage is None else float(advantage),
+        advantage=None if advantage is None else float(advantage), steps=list(pair.steps),
     )
     for method, values in scores.items():
         values, w = values.float().cpu(), weights[method].float().cpu()

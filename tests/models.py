@@ -83,3 +83,20 @@ def make_batch(lengths=(22, 15, 19), answer_lens=(1, 2, 3), *, prompt_len: int |
         scored[row, p:n - k - 2] = True
         answer[row, n - k - 1:n - 1] = True
     return ScoringBatch(ids, attn, scored, answer, PAD_ID)
+
+
+def with_steps(batch: ScoringBatch, seed: int = 0, max_len: int = 5) -> ScoringBatch:
+    """`batch` with random steps: each row's scored positions cut into consecutive runs of 1 to
+    `max_len` positions (step ids 0, 1, ... in order, -1 elsewhere)."""
+    gen = torch.Generator().manual_seed(seed)
+    step_ids = torch.full(batch.input_ids.shape, -1, dtype=torch.long)
+    for row in range(batch.input_ids.shape[0]):
+        positions = batch.scored_mask[row].nonzero().flatten().tolist()
+        step, left = -1, 0
+        for t in positions:
+            if left == 0:
+                step, left = step + 1, int(torch.randint(1, max_len + 1, (1,), generator=gen))
+            step_ids[row, t] = step
+            left -= 1
+    return ScoringBatch(batch.input_ids, batch.attention_mask, batch.scored_mask,
+                        batch.answer_mask, batch.pad_token_id, step_ids)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+import oar_attrib as oa
 from oar_attrib import cli
 from oar_attrib.attribution import AttributionBatch, attribute, compute_weights
 from oar_attrib.errors import InputError, TokenizerError, UnknownNameError
@@ -240,3 +241,56 @@ def test_public_attribute_stays_the_function_after_submodules_load():
     assert callable(oa.attribute) and oa.attribute.__name__ == "attribute"
     clashes = [n for n in oa.__all__ if importlib.util.find_spec(f"oar_attrib.{n}") is not None]
     assert clashes == [], f"exports shadowed by submodules of the same name: {clashes}"
+
+
+def test_cli_attribute_progress_counts_traces_and_positions(tmp_path, model, tokenizer, problems, capsys):
+    folder = tmp_path / "ckpt"
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    lines = [json.dumps({"prompt": p.prompt, "response": p.solution}) for p in problems[:5]]
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(lines[:3] + ["{not json", ""] + lines[3:]) + "\n")
+    out = tmp_path / "out.jsonl"
+    cli.main(["attribute", "--model", str(folder), "--input", str(src), "--out", str(out),
+              "--methods", "oar_p", "--batch-size", "2"])
+    err = capsys.readouterr().err
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    positions = sum(sum(s == "reasoning" for s in r["segments"]) for r in rows if r["span_found"])
+    assert len(rows) == 5 and positions > 0
+    # 6 non-blank lines: 5 traces and a skipped one; the bar ends at the last one (what it
+    # shows in between depends on tqdm's refresh interval).
+    last_bar = [part for part in err.split("\r") if part.startswith("attribute:")][-1]
+    assert "6/6 [" in last_bar and f"positions={positions}" in last_bar and "trace" in last_bar
+
+
+def test_python_attribute_progress_counts_traces(model, tokenizer, problems, capsys):
+    res = attribute(model, tokenizer, [p.prompt for p in problems[:5]], [p.solution for p in problems[:5]],
+                    ["entropy"], batch_size=2, progress=True)
+    err = capsys.readouterr().err
+    assert "5/5 [" in err and f"positions={sum(sum(t.scored) for t in res)}" in err
+
+
+def test_old_spellings_of_renamed_knobs_still_work(model, tokenizer, problems, tmp_path, capsys):
+    p = problems[0]
+    new = attribute(model, tokenizer, p.prompt, p.solution, ["entropy"], answer_format="gsm8k")
+    with pytest.warns(FutureWarning, match=r"fmt= is now answer_format="):
+        old = attribute(model, tokenizer, p.prompt, p.solution, ["entropy"], fmt="gsm8k")
+    assert old[0].answer_span == new[0].answer_span and old[0].scores == new[0].scores
+    with pytest.raises(InputError, match="old spelling of answer_format"):
+        attribute(model, tokenizer, p.prompt, p.solution, ["entropy"], fmt="boxed", answer_format="gsm8k")
+    with pytest.warns(FutureWarning, match="fmt= is now answer_format="):
+        assert oa.find_answer_span(p.solution, fmt="gsm8k") == oa.find_answer_span(p.solution, "gsm8k")
+    folder = tmp_path / "ckpt"
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"prompt": p.prompt, "response": p.solution}) + "\n")
+    outs = {}
+    for flag in ("--answer-format", "--format"):
+        out = tmp_path / f"out{flag}.jsonl"
+        assert cli.main(["attribute", "--model", str(folder), "--input", str(src), "--out", str(out),
+                         "--methods", "entropy", flag, "gsm8k", "--no-progress"]) == 0
+        outs[flag] = json.loads(out.read_text())
+        err = capsys.readouterr().err
+        assert ("--format is now --answer-format" in err) == (flag == "--format")
+    assert outs["--format"]["answer_span"] == outs["--answer-format"]["answer_span"] is not None

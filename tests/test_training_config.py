@@ -32,7 +32,7 @@ def test_config_rejects_unknown_names_listing_the_allowed(field, value, words):
 
 
 @pytest.mark.parametrize("field, value", [
-    ("oar_tau", 1.5), ("oar_tau", float("nan")), ("oar_beta", -1.0), ("oar_min_weight", 2.0),
+    ("oar_tau", 1.5), ("oar_tau", float("nan")), ("oar_beta", -1.0), ("oar_w_min", 2.0),
     ("oar_noise_std", -0.1), ("oar_max_batch_tokens", 0), ("oar_probe_warmup_steps", -1),
     ("oar_entropy_rho", 0.0), ("oar_store_every", -1),
 ])
@@ -253,3 +253,38 @@ def test_config_from_python_works_on_this_machine_without_warnings(tmp_path):
     assert getattr(args, "activation_checkpointing", True) is True
     assert explicit.gradient_checkpointing is False and explicit.bf16 is False
     assert OARConfig(output_dir=str(tmp_path), use_cpu=True).bf16 is False
+
+
+def test_math_dataset_takes_trl_prompt_formats(tmp_path):
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
+    path = tmp_path / "trl.jsonl"
+
+    def load(*records):
+        path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+        return math_dataset(path)
+
+    standard = load({"prompt": "What is 3+3? Put it in \\boxed{}.", "answer": "6"},
+                    {"question": "And 5+5?", "answer": "10"})
+    assert standard["prompt"][0] == "What is 3+3? Put it in \\boxed{}."  # TRL's standard format, as is
+    assert standard["prompt"][1] == format_prompt("And 5+5?") and standard["answer"] == ["6", "10"]
+    conversational = load({"prompt": chat, "answer": 4})
+    assert conversational["prompt"] == [chat] and conversational["answer"] == ["4"]
+    with pytest.raises(DataError, match="record 2's prompt is chat messages but others are strings"):
+        load({"prompt": "x", "answer": 1}, {"prompt": chat, "answer": 2})
+    path.write_text(json.dumps({"prompt": [{"role": "user"}], "answer": "1"}) + "\n")
+    with pytest.raises(DataError, match="record 1: 'prompt' must be"):
+        math_dataset(path)
+    path.write_text(json.dumps({"text": "x", "answer": "1"}) + "\n")
+    with pytest.raises(DataError, match="needs a 'prompt'"):
+        math_dataset(path)
+
+
+def test_old_knob_names_still_work_with_a_deprecation_message(tmp_path):
+    with pytest.warns(FutureWarning, match="oar_min_weight=...\\) is now oar_w_min"):
+        old = OARConfig(output_dir=str(tmp_path), oar_min_weight=0.3)
+    assert old.oar_w_min == 0.3 == old.oar_min_weight
+    new = OARConfig(output_dir=str(tmp_path), oar_w_min=0.2)
+    assert new.oar_w_min == 0.2 and OARConfig(output_dir=str(tmp_path)).oar_w_min == 0.1
+    with pytest.warns(FutureWarning, match="oar_min_weight is now oar_w_min"):
+        run, args = build_configs(resolve("arith-tiny", None, ["oar_min_weight=0.05"]))
+    assert args.oar_w_min == 0.05

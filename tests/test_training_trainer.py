@@ -270,7 +270,7 @@ def test_run_store_gets_a_sample_with_the_oracle(tmp_path, tok, world):
         from oar_attrib.attribution import TraceAttribution
     except ImportError:
         return
-    extra = {"reward", "step", "group", "extra", "oracle"}
+    extra = {"reward", "correct", "step", "group", "extra", "oracle"}
     TraceAttribution.from_dict({k: v for k, v in records[0].items() if k not in extra})
 
 
@@ -361,3 +361,60 @@ def test_completions_with_zero_advantage_are_not_attributed(tmp_path, tok, world
     (inputs,) = trainer.loss_inputs
     assert (inputs["advantages"][inputs["completion_mask"].bool()] != 0).sum() > 0
     assert logged(trainer)["oar/attributed_rate"] == pytest.approx(3 / 8 if skip else 7 / 8)
+
+
+def _partial_credit(prompts, completions, answer=None, **kwargs):
+    """1.0 for the right answer, 0.5 for any other: a partial-credit reward."""
+    return [0.5 + 0.5 * r for r in world_reward(prompts, completions, answer=answer)]
+
+
+@pytest.mark.parametrize("declared, threshold", [(None, None), (None, 1.0), (1.0, None)])
+def test_default_run_store_records_correctness_by_the_rewards_notion(tmp_path, tok, world, declared,
+                                                                     threshold, monkeypatch):
+    from oar_attrib.store import Store
+
+    if declared is not None:
+        monkeypatch.setattr(_partial_credit, "correct_threshold", declared, raising=False)
+    problems, dataset = world
+    args = OARConfig(output_dir=str(tmp_path / "out"), **{**COMMON, "oar_method": "oar_g"},
+                     oar_correct_threshold=threshold)  # oar_store_every left at its default
+    trainer = OARGRPOTrainer(model=tiny_policy(tok), reward_funcs=[_partial_credit], args=args,
+                             train_dataset=dataset, processing_class=tok,
+                             rollout_func=ScriptedRollout(problems, tok))
+    trainer.train()
+    answers = {p.prompt: p.answer for p in problems}
+    with Store(tmp_path / "out" / "runs.db", readonly=True) as store:  # written by default
+        (run,) = store.runs()
+        rows, total = store.traces(run.id)
+        assert total == args.oar_store_samples and {r.step for r in rows} == {0}
+        rewards = {r.reward for r in rows}
+        assert rewards == {0.5, 1.0}  # the scripted rollout has right and wrong answers
+        for row in rows:
+            record = store.trace(row.id)
+            right = world_reward(None, [record.response], answer=[answers[record.prompt]])[0] == 1.0
+            assert row.reward == (1.0 if right else 0.5)
+            # Unknown when nothing says what correct is; else right answers only (never 0.5 > 0).
+            assert row.correct is (None if declared is None and threshold is None else right)
+
+
+@pytest.mark.parametrize("answer_format", ["boxed", "auto"])
+def test_a_low_span_found_rate_warns_once_naming_the_formats(tmp_path, tok, world, answer_format):
+    import warnings
+
+    from oar_attrib.training.errors import LowSpanRateWarning
+
+    # The scripted completions end with "#### N": `boxed` finds no span, `auto` finds most.
+    trainer = make_trainer(tmp_path, tok, world, oar_method="oar_g", answer_format=answer_format,
+                           max_steps=2, oar_store_every=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.train()
+    low = [w for w in caught if issubclass(w.category, LowSpanRateWarning)]
+    rates = [row["oar/span_found_rate"] for row in trainer.state.log_history if "oar/span_found_rate" in row]
+    assert len(rates) == 2
+    if answer_format == "boxed":
+        assert max(rates) < 0.5 and len(low) == 1  # once, though both batches are low
+        text = str(low[0].message)
+        assert "formats tried: boxed" in text and "gsm8k" in text and f"{rates[0]:.0%}" in text
+    else:
+        assert min(rates) >= 0.5 and not low

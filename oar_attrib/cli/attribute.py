@@ -21,6 +21,7 @@ from typing import Iterator
 from ..errors import InputError, OARError, TokenizerError
 from ..jsonl import NotJSON, iter_jsonl
 from . import outputs
+from ..configs import OldSpelling
 from .choices import method_name, probe_name
 
 
@@ -73,12 +74,20 @@ def judge_record(record) -> tuple | Skip:
 def judge_tokens(tokenizer, prompt, response, fmt: str) -> Skip | None:
     """A Skip when the pair cannot be encoded as one scoring row (too long, chat without a
     template, ...), else None. Tokenizing here costs little next to attribution."""
+    import logging
+
     from ..inputs import _default_max_length, encode_pair
 
+    # transformers warns of a text longer than the model here; the skip report says it instead.
+    quiet = logging.getLogger("transformers.tokenization_utils_base")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
     try:
         pair = encode_pair(tokenizer, prompt, response, fmt=fmt)
     except (InputError, TokenizerError) as err:
         return Skip(str(err), "unscorable")
+    finally:
+        quiet.setLevel(level)
     limit = _default_max_length(tokenizer)
     if limit is not None and pair.length > limit:
         return Skip(f"{pair.length} tokens, more than the model's {limit}; shorten it", "too_long")
@@ -115,8 +124,8 @@ def attribute_lines(model, tokenizer, pairs, output: outputs.Output, args, on_wr
     def flush() -> int:
         lines, prompts, responses = zip(*batch)
         traces = attribute(model, tokenizer, list(prompts), list(responses), args.methods,
-                           probe=args.probe, fmt=args.format, tau=args.tau, beta=args.beta,
-                           w_min=args.w_min, batch_size=len(batch), seed=lines[0])
+                           probe=args.probe, answer_format=args.answer_format, tau=args.tau,
+                           beta=args.beta, w_min=args.w_min, batch_size=len(batch), seed=lines[0])
         output.write([{"line": n, **t.to_dict()} for n, t in zip(lines, traces)])
         if on_written is not None:
             on_written(len(batch))
@@ -154,7 +163,7 @@ def open_output(args) -> outputs.Output:
     """The `--out` JsonlOutput or StoreOutput, checked and with the lines it already holds."""
     if str(args.out).endswith(".db"):
         config = {"methods": list(args.methods), "probe": args.probe, "input": str(args.input),
-                  "format": args.format, "tau": args.tau, "beta": args.beta, "w_min": args.w_min}
+                  "answer_format": args.answer_format, "tau": args.tau, "beta": args.beta, "w_min": args.w_min}
         return outputs.StoreOutput(args.out, f"attribute {args.input}", args.model, config)
     return outputs.JsonlOutput(args.out, args.methods, args.probe)
 
@@ -193,9 +202,15 @@ def run(args: argparse.Namespace) -> int:
     def skip_line(number: int) -> bool:
         return number in done or (number - 1) % world != rank
 
-    pairs = read_pairs(source, tokenizer, args.format, skip_line, counts,
-                       report=lambda line: print(line, file=sys.stderr))
-    written = attribute_lines(model, tokenizer, pairs, _Flagged(writer, flagged), args)
+    bar = progress_bar(source, skip_line, disable=args.no_progress or rank != 0)
+
+    def report(line: str) -> None:  # a skipped line: counted, and printed above the bar
+        bar.update(1)
+        bar.write(line, file=sys.stderr)
+
+    pairs = read_pairs(source, tokenizer, args.answer_format, skip_line, counts, report=report)
+    with bar:
+        written = attribute_lines(model, tokenizer, pairs, _Flagged(writer, flagged, bar), args)
     if dist is not None:
         writer.close()
         gathered = [None] * world
@@ -216,17 +231,47 @@ def run(args: argparse.Namespace) -> int:
 
 
 class _Flagged:
-    """An output that also counts the records that carry flags."""
+    """An output that also counts the records that carry flags, and moves the progress bar
+    (traces, and the scored positions so far)."""
 
-    def __init__(self, output: outputs.Output, counter: Counter):
-        self.output, self.counter, self.done = output, counter, output.done
+    def __init__(self, output: outputs.Output, counter: Counter, bar=None):
+        self.output, self.counter, self.done, self.bar = output, counter, output.done, bar
+        self.positions = 0
 
     def write(self, records: list[dict]) -> None:
         self.output.write(records)
         self.counter["n"] += sum(bool(r.get("flags")) for r in records)
+        if self.bar is not None:
+            self.positions += sum(r["span_found"] * r["segments"].count("reasoning") for r in records)
+            self.bar.update(len(records))
+            self.bar.set_postfix(positions=self.positions)
 
     def close(self, finish: bool = True) -> None:
         self.output.close(finish)
+
+
+def lines_to_read(path: Path, skip_line) -> int:
+    """Non-blank lines of `path` this process reads (the progress bar's total), counted in
+    pieces of at most 1 MiB so that an overlong line costs no memory."""
+    total, number, blank = 0, 0, True
+    with open(path, "rb") as handle:
+        for piece in iter(lambda: handle.readline(1 << 20), b""):
+            blank = blank and not piece.strip()
+            if piece.endswith(b"\n"):
+                number += 1
+                total += not blank and not skip_line(number)
+                blank = True
+    if not blank:
+        total += not skip_line(number + 1)
+    return total
+
+
+def progress_bar(path: Path, skip_line, disable: bool):
+    """A progress bar over the traces of `path` (lines written or skipped)."""
+    from tqdm.auto import tqdm
+
+    total = None if disable else lines_to_read(path, skip_line)
+    return tqdm(total=total, desc="attribute", unit="trace", disable=disable, file=sys.stderr)
 
 
 def add_parser(sub) -> None:
@@ -240,10 +285,13 @@ def add_parser(sub) -> None:
     at.add_argument("--methods", nargs="+", default=["oar_p", "oar_g"], type=method_name,
                     help="registered importance methods (oar_attrib.available_methods())")
     at.add_argument("--probe", default="as_mean", type=probe_name, help="outcome probe: lt, as_mean, as_joint")
-    at.add_argument("--format", default="auto", help="answer format: auto, boxed, gsm8k, answer_is")
+    at.add_argument("--answer-format", "--format", default="auto", action=OldSpelling,
+                    help="answer format: auto, boxed, gsm8k, answer_is (--format: the old spelling)")
     at.add_argument("--tau", type=float, default=0.4, help="gating quantile level")
     at.add_argument("--beta", type=float, default=2.0, help="gating boost strength")
-    at.add_argument("--w-min", type=float, default=0.1, help="gating weight floor")
+    at.add_argument("--w-min", type=float, default=0.1,
+                    help="floor of the suppression gate, applied before the mass-preserving rescale "
+                         "to mean 1, so final weights can be below it (OARConfig: oar_w_min)")
     at.add_argument("--batch-size", type=int, default=16,
                     help="lines attributed (and then written) together")
     at.add_argument("--device", default=None, help="torch device (default: CPU)")

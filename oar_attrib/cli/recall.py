@@ -27,12 +27,39 @@ def recall_table(report, sets) -> str:
     return "\n".join(lines)
 
 
+def run_steps(args: argparse.Namespace, model, tokenizer) -> int:
+    """`--granularity step`: direct-step recall and upstream AUC per method."""
+    from ..analysis.step_recall import STEP_METRICS, step_recall
+
+    report = step_recall(model, tokenizer, n=args.n, seed=args.seed, preset=args.preset or "upstream",
+                         methods=args.methods, probe=args.probe, pool=args.step_pool,
+                         progress=not args.no_progress, resample_samples=args.resample_samples)
+    if args.json:
+        print(json.dumps(report.as_dict()))
+        return 0
+    print(f"preset={report.preset} n={report.n} scored={report.n_scored} accuracy={report.accuracy:.3f} "
+          f"skipped={report.skipped} step pool={report.pool}")
+    print(f"{'method':<20} " + " ".join(f"{name:>22}" for name in STEP_METRICS))
+    rows = {(RANDOM_DRAW if m == "random" else m): v for m, v in report.methods.items()}
+    for method, stats in {**rows, RANDOM_EXPECTED: report.random}.items():
+        cells = ["n/a" if stats[k]["mean"] is None else
+                 f"{stats[k]['mean']:.3f} [{stats[k]['ci95'][0]:.3f},{stats[k]['ci95'][1]:.3f}]"
+                 for k in STEP_METRICS]
+        print(f"{method:<20} " + " ".join(f"{cell:>22}" for cell in cells))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from ..models import load_model
     from ..analysis.recall import oracle_recall
 
+    if args.resample_samples < 1:
+        print(f"oar recall: --resample-samples must be >= 1, got {args.resample_samples}", file=sys.stderr)
+        return 2
     model, tokenizer = load_model(args.model, device=args.device)
-    report = oracle_recall(model, tokenizer, n=args.n, seed=args.seed, preset=args.preset,
+    if args.granularity == "step":
+        return run_steps(args, model, tokenizer)
+    report = oracle_recall(model, tokenizer, n=args.n, seed=args.seed, preset=args.preset or "recall",
                            methods=args.methods, probe=args.probe, progress=not args.no_progress,
                            sets=args.sets, cf_positions=args.cf_positions)
     if args.json:
@@ -49,8 +76,18 @@ def add_parser(sub) -> None:
     rc.add_argument("--model", default="arith-tiny", help="bundled name or local checkpoint folder")
     rc.add_argument("--n", type=int, default=200, help="number of held-out problems")
     rc.add_argument("--seed", type=int, default=0, help="seed of problems, sampling and bootstrap")
-    rc.add_argument("--preset", default="recall",
-                    help="world preset (recall: final results written once, so `direct` is exact)")
+    rc.add_argument("--preset", default=None,
+                    help="world preset (default: recall, whose final results are written once so "
+                         "`direct` is exact; with --granularity step: upstream, which has a step "
+                         "on the answer's path that the answer does not read)")
+    rc.add_argument("--granularity", choices=("token", "step"), default="token",
+                    help="token: recall of tokens against oracle sets; step: every method's scores "
+                         "pooled per step, recall of the `direct` steps and the AUC of ranking an "
+                         "`upstream` step above a distractor")
+    rc.add_argument("--step-pool", choices=("max", "mean", "sum"), default="max",
+                    help="--granularity step: how a method's token scores pool into a step score")
+    rc.add_argument("--resample-samples", type=int, default=8,
+                    help="--granularity step, method resample: continuations per side and step")
     rc.add_argument("--methods", nargs="+", default=None, type=method_name,
                     help="methods (default: all registered)")
     rc.add_argument("--probe", default="as_mean", type=probe_name, help="outcome probe: lt, as_mean, as_joint")

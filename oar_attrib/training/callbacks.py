@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
 from oar_attrib.generation import continue_rows
@@ -95,10 +96,10 @@ def world_evaluator(tokenizer, presets: str | list[str] = "default", n: int = 20
 
 
 def reward_evaluator(tokenizer, dataset, reward_fn, max_new_tokens: int = 1024, batch_size: int = 16,
-                     samples: int = 0, temperature: float = 1.0, seed: int = 0):
+                     samples: int = 0, temperature: float = 1.0, seed: int = 0, progress: bool = False):
     """model -> mean reward of greedy completions of `dataset` (prompt and answer columns), and
     with `samples` > 0 `accuracy_sampled`, that of `samples` completions per record sampled at
-    `temperature` (seeded by `seed`)."""
+    `temperature` (seeded by `seed`); `progress` shows a bar over the records."""
     def rewards(model, rows, n_samples: int) -> list[float]:
         """Rewards of greedy (n_samples=0) or n_samples sampled completions of each record."""
         texts = _complete(model, tokenizer, rows["prompt"], max_new_tokens, n_samples, temperature)
@@ -111,6 +112,7 @@ def reward_evaluator(tokenizer, dataset, reward_fn, max_new_tokens: int = 1024, 
         training = model.training
         model.eval()
         greedy, sampled = [], []
+        bar = tqdm(total=len(dataset), desc="evaluate", unit="record", disable=not progress)
         try:
             torch.manual_seed(seed)
             for start in range(0, len(dataset), batch_size):
@@ -118,7 +120,10 @@ def reward_evaluator(tokenizer, dataset, reward_fn, max_new_tokens: int = 1024, 
                 greedy += rewards(model, rows, 0)
                 if samples:
                     sampled += rewards(model, rows, samples)
+                bar.update(len(rows["prompt"]))
+                bar.set_postfix(accuracy=f"{sum(greedy) / len(greedy):.3f}")
         finally:
+            bar.close()
             model.train(training)
         out = {"accuracy": sum(greedy) / max(len(greedy), 1)}
         if samples:

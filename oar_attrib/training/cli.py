@@ -13,6 +13,7 @@ import json
 import re
 import sys
 
+from oar_attrib.configs import DefaultsHelpFormatter
 from oar_attrib.errors import OARError
 
 EPILOG = """settings: key=value pairs (YAML values), anywhere among the flags, override the preset
@@ -69,16 +70,20 @@ class TrainArgumentParser(argparse.ArgumentParser):
 
 def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--preset", default="arith-tiny",
-                        help="preset name (arith-tiny, math-7b) or a YAML file (default: arith-tiny)")
+                        help="preset name (arith-tiny, math-7b) or a YAML file")
     parser.add_argument("--config", help="YAML file merged over the preset (same run/trainer sections)")
     parser.add_argument("--method", help="importance method: 'none' (plain GRPO) or a registered "
-                        "method that is not analysis-only; an unknown name is refused with the list")
+                        "method that is not analysis-only; an unknown name is refused with the list "
+                        "(default: the preset's)")
     parser.add_argument("--probe", help="outcome probe after the warm-up; an unknown name is refused "
-                        "with the list")
-    parser.add_argument("--model", help="bundled model name or local checkpoint folder")
-    parser.add_argument("--output-dir", help="where checkpoints, logs and the run store go")
-    parser.add_argument("--max-steps", type=int, help="optimizer steps")
-    parser.add_argument("--seed", type=int, help="seed of data order, sampling and attribution noise")
+                        "with the list (default: the preset's)")
+    parser.add_argument("--model", help="bundled model name or local checkpoint folder "
+                        "(default: the preset's)")
+    parser.add_argument("--output-dir", help="where checkpoints, logs and the run store go "
+                        "(default: the preset's)")
+    parser.add_argument("--max-steps", type=int, help="optimizer steps (default: the preset's)")
+    parser.add_argument("--seed", type=int, help="seed of data order, sampling and attribution noise "
+                        "(default: the preset's)")
     parser.add_argument("--resume", metavar="CHECKPOINT",
                         help="resume from a checkpoint folder, or 'latest' for the newest in the output dir")
     parser.add_argument("--dry-run", action="store_true", help="print the resolved settings and exit")
@@ -91,7 +96,7 @@ def add_train_command(subparsers) -> argparse.ArgumentParser:
     """Register `train` on the subparsers of the `oar` command line."""
     parser = subparsers.add_parser(
         "train", help="reshaped GRPO training (OAR) on TRL", description=__doc__.split("\n\n")[0],
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG, formatter_class=DefaultsHelpFormatter,
     )
     # The subparsers action builds every parser with its own class; this one takes settings
     # among its flags (the `oar` parser hands it its whole tail through parse_known_args).
@@ -151,7 +156,7 @@ def run_train(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = _configure(TrainArgumentParser(
         prog="python -m oar_attrib.training", description=__doc__.split("\n\n")[0], epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     ))
     args = parser.parse_args(argv)
     try:

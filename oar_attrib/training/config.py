@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from dataclasses import dataclass, field
 
 from packaging.version import Version
@@ -25,6 +26,9 @@ from .errors import TrainingConfigError, UnsupportedTRLError
 TRL_MIN, TRL_MAX = Version("1.16.0"), Version("1.17.0")
 TRL_OVERRIDE_ENV = "OAR_ALLOW_UNTESTED_TRL"
 
+# Old spellings of OARConfig fields -> their names now (accepted, with a FutureWarning).
+RENAMED = {"oar_min_weight": "oar_w_min"}
+
 NO_METHOD = "none"
 
 
@@ -32,6 +36,7 @@ def oar_method_choices() -> list[str]:
     """Allowed `oar_method` values: 'none' (plain GRPO) and every registered method that is not
     analysis-only, read from the registry when called (so methods registered later count)."""
     return [NO_METHOD, *trainable_methods()]
+OAR_GRANULARITIES = ("token", "step")
 
 
 def check_trl_version(version: str | None = None) -> None:
@@ -90,8 +95,15 @@ class OARConfig(GRPOConfig):
         default=0.4, metadata={"help": "Quantile level in [0, 1] that splits suppression from boosting."}
     )
     oar_beta: float = field(default=2.0, metadata={"help": "Boost strength (>= 0) above the tau-quantile."})
-    oar_min_weight: float = field(
-        default=0.1, metadata={"help": "Suppression floor w_min in [0, 1] before mass preservation."}
+    oar_w_min: float | None = field(
+        default=None,
+        metadata={"help": "w_min in [0, 1], 0.1 when unset: the floor of the suppression gate below "
+                          "the tau-quantile, applied BEFORE the mass-preserving rescale to mean 1 over "
+                          "the scored tokens, so final weights can be below it (METHOD.md 6). "
+                          "attribute(w_min=...) and `oar attribute --w-min` are the same knob."},
+    )
+    oar_min_weight: float | None = field(
+        default=None, metadata={"help": "Deprecated spelling of oar_w_min (still accepted)."}
     )
     oar_noise_std: float = field(
         default=1e-3, metadata={"help": "OAR-G: std (>= 0) of the embedding noise on scored positions."}
@@ -110,6 +122,18 @@ class OARConfig(GRPOConfig):
     oar_entropy_rho: float = field(
         default=0.2, metadata={"help": "Kept fraction in (0, 1] for oar_weighting='top_rho'."}
     )
+    oar_granularity: str = field(
+        default="token",
+        metadata={"help": "'token' gates each token's importance; 'step' pools the importances per "
+                          "step (lines, or sentences of a one-line reasoning), gates the steps and "
+                          "gives each step's weight to its tokens, mean 1 over the scored tokens."},
+    )
+    oar_step_pool: str = field(
+        default="mean",
+        metadata={"help": "oar_granularity='step': how a step's token importances pool into one: "
+                          "mean, sum or max (oar_p_step's are constant per step: all three agree "
+                          "up to sum's length factor)."},
+    )
     oar_skip_zero_advantage: bool = field(
         default=True,
         metadata={"help": "Do not attribute completions whose advantage is 0 (groups with equal "
@@ -125,9 +149,16 @@ class OARConfig(GRPOConfig):
         metadata={"help": "Regex with one capturing group (the answer), for answer_format='regex'."},
     )
     oar_store_every: int = field(
-        default=0,
-        metadata={"help": "Write a sample of the generation batch to the run store every this many "
-                          "optimizer steps (0: never)."},
+        default=25,
+        metadata={"help": "Write a sample of the generation batch to the run store (default "
+                          "<output_dir>/runs.db, what `oar web --store` reads) at step 0 and every "
+                          "this many optimizer steps (0: never)."},
+    )
+    oar_correct_threshold: float | None = field(
+        default=None,
+        metadata={"help": "The run store marks a completion correct when its total reward is >= this. "
+                          "Unset: when every reward function that declares `correct_threshold` (the "
+                          "built-in ones: 1.0) reaches it; unknown when none declares one."},
     )
     oar_store_samples: int = field(
         default=4, metadata={"help": "Completions per written sample (taken from the main process)."}
@@ -141,6 +172,7 @@ class OARConfig(GRPOConfig):
     def __post_init__(self) -> None:
         check_trl_version()
         self._quiet_defaults()
+        self._renamed_fields()
         super().__post_init__()
         if self.oar_method in available_methods() and self.oar_method not in trainable_methods():
             raise TrainingConfigError(
@@ -150,10 +182,24 @@ class OARConfig(GRPOConfig):
         _choice("oar_probe", self.oar_probe, PROBES)
         if self.oar_weighting is not None:
             _choice("oar_weighting", self.oar_weighting, available_weightings())
+        _choice("oar_granularity", self.oar_granularity, OAR_GRANULARITIES)
+        _choice("oar_step_pool", self.oar_step_pool, ("mean", "sum", "max"))
         _choice("answer_format", self.answer_format, ANSWER_FORMATS)
         self._check_ranges()
         if self.answer_format == "regex" and not self.answer_pattern:
             raise TrainingConfigError("answer_format='regex' needs answer_pattern, a regex with one group")
+
+    def _renamed_fields(self) -> None:
+        """Old spellings, used only when the new name is unset (with a FutureWarning); then the
+        old name mirrors the new one, so code that reads it and copies of the config agree."""
+        if self.oar_w_min is None and self.oar_min_weight is not None:
+            warnings.warn("OARConfig(oar_min_weight=...) is now oar_w_min (the same knob as "
+                          "attribute(w_min=...) and --w-min); the old name still works", FutureWarning,
+                          stacklevel=4)
+            self.oar_w_min = self.oar_min_weight
+        if self.oar_w_min is None:
+            self.oar_w_min = 0.1
+        self.oar_min_weight = self.oar_w_min
 
     def _quiet_defaults(self) -> None:
         """Defaults that work where the config is built. bf16 left unset is bf16 only on a CUDA
@@ -174,7 +220,7 @@ class OARConfig(GRPOConfig):
         checks = [
             ("oar_tau", self.oar_tau, 0.0 <= self.oar_tau <= 1.0, "in [0, 1]"),
             ("oar_beta", self.oar_beta, self.oar_beta >= 0 and math.isfinite(self.oar_beta), "finite, >= 0"),
-            ("oar_min_weight", self.oar_min_weight, 0.0 <= self.oar_min_weight <= 1.0, "in [0, 1]"),
+            ("oar_w_min", self.oar_w_min, 0.0 <= self.oar_w_min <= 1.0, "in [0, 1]"),
             ("oar_noise_std", self.oar_noise_std, self.oar_noise_std >= 0, ">= 0"),
             ("oar_max_batch_tokens", self.oar_max_batch_tokens, self.oar_max_batch_tokens >= 1, ">= 1"),
             ("oar_probe_warmup_steps", self.oar_probe_warmup_steps, self.oar_probe_warmup_steps >= 0, ">= 0"),

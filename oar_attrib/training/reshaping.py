@@ -26,6 +26,8 @@ from oar_attrib.inputs import EncodedPair, pairs_to_batch
 from oar_attrib.lm import eval_mode
 from oar_attrib.methods import method_spec
 from oar_attrib.spans import locate_answer, offsets_from_ids_batch, segment_tokens
+from oar_attrib.step_gating import step_weights
+from oar_attrib.steps import reasoning_steps
 from oar_attrib.weightings import WeightingParams, get_weighting
 
 
@@ -45,15 +47,19 @@ class ReshapeSettings:
     answer_format: str = "auto"
     answer_pattern: str | None = None
     seed: int = 0
+    granularity: str = "token"
+    step_pool: str = "mean"
 
     @classmethod
     def from_config(cls, args, probe: str | None = None) -> "ReshapeSettings":
         return cls(
             method=args.oar_method, probe=probe or args.oar_probe, tau=args.oar_tau,
-            beta=args.oar_beta, w_min=args.oar_min_weight, noise_std=args.oar_noise_std,
+            beta=args.oar_beta, w_min=args.oar_w_min, noise_std=args.oar_noise_std,
             max_batch_tokens=args.oar_max_batch_tokens, weighting=args.oar_weighting,
             rho=args.oar_entropy_rho, answer_format=args.answer_format,
             answer_pattern=args.answer_pattern, seed=args.seed,
+            granularity=args.oar_granularity,
+            step_pool=args.oar_step_pool,
         )
 
 
@@ -129,6 +135,7 @@ def _pair(prompt_ids, completion_ids, offsets, text: str, fmt: str, pattern: str
         offsets=[(int(s), int(e)) for s, e in offsets], labels=list(segments.labels),
         location=location, span_found=found, response_start=len(prompt_ids), text=text,
         empty_reasoning=found and segments.n_reasoning == 0,
+        steps=reasoning_steps(text, offsets, segments.labels, found),
     )
 
 
@@ -182,11 +189,17 @@ def batch_importances(model, batch: ScoringBatch, pairs: list[EncodedPair], sett
     return out
 
 
-def gate(importances: torch.Tensor, scored: torch.Tensor, settings: ReshapeSettings) -> torch.Tensor:
+def gate(importances: torch.Tensor, scored: torch.Tensor, settings: ReshapeSettings,
+         step_ids: torch.Tensor | None = None) -> torch.Tensor:
     """(B, L) weights of (B, L) importances over the (B, L) bool scored mask, through the
-    settings' weighting (default: the method's own)."""
+    settings' weighting (default: the method's own); with granularity 'step', the weighting
+    runs over the steps of `step_ids` and each step's weight goes to its tokens
+    (`step_gating.step_weights`)."""
     fn = get_weighting(settings.weighting or method_spec(settings.method).weighting)
     params = WeightingParams(tau=settings.tau, beta=settings.beta, w_min=settings.w_min, rho=settings.rho)
+    if settings.granularity == "step":
+        return step_weights(importances, scored, step_ids, settings.step_pool,
+                            lambda values, valid: fn(values, valid, params))
     return fn(importances, scored, params)
 
 
@@ -226,7 +239,8 @@ def token_weights(model, tokenizer, prompt_rows: list[list[int]], completion_row
         # A diverged row must not stop the run: it keeps weight 1 and is counted in the logs.
         nonfinite = (scored & ~torch.isfinite(importances)).any(dim=1)
         importances[nonfinite] = 0.0
-        weights = gate(importances, scored & (attributed & ~nonfinite)[:, None], settings)
+        weights = gate(importances, scored & (attributed & ~nonfinite)[:, None], settings,
+                       batch.step_ids)
     return TokenWeights(
         weights=_to_completion(weights, pairs, width, 1.0),
         importances=_to_completion(importances, pairs, width, 0.0),

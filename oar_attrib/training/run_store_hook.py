@@ -1,7 +1,7 @@
 """Run store hook: every N steps, a sample of the generation batch goes to the run store.
 
 Each record is a trace record (`oar_attrib.traces.build_trace`, the same as `attribute` makes)
-as its dict, plus the training fields `reward`, `step`, `group`,
+as its dict, plus the training fields `reward`, `correct` (None: not known), `step`, `group`,
 `extra` and, for arithmetic-world prompts, the structural `oracle` of the generated trace
 (character spans per set): the records `oar_attrib.store.Store.add_records` takes. A path
 ending in `.db` is a run store (one run per training, what the web app reads); any other path
@@ -71,8 +71,9 @@ class RunStoreHook:
 
     def write_batch(self, *, step: int, weights: TokenWeights, inputs: list[dict], rewards: list[float],
                     advantages: list[float], method: str, probe: str,
-                    params: dict | None = None) -> list[dict]:
-        """Write the first `samples` completions (whole prompt groups, as TRL orders them)."""
+                    params: dict | None = None, correct: list | None = None) -> list[dict]:
+        """Write the first `samples` completions (whole prompt groups, as TRL orders them);
+        `correct` (bool or None per completion) is stored as each record's `correct`."""
         records = [
             trace_record(weights, row, prompt=inputs[row].get("prompt"), reward=rewards[row],
                          advantage=advantages[row], step=step, method=method, probe=probe,
@@ -80,6 +81,8 @@ class RunStoreHook:
                          group=row // self.group_size)
             for row in range(min(self.samples, len(inputs)))
         ]
+        for row, record in enumerate(records):
+            record["correct"] = None if correct is None else correct[row]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.suffix == ".db":
             self._write_store(records)

@@ -92,6 +92,11 @@ PRESETS: dict[str, WorldConfig] = {
     # Default sizes with finals never copied: two-digit results, whose leading digits are
     # predictable, so `direct` holds tokens the answer does not need.
     "recall-wide": WorldConfig(reuse_finals=False),
+    # The world of step-level recall (`oar recall --granularity step`): the `recall` world with
+    # a third step, so that one step is `upstream` (on the answer's dependency path, read by a
+    # final step, not read by the answer itself) beside a distractor. The bundled model is
+    # right on ~24% of these (the best of the 3-step worlds tried; none reached 30%).
+    "upstream": WorldConfig(n_steps=3, max_given=4, max_value=9, reuse_finals=False),
 }
 
 
