@@ -94,8 +94,8 @@ PRESETS: dict[str, WorldConfig] = {
     "recall-wide": WorldConfig(reuse_finals=False),
     # The world of step-level recall (`oar recall --granularity step`): the `recall` world with
     # a third step, so that one step is `upstream` (on the answer's dependency path, read by a
-    # final step, not read by the answer itself) beside a distractor. The bundled model is
-    # right on ~24% of these (the best of the 3-step worlds tried; none reached 30%).
+    # final step, not read by the answer itself) beside a distractor. One-digit values, as in
+    # `recall`, keep every `direct` token a whole value (docs/benchmarks.md: accuracy on it).
     "upstream": WorldConfig(n_steps=3, max_given=4, max_value=9, reuse_finals=False),
 }
 
