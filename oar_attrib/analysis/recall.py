@@ -23,7 +23,7 @@ from .counterfactual import counterfactual_oracle
 from ..generation import generate
 from ..errors import InputError
 from ..methods import available_methods
-from ..metrics import average_precision, bootstrap_ci, random_recall, recall_at_k
+from ..metrics import average_precision, mean_ci, random_recall, recall_at_k
 from ..store.codec import span_mask
 from ..world import Oracle, Problem, extract_answer, generate_problems
 from .sets import COUNTERFACTUAL, DEFAULT_SETS, RECALL_SETS
@@ -94,15 +94,6 @@ def counterfactual_masks(model, tokenizer, problem: Problem, trace: TraceAttribu
     return target, tested
 
 
-def _summary(values: list[float], seed: int) -> dict:
-    arr = np.asarray(values, dtype=np.float64)
-    arr = arr[np.isfinite(arr)]
-    if arr.size == 0:
-        return {"recall": None, "ci95": [None, None], "n": 0}
-    lo, hi = bootstrap_ci(arr, seed=seed)
-    return {"recall": float(arr.mean()), "ci95": [float(lo), float(hi)], "n": int(arr.size)}
-
-
 @dataclass
 class RecallReport:
     """Summary of an `oracle_recall` run, and the per-trace data it was computed from.
@@ -161,11 +152,11 @@ def summarize(per_trace: list[dict], methods, sets=DEFAULT_SETS, seed: int = 0) 
     for method in methods:
         summary[method] = {}
         for name in sets:
-            stats = _summary([t[method][name]["recall"] for t in per_trace], seed)
+            stats = mean_ci([t[method][name]["recall"] for t in per_trace], seed, "recall")
             aps = [t[method][name]["ap"] for t in per_trace if np.isfinite(t[method][name]["ap"])]
             stats["ap"] = float(np.mean(aps)) if aps else None
             summary[method][name] = stats
-    rand = {name: _summary([t[EXPECTED][name] for t in per_trace], seed) for name in sets}
+    rand = {name: mean_ci([t[EXPECTED][name] for t in per_trace], seed, "recall") for name in sets}
     return summary, rand
 
 
