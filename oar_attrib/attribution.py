@@ -108,7 +108,9 @@ def attribute(
         as the arithmetic world's is, so each `x=a+b=n.` clause is a step). Sets each trace's
         `steps` and the steps step-level methods (`oar_p_step`) perturb.
     Responses whose answer span is not found get weight 1 everywhere and the flag
-    `no_answer_span`; non-finite importances are flagged, never silently gated.
+    `no_answer_span`; one whose answer starts it after an empty prompt (no position predicts
+    the answer) is treated the same, flagged `no_predicting_position`. Non-finite importances
+    are flagged, never silently gated.
     """
     answer_format = renamed_keyword("fmt", fmt, "answer_format", answer_format, "auto")
     answer_pattern = renamed_keyword("pattern", pattern, "answer_pattern", answer_pattern, None)

@@ -5,11 +5,8 @@ import argparse
 import json
 import sys
 
-from ..world import KNOWN_SETS
+from ..analysis.sets import DEFAULT_SETS, RECALL_SETS
 from .choices import method_name, probe_name
-
-# `recall.RECALL_SETS`, spelled out so that building the parser does not import torch.
-RECALL_SET_NAMES = KNOWN_SETS + ("counterfactual",)
 
 
 RANDOM_DRAW, RANDOM_EXPECTED = "random (a draw)", "random expectation"
@@ -94,7 +91,7 @@ def add_parser(sub) -> None:
     rc.add_argument("--methods", nargs="+", default=None, type=method_name,
                     help="methods (default: all registered)")
     rc.add_argument("--probe", default="as_mean", type=probe_name, help="outcome probe: lt, as_mean, as_joint")
-    rc.add_argument("--sets", nargs="+", default=["direct", "chain"], choices=RECALL_SET_NAMES,
+    rc.add_argument("--sets", nargs="+", default=list(DEFAULT_SETS), choices=RECALL_SETS,
                     help="oracle sets to score against (results = direct; names: the final steps' "
                          "names; counterfactual: the positions whose replacement changes the "
                          "model's regenerated answer)")

@@ -65,15 +65,9 @@ def long_responses(shared: Path, tokenizer, n: int, target_tokens: int = 4000) -
 
 def random_qwen2(tokenizer, max_positions: int, seed: int = 0):
     """A 2-layer Qwen2 with RANDOM weights (hidden 32) over the tokenizer's vocabulary."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from oar_attrib.models import random_qwen2 as build
 
-    torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                         max_position_embeddings=max_positions, initializer_range=0.3,
-                         tie_word_embeddings=True)
-    return Qwen2ForCausalLM(config).eval()
+    return build(len(tokenizer), seed=seed, heads=2, kv_heads=2, max_positions=max_positions)
 
 
 def qwen_tokenizer(shared: Path):

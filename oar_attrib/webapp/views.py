@@ -14,11 +14,12 @@ import numpy as np
 from oar_attrib.step_view import text_pieces as _pieces
 from oar_attrib.store import TraceRecord
 from oar_attrib.normalise import log1p_minmax
+from oar_attrib.world import DEFAULT_SETS, SPAN_SETS
 from oar_attrib.store.records import json_float, json_floats
 
-# The world's oracle sets (world.KNOWN_SETS) a trace page can outline; `names` and `results`
-# are parts of `direct`/`chain` and would only repeat them.
-OUTLINE_SETS = ("direct", "chain", "distractor", "filler")
+# The oracle sets a trace page can outline: those the store keeps as spans (`names` and
+# `results` are parts of `direct`/`chain` and would only repeat them).
+OUTLINE_SETS = SPAN_SETS
 # The page script (static/app.js, `heatColour`) draws the same colour from the same level.
 _HEAT_RGB = (230, 85, 13)
 
@@ -95,7 +96,7 @@ def trace_view(record: TraceRecord, method: str | None, oracle_set: str) -> dict
             "oracle_sets": [s for s in OUTLINE_SETS if s in oracle]}
 
 
-def report_view(report: dict, subset: str, oracle_sets=("direct", "chain")) -> dict:
+def report_view(report: dict, subset: str, oracle_sets=DEFAULT_SETS) -> dict:
     """Rows of the report page's tables for one subset (all | correct | wrong)."""
     rows = [r for r in report["recall"] if r["subset"] == subset]
     methods = sorted({r["method"] for r in rows})
