@@ -38,9 +38,91 @@ def test_fast_equals_reference(models, name, probe):
     # overhead 10**6 packs copies of different rows and starts into shared forwards.
     for budget, overhead in ((22, None), (4096, None), (60, 10**6)):
         fast = oar_p(model, batch, probe=probe, max_batch_tokens=budget,
-                     overhead_tokens=overhead)
+                     overhead_tokens=overhead, packing="padded")
         torch.testing.assert_close(fast, ref, atol=1e-4, rtol=1e-4)
         assert fast[0, 21] == 0 and (fast[3] == 0).all()
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+@pytest.mark.parametrize("probe", PROBES)
+def test_packed_equals_reference(models, name, probe, monkeypatch):
+    """Copies packed without padding, from one row per forward up to every row's copies in
+    one forward (a key limit of 10**6 and a budget that holds them all)."""
+    model, batch = models[name], _batch_with_tail_scored()
+    ref = oar_p_reference(model, batch, probe)
+    shapes = _packed_shapes(monkeypatch)
+    for limit, budget in ((None, 22), (None, 4096), (10**6, 4096)):
+        if limit is not None:
+            monkeypatch.setattr(oar_p_module, "packed_key_limit", lambda model: limit)
+        shapes.clear()
+        fast = oar_p(model, batch, probe=probe, max_batch_tokens=budget, packing="packed")
+        torch.testing.assert_close(fast, ref, atol=1e-4, rtol=1e-4)
+        assert fast[0, 21] == 0 and (fast[3] == 0).all()
+        assert sum(copies for copies, _ in shapes) == int(_reachable_count(batch))
+    assert max(rows for _, rows in shapes) > 1, "no forward packed copies of several rows"
+
+
+def _reachable_count(batch):
+    sites = probe_sites(batch)
+    return oar_p_module._reachable(batch, sites).sum()
+
+
+def _packed_shapes(monkeypatch):
+    """Record (copies, distinct rows) of every packed forward."""
+    seen = []
+    real = oar_p_module.score_packed
+
+    def spy(model, clean, copies, *args):
+        seen.append((len(copies), len({c.row for c in copies})))
+        return real(model, clean, copies, *args)
+
+    monkeypatch.setattr(oar_p_module, "score_packed", spy)
+    return seen
+
+
+def test_packed_with_eager_attention_and_left_padding_free_windows(monkeypatch):
+    """Eager attention takes the additive form of the block mask; rows of mixed lengths and
+    prompts (so copies of one forward start at different places)."""
+    model = tiny_llama(seed=2, attn="eager")
+    batch = make_batch(lengths=(26, 13, 20), prompt_len=(2, 5, 0))
+    monkeypatch.setattr(oar_p_module, "packed_key_limit", lambda model: 10**6)
+    for probe in PROBES:
+        ref = oar_p_reference(model, batch, probe)
+        fast = oar_p(model, batch, probe=probe, packing="packed", max_batch_tokens=200)
+        torch.testing.assert_close(fast, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_packing_falls_back_where_the_model_cannot_take_it():
+    config = Qwen2Config(**_common(128, 32, 2, 256), use_sliding_window=True, sliding_window=5,
+                         max_window_layers=1)
+    sliding = Qwen2ForCausalLM(config).eval()
+    assert oar_p_module.mask_kind(sliding) is None
+    with pytest.raises(InputError, match="packing='padded'"):
+        oar_p(sliding, make_batch(), packing="packed")
+    with pytest.raises(InputError, match="packing='zip'"):
+        oar_p(tiny_qwen2(), make_batch(), packing="zip")
+    # auto: packed on accelerators where the model takes it, padded on CPU and elsewhere.
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert oar_p_module._packing_kind(sliding, "auto", cuda) is None
+    assert oar_p_module._packing_kind(tiny_qwen2(), "auto", cuda) == "bool"
+    assert oar_p_module._packing_kind(tiny_qwen2(), "auto", cpu) is None
+    assert oar_p_module._packing_kind(tiny_llama(attn="eager"), "packed", cpu) == "additive"
+
+
+@pytest.mark.parametrize("packing", ["padded", "packed"])
+def test_bf16_fast_equals_reference_within_bf16_rounding(packing):
+    """bf16 weights: the fast paths and the reference differ by bf16 rounding of the logits
+    (relative 2**-8 = 0.4%), not more: measured against the importances' own scale."""
+    model = tiny_qwen2(seed=1, dtype=torch.bfloat16)
+    batch = make_batch(lengths=(22, 15, 19))
+    ref = oar_p_reference(model, batch, "as_mean")
+    fast = oar_p(model, batch, probe="as_mean", max_batch_tokens=60, packing=packing)
+    exact = oar_p_reference(tiny_qwen2(seed=1).to(torch.bfloat16).float(), batch, "as_mean")
+    scored = batch.scored_mask
+    scale = exact[scored].abs().max()
+    # The bf16 reference's own distance to float32 arithmetic bounds what rounding can do.
+    assert (fast - ref)[scored].abs().max() <= 2 * (ref - exact)[scored].abs().max() + 1e-3 * scale
+    assert (fast - ref)[scored].abs().max() < 0.05 * scale
 
 
 def _forward_shapes(monkeypatch):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from packaging.version import Version
 from trl import GRPOConfig
@@ -40,6 +40,11 @@ def check_trl_version(version: str | None = None) -> None:
         f"(it overrides GRPOTrainer internals that change between releases); install "
         f"'trl>={TRL_MIN},<{TRL_MAX}', or set {TRL_OVERRIDE_ENV}=1 to try this version anyway"
     )
+
+
+# transformers 5.x renamed `gradient_checkpointing` to `activation_checkpointing` (the old name
+# is a deprecated alias there). OARConfig takes the new name on every supported version.
+_NATIVE_ACTIVATION_CHECKPOINTING = "activation_checkpointing" in {f.name for f in fields(GRPOConfig)}
 
 
 def _choice(name: str, value, allowed) -> None:
@@ -115,9 +120,17 @@ class OARConfig(GRPOConfig):
         metadata={"help": "Run store the samples go to: a .db file (the web app's store, one run per "
                           "training) or a JSON Lines file; default <output_dir>/runs.db."},
     )
+    if not _NATIVE_ACTIVATION_CHECKPOINTING:
+        activation_checkpointing: bool = field(
+            default=False,
+            metadata={"help": "Recompute activations in the backward to save memory (this "
+                              "transformers calls it gradient_checkpointing)."},
+        )
 
     def __post_init__(self) -> None:
         check_trl_version()
+        if not _NATIVE_ACTIVATION_CHECKPOINTING:
+            self.gradient_checkpointing = self.gradient_checkpointing or self.activation_checkpointing
         super().__post_init__()
         _choice("oar_method", self.oar_method, OAR_METHODS)
         _choice("oar_probe", self.oar_probe, PROBES)
