@@ -200,6 +200,7 @@ def attribute(
     batch_size: int = 16,
     seed: int = 0,
     progress: bool = False,
+    max_batch_tokens: int | None = None,
 ) -> AttributionBatch:
     """Token importances, weights and credit metrics of each response.
 
@@ -210,6 +211,8 @@ def attribute(
         top-10% advantage mass per method.
     tau, beta, w_min: bi-level gating (METHOD.md section 6).
     method_params: extra keyword arguments per method, e.g. {"oar_g": {"n_noise": 4}}.
+    max_batch_tokens: OAR-P's token budget per forward; None sizes it from the device's free
+        memory (`budget.auto_batch_tokens`). `method_params["oar_p"]` wins over it.
     Responses whose answer span is not found get weight 1 everywhere and the flag
     `no_answer_span`; non-finite importances are flagged, never silently gated.
     """
@@ -225,6 +228,8 @@ def attribute(
     for method in methods:
         get_method(method)
     params, gating = method_params or {}, {"tau": tau, "beta": beta, "w_min": w_min}
+    if max_batch_tokens is not None and "oar_p" in methods:
+        params = {**params, "oar_p": {"max_batch_tokens": max_batch_tokens, **params.get("oar_p", {})}}
     out = AttributionBatch()
     starts = range(0, len(prompts), batch_size)
     with eval_mode(model):

@@ -274,3 +274,58 @@ def test_rows_longer_than_the_positions_and_tiny_budgets_are_refused():
         oar_p_reference(model, batch)
     with pytest.raises(InputError, match="max_batch_tokens"):
         oar_p(tiny_qwen2(seed=1), batch, max_batch_tokens=10)
+
+
+def test_auto_budget_obeys_a_stated_free_memory(models, monkeypatch):
+    """With 240 000 bytes free (stated, in place of the device's query), the auto budget is
+    FRACTION * free / (bytes per token), counted here by hand for tiny_qwen2 in float32, and
+    every forward of the engine holds at most that many tokens."""
+    import oar_attrib.budget as budget
+
+    model, batch = models["qwen2"], make_batch()  # rows 22, 15, 19; answers of 1, 2, 3 tokens
+    free = 240_000
+    monkeypatch.setattr(budget, "free_memory", lambda device: free)
+    cache = 2 * 2 * 2 * 8 * 4  # layers * (k, v) * kv_heads * head_dim * 4 bytes
+    activations = (4 * 32 + 3 * 64) * 4  # hidden 32, intermediate 64
+    logits = 3 * 128 * (4 + 12) / 13  # K = 3 sites, vocab 128; shortest row: 13 tokens to q_K
+    expected = int(0.5 * free / (cache + activations + logits))
+    sites = probe_sites(batch)
+    ends = (sites.last + 1).tolist()
+    assert oar_p_module.batch_budget(model, sites, ends, None) == expected == 59
+    tokens = []
+
+    def count(module, args, kwargs):
+        ids, cache_kv = kwargs["input_ids"], kwargs.get("past_key_values")
+        tokens.append(ids.shape[0] * (ids.shape[1] + (cache_kv.get_seq_length() if cache_kv else 0)))
+
+    handle = model.register_forward_pre_hook(count, with_kwargs=True)
+    try:
+        fast = oar_p(model, batch, probe="as_mean", packing="padded")
+    finally:
+        handle.remove()
+    assert max(tokens) <= expected and len(tokens) > 1
+    torch.testing.assert_close(fast, oar_p_reference(model, batch, "as_mean"), atol=1e-4, rtol=1e-4)
+    # Less memory than one copy of the longest row needs: the budget is that row, not less.
+    monkeypatch.setattr(budget, "free_memory", lambda device: 1000)
+    assert oar_p_module.batch_budget(model, sites, ends, None) == max(ends)
+    # No memory figure (CPU): the CPU default.
+    monkeypatch.setattr(budget, "free_memory", lambda device: None)
+    assert oar_p_module.batch_budget(model, sites, ends, None) == budget.CPU_BATCH_TOKENS
+
+
+def test_logits_at_per_row_positions_without_native_support(models, monkeypatch):
+    """Transformers before `slice_logits_to_keep` index every row with all positions; the
+    fallback gathers the head's input per row instead, with the same logits."""
+    import oar_attrib.lm as lm
+
+    model, batch = models["qwen2"], make_batch()
+    sites = probe_sites(batch)
+    with torch.no_grad():
+        native = logits_at(model, sites.positions, input_ids=batch.input_ids,
+                           attention_mask=batch.attention_mask)
+        monkeypatch.setattr(lm, "_KEEPS_ROW_INDICES", False)
+        hooked = logits_at(model, sites.positions, input_ids=batch.input_ids,
+                           attention_mask=batch.attention_mask)
+    assert hooked.shape == native.shape == (3, 3, 128)
+    torch.testing.assert_close(hooked, native, atol=1e-5, rtol=1e-5)
+    assert not model.lm_head._forward_pre_hooks  # the hook is gone

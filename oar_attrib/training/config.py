@@ -80,10 +80,12 @@ class OARConfig(GRPOConfig):
     oar_noise_std: float = field(
         default=1e-3, metadata={"help": "OAR-G: std (>= 0) of the embedding noise on scored positions."}
     )
-    oar_max_batch_tokens: int = field(
-        default=16384,
+    oar_max_batch_tokens: int | None = field(
+        default=None,
         metadata={"help": "Token budget of one attribution forward: rows are grouped so that their "
-                          "total length stays under it, and OAR-P sizes its perturbation batches by it."},
+                          "total length stays under it, and OAR-P sizes its perturbation batches by it. "
+                          "None: OAR-P sizes it from the device's free memory (16384 on CPU, also "
+                          "the row grouping's budget)."},
     )
     oar_entropy_mode: str = field(
         default="bilevel",
@@ -146,7 +148,8 @@ class OARConfig(GRPOConfig):
             ("oar_beta", self.oar_beta, self.oar_beta >= 0 and math.isfinite(self.oar_beta), "finite, >= 0"),
             ("oar_min_weight", self.oar_min_weight, 0.0 <= self.oar_min_weight <= 1.0, "in [0, 1]"),
             ("oar_noise_std", self.oar_noise_std, self.oar_noise_std >= 0, ">= 0"),
-            ("oar_max_batch_tokens", self.oar_max_batch_tokens, self.oar_max_batch_tokens >= 1, ">= 1"),
+            ("oar_max_batch_tokens", self.oar_max_batch_tokens,
+             self.oar_max_batch_tokens is None or self.oar_max_batch_tokens >= 1, "None or >= 1"),
             ("oar_probe_warmup_steps", self.oar_probe_warmup_steps, self.oar_probe_warmup_steps >= 0, ">= 0"),
             ("oar_entropy_rho", self.oar_entropy_rho, 0.0 < self.oar_entropy_rho <= 1.0, "in (0, 1]"),
             ("oar_store_every", self.oar_store_every, self.oar_store_every >= 0, ">= 0"),

@@ -22,6 +22,7 @@ from typing import Sequence
 import torch
 
 from oar_attrib.batch import ScoringBatch
+from oar_attrib.budget import CPU_BATCH_TOKENS
 from oar_attrib.gating import bilevel_weights, entropy_topk_mask, grail_weights
 from oar_attrib.inputs import EncodedPair, pairs_to_batch
 from oar_attrib.lm import eval_mode
@@ -41,7 +42,7 @@ class ReshapeSettings:
     beta: float = 2.0
     w_min: float = 0.1
     noise_std: float = 1e-3
-    max_batch_tokens: int = 16384
+    max_batch_tokens: int | None = None  # None: OAR-P's auto budget; rows grouped by 16384
     entropy_mode: str = "bilevel"
     rho: float = 0.2
     answer_format: str = "auto"
@@ -157,7 +158,8 @@ def _chunks(rows: list[int], lengths: list[int], budget: int, single: bool) -> l
 def _method_kwargs(settings: ReshapeSettings, longest: int) -> dict:
     if settings.method == "oar_p":
         # A row longer than the budget is scored alone rather than failing the step.
-        return {"max_batch_tokens": max(settings.max_batch_tokens, longest)}
+        budget = settings.max_batch_tokens
+        return {"max_batch_tokens": None if budget is None else max(budget, longest)}
     return {}
 
 
@@ -179,7 +181,8 @@ def batch_importances(model, batch: ScoringBatch, pairs: list[EncodedPair], sett
     lengths = [p.length for p in pairs]
     device = next(model.parameters()).device
     single = settings.method == "random"
-    for group in _chunks(rows, lengths, settings.max_batch_tokens, single=single):
+    grouping = settings.max_batch_tokens or CPU_BATCH_TOKENS
+    for group in _chunks(rows, lengths, grouping, single=single):
         sub = batch.select(group).to(device)
         generators = [torch.Generator().manual_seed(sample_seed(settings.seed, pairs[r].prompt_ids,
                                                                 pairs[r].response_ids)) for r in group]
