@@ -5,6 +5,8 @@ import argparse
 import json
 import sys
 
+from ..configs import add_budget_arg, add_dtype_arg
+
 def _read_pairs(path: str) -> tuple[list, list, list[int], int]:
     """Prompts, responses and line numbers of the valid lines, and the number of bad lines
     (each reported on stderr with its line number)."""
@@ -37,10 +39,10 @@ def run(args: argparse.Namespace) -> int:
     if not prompts:
         print(f"oar attribute: error: {args.input} has no valid line", file=sys.stderr)
         return 2
-    model, tokenizer = load_model(args.model, device=args.device)
+    model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
     traces = attribute(model, tokenizer, prompts, responses, args.methods, probe=args.probe,
                        fmt=args.format, tau=args.tau, beta=args.beta, w_min=args.w_min,
-                       progress=not args.no_progress)
+                       progress=not args.no_progress, max_batch_tokens=args.max_batch_tokens)
     if args.out.endswith(".db"):
         from ..store import Store
 
@@ -74,5 +76,7 @@ def add_parser(sub) -> None:
     at.add_argument("--beta", type=float, default=2.0, help="gating boost strength")
     at.add_argument("--w-min", type=float, default=0.1, help="gating weight floor")
     at.add_argument("--device", default=None, help="torch device (default: CPU)")
+    add_dtype_arg(at)
+    add_budget_arg(at)
     at.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     at.set_defaults(func=run)

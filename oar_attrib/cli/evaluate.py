@@ -5,11 +5,13 @@ import argparse
 import json
 import sys
 
+from ..configs import add_dtype_arg
+
 def run(args: argparse.Namespace) -> int:
     from ..world.evaluation import evaluate_world
     from ..models import load_model
 
-    model, tokenizer = load_model(args.model)
+    model, tokenizer = load_model(args.model, dtype=args.dtype)
     res = evaluate_world(
         model, tokenizer, args.preset, n=args.n, seed=args.seed, group_size=args.group_size,
         progress=not args.no_progress,
@@ -37,4 +39,5 @@ def add_parser(sub) -> None:
                          "the share of problems with both right and wrong answers")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     ev.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_dtype_arg(ev)
     ev.set_defaults(func=run)

@@ -5,6 +5,7 @@ import argparse
 import json
 import sys
 
+from ..configs import add_budget_arg, add_dtype_arg
 from ..world import KNOWN_SETS
 
 # `recall.RECALL_SETS`, spelled out so that building the parser does not import torch.
@@ -15,10 +16,11 @@ def run(args: argparse.Namespace) -> int:
     from ..models import load_model
     from ..analysis.recall import oracle_recall
 
-    model, tokenizer = load_model(args.model, device=args.device)
+    model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
+    params = None if args.max_batch_tokens is None else {"oar_p": {"max_batch_tokens": args.max_batch_tokens}}
     report = oracle_recall(model, tokenizer, n=args.n, seed=args.seed, preset=args.preset,
                            methods=args.methods, probe=args.probe, progress=not args.no_progress,
-                           sets=args.sets, cf_positions=args.cf_positions)
+                           sets=args.sets, cf_positions=args.cf_positions, method_params=params)
     if args.json:
         print(json.dumps(report.as_dict()))
         return 0
@@ -53,6 +55,8 @@ def add_parser(sub) -> None:
                     help="counterfactual set: scored positions tested per trace (one greedy "
                          "regeneration each)")
     rc.add_argument("--device", default=None, help="torch device (default: CPU)")
+    add_dtype_arg(rc)
+    add_budget_arg(rc)
     rc.add_argument("--json", action="store_true", help="print one JSON object")
     rc.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     rc.set_defaults(func=run)

@@ -77,8 +77,10 @@ class OARConfig(GRPOConfig):
     oar_min_weight: float = field(
         default=0.1, metadata={"help": "Suppression floor w_min in [0, 1] before mass preservation."}
     )
-    oar_noise_std: float = field(
-        default=1e-3, metadata={"help": "OAR-G: std (>= 0) of the embedding noise on scored positions."}
+    oar_noise_std: float | None = field(
+        default=None,
+        metadata={"help": "OAR-G: std (>= 0) of the embedding noise on scored positions; None: 0.1 x "
+                          "the RMS of the row's scored embeddings (the same in bf16 and fp32)."},
     )
     oar_max_batch_tokens: int | None = field(
         default=None,
@@ -147,7 +149,8 @@ class OARConfig(GRPOConfig):
             ("oar_tau", self.oar_tau, 0.0 <= self.oar_tau <= 1.0, "in [0, 1]"),
             ("oar_beta", self.oar_beta, self.oar_beta >= 0 and math.isfinite(self.oar_beta), "finite, >= 0"),
             ("oar_min_weight", self.oar_min_weight, 0.0 <= self.oar_min_weight <= 1.0, "in [0, 1]"),
-            ("oar_noise_std", self.oar_noise_std, self.oar_noise_std >= 0, ">= 0"),
+            ("oar_noise_std", self.oar_noise_std, self.oar_noise_std is None or self.oar_noise_std >= 0,
+             "None or >= 0"),
             ("oar_max_batch_tokens", self.oar_max_batch_tokens,
              self.oar_max_batch_tokens is None or self.oar_max_batch_tokens >= 1, "None or >= 1"),
             ("oar_probe_warmup_steps", self.oar_probe_warmup_steps, self.oar_probe_warmup_steps >= 0, ">= 0"),

@@ -18,7 +18,7 @@ from oar_attrib.oar_g import oar_g
 
 
 def oar_g_per_row(model, batch: ScoringBatch, generators: Sequence[torch.Generator], *,
-                  probe: str = "as_mean", noise_std: float = 1e-3) -> torch.Tensor:
+                  probe: str = "as_mean", noise_std: float | None = None) -> torch.Tensor:
     """OAR-G importances (B, L) float32 of `batch`, row b's noise from generators[b].
 
     Equal, up to float rounding of the batched forward, to `oar_g(model, batch.select([b]),

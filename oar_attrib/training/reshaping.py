@@ -41,7 +41,7 @@ class ReshapeSettings:
     tau: float = 0.4
     beta: float = 2.0
     w_min: float = 0.1
-    noise_std: float = 1e-3
+    noise_std: float | None = None  # None: OAR-G's relative noise
     max_batch_tokens: int | None = None  # None: OAR-P's auto budget; rows grouped by 16384
     entropy_mode: str = "bilevel"
     rho: float = 0.2
