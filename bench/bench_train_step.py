@@ -115,9 +115,11 @@ def gpu_setup(tokens: int):
     return make, tok, StretchedRollout(problems, tok, tokens), desc
 
 
-def run(method: str, make_model, tok, rollout, steps: int, out: Path, cpu: bool, batch: int,
-        completion: int, attribute_all: bool) -> dict:
-    args = OARConfig(
+def step_config(method: str, out: Path, steps: int, cpu: bool, batch: int, completion: int,
+                attribute_all: bool) -> OARConfig:
+    """The training arguments of one timed run (the learning rate is 0: every method sees the
+    same policy)."""
+    return OARConfig(
         output_dir=str(out), oar_method="none" if method == "trl" else method, learning_rate=0.0,
         max_steps=steps + 1,
         per_device_train_batch_size=batch, num_generations=8, max_completion_length=completion,
@@ -125,6 +127,11 @@ def run(method: str, make_model, tok, rollout, steps: int, out: Path, cpu: bool,
         disable_tqdm=True, use_cpu=cpu, bf16=not cpu,
         answer_format="gsm8k", dataloader_num_workers=0, oar_skip_zero_advantage=not attribute_all,
     )
+
+
+def run(method: str, make_model, tok, rollout, steps: int, out: Path, cpu: bool, batch: int,
+        completion: int, attribute_all: bool) -> dict:
+    args = step_config(method, out, steps, cpu, batch, completion, attribute_all)
     timer = StepTimer()
     trainer_class = GRPOTrainer if method == "trl" else OARGRPOTrainer
     trainer = trainer_class(model=make_model(), reward_funcs=[world_reward], args=args,
@@ -225,11 +232,23 @@ def main() -> None:
                         help="attribute every completion, also those with advantage 0 (analysis mode)")
     parser.add_argument("--out", default="runs/bench-train-step", help="scratch output folder")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--config-only", action="store_true",
+                        help="build every run's training arguments (CPU, and GPU when CUDA is "
+                             "present) and exit: checks them against the installed libraries")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     hf_logging.disable_progress_bar()
     torch.set_num_threads(args.threads)
     out = Path(args.out)
+    if args.config_only:
+        kinds = [(True, 64, 96)] + ([(False, args.gpu_batch, args.gpu_tokens + 16)]
+                                    if torch.cuda.is_available() else [])
+        for cpu, batch, completion in kinds:
+            for method in METHODS:
+                step_config(method, out, args.steps, cpu, batch, completion, args.attribute_all)
+        print(f"step bench configs build: {len(kinds) * len(METHODS)} runs "
+              f"({'cpu' if len(kinds) == 1 else 'cpu and gpu'})")
+        return
     print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, {args.threads} threads")
     results = [bench("cpu", cpu_setup(args.model), args.rounds, args.steps, True, 64, 96, out,
                      args.attribute_all)]
