@@ -1,7 +1,10 @@
 """The versions CI installs as floors are the floors pyproject.toml declares."""
 import re
-import tomllib
 from pathlib import Path
+
+import pytest
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
 ROOT = Path(__file__).resolve().parents[1]
 
