@@ -53,17 +53,14 @@ SHAPES = {  # hidden, intermediate, layers, heads, kv heads
 
 def build_model(shape: str, layers: int | None, device: str, dtype: torch.dtype):
     """A model of the named shape (optionally fewer layers), random weights, eval mode."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from oar_attrib.models import random_qwen2
 
     hidden, intermediate, n_layers, heads, kv_heads = SHAPES[shape]
-    config = Qwen2Config(
-        vocab_size=151936, hidden_size=hidden, intermediate_size=intermediate,
-        num_hidden_layers=layers or n_layers, num_attention_heads=heads,
-        num_key_value_heads=kv_heads, max_position_embeddings=32768, tie_word_embeddings=True,
-        rope_parameters={"rope_type": "default", "rope_theta": 1e6}, pad_token_id=PAD_ID,
-    )
-    torch.manual_seed(0)
-    return Qwen2ForCausalLM(config).to(device=device, dtype=dtype).eval()
+    model = random_qwen2(151936, hidden=hidden, intermediate=intermediate,
+                         layers=layers or n_layers, heads=heads, kv_heads=kv_heads,
+                         max_positions=32768, init_std=0.02, pad_id=PAD_ID, dtype=dtype,
+                         rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+    return model.to(device)
 
 
 def exact_flops(model, batch: ScoringBatch) -> float:

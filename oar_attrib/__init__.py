@@ -11,8 +11,8 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "attribute": "attribution",
-    "AttributionBatch": "attribution",
-    "TraceAttribution": "attribution",
+    "AttributionBatch": "traces",
+    "TraceAttribution": "traces",
     "compute_weights": "attribution",
     "load_model": "models",
     "find_answer_span": "spans",
@@ -36,9 +36,13 @@ _EXPORTS = {
     "generate": "generation",
     "recall_figure": "analysis.figures",
     "token_heatmap": "analysis.figures",
-    "agreement_matrix": "analysis.figures",
+    "agreement_matrix": "analysis.agreement",
     "method_agreement": "analysis.figures",
     "weights_figure": "analysis.figures",
+    "experiment_report": "analysis.experiment",
+    "paired_difference": "analysis.experiment",
+    "experiment_figure": "analysis.experiment_figures",
+    "experiment_credit_figure": "analysis.experiment_figures",
     "get_method": "methods",
     "register_method": "methods",
     "available_methods": "methods",
@@ -48,6 +52,7 @@ _EXPORTS = {
     "oracle_spans": "world",
     "reward": "world",
     "Store": "store",
+    "summarise": "analysis.run_summary",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -23,6 +23,9 @@ class ScoringBatch:
     scored_mask:    (B, L) bool, the scored reasoning positions S.
     answer_mask:    (B, L) bool, the answer-span tokens; all False on a row with no span.
     pad_token_id:   the id OAR-P substitutes at a perturbed position.
+    step_ids:       (B, L) long or None: the step each scored position belongs to (0, 1, ...
+                    in order, each step a contiguous range), -1 elsewhere. Step-level methods
+                    (`oar_p_step`, step gating) read it; `encode_pairs` fills it.
     """
 
     input_ids: torch.Tensor
@@ -30,6 +33,7 @@ class ScoringBatch:
     scored_mask: torch.Tensor
     answer_mask: torch.Tensor
     pad_token_id: int
+    step_ids: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         shape = tuple(self.input_ids.shape)
@@ -47,6 +51,28 @@ class ScoringBatch:
             raise InputError("scored_mask and answer_mask overlap: answer tokens are never scored")
         if (self.answer_mask & ~self.attention_mask.bool()).any():
             raise InputError("answer_mask marks padding positions")
+        if self.step_ids is not None:
+            self.step_ids = self.step_ids.long()
+            if tuple(self.step_ids.shape) != shape:
+                raise InputError(f"step_ids must have the shape of input_ids {shape}, "
+                                 f"got {tuple(self.step_ids.shape)}")
+            if ((self.step_ids >= 0) & ~self.scored_mask).any():
+                raise InputError("step_ids marks positions outside scored_mask; steps hold "
+                                 "scored reasoning tokens only (-1 elsewhere)")
+
+    def step_ranges(self, row: int) -> list[tuple[int, int]]:
+        """The steps of `row` as absolute position ranges [a, b), in step order.
+
+        Raises InputError when the batch has no steps."""
+        if self.step_ids is None:
+            raise InputError("this batch has no steps; build it with encode_pairs (it sets "
+                             "step_ids) or pass ScoringBatch(step_ids=...)")
+        ids = self.step_ids[row].tolist()
+        ranges: dict[int, list[int]] = {}
+        for t, k in enumerate(ids):
+            if k >= 0:
+                ranges.setdefault(k, [t, t + 1])[1] = t + 1
+        return [tuple(ranges[k]) for k in sorted(ranges)]
 
     @property
     def has_answer(self) -> torch.Tensor:
@@ -72,6 +98,7 @@ class ScoringBatch:
             self.scored_mask.to(device),
             self.answer_mask.to(device),
             self.pad_token_id,
+            None if self.step_ids is None else self.step_ids.to(device),
         )
 
     def select(self, rows) -> "ScoringBatch":
@@ -84,4 +111,14 @@ class ScoringBatch:
             self.scored_mask[idx, :width],
             self.answer_mask[idx, :width],
             self.pad_token_id,
+            None if self.step_ids is None else self.step_ids[idx, :width],
         )
+
+
+def step_ids_from_ranges(shape: tuple[int, int], rows: list[list[tuple[int, int]]]) -> torch.Tensor:
+    """(B, L) long step ids (-1 outside steps) from each row's absolute ranges [a, b)."""
+    ids = torch.full(shape, -1, dtype=torch.long)
+    for b, ranges in enumerate(rows):
+        for k, (start, end) in enumerate(ranges):
+            ids[b, start:end] = k
+    return ids

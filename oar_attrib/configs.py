@@ -7,6 +7,31 @@ import dataclasses
 import typing
 
 
+class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """`--help` that shows each option's default (unless its help already says it, or it has
+    none: None, False), descriptions and epilogs kept as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if ("default" in text or not action.option_strings
+                or action.default is None or action.default is False or action.default == argparse.SUPPRESS):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class OldSpelling(argparse._StoreAction):
+    """A store action whose option strings after the first are old spellings: using one
+    works and prints a one-line deprecation note naming the new one."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string is not None and option_string != self.option_strings[0]:
+            import sys
+
+            print(f"{parser.prog}: {option_string} is now {self.option_strings[0]} (the old "
+                  "spelling still works)", file=sys.stderr)
+        super().__call__(parser, namespace, values, option_string)
+
+
 def add_dataclass_args(parser: argparse.ArgumentParser, cls) -> None:
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):

@@ -7,14 +7,15 @@ on its own with character offsets, and the two are concatenated. Segments of the
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence, Union
 
 import torch
 
-from .batch import ScoringBatch
+from .batch import ScoringBatch, step_ids_from_ranges
 from .errors import InputError, TokenizerError
 from .spans import AnswerLocation, locate_answer, offsets_from_ids, segment_tokens
+from .steps import AUTO, reasoning_steps
 
 Message = Mapping[str, str]
 Prompt = Union[str, Sequence[Message]]
@@ -29,7 +30,8 @@ class EncodedPair:
 
     offsets are (start, end) character spans into `text` (the response), one per response
     token; labels the segment of each response token; response_start the index in the
-    batch row where the response begins.
+    batch row where the response begins; steps the (start, end) token ranges over the
+    response tokens that cover its scored reasoning tokens in order (empty without a span).
     """
 
     prompt_ids: list[int]
@@ -41,6 +43,7 @@ class EncodedPair:
     response_start: int
     text: str
     empty_reasoning: bool = False
+    steps: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def length(self) -> int:
@@ -137,7 +140,7 @@ def _check_inputs(tokenizer, prompts, responses, response_ids, pad_token_id) -> 
 
 def encode_pair(
     tokenizer, prompt: Prompt, response: str | None, *, row: int = 0, fmt: str = "auto",
-    pattern=None, chat: bool | None = None, response_ids=None,
+    pattern=None, chat: bool | None = None, response_ids=None, step_unit=AUTO,
 ) -> EncodedPair:
     """Encode one pair (see `encode_pairs`); `row` only names the pair in error messages."""
     prompt_ids = _encode_prompt(tokenizer, prompt, chat, row)
@@ -154,11 +157,13 @@ def encode_pair(
         response_start=len(prompt_ids),
         text=text,
         empty_reasoning=segments.span_found and segments.n_reasoning == 0,
+        steps=reasoning_steps(text, offsets, segments.labels, segments.span_found, step_unit),
     )
 
 
 def pairs_to_batch(pairs: Sequence[EncodedPair], pad_token_id: int) -> ScoringBatch:
-    """Right-padded (B, L) ScoringBatch of encoded pairs, L = the longest row."""
+    """Right-padded (B, L) ScoringBatch of encoded pairs, L = the longest row; its step_ids
+    come from each pair's `steps`."""
     width = max(p.length for p in pairs)
     input_ids = torch.full((len(pairs), width), pad_token_id, dtype=torch.long)
     attention = torch.zeros((len(pairs), width), dtype=torch.long)
@@ -172,7 +177,9 @@ def pairs_to_batch(pairs: Sequence[EncodedPair], pad_token_id: int) -> ScoringBa
             labels = p.labels
             scored[b, s : p.length] = torch.tensor([lab == "reasoning" for lab in labels])
             answer[b, s : p.length] = torch.tensor([lab == "answer" for lab in labels])
-    return ScoringBatch(input_ids, attention, scored, answer, pad_token_id)
+    steps = [[(p.response_start + a, p.response_start + b) for a, b in p.steps] for p in pairs]
+    return ScoringBatch(input_ids, attention, scored, answer, pad_token_id,
+                        step_ids_from_ranges((len(pairs), width), steps))
 
 
 def encode_pairs(
@@ -186,6 +193,7 @@ def encode_pairs(
     max_length: int | None = None,
     response_ids: Sequence[Sequence[int]] | None = None,
     pad_token_id: int | None = None,
+    step_unit=AUTO,
 ) -> tuple[ScoringBatch, list[EncodedPair]]:
     """Tokenize prompt/response pairs into a ScoringBatch of B rows, and describe each pair.
 
@@ -196,6 +204,9 @@ def encode_pairs(
         When response_ids are given they are used and `responses` is ignored.
     fmt, pattern: the answer format (see `spans.locate_answer`).
     max_length: longest allowed row; default the tokenizer's model_max_length when set.
+    step_unit: how the reasoning splits into steps (`steps.step_spans` units, a regex, or
+        `auto`: lines, or sentences for a one-line reasoning); sets each pair's `steps` and
+        the batch's step_ids.
     Rows without an answer span, or with an empty reasoning, have no scored positions.
     """
     pad_token_id = _check_inputs(tokenizer, prompts, responses, response_ids, pad_token_id)
@@ -206,7 +217,8 @@ def encode_pairs(
         text = None if responses is None else responses[row]
         ids = None if response_ids is None else response_ids[row]
         pair = encode_pair(
-            tokenizer, prompt, text, row=row, fmt=fmt, pattern=pattern, chat=chat, response_ids=ids
+            tokenizer, prompt, text, row=row, fmt=fmt, pattern=pattern, chat=chat, response_ids=ids,
+            step_unit=step_unit,
         )
         if max_length is not None and pair.length > max_length:
             raise InputError(

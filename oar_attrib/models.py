@@ -1,15 +1,18 @@
-"""Loading models: the bundled `arith-tiny` checkpoint or any local Hugging Face folder."""
+"""Loading models (the bundled `arith-tiny` checkpoint or any local Hugging Face folder) and
+building seeded random Qwen2 models in code (tests, benches, pretraining from scratch)."""
 from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from .errors import ModelLoadError
 
 BUNDLED = ("arith-tiny",)
+# A folder holds a tokenizer when it has one of these (fast, sentencepiece or BPE files).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
 
 
 def bundled_path(name: str = "arith-tiny") -> Path:
@@ -33,25 +36,134 @@ def resolve(name_or_path: str | Path) -> Path:
             f"{path} holds no *.safetensors weights; only safetensors are loaded (convert a .bin "
             "checkpoint with `model.save_pretrained(dir, safe_serialization=True)`)"
         )
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise ModelLoadError(
+            f"{path} has no tokenizer files ({', '.join(TOKENIZER_FILES)}); save the tokenizer "
+            "next to the weights (`tokenizer.save_pretrained(dir)`)"
+        )
     return path
+
+
+def check_weights(path: Path, config) -> None:
+    """ModelLoadError when a safetensors file is damaged or holds tensors of other shapes than
+    `config` builds (e.g. a vocab_size that differs from the embedding's rows). Reads only the
+    files' headers and builds the model on the meta device (no memory)."""
+    from safetensors import SafetensorError, safe_open
+
+    held = {}
+    for file in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(file, framework="pt") as handle:
+                held.update((k, tuple(handle.get_slice(k).get_shape())) for k in handle.keys())
+        except (SafetensorError, OSError) as err:
+            raise ModelLoadError(f"{file} is damaged ({err}); copy or save the checkpoint again") from None
+    with torch.device("meta"):
+        wanted = {k: tuple(v.shape) for k, v in AutoModelForCausalLM.from_config(config).state_dict().items()}
+    for key in sorted(held.keys() & wanted.keys()):
+        if held[key] != wanted[key]:
+            raise ModelLoadError(
+                f"{path}/config.json does not match its weights: {key} is {held[key]} in the "
+                f"weights but {wanted[key]} by the config; fix config.json (e.g. vocab_size, "
+                "hidden_size) to the checkpoint's shapes"
+            )
+
+
+def check_pair(model, tokenizer) -> None:
+    """ModelLoadError unless every id the tokenizer can produce indexes the model's embedding
+    (an id past it is an IndexError deep in the forward pass otherwise)."""
+    n_ids = len(tokenizer)
+    rows = model.get_input_embeddings().num_embeddings
+    if n_ids == 0:
+        raise ModelLoadError("the tokenizer is empty (no vocabulary); load the tokenizer the "
+                             "model was trained with")
+    if n_ids > rows:
+        raise ModelLoadError(
+            f"the tokenizer has {n_ids} ids but the model's embedding only {rows} rows; load the "
+            "tokenizer the model was trained with, or resize the embedding "
+            "(`model.resize_token_embeddings(len(tokenizer))`) and fine-tune"
+        )
+
+
+def check_device(device: str | None) -> torch.device | None:
+    """The torch device named `device`, or ModelLoadError saying which devices exist."""
+    if device is None:
+        return None
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ModelLoadError(f"unknown device {device!r}; use cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ModelLoadError(f"device {device!r} asked but this machine has no CUDA GPU "
+                                 "(or this torch has no CUDA); use --device cpu")
+        if dev.index is not None and dev.index >= count:
+            raise ModelLoadError(f"device {device!r} asked but there are {count} CUDA GPUs "
+                                 f"(cuda:0 to cuda:{count - 1})")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ModelLoadError(f"device {device!r} asked but MPS is not available; use --device cpu")
+    elif dev.type not in ("cpu", "cuda", "mps"):
+        raise ModelLoadError(f"device {device!r} is not supported here; use cpu, cuda, cuda:N or mps")
+    return dev
 
 
 def load_model(name_or_path: str | Path = "arith-tiny", device: str | None = None, dtype=None):
     """(model, tokenizer) from a bundled name or a local folder; model in eval mode.
 
-    Weights load from safetensors only, offline. `dtype` is a torch dtype or its name
+    Weights load from safetensors only, offline. The device, the weights' files and shapes
+    and the tokenizer's fit to the embedding are checked first (`ModelLoadError` saying what
+    to do, never a traceback deep in transformers). `dtype` is a torch dtype or its name
     ("float32", "bfloat16"); default float32.
     """
     path = resolve(name_or_path)
+    check_device(device)
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
+    config = AutoConfig.from_pretrained(path, local_files_only=True)
+    check_weights(path, config)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=dtype or torch.float32, use_safetensors=True, local_files_only=True
+        path, config=config, dtype=dtype or torch.float32, use_safetensors=True,
+        local_files_only=True,
     )
+    check_pair(model, tokenizer)
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token
     model.eval()
     if device is not None:
         model.to(device)
     return model, tokenizer
+
+
+def random_qwen2(
+    vocab_size: int, *, seed: int | None = 0, hidden: int = 32, layers: int = 2, heads: int = 4,
+    kv_heads: int | None = None, intermediate: int | None = None, max_positions: int = 256,
+    init_std: float = 0.3, tie: bool = True, pad_id: int | None = None, eos_id: int | None = None,
+    dtype: torch.dtype = torch.float32, attn: str | None = None, **config,
+):
+    """A Qwen2 causal LM with RANDOM weights (seeded; `seed=None` keeps the global RNG), in
+    eval mode. kv_heads defaults to heads // 2, intermediate to 2 * hidden; `config` passes
+    other Qwen2Config fields (rope_parameters, sliding_window, bos_token_id, ...). pad_id and
+    eos_id go into the model's config and its generation config.
+
+    init_std 0.3 (the default here, far above the usual 0.02) makes a tiny model's logits
+    peaked, so that importances sit well above float32 rounding and greedy text depends on
+    its context; pass 0.02 for a model of real shape.
+    """
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    if seed is not None:
+        torch.manual_seed(seed)
+    cfg = Qwen2Config(
+        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=intermediate or 2 * hidden,
+        num_hidden_layers=layers, num_attention_heads=heads,
+        num_key_value_heads=kv_heads or max(1, heads // 2), max_position_embeddings=max_positions,
+        initializer_range=init_std, tie_word_embeddings=tie, pad_token_id=pad_id, eos_token_id=eos_id,
+        **config,
+    )
+    if attn is not None:
+        cfg._attn_implementation = attn
+    model = Qwen2ForCausalLM(cfg).to(dtype)
+    model.generation_config.pad_token_id = pad_id
+    model.generation_config.eos_token_id = eos_id
+    return model.eval()

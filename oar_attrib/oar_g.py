@@ -29,7 +29,7 @@ from .methods import register_method
 from .probes import check_probe, probe_divergence, probe_sites, probe_values
 
 
-@register_method("oar_g")
+@register_method("oar_g", random=True, train_params=("noise_std",))
 def oar_g(model, batch: ScoringBatch, *, probe: str = "as_mean", noise_std: float | None = None,
           n_noise: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
     """OAR-G importances of every row of `batch`, all rows in one forward/backward per draw.

@@ -102,7 +102,7 @@ class _Clean:
     value: torch.Tensor  # (G, V) log-probs or (G,) phi
 
 
-@register_method("oar_p")
+@register_method("oar_p", token_budget=True)
 def oar_p(model, batch: ScoringBatch, *, probe: str = "as_mean",
           max_batch_tokens: int | None = None, generator: torch.Generator | None = None,
           progress: bool = False, overhead_tokens: int | None = None,

@@ -103,3 +103,55 @@ def pool_steps(scores, ranges: Sequence[tuple[int, int]], how: str = "sum") -> l
     values = np.asarray(scores, dtype=np.float64)
     reduce = {"sum": np.sum, "mean": np.mean, "max": np.max}[how]
     return [float(reduce(values[a:b])) for a, b in ranges]
+
+
+AUTO = "auto"
+
+
+def resolve_unit(text: str, unit: str | re.Pattern = AUTO, end: int | None = None) -> str | re.Pattern:
+    """The unit `auto` stands for on text[:end]: `line` when it has two or more non-empty
+    lines (real solutions), else `sentence` (one-line traces such as the arithmetic world's,
+    whose clauses `x=a+b=n.` then come out one step each). Other units pass through."""
+    if isinstance(unit, str) and unit == AUTO:
+        return "line" if len(step_spans(text, "line", end)) > 1 else "sentence"
+    return unit
+
+
+def response_steps(text: str, offsets: Sequence[tuple[int, int]], n_reasoning: int,
+                   unit: str | re.Pattern = AUTO) -> list[tuple[int, int]]:
+    """Token ranges [a, b) of the steps of a response whose first `n_reasoning` tokens are
+    its reasoning: they cover 0..n_reasoning in order, without gaps or overlap.
+
+    text: the response; offsets: (T,) character spans of its tokens, T >= n_reasoning.
+    unit: a `step_spans` unit, or `auto` (see `resolve_unit`). Steps end where the
+    reasoning ends (the last reasoning token's end), so the answer never joins a step.
+    """
+    if n_reasoning <= 0:
+        return []
+    if n_reasoning > len(offsets):
+        raise InputError(f"n_reasoning={n_reasoning} exceeds the {len(offsets)} response tokens")
+    end = max(int(offsets[n_reasoning - 1][1]), 0)
+    end = min(end, len(text))
+    unit = resolve_unit(text, unit, end)
+    return token_steps(offsets, step_spans(text, unit, end), n_reasoning)
+
+
+def reasoning_steps(text: str, offsets: Sequence[tuple[int, int]], labels: Sequence[str],
+                    span_found: bool, unit: str | re.Pattern = AUTO) -> list[tuple[int, int]]:
+    """Token ranges of the steps over a response's scored reasoning tokens, those labelled
+    `reasoning` by `spans.segment_tokens` (`response_steps`); empty when no answer span was
+    found, since then nothing is scored."""
+    n_reasoning = sum(label == "reasoning" for label in labels) if span_found else 0
+    return response_steps(text, offsets, n_reasoning, unit)
+
+
+def check_steps(ranges: Sequence[tuple[int, int]], n_tokens: int) -> None:
+    """Raise InputError unless `ranges` cover 0..n_tokens in order, without gaps or overlap."""
+    edge = 0
+    for a, b in ranges:
+        if a != edge or b <= a:
+            raise InputError(f"steps {list(ranges)[:6]}... must cover 0..{n_tokens} in order "
+                             f"without gaps, overlap or empty steps (broke at {(a, b)})")
+        edge = b
+    if edge != n_tokens:
+        raise InputError(f"steps end at token {edge}, but the reasoning has {n_tokens} tokens")

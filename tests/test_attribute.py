@@ -4,13 +4,14 @@ import json
 import numpy as np
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
+import oar_attrib as oa
 from oar_attrib import cli
 from oar_attrib.attribution import AttributionBatch, attribute, compute_weights
 from oar_attrib.errors import InputError, TokenizerError, UnknownNameError
 from oar_attrib.inputs import encode_pairs
 from oar_attrib.methods import available_methods, get_method
+from oar_attrib.models import random_qwen2
 from oar_attrib.analysis.recall import EXPECTED, oracle_token_mask, summarize, trace_recall
 from oar_attrib.world import generate_problems
 from oar_attrib.world.tokenizer import build_tokenizer
@@ -118,10 +119,7 @@ def test_too_long_response_is_a_clear_error(model, tokenizer, problems):
 
 
 def test_nan_logits_are_flagged_not_gated(tokenizer, problems):
-    torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=False)
-    broken = Qwen2ForCausalLM(config).eval()
+    broken = random_qwen2(len(tokenizer), layers=1, heads=2, kv_heads=2, tie=False)
     with torch.no_grad():
         broken.lm_head.weight.fill_(float("nan"))
     p = problems[0]
@@ -164,11 +162,37 @@ def test_cli_attribute_reports_bad_lines_and_writes_good_ones(tmp_path, model, t
     code = cli.main(["attribute", "--model", str(folder), "--input", str(src), "--out", str(out),
                      "--methods", "oar_p", "--no-progress"])
     err = capsys.readouterr().err
-    assert code == 0
-    assert ":2: skipped: not JSON" in err and ":3: skipped: needs a 'prompt'" in err
+    assert code == 2  # some lines were skipped; the good ones are written
+    assert ":2: skipped (not_json): not JSON" in err and ":3: skipped (fields): needs a 'prompt'" in err
+    assert "2 bad lines skipped (fields 1, not_json 1)" in err
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["line"] for r in rows] == [1, 5]
     assert rows[0]["span_found"] and not rows[1]["span_found"]
+
+
+def test_cli_attribute_accepts_exactly_the_registered_methods(tmp_path, model, tokenizer, problems, capsys):
+    from oar_attrib.methods import register_method, unregister_method
+
+    folder = tmp_path / "ckpt"
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"prompt": problems[0].prompt, "response": problems[0].solution}) + "\n")
+    out = tmp_path / "out.jsonl"
+    argv = ["attribute", "--model", str(folder), "--input", str(src), "--out", str(out),
+            "--methods", "test_ones", "--no-progress"]
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)  # not registered yet: argparse refuses it, naming the known methods
+    assert exit_.value.code == 2 and "unknown importance method 'test_ones'" in capsys.readouterr().err
+    register_method("test_ones")(lambda model, batch, **kw: (batch.scored_mask & batch.has_answer[:, None]).float())
+    try:
+        assert cli.main(argv) == 0
+    finally:
+        unregister_method("test_ones")
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    scored = [s == "reasoning" for s in row["segments"]]
+    assert row["scores"]["test_ones"] == [1.0 if s else 0.0 for s in scored]
+    assert row["weights"]["test_ones"] == [1.0] * len(scored)  # equal importances: flat, weight 1
 
 
 def test_cli_unknown_model_folder_is_a_clear_error(tmp_path, capsys):
@@ -217,3 +241,56 @@ def test_public_attribute_stays_the_function_after_submodules_load():
     assert callable(oa.attribute) and oa.attribute.__name__ == "attribute"
     clashes = [n for n in oa.__all__ if importlib.util.find_spec(f"oar_attrib.{n}") is not None]
     assert clashes == [], f"exports shadowed by submodules of the same name: {clashes}"
+
+
+def test_cli_attribute_progress_counts_traces_and_positions(tmp_path, model, tokenizer, problems, capsys):
+    folder = tmp_path / "ckpt"
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    lines = [json.dumps({"prompt": p.prompt, "response": p.solution}) for p in problems[:5]]
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(lines[:3] + ["{not json", ""] + lines[3:]) + "\n")
+    out = tmp_path / "out.jsonl"
+    cli.main(["attribute", "--model", str(folder), "--input", str(src), "--out", str(out),
+              "--methods", "oar_p", "--batch-size", "2"])
+    err = capsys.readouterr().err
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    positions = sum(sum(s == "reasoning" for s in r["segments"]) for r in rows if r["span_found"])
+    assert len(rows) == 5 and positions > 0
+    # 6 non-blank lines: 5 traces and a skipped one; the bar ends at the last one (what it
+    # shows in between depends on tqdm's refresh interval).
+    last_bar = [part for part in err.split("\r") if part.startswith("attribute:")][-1]
+    assert "6/6 [" in last_bar and f"positions={positions}" in last_bar and "trace" in last_bar
+
+
+def test_python_attribute_progress_counts_traces(model, tokenizer, problems, capsys):
+    res = attribute(model, tokenizer, [p.prompt for p in problems[:5]], [p.solution for p in problems[:5]],
+                    ["entropy"], batch_size=2, progress=True)
+    err = capsys.readouterr().err
+    assert "5/5 [" in err and f"positions={sum(sum(t.scored) for t in res)}" in err
+
+
+def test_old_spellings_of_renamed_knobs_still_work(model, tokenizer, problems, tmp_path, capsys):
+    p = problems[0]
+    new = attribute(model, tokenizer, p.prompt, p.solution, ["entropy"], answer_format="gsm8k")
+    with pytest.warns(FutureWarning, match=r"fmt= is now answer_format="):
+        old = attribute(model, tokenizer, p.prompt, p.solution, ["entropy"], fmt="gsm8k")
+    assert old[0].answer_span == new[0].answer_span and old[0].scores == new[0].scores
+    with pytest.raises(InputError, match="old spelling of answer_format"):
+        attribute(model, tokenizer, p.prompt, p.solution, ["entropy"], fmt="boxed", answer_format="gsm8k")
+    with pytest.warns(FutureWarning, match="fmt= is now answer_format="):
+        assert oa.find_answer_span(p.solution, fmt="gsm8k") == oa.find_answer_span(p.solution, "gsm8k")
+    folder = tmp_path / "ckpt"
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"prompt": p.prompt, "response": p.solution}) + "\n")
+    outs = {}
+    for flag in ("--answer-format", "--format"):
+        out = tmp_path / f"out{flag}.jsonl"
+        assert cli.main(["attribute", "--model", str(folder), "--input", str(src), "--out", str(out),
+                         "--methods", "entropy", flag, "gsm8k", "--no-progress"]) == 0
+        outs[flag] = json.loads(out.read_text())
+        err = capsys.readouterr().err
+        assert ("--format is now --answer-format" in err) == (flag == "--format")
+    assert outs["--format"]["answer_span"] == outs["--answer-format"]["answer_span"] is not None

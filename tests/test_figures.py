@@ -8,7 +8,7 @@ import torch
 import oar_attrib as oa
 from oar_attrib.attribution import TraceAttribution
 from oar_attrib.analysis.figures import normalise_scores
-from oar_attrib.store.summaries import spearman
+from oar_attrib.analysis.agreement import spearman
 
 SEGMENTS = ["reasoning"] * 6 + ["bridge", "answer", "tail"]
 

@@ -1,6 +1,8 @@
 """Bi-level gating, the baselines' reshapers and advantage reshaping (METHOD.md 6-7)."""
 import math
 
+import numpy as np
+
 import pytest
 import torch
 
@@ -156,3 +158,22 @@ def test_reshape_advantages():
         reshape_advantages(torch.ones(3), w)
     with pytest.raises(InputError, match=r"\(B,\)"):
         reshape_advantages(torch.ones(2, 1), w)
+
+
+def test_display_normalisation_equals_the_gates_on_random_rows():
+    from oar_attrib.normalise import log1p_minmax
+
+    gen = torch.Generator().manual_seed(7)
+    imp = torch.rand(6, 12, generator=gen) * 10
+    mask = torch.rand(6, 12, generator=gen) > 0.3
+    imp[1] = 2.0  # a flat row: I^ = 0 on S
+    mask[2] = False  # an empty row
+    ihat, flat = normalise_importance(imp, mask)
+    assert flat[1] and flat[2]
+    for b in range(6):
+        expected = torch.where(mask[b], ihat[b], torch.nan).double().numpy()
+        np.testing.assert_allclose(log1p_minmax(imp[b].numpy(), mask[b].numpy()), expected, atol=1e-6)
+    # Hand-computed: log1p of 0, e-1, e^2-1 is 0, 1, 2 -> I^ 0, 0.5, 1.
+    e = np.e
+    np.testing.assert_allclose(log1p_minmax([0.0, e - 1, e * e - 1, 5.0], [True, True, True, False]),
+                               [0.0, 0.5, 1.0, np.nan])

@@ -1,6 +1,7 @@
 """`oracle_recall`'s report: the summary JSON is unchanged, and the per-trace data it keeps
 (traces, texts, per-trace recall, `to_frame`) is what the summary was computed from."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -214,3 +215,24 @@ def test_cli_recall_offers_every_recall_set():
     action = next(a for a in parser._subparsers._group_actions[0].choices["recall"]._actions
                   if a.dest == "sets")
     assert tuple(action.choices) == recall.RECALL_SETS
+
+
+def test_cli_recall_text_shows_the_random_draw_and_the_expectation(scripted, tmp_path, model,
+                                                                     tokenizer, capsys):
+    folder = tmp_path / "ckpt"
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    argv = ["recall", "--model", str(folder), "--n", str(N), "--seed", str(SEED),
+            "--methods", *METHODS, "--no-progress"]
+    assert cli.main(argv + ["--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert cli.main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()[2:]
+    # Each row: a label, then "recall [lo,hi]" per set (direct, chain).
+    rows = {re.split(r"\s{2,}|\s(?=\d\.\d{3} \[)", line)[0].strip():
+            [float(x) for x in re.findall(r"(\d\.\d{3}) \[", line)] for line in lines}
+    assert set(rows) == {"oar_p", "entropy", "random (a draw)", "random expectation"}
+    for i, name in enumerate(("direct", "chain")):
+        assert rows["random (a draw)"][i] == round(data["methods"]["random"][name]["recall"], 3)
+        assert rows["random expectation"][i] == round(data["random"][name]["recall"], 3)
+        assert rows["oar_p"][i] == round(data["methods"]["oar_p"][name]["recall"], 3)

@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from oar_attrib.world import generate_problems
 from oar_attrib.training.cli import add_train_command, main
@@ -19,10 +20,10 @@ CPU = dict(output_dir="unused", use_cpu=True, bf16=False, report_to=[], per_devi
 
 
 @pytest.mark.parametrize("field, value, words", [
-    ("oar_method", "ig", ["none", "oar_p", "oar_g", "entropy", "grail", "random"]),
+    ("oar_method", "captum", ["none", "oar_p", "oar_g", "entropy", "grail", "ig", "random"]),
     ("oar_probe", "mean", ["lt", "as_mean", "as_joint"]),
     ("answer_format", "latex", ["boxed", "gsm8k", "auto"]),
-    ("oar_entropy_mode", "topk", ["bilevel", "top_rho"]),
+    ("oar_weighting", "topk", ["bilevel", "grail", "top_rho"]),
 ])
 def test_config_rejects_unknown_names_listing_the_allowed(field, value, words):
     with pytest.raises(TrainingConfigError) as err:
@@ -31,7 +32,7 @@ def test_config_rejects_unknown_names_listing_the_allowed(field, value, words):
 
 
 @pytest.mark.parametrize("field, value", [
-    ("oar_tau", 1.5), ("oar_tau", float("nan")), ("oar_beta", -1.0), ("oar_min_weight", 2.0),
+    ("oar_tau", 1.5), ("oar_tau", float("nan")), ("oar_beta", -1.0), ("oar_w_min", 2.0),
     ("oar_noise_std", -0.1), ("oar_max_batch_tokens", 0), ("oar_probe_warmup_steps", -1),
     ("oar_entropy_rho", 0.0), ("oar_store_every", -1),
 ])
@@ -107,8 +108,8 @@ def test_cli_dry_run_and_subcommand(capsys):
     assert main(["--dry-run", "--method", "oar_p", "--max-steps", "3", "oar_beta=1.5"]) == 0
     out = capsys.readouterr().out
     assert "oar_method: oar_p" in out and "max_steps: 3" in out and "oar_beta: 1.5" in out
-    assert main(["--dry-run", "oar_method=ig"]) == 2
-    assert "oar_method='ig' is not allowed" in capsys.readouterr().err
+    assert main(["--dry-run", "oar_method=captum"]) == 2
+    assert "oar_method='captum' is not allowed" in capsys.readouterr().err
     parser = argparse.ArgumentParser(prog="oar")
     add_train_command(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["train", "--preset", "arith-tiny", "--resume", "latest", "oar_tau=0.2"])
@@ -202,3 +203,88 @@ def test_evaluation_leaves_the_training_random_stream_alone(tmp_path):
     callback.on_step_end(None, TrainerState(global_step=3), None, model=None)
     assert torch.equal(before, torch.get_rng_state())
     assert json.loads((tmp_path / "eval_curve.jsonl").read_text())["step"] == 3
+
+
+def test_cli_takes_trl_spellings_and_overrides_anywhere(capsys):
+    from oar_attrib import cli as oar_cli
+
+    argv = ["--dry-run", "--output_dir", "runs/x", "--learning_rate=3e-6", "run.eval_every=0",
+            "--method", "oar_p", "trainer.seed=3", "--bf16", "false", "--use_cpu", "--max-steps", "7",
+            "--num-generations", "4", "oar_tau=0.25"]
+    for entry in (main, lambda a: oar_cli.main(["train", *a])):
+        assert entry(argv) == 0
+        settings = yaml.safe_load(capsys.readouterr().out)
+        run, trainer = settings["run"], settings["trainer"]
+        assert run["eval_every"] == 0 and trainer["output_dir"] == "runs/x"
+        assert trainer["learning_rate"] == 3e-6 and trainer["seed"] == 3 and trainer["bf16"] is False
+        assert trainer["use_cpu"] is True and trainer["max_steps"] == 7 and trainer["num_generations"] == 4
+        assert trainer["oar_method"] == "oar_p" and trainer["oar_tau"] == 0.25
+    assert main(["--dry-run", "--learnin_rate", "1e-5"]) == 2
+    assert "unknown setting 'learnin_rate'; did you mean learning_rate?" in capsys.readouterr().err
+
+
+def test_resume_latest_without_a_checkpoint_fails_before_loading(tmp_path, monkeypatch, capsys):
+    from oar_attrib.training import launch
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model was loaded before the resume check")
+
+    monkeypatch.setattr(launch, "build_trainer", no_loading)
+    (tmp_path / "run").mkdir()
+    for out in (tmp_path / "run", tmp_path / "missing"):
+        assert main(["--output-dir", str(out), "--resume", "latest"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "has no checkpoint-N folder" in err[0] and str(out) in err[0]
+
+
+def test_config_from_python_works_on_this_machine_without_warnings(tmp_path):
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        args = OARConfig(output_dir=str(tmp_path), oar_method="oar_g")
+        explicit = OARConfig(output_dir=str(tmp_path), gradient_checkpointing=False, bf16=False)
+    assert not [w for w in caught if "checkpointing" in str(w.message)]
+    cuda_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    assert args.bf16 is cuda_bf16 and not args.fp16  # fp32 on a CPU machine, as the presets
+    assert args.gradient_checkpointing is True  # TRL's default, kept under either name
+    assert getattr(args, "activation_checkpointing", True) is True
+    assert explicit.gradient_checkpointing is False and explicit.bf16 is False
+    assert OARConfig(output_dir=str(tmp_path), use_cpu=True).bf16 is False
+
+
+def test_math_dataset_takes_trl_prompt_formats(tmp_path):
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
+    path = tmp_path / "trl.jsonl"
+
+    def load(*records):
+        path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+        return math_dataset(path)
+
+    standard = load({"prompt": "What is 3+3? Put it in \\boxed{}.", "answer": "6"},
+                    {"question": "And 5+5?", "answer": "10"})
+    assert standard["prompt"][0] == "What is 3+3? Put it in \\boxed{}."  # TRL's standard format, as is
+    assert standard["prompt"][1] == format_prompt("And 5+5?") and standard["answer"] == ["6", "10"]
+    conversational = load({"prompt": chat, "answer": 4})
+    assert conversational["prompt"] == [chat] and conversational["answer"] == ["4"]
+    with pytest.raises(DataError, match="record 2's prompt is chat messages but others are strings"):
+        load({"prompt": "x", "answer": 1}, {"prompt": chat, "answer": 2})
+    path.write_text(json.dumps({"prompt": [{"role": "user"}], "answer": "1"}) + "\n")
+    with pytest.raises(DataError, match="record 1: 'prompt' must be"):
+        math_dataset(path)
+    path.write_text(json.dumps({"text": "x", "answer": "1"}) + "\n")
+    with pytest.raises(DataError, match="needs a 'prompt'"):
+        math_dataset(path)
+
+
+def test_old_knob_names_still_work_with_a_deprecation_message(tmp_path):
+    with pytest.warns(FutureWarning, match="oar_min_weight=...\\) is now oar_w_min"):
+        old = OARConfig(output_dir=str(tmp_path), oar_min_weight=0.3)
+    assert old.oar_w_min == 0.3 == old.oar_min_weight
+    new = OARConfig(output_dir=str(tmp_path), oar_w_min=0.2)
+    assert new.oar_w_min == 0.2 and OARConfig(output_dir=str(tmp_path)).oar_w_min == 0.1
+    with pytest.warns(FutureWarning, match="oar_min_weight is now oar_w_min"):
+        run, args = build_configs(resolve("arith-tiny", None, ["oar_min_weight=0.05"]))
+    assert args.oar_w_min == 0.05

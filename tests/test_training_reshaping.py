@@ -1,7 +1,10 @@
 """Token weights of a generation batch in TRL's layout (oar_attrib/training/reshaping.py), without TRL."""
+import dataclasses
+
 import pytest
 import torch
 
+from oar_attrib.methods import MethodSpec
 from oar_attrib.world import generate_problems
 from oar_attrib.training import reshaping
 from oar_attrib.training.reshaping import (ReshapeSettings, _chunks, encode_row, encode_rows, sample_seed, token_weights,
@@ -63,8 +66,8 @@ def test_sample_seed_depends_only_on_the_row():
 
 def test_chunks_keep_the_token_budget():
     lengths = [5, 5, 5, 12, 3]
-    assert _chunks([0, 1, 2, 3, 4], lengths, 10, single=False) == [[0, 1], [2], [3], [4]]
-    assert _chunks([0, 2], lengths, 100, single=True) == [[0], [2]]
+    assert _chunks([0, 1, 2, 3, 4], lengths, 10) == [[0, 1], [2], [3], [4]]
+    assert _chunks([0, 2], lengths, 100) == [[0, 2]]
 
 
 @pytest.mark.parametrize("method", ["oar_g", "random", "oar_p", "entropy", "grail"])
@@ -108,7 +111,7 @@ def test_nonfinite_importances_give_weight_one_and_are_flagged(model, tok, rows,
         out[0] = float("nan")
         return torch.where(batch.scored_mask, out, torch.zeros(()))
 
-    monkeypatch.setattr(reshaping, "get_method", lambda name: broken)
+    monkeypatch.setattr(reshaping, "method_spec", lambda name: MethodSpec(name, broken))
     tw = weights_of(model, tok, rows, [0, 1], ReshapeSettings(method="entropy", max_batch_tokens=10**6))
     assert tw.nonfinite.tolist() == [True, False]
     assert (tw.weights[0] == 1).all() and (tw.weights[1][tw.scored[1]] != 1).any()
@@ -118,22 +121,24 @@ def test_gating_follows_the_method(model, tok, rows):
     grail = weights_of(model, tok, rows, [0, 1], ReshapeSettings(method="grail"))
     s = grail.scored
     assert grail.weights[s].min() >= 0.5 and grail.weights[s].max() <= 5.0
-    top = weights_of(model, tok, rows, [0, 1], ReshapeSettings(method="entropy", entropy_mode="top_rho", rho=0.2))
+    top = weights_of(model, tok, rows, [0, 1], ReshapeSettings(method="entropy", weighting="top_rho", rho=0.2))
     kept = top.weights[top.scored]
     assert set(kept.unique().tolist()) <= {0.0, 1.0} and 0 < kept.mean() <= 0.35
 
 
-def test_batched_oar_g_matches_oar_g_on_each_row_alone(model, tok, rows):
+@pytest.mark.parametrize("method", ["oar_g", "random"])
+def test_random_methods_batched_with_one_generator_per_row_match_each_row_alone(model, tok, rows, method):
     from oar_attrib.inputs import pairs_to_batch
-    from oar_attrib.oar_g import oar_g
-    from oar_attrib.training.per_row_noise import oar_g_per_row
+    from oar_attrib.methods import method_spec
 
+    fn = method_spec(method).fn
+    assert method_spec(method).random
     pairs = [encode_row(tok, p, c) for p, c in rows]
     batch = pairs_to_batch(pairs, tok.pad_token_id)
     seeds = [sample_seed(0, p.prompt_ids, p.response_ids) for p in pairs]
-    batched = oar_g_per_row(model, batch, [torch.Generator().manual_seed(s) for s in seeds], probe="lt")
+    batched = fn(model, batch, probe="lt", generator=[torch.Generator().manual_seed(s) for s in seeds])
     for b, seed in enumerate(seeds):
-        alone = oar_g(model, batch.select([b]), probe="lt", generator=torch.Generator().manual_seed(seed))
+        alone = fn(model, batch.select([b]), probe="lt", generator=torch.Generator().manual_seed(seed))
         torch.testing.assert_close(batched[b, : alone.shape[1]], alone[0], rtol=1e-4, atol=1e-7)
     assert batched[batch.scored_mask & batch.has_answer[:, None]].gt(0).all()
 
@@ -156,12 +161,12 @@ def test_attribution_leaves_parameter_gradients_alone(tok, rows, method):
 
 def test_repeated_rows_are_scored_once(model, tok, rows, monkeypatch):
     calls = []
-    original = reshaping.oar_g_per_row
-    def counting(m, sub, gens, **kwargs):
+    spec = reshaping.method_spec("oar_g")
+    def counting(m, sub, **kwargs):
         calls.append(sub.input_ids.shape[0])
-        return original(m, sub, gens, **kwargs)
+        return spec.fn(m, sub, **kwargs)
 
-    monkeypatch.setattr(reshaping, "oar_g_per_row", counting)
+    monkeypatch.setattr(reshaping, "method_spec", lambda name: dataclasses.replace(spec, fn=counting))
     tw = weights_of(model, tok, rows, [0, 1, 0, 3, 1], ReshapeSettings(method="oar_g"))
     assert calls == [3]  # rows 0, 1 and 3, each once
     assert torch.equal(tw.weights[0], tw.weights[2]) and torch.equal(tw.importances[1], tw.importances[4])

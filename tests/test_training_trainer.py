@@ -13,11 +13,14 @@ from trl import GRPOConfig, GRPOTrainer
 
 from oar_attrib.gating import bilevel_weights
 from oar_attrib.inputs import encode_pairs
-from oar_attrib.methods import get_method
+from oar_attrib.methods import get_method, register_method, unregister_method
+from oar_attrib.methods import method_spec as get_method_spec
+from oar_attrib.weightings import weighting_spec
 from oar_attrib.world import generate_problems
 from oar_attrib.training import trainer as trainer_module
-from oar_attrib.training.config import OAR_METHODS, OARConfig
+from oar_attrib.training.config import OARConfig, oar_method_choices
 from oar_attrib.training.data import world_dataset
+from oar_attrib.training.errors import TrainingConfigError
 from oar_attrib.training.rewards import world_reward
 from oar_attrib.training.run_store_hook import RunStoreHook
 from oar_attrib.training.toy import ScriptedRollout, tiny_policy, world_tokenizer
@@ -139,17 +142,17 @@ def test_weights_are_computed_once_per_generation_batch(tmp_path, tok, world, mo
     assert all(inp["advantages"].dim() == 2 for inp in trainer.loss_inputs)
 
 
-@pytest.mark.parametrize("method", [m for m in OAR_METHODS if m != "none"] + ["entropy-top_rho"])
+@pytest.mark.parametrize("method", [m for m in oar_method_choices() if m != "none"] + ["entropy-top_rho"])
 def test_every_method_runs_and_logs(tmp_path, tok, world, method):
     name, _, mode = method.partition("-")
-    extra = {"oar_entropy_mode": mode} if mode else {}
+    extra = {"oar_weighting": mode} if mode else {}
     trainer = make_trainer(tmp_path, tok, world, oar_method=name, **extra)
     trainer.train()
     tw = trainer.last_token_weights
     assert torch.isfinite(tw.weights).all() and not tw.nonfinite.any()
     assert tw.scored.any() and (tw.importances[tw.scored] >= 0).all()
     assert (tw.importances[~tw.scored] == 0).all() and (tw.weights[~tw.scored] == 1).all()
-    if name not in ("grail",) and mode != "top_rho":  # mass preservation: mean 1 over S
+    if weighting_spec(mode or get_method_spec(name).weighting).preserves_mass:  # mean 1 over S
         for row in range(len(tw.pairs)):
             if tw.scored[row].any():
                 assert tw.weights[row][tw.scored[row]].mean().item() == pytest.approx(1.0, abs=1e-4)
@@ -158,6 +161,42 @@ def test_every_method_runs_and_logs(tmp_path, tok, world, method):
                 "oar/time_s", "oar/time_share"):
         assert key in logs, key
     assert 0 < logs["oar/ess_ratio"] <= 1 and 0 < logs["oar/time_share"] < 1
+
+
+def test_a_method_registered_in_a_test_trains_with_no_other_change(tmp_path, tok, world):
+    calls = []
+
+    @register_method("test_position", weighting="bilevel")
+    def test_position(model, batch, *, probe="as_mean", generator=None):
+        """Importance = 1 + position: a method the package never heard of."""
+        calls.append(batch.input_ids.shape)
+        positions = torch.arange(batch.input_ids.shape[1], dtype=torch.float32).expand(batch.input_ids.shape)
+        return torch.where(batch.scored_mask & batch.has_answer[:, None], 1.0 + positions, 0.0)
+
+    try:
+        assert "test_position" in oar_method_choices()
+        trainer = make_trainer(tmp_path, tok, world, oar_method="test_position")
+        trainer.train()
+        tw = trainer.last_token_weights
+        assert calls and tw.attributed.any()
+        for row in tw.attributed.nonzero().flatten().tolist():
+            scored = tw.scored[row]
+            # Importances rise with the position, so the gate's weights do too, with mean 1 over S.
+            assert (tw.importances[row][scored].diff() > 0).all()
+            assert (tw.weights[row][scored].diff() >= 0).all()
+            assert tw.weights[row][scored].mean().item() == pytest.approx(1.0, abs=1e-4)
+    finally:
+        unregister_method("test_position")
+    assert "test_position" not in oar_method_choices()
+
+
+def test_an_analysis_only_method_is_refused_by_the_config(tmp_path):
+    register_method("test_explain_only", analysis_only=True)(lambda model, batch, **kw: None)
+    try:
+        with pytest.raises(TrainingConfigError, match="analysis-only"):
+            OARConfig(output_dir=str(tmp_path), **{**COMMON, "oar_method": "test_explain_only"})
+    finally:
+        unregister_method("test_explain_only")
 
 
 def test_response_without_answer_span_gets_weight_one_and_is_counted(tmp_path, tok, world):
@@ -231,19 +270,34 @@ def test_run_store_gets_a_sample_with_the_oracle(tmp_path, tok, world):
         from oar_attrib.attribution import TraceAttribution
     except ImportError:
         return
-    extra = {"reward", "step", "group", "extra", "oracle"}
+    extra = {"reward", "correct", "step", "group", "extra", "oracle"}
     TraceAttribution.from_dict({k: v for k, v in records[0].items() if k not in extra})
 
 
-def test_checkpoint_is_safetensors_and_resumes(tmp_path, tok, world):
-    first = make_trainer(tmp_path, tok, world, oar_method="oar_g", save_strategy="steps", save_steps=1)
-    first.train()
+def test_checkpoint_is_safetensors_and_resumes(tmp_path, tok, world, capfd):
+    import warnings
+
+    first = make_trainer(tmp_path, tok, world, oar_method="oar_g", save_strategy="steps", save_steps=1,
+                         activation_checkpointing=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first.train()
+    # TRL's calls of the renamed gradient_checkpointing methods print nothing.
+    assert not [w for w in caught if "checkpointing" in str(w.message)]
     ckpt = tmp_path / "out" / "checkpoint-1"
     assert (ckpt / "model.safetensors").is_file()
     assert not list(ckpt.glob("pytorch_model*.bin"))  # weights only as safetensors
+    # The saved card names the base model and the OAR settings.
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "[None]" not in card and "oar_g importances, probe as_mean" in card
+    assert "| `oar_tau` | `0.4` |" in card and "| `answer_format` | `auto` |" in card
+    capfd.readouterr()
     second = make_trainer(tmp_path, tok, world, oar_method="oar_g", save_strategy="no", max_steps=2)
     second.train(resume_from_checkpoint=str(ckpt))
     assert second.state.global_step == 2 and second.oar_batches == 1
+    assert "missing keys" not in capfd.readouterr().err  # lm_head.weight is tied, not missing
+    head = second.model.get_output_embeddings().weight
+    assert head.data_ptr() == second.model.get_input_embeddings().weight.data_ptr()
 
 
 QWEN = Path(__file__).resolve().parents[2] / "shared" / "tokenizers" / "Qwen2.5-7B-Instruct"
@@ -307,3 +361,60 @@ def test_completions_with_zero_advantage_are_not_attributed(tmp_path, tok, world
     (inputs,) = trainer.loss_inputs
     assert (inputs["advantages"][inputs["completion_mask"].bool()] != 0).sum() > 0
     assert logged(trainer)["oar/attributed_rate"] == pytest.approx(3 / 8 if skip else 7 / 8)
+
+
+def _partial_credit(prompts, completions, answer=None, **kwargs):
+    """1.0 for the right answer, 0.5 for any other: a partial-credit reward."""
+    return [0.5 + 0.5 * r for r in world_reward(prompts, completions, answer=answer)]
+
+
+@pytest.mark.parametrize("declared, threshold", [(None, None), (None, 1.0), (1.0, None)])
+def test_default_run_store_records_correctness_by_the_rewards_notion(tmp_path, tok, world, declared,
+                                                                     threshold, monkeypatch):
+    from oar_attrib.store import Store
+
+    if declared is not None:
+        monkeypatch.setattr(_partial_credit, "correct_threshold", declared, raising=False)
+    problems, dataset = world
+    args = OARConfig(output_dir=str(tmp_path / "out"), **{**COMMON, "oar_method": "oar_g"},
+                     oar_correct_threshold=threshold)  # oar_store_every left at its default
+    trainer = OARGRPOTrainer(model=tiny_policy(tok), reward_funcs=[_partial_credit], args=args,
+                             train_dataset=dataset, processing_class=tok,
+                             rollout_func=ScriptedRollout(problems, tok))
+    trainer.train()
+    answers = {p.prompt: p.answer for p in problems}
+    with Store(tmp_path / "out" / "runs.db", readonly=True) as store:  # written by default
+        (run,) = store.runs()
+        rows, total = store.traces(run.id)
+        assert total == args.oar_store_samples and {r.step for r in rows} == {0}
+        rewards = {r.reward for r in rows}
+        assert rewards == {0.5, 1.0}  # the scripted rollout has right and wrong answers
+        for row in rows:
+            record = store.trace(row.id)
+            right = world_reward(None, [record.response], answer=[answers[record.prompt]])[0] == 1.0
+            assert row.reward == (1.0 if right else 0.5)
+            # Unknown when nothing says what correct is; else right answers only (never 0.5 > 0).
+            assert row.correct is (None if declared is None and threshold is None else right)
+
+
+@pytest.mark.parametrize("answer_format", ["boxed", "auto"])
+def test_a_low_span_found_rate_warns_once_naming_the_formats(tmp_path, tok, world, answer_format):
+    import warnings
+
+    from oar_attrib.training.errors import LowSpanRateWarning
+
+    # The scripted completions end with "#### N": `boxed` finds no span, `auto` finds most.
+    trainer = make_trainer(tmp_path, tok, world, oar_method="oar_g", answer_format=answer_format,
+                           max_steps=2, oar_store_every=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.train()
+    low = [w for w in caught if issubclass(w.category, LowSpanRateWarning)]
+    rates = [row["oar/span_found_rate"] for row in trainer.state.log_history if "oar/span_found_rate" in row]
+    assert len(rates) == 2
+    if answer_format == "boxed":
+        assert max(rates) < 0.5 and len(low) == 1  # once, though both batches are low
+        text = str(low[0].message)
+        assert "formats tried: boxed" in text and "gsm8k" in text and f"{rates[0]:.0%}" in text
+    else:
+        assert min(rates) >= 0.5 and not low

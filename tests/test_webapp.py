@@ -326,6 +326,31 @@ def test_a_second_live_request_while_one_runs_gets_429(client, world):
     assert first["r"].status_code == 200
 
 
+def test_a_method_registered_in_a_test_is_in_the_live_selector_and_runs(store_path, world):
+    from oar_attrib.methods import register_method, unregister_method
+
+    _, tokenizer, model = world
+
+    @register_method("test_constant")
+    def test_constant(model, batch, *, probe="as_mean", generator=None):
+        return (batch.scored_mask & batch.has_answer[:, None]).float() * 2.0
+
+    try:
+        app = create_app(store_path, model=(model, tokenizer), settings=WebSettings(max_live_tokens=120))
+        with TestClient(app, base_url=BASE) as c:
+            page = c.get("/attribute").text
+            assert 'name="methods" value="test_constant"' in page
+            assert 'name="methods" value="ig"' in page  # every registered method by default
+            r = c.post("/api/attribute", json={**GOOD, "methods": ["test_constant"]})
+            assert r.status_code == 200, r.text
+            scores = r.json()["attribution"]["scores"]["test_constant"]
+            assert set(scores) == {0.0, 2.0}
+    finally:
+        unregister_method("test_constant")
+    with pytest.raises(ValueError, match="test_constant"):
+        WebSettings(live_methods=("test_constant",))
+
+
 def test_without_a_model_live_attribution_is_503(store_path):
     with TestClient(create_app(store_path), base_url=BASE) as c:
         r = c.post("/api/attribute", json=GOOD)

@@ -13,7 +13,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..store.summaries import spearman
+from ..normalise import log1p_minmax
+from .agreement import agreement_matrix
 
 if TYPE_CHECKING:
     from ..attribution import TraceAttribution
@@ -107,42 +108,6 @@ def token_heatmap(trace: TraceAttribution, methods: Sequence[str] | None = None,
 # --------------------------------------------------------------------------- agreement
 
 
-def agreement_matrix(traces: Sequence[TraceAttribution], methods: Sequence[str] | None = None):
-    """Mean Spearman rank correlation between methods' scores over each trace's scored tokens.
-
-    Per trace with at least 2 scored tokens, rho(a, b) over those tokens; the mean over traces
-    where rho is defined (neither score constant). Returns (methods, (M, M) matrix, (M, M)
-    counts of traces averaged). The diagonal is 1 by definition; a pair with no defined rho
-    is NaN. Methods default to those every trace has, in the first trace's order.
-    """
-    traces = list(traces)
-    if methods is None:
-        methods = [m for m in (traces[0].scores if traces else {})
-                   if all(m in t.scores for t in traces)]
-    methods = list(methods)
-    n = len(methods)
-    sums, counts = np.zeros((n, n)), np.zeros((n, n), dtype=int)
-    for trace in traces:
-        scored = np.array(trace.scored)
-        if scored.sum() < 2:
-            continue
-        values = [_as_array(trace.scores[m])[scored] for m in methods]
-        for i in range(n):
-            for j in range(i + 1, n):
-                rho = spearman(values[i], values[j])
-                if np.isfinite(rho):
-                    sums[i, j] += rho
-                    counts[i, j] += 1
-    counts = counts + counts.T
-    sums = sums + sums.T
-    with np.errstate(invalid="ignore", divide="ignore"):
-        matrix = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-    np.fill_diagonal(matrix, 1.0)
-    n_usable = sum(int(np.sum(t.scored) >= 2) for t in traces)
-    np.fill_diagonal(counts, n_usable)
-    return methods, matrix, counts
-
-
 def method_agreement(traces: Sequence[TraceAttribution], methods: Sequence[str] | None = None,
                      title: str = "Method agreement (mean Spearman over scored tokens)") -> go.Figure:
     """Heatmap of `agreement_matrix`: do two methods rank the same tokens high?"""
@@ -165,8 +130,7 @@ def normalised_importance(importance, mask=None) -> np.ndarray:
     """(T,) I^ of the gate (METHOD.md section 6, steps 1-2): log1p(I) min-max normalised over
     the scored tokens; NaN off them, 0 where every scored importance is equal."""
     imp = _as_array(importance)
-    mask = np.ones(imp.shape, bool) if mask is None else _as_array(mask, bool)
-    return normalise_scores(np.log1p(np.clip(imp, 0.0, None)), mask)
+    return log1p_minmax(imp, np.ones(imp.shape, bool) if mask is None else _as_array(mask, bool))
 
 
 def weights_figure(importance, weights: Mapping[str, Sequence[float]], mask=None,

@@ -24,6 +24,7 @@ from ..generation import generate
 from ..errors import InputError
 from ..methods import available_methods
 from ..metrics import average_precision, bootstrap_ci, random_recall, recall_at_k
+from ..store.codec import span_mask
 from ..world import KNOWN_SETS, Oracle, Problem, extract_answer, generate_problems
 
 ORACLE_SETS = ("direct", "chain")
@@ -32,12 +33,8 @@ RECALL_SETS = KNOWN_SETS + (COUNTERFACTUAL,)
 EXPECTED = "random_expectation"
 
 
-def oracle_token_mask(offsets, spans) -> np.ndarray:
-    """(T,) bool: tokens whose character span overlaps any of `spans`."""
-    mask = np.zeros(len(offsets), dtype=bool)
-    for i, (a, b) in enumerate(offsets):
-        mask[i] = b > a and any(a < e and s < b for s, e in spans)
-    return mask
+# (T,) bool: tokens whose character span overlaps any oracle span; the store's definition.
+oracle_token_mask = span_mask
 
 
 def trace_recall(trace: TraceAttribution, oracle: Oracle, sets=ORACLE_SETS,

@@ -12,7 +12,7 @@ from ..methods import register_method
 from ..probes import check_probe, probe_sites, probe_values
 
 
-@register_method("grail")
+@register_method("grail", weighting="grail")
 def grail(model, batch: ScoringBatch, *, probe: str = "as_mean",
           generator: torch.Generator | None = None) -> torch.Tensor:
     """GRAIL saliency s_t >= 0 of every row, one forward and one backward for the batch.

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 
+from ..configs import DefaultsHelpFormatter
 from ..errors import OARError
-from . import attribute, evaluate, recall
+from . import attribute, recall
 from .recall import RECALL_SET_NAMES  # noqa: F401  (the choices of `oar recall --sets`)
 
 
@@ -21,8 +23,10 @@ def _add_plugin_commands(sub) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="oar", description="Outcome-grounded Advantage Reshaping")
-    sub = parser.add_subparsers(dest="command", required=True)
-    for command in (evaluate, attribute, recall):
+    # Every subcommand's --help shows the defaults.
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=functools.partial(
+        argparse.ArgumentParser, formatter_class=DefaultsHelpFormatter))
+    for command in (attribute, recall):
         command.add_parser(sub)
     _add_plugin_commands(sub)
     return parser

@@ -1,65 +1,278 @@
-"""`oar attribute`: token importances of prompt/response pairs from a JSONL file."""
+"""`oar attribute`: token importances of prompt/response pairs from a JSONL file.
+
+The input is read lazily, line by line, each line judged on its own (see `judge_record`):
+a bad line is reported with its line number and skipped, the good ones are attributed in
+batches and each batch is written at once (see `outputs`). `--input` and `--out` are checked
+before the model loads; a rerun with the same input and output resumes after the lines
+already written. Under `torchrun` / `accelerate launch` rank r of n takes the lines whose
+number is r + 1, r + 1 + n, ... and rank 0 merges the ranks' parts into `--out` at the end.
+Exit status 0 when every line was attributed, 2 when some were skipped (or on bad arguments).
+"""
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Iterator
 
-from ..configs import add_budget_arg, add_dtype_arg
+from ..errors import InputError, OARError, TokenizerError
+from ..jsonl import NotJSON, iter_jsonl
+from . import outputs
+from ..configs import OldSpelling, add_budget_arg, add_dtype_arg
+from .choices import method_name, probe_name
 
-def _read_pairs(path: str) -> tuple[list, list, list[int], int]:
-    """Prompts, responses and line numbers of the valid lines, and the number of bad lines
-    (each reported on stderr with its line number)."""
-    from ..jsonl import NotJSON, iter_jsonl
 
-    prompts, responses, lines, bad = [], [], [], 0
+class Skip(str):
+    """Why a line is skipped; `kind` names the family counted in the summary."""
+
+    def __new__(cls, message: str, kind: str) -> "Skip":
+        self = super().__new__(cls, message)
+        self.kind = kind
+        return self
+
+
+def check_input(path: str) -> Path:
+    """The input path, or an InputError when it is not a readable file."""
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"--input {path} is a folder; pass a JSONL file")
+    if not p.is_file():
+        raise InputError(f"--input {path} does not exist; pass a JSONL file with 'prompt' and "
+                         "'response' per line")
+    if not os.access(p, os.R_OK):
+        raise InputError(f"--input {path} is not readable; check its permissions")
+    return p
+
+
+def _chat_ok(prompt: list) -> bool:
+    return bool(prompt) and all(
+        isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+        for m in prompt
+    )
+
+
+def judge_record(record) -> tuple | Skip:
+    """(prompt, response) of a parsed line, or the Skip that says what is wrong with it."""
+    if isinstance(record, NotJSON):
+        text = record if record.kind != "not_json" else f"not JSON ({record})"
+        return Skip(text, record.kind)
+    prompt = record.get("prompt") if isinstance(record, dict) else None
+    response = record.get("response") if isinstance(record, dict) else None
+    if not isinstance(prompt, (str, list)) or not isinstance(response, str):
+        return Skip("needs a 'prompt' (string or chat messages) and a 'response' string", "fields")
+    if isinstance(prompt, list) and not _chat_ok(prompt):
+        return Skip("the prompt is a list but not of {'role': str, 'content': str} chat messages",
+                    "bad_chat")
+    if not response.strip():
+        return Skip("the response is empty; there is nothing to attribute", "empty_response")
+    return prompt, response
+
+
+def judge_tokens(tokenizer, prompt, response, fmt: str) -> Skip | None:
+    """A Skip when the pair cannot be encoded as one scoring row (too long, chat without a
+    template, ...), else None. Tokenizing here costs little next to attribution."""
+    import logging
+
+    from ..inputs import _default_max_length, encode_pair
+
+    # transformers warns of a text longer than the model here; the skip report says it instead.
+    quiet = logging.getLogger("transformers.tokenization_utils_base")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        pair = encode_pair(tokenizer, prompt, response, fmt=fmt)
+    except (InputError, TokenizerError) as err:
+        return Skip(str(err), "unscorable")
+    finally:
+        quiet.setLevel(level)
+    limit = _default_max_length(tokenizer)
+    if limit is not None and pair.length > limit:
+        return Skip(f"{pair.length} tokens, more than the model's {limit}; shorten it", "too_long")
+    if not pair.response_ids:
+        return Skip("the response has no tokens; there is nothing to attribute", "empty_response")
+    return None
+
+
+def read_pairs(path: Path, tokenizer, fmt: str, skip_line, counts: Counter,
+               report=print) -> Iterator[tuple[int, object, str]]:
+    """(line number, prompt, response) of the good lines of `path` for which `skip_line(n)` is
+    false; each bad one is reported (`report`, one line naming file and line) and counted."""
     for number, record in iter_jsonl(path):
-        if isinstance(record, NotJSON):
-            print(f"{path}:{number}: skipped: not JSON ({record})", file=sys.stderr)
-            bad += 1
+        if skip_line(number):
             continue
-        prompt = record.get("prompt") if isinstance(record, dict) else None
-        response = record.get("response") if isinstance(record, dict) else None
-        if not isinstance(prompt, (str, list)) or not isinstance(response, str):
-            print(f"{path}:{number}: skipped: needs a 'prompt' (string or chat messages) "
-                  "and a 'response' string", file=sys.stderr)
-            bad += 1
+        got = judge_record(record)
+        if not isinstance(got, Skip):
+            got = judge_tokens(tokenizer, *got, fmt) or got
+        if isinstance(got, Skip):
+            counts[got.kind] += 1
+            report(f"{path}:{number}: skipped ({got.kind}): {got}")
             continue
-        prompts.append(prompt)
-        responses.append(response)
-        lines.append(number)
-    return prompts, responses, lines, bad
+        yield number, *got
+
+
+def attribute_lines(model, tokenizer, pairs, output: outputs.Output, args, on_written=None) -> int:
+    """Attribute `pairs` ((line, prompt, response) tuples) in batches of `args.batch_size`,
+    writing each batch to `output` as soon as it is done. Returns the number written;
+    `on_written(k)` is called after each batch (a progress bar's update)."""
+    from ..attribution import attribute
+
+    written, batch = 0, []
+
+    def flush() -> int:
+        lines, prompts, responses = zip(*batch)
+        traces = attribute(model, tokenizer, list(prompts), list(responses), args.methods,
+                           probe=args.probe, answer_format=args.answer_format, tau=args.tau,
+                           beta=args.beta, w_min=args.w_min, batch_size=len(batch), seed=lines[0],
+                           max_batch_tokens=args.max_batch_tokens)
+        output.write([{"line": n, **t.to_dict()} for n, t in zip(lines, traces)])
+        if on_written is not None:
+            on_written(len(batch))
+        return len(batch)
+
+    for item in pairs:
+        batch.append(item)
+        if len(batch) >= args.batch_size:
+            written, batch = written + flush(), []
+    if batch:
+        written += flush()
+    return written
+
+
+def _ranks() -> tuple[int, int]:
+    """(rank, world size) from the launcher's environment (torchrun, accelerate launch)."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _process_group(world: int):
+    """torch.distributed, joined over gloo when several processes run; None for one."""
+    if world <= 1:
+        return None
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        # Ranks wait for the slowest at the end: allow long jobs before the barrier times out.
+        dist.init_process_group("gloo", timeout=timedelta(days=7))
+    return dist
+
+
+def open_output(args) -> outputs.Output:
+    """The `--out` JsonlOutput or StoreOutput, checked and with the lines it already holds."""
+    if str(args.out).endswith(".db"):
+        config = {"methods": list(args.methods), "probe": args.probe, "input": str(args.input),
+                  "answer_format": args.answer_format, "tau": args.tau, "beta": args.beta, "w_min": args.w_min}
+        return outputs.StoreOutput(args.out, f"attribute {args.input}", args.model, config)
+    return outputs.JsonlOutput(args.out, args.methods, args.probe)
+
+
+def _summary(out: str, written: int, flagged: int, resumed: int, counts: Counter) -> str:
+    text = f"wrote {written} attributions to {out} ({flagged} flagged"
+    if resumed:
+        text += f", {resumed} lines already there"
+    skipped = sum(counts.values())
+    kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items()))
+    return text + f"); {skipped} bad lines skipped" + (f" ({kinds})" if kinds else "")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..attribution import attribute
     from ..models import load_model
 
-    prompts, responses, lines, bad = _read_pairs(args.input)
-    if not prompts:
-        print(f"oar attribute: error: {args.input} has no valid line", file=sys.stderr)
-        return 2
-    model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
-    traces = attribute(model, tokenizer, prompts, responses, args.methods, probe=args.probe,
-                       fmt=args.format, tau=args.tau, beta=args.beta, w_min=args.w_min,
-                       progress=not args.no_progress, max_batch_tokens=args.max_batch_tokens)
-    if args.out.endswith(".db"):
-        from ..store import Store
+    if args.batch_size < 1:
+        raise InputError(f"--batch-size must be at least 1, got {args.batch_size}")
+    source = check_input(args.input)
+    rank, world = _ranks()
+    dist = _process_group(world)
+    final = open_output(args)  # every check of --out happens here, before the model loads
+    done = final.done | outputs.parts_done(args.out)
+    writer = final
+    if world > 1:
+        if rank != 0:
+            final.close(finish=False)
+        writer = outputs.JsonlOutput(outputs.part_path(args.out, rank, world), args.methods, args.probe)
+    device = args.device
+    if world > 1 and device == "cuda":
+        device = f"cuda:{os.environ.get('LOCAL_RANK', rank)}"
+    model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
+    counts: Counter = Counter()
+    flagged = Counter()
 
-        store = Store(args.out)
-        run = store.add_run(f"attribute {args.input}", model=args.model,
-                            config={"methods": args.methods, "probe": args.probe, "input": args.input})
-        store.add_traces(run, traces, extras=[{"line": line} for line in lines])
-        store.summarise(run)
-    else:
-        with open(args.out, "w", encoding="utf-8") as handle:
-            for line, trace in zip(lines, traces):
-                handle.write(json.dumps({"line": line, **trace.to_dict()}) + "\n")
-    flagged = sum(bool(t.flags) for t in traces)
-    print(f"wrote {len(traces)} attributions to {args.out} ({flagged} flagged, "
-          f"{bad} bad lines skipped)", file=sys.stderr)
-    return 0
+    def skip_line(number: int) -> bool:
+        return number in done or (number - 1) % world != rank
 
+    bar = progress_bar(source, skip_line, disable=args.no_progress or rank != 0)
+
+    def report(line: str) -> None:  # a skipped line: counted, and printed above the bar
+        bar.update(1)
+        bar.write(line, file=sys.stderr)
+
+    pairs = read_pairs(source, tokenizer, args.answer_format, skip_line, counts, report=report)
+    with bar:
+        written = attribute_lines(model, tokenizer, pairs, _Flagged(writer, flagged, bar), args)
+    if dist is not None:
+        writer.close()
+        gathered = [None] * world
+        dist.all_gather_object(gathered, (written, flagged["n"], dict(counts)))
+        written = sum(g[0] for g in gathered)
+        flagged["n"] = sum(g[1] for g in gathered)
+        counts = sum((Counter(g[2]) for g in gathered), Counter())
+    if rank == 0:
+        outputs.merge_parts(final, args.out)
+        final.close()
+        if not written and not counts and not done:
+            print(f"oar attribute: error: {args.input} has no line to attribute", file=sys.stderr)
+        else:
+            print(_summary(args.out, written, flagged["n"], len(done), counts), file=sys.stderr)
+    if dist is not None:
+        dist.destroy_process_group()
+    return 2 if counts or not (written or done) else 0
+
+
+class _Flagged:
+    """An output that also counts the records that carry flags, and moves the progress bar
+    (traces, and the scored positions so far)."""
+
+    def __init__(self, output: outputs.Output, counter: Counter, bar=None):
+        self.output, self.counter, self.done, self.bar = output, counter, output.done, bar
+        self.positions = 0
+
+    def write(self, records: list[dict]) -> None:
+        self.output.write(records)
+        self.counter["n"] += sum(bool(r.get("flags")) for r in records)
+        if self.bar is not None:
+            self.positions += sum(r["span_found"] * r["segments"].count("reasoning") for r in records)
+            self.bar.update(len(records))
+            self.bar.set_postfix(positions=self.positions)
+
+    def close(self, finish: bool = True) -> None:
+        self.output.close(finish)
+
+
+def lines_to_read(path: Path, skip_line) -> int:
+    """Non-blank lines of `path` this process reads (the progress bar's total), counted in
+    pieces of at most 1 MiB so that an overlong line costs no memory."""
+    total, number, blank = 0, 0, True
+    with open(path, "rb") as handle:
+        for piece in iter(lambda: handle.readline(1 << 20), b""):
+            blank = blank and not piece.strip()
+            if piece.endswith(b"\n"):
+                number += 1
+                total += not blank and not skip_line(number)
+                blank = True
+    if not blank:
+        total += not skip_line(number + 1)
+    return total
+
+
+def progress_bar(path: Path, skip_line, disable: bool):
+    """A progress bar over the traces of `path` (lines written or skipped)."""
+    from tqdm.auto import tqdm
+
+    total = None if disable else lines_to_read(path, skip_line)
+    return tqdm(total=total, desc="attribute", unit="trace", disable=disable, file=sys.stderr)
 
 
 def add_parser(sub) -> None:
@@ -68,13 +281,20 @@ def add_parser(sub) -> None:
     at.add_argument("--input", required=True, help="JSONL with 'prompt' and 'response' per line")
     at.add_argument("--out", required=True,
                     help="JSONL to write (one attribution per valid line), or a run store *.db "
-                         "to add a run to (readable by `oar web --store`)")
-    at.add_argument("--methods", nargs="+", default=["oar_p", "oar_g"], help="importance methods")
-    at.add_argument("--probe", default="as_mean", help="outcome probe: lt, as_mean, as_joint")
-    at.add_argument("--format", default="auto", help="answer format: auto, boxed, gsm8k, answer_is")
+                         "to add a run to (readable by `oar web --store`); a rerun with the same "
+                         "input and output resumes after the lines already written")
+    at.add_argument("--methods", nargs="+", default=["oar_p", "oar_g"], type=method_name,
+                    help="registered importance methods (oar_attrib.available_methods())")
+    at.add_argument("--probe", default="as_mean", type=probe_name, help="outcome probe: lt, as_mean, as_joint")
+    at.add_argument("--answer-format", "--format", default="auto", action=OldSpelling,
+                    help="answer format: auto, boxed, gsm8k, answer_is (--format: the old spelling)")
     at.add_argument("--tau", type=float, default=0.4, help="gating quantile level")
     at.add_argument("--beta", type=float, default=2.0, help="gating boost strength")
-    at.add_argument("--w-min", type=float, default=0.1, help="gating weight floor")
+    at.add_argument("--w-min", type=float, default=0.1,
+                    help="floor of the suppression gate, applied before the mass-preserving rescale "
+                         "to mean 1, so final weights can be below it (OARConfig: oar_w_min)")
+    at.add_argument("--batch-size", type=int, default=16,
+                    help="lines attributed (and then written) together")
     at.add_argument("--device", default=None, help="torch device (default: CPU)")
     add_dtype_arg(at)
     add_budget_arg(at)

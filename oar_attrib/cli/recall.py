@@ -7,33 +7,81 @@ import sys
 
 from ..configs import add_budget_arg, add_dtype_arg
 from ..world import KNOWN_SETS
+from .choices import method_name, probe_name
 
 # `recall.RECALL_SETS`, spelled out so that building the parser does not import torch.
 RECALL_SET_NAMES = KNOWN_SETS + ("counterfactual",)
+
+
+RANDOM_DRAW, RANDOM_EXPECTED = "random (a draw)", "random expectation"
+
+
+def recall_table(report, sets) -> str:
+    """The text table of `oar recall`: one row per method, the random method's own draw
+    labelled as one, and the random-ranking expectation as its own last row (as README's)."""
+    rows = {(RANDOM_DRAW if m == "random" else m): v for m, v in report.methods.items()}
+    rows[RANDOM_EXPECTED] = report.random
+    width = max(len(m) for m in rows)
+    lines = [f"{'method':<{width}} " + " ".join(f"{name:>22}" for name in sets)]
+    for method, stats in rows.items():
+        cells = ["n/a" if stats[name]["recall"] is None else
+                 f"{stats[name]['recall']:.3f} [{stats[name]['ci95'][0]:.3f},{stats[name]['ci95'][1]:.3f}]"
+                 for name in sets]
+        lines.append(f"{method:<{width}} " + " ".join(f"{cell:>22}" for cell in cells))
+    return "\n".join(lines)
+
+
+def run_steps(args: argparse.Namespace, model, tokenizer) -> int:
+    """`--granularity step`: direct-step recall and upstream AUC per method."""
+    from ..analysis.step_recall import STEP_METRICS, step_recall
+
+    report = step_recall(model, tokenizer, n=args.n, seed=args.seed, preset=args.preset or "upstream",
+                         methods=args.methods, probe=args.probe, pool=args.step_pool,
+                         progress=not args.no_progress, resample_samples=args.resample_samples)
+    if args.json:
+        print(json.dumps(report.as_dict()))
+        return 0
+    print(f"preset={report.preset} n={report.n} scored={report.n_scored} accuracy={report.accuracy:.3f} "
+          f"skipped={report.skipped} step pool={report.pool}")
+    print(f"{'method':<20} " + " ".join(f"{name:>22}" for name in STEP_METRICS))
+    rows = {(RANDOM_DRAW if m == "random" else m): v for m, v in report.methods.items()}
+    for method, stats in {**rows, RANDOM_EXPECTED: report.random}.items():
+        cells = ["n/a" if stats[k]["mean"] is None else
+                 f"{stats[k]['mean']:.3f} [{stats[k]['ci95'][0]:.3f},{stats[k]['ci95'][1]:.3f}]"
+                 for k in STEP_METRICS]
+        print(f"{method:<20} " + " ".join(f"{cell:>22}" for cell in cells))
+    return 0
+
+
+def budget_params(max_batch_tokens: int | None) -> dict | None:
+    """`method_params` giving every method that takes a token budget `max_batch_tokens`."""
+    if max_batch_tokens is None:
+        return None
+    from ..methods import available_methods, method_spec
+
+    return {m: {"max_batch_tokens": max_batch_tokens} for m in available_methods()
+            if method_spec(m).token_budget}
 
 
 def run(args: argparse.Namespace) -> int:
     from ..models import load_model
     from ..analysis.recall import oracle_recall
 
+    if args.resample_samples < 1:
+        print(f"oar recall: --resample-samples must be >= 1, got {args.resample_samples}", file=sys.stderr)
+        return 2
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
-    params = None if args.max_batch_tokens is None else {"oar_p": {"max_batch_tokens": args.max_batch_tokens}}
-    report = oracle_recall(model, tokenizer, n=args.n, seed=args.seed, preset=args.preset,
+    if args.granularity == "step":
+        return run_steps(args, model, tokenizer)
+    report = oracle_recall(model, tokenizer, n=args.n, seed=args.seed, preset=args.preset or "recall",
                            methods=args.methods, probe=args.probe, progress=not args.no_progress,
-                           sets=args.sets, cf_positions=args.cf_positions, method_params=params)
+                           sets=args.sets, cf_positions=args.cf_positions,
+                           method_params=budget_params(args.max_batch_tokens))
     if args.json:
         print(json.dumps(report.as_dict()))
         return 0
     print(f"n={report.n} scored={report.n_scored} accuracy={report.accuracy:.3f} skipped={report.skipped}")
-    print(f"{'method':<10} " + " ".join(f"{name:>22}" for name in args.sets))
-    rows = {**report.methods, "random": report.random}
-    for method, sets in rows.items():
-        cells = []
-        for name in args.sets:
-            s = sets[name]
-            cells.append("n/a" if s["recall"] is None else
-                         f"{s['recall']:.3f} [{s['ci95'][0]:.3f},{s['ci95'][1]:.3f}]")
-        print(f"{method:<10} " + " ".join(f"{cell:>22}" for cell in cells))
+    print(recall_table(report, args.sets))
     return 0
 
 
@@ -43,10 +91,21 @@ def add_parser(sub) -> None:
     rc.add_argument("--model", default="arith-tiny", help="bundled name or local checkpoint folder")
     rc.add_argument("--n", type=int, default=200, help="number of held-out problems")
     rc.add_argument("--seed", type=int, default=0, help="seed of problems, sampling and bootstrap")
-    rc.add_argument("--preset", default="recall",
-                    help="world preset (recall: final results written once, so `direct` is exact)")
-    rc.add_argument("--methods", nargs="+", default=None, help="methods (default: all registered)")
-    rc.add_argument("--probe", default="as_mean", help="outcome probe: lt, as_mean, as_joint")
+    rc.add_argument("--preset", default=None,
+                    help="world preset (default: recall, whose final results are written once so "
+                         "`direct` is exact; with --granularity step: upstream, which has a step "
+                         "on the answer's path that the answer does not read)")
+    rc.add_argument("--granularity", choices=("token", "step"), default="token",
+                    help="token: recall of tokens against oracle sets; step: every method's scores "
+                         "pooled per step, recall of the `direct` steps and the AUC of ranking an "
+                         "`upstream` step above a distractor")
+    rc.add_argument("--step-pool", choices=("max", "mean", "sum"), default="max",
+                    help="--granularity step: how a method's token scores pool into a step score")
+    rc.add_argument("--resample-samples", type=int, default=8,
+                    help="--granularity step, method resample: continuations per side and step")
+    rc.add_argument("--methods", nargs="+", default=None, type=method_name,
+                    help="methods (default: all registered)")
+    rc.add_argument("--probe", default="as_mean", type=probe_name, help="outcome probe: lt, as_mean, as_joint")
     rc.add_argument("--sets", nargs="+", default=["direct", "chain"], choices=RECALL_SET_NAMES,
                     help="oracle sets to score against (results = direct; names: the final steps' "
                          "names; counterfactual: the positions whose replacement changes the "

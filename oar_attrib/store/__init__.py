@@ -5,7 +5,7 @@ notebooks at the same time.
     store = Store("runs.db")
     run = store.add_run("demo", model="arith-tiny", config={...})
     store.add_traces(run, attribute(...), rewards=..., oracles=[p.oracle(t) for ...])
-    store.summarise(run)
+    summarise(store, run)  # oar_attrib.analysis.run_summary: recall and agreement, stored
     store.frame("tokens", run_id=run)
 """
 from .core import Store

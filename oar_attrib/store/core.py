@@ -18,12 +18,13 @@ from typing import Iterator, Literal, Mapping, Sequence
 from ..jsonl import NotJSON, iter_jsonl
 from . import codec, schema
 from .errors import NotFoundError, StoreError
-from .records import AttributionRecord, RunInfo, TraceRecord, TraceRow, json_safe
+from .records import AttributionRecord, RunInfo, TraceRecord, TraceRow, json_safe, record_steps
 
 TraceSort = Literal["id", "step", "reward", "advantage", "n_tokens"]
 _SORT_SQL = {"id": "id", "step": "step", "reward": "reward", "advantage": "advantage",
              "n_tokens": "n_tokens"}
 _PREVIEW_CHARS = 120
+UNKNOWN = object()  # an explicit "correctness not known" (add_records: a null `correct`)
 _TRACE_COLUMNS = ("id, run_id, step, grp, reward, advantage, correct, answer_text, span_found, "
                   "n_tokens, n_scored, flags, substr(response, 1, {n})").format(n=_PREVIEW_CHARS)
 
@@ -194,9 +195,12 @@ class Store:
         fields `reward`, `correct`, `step`, `group`, `oracle` (set name -> spans, and an
         optional `complete`) and `extra` (the training hook's JSON Lines format)."""
         records = list(records)
-        fields = {"rewards": "reward", "correct": "correct", "steps": "step", "groups": "group",
+        fields = {"rewards": "reward", "steps": "step", "groups": "group",
                   "oracles": "oracle", "extras": "extra"}
-        return self.add_traces(run_id, records,
+        # A record whose `correct` is null says "not known": no reward > 0 guess for it.
+        correct = [r["correct"] if r.get("correct") is not None else UNKNOWN if "correct" in r else None
+                   for r in records]
+        return self.add_traces(run_id, records, correct=correct,
                                **{arg: [r.get(key) for r in records] for arg, key in fields.items()})
 
     def import_jsonl(self, path: str | Path, *, name: str | None = None, model: str = "",
@@ -225,10 +229,14 @@ class Store:
         # Plain Python numbers: sqlite3 cannot bind numpy or torch scalars.
         reward, advantage = _opt_float(reward), _opt_float(d.get("advantage"))
         step, group = (None if v is None else int(v) for v in (step, group))
-        if correct is None and reward is not None:
+        if correct is UNKNOWN:
+            correct = None
+        elif correct is None and reward is not None:
             correct = reward > 0
         segments, span_found = list(d["segments"]), bool(d["span_found"])
         n_scored = sum(s == "reasoning" for s in segments) if span_found else 0
+        if d.get("steps"):  # step ranges ride in `extra` (no schema change); see _trace
+            extra = {**extra, "steps": [list(r) for r in d["steps"]]}
         answer = d.get("answer_span")
         sets, complete = _oracle_sets(oracle)
         cur = conn.execute(
@@ -381,13 +389,16 @@ class Store:
         ids, offsets, segments, texts = conn.execute(
             "SELECT ids, offsets, segments, texts FROM tokens WHERE trace_id = ?", (trace_id,)
         ).fetchone()
+        extra, offsets = json.loads(extra), codec.unpack_offsets(offsets)
+        segments = codec.unpack_segments(segments)
         record = TraceRecord(
             row=row, prompt=prompt, response=response, token_ids=codec.unpack_ints(ids).tolist(),
-            tokens=json.loads(texts), offsets=codec.unpack_offsets(offsets),
-            segments=codec.unpack_segments(segments),
+            tokens=json.loads(texts), offsets=offsets, segments=segments,
             answer_span=None if a_start is None else (a_start, a_end), probe=probe,
-            params=json.loads(params), extra=json.loads(extra),
+            params=json.loads(params), extra=extra,
             oracle_complete=None if complete is None else bool(complete),
+            steps=record_steps(extra.pop("steps", None), response, offsets, segments,
+                               row.span_found),
         )
         for (method, a_probe, scores, weights, adv, ess, top, sec) in conn.execute(
             "SELECT method, probe, scores, weights, token_advantages, ess_ratio, top10_mass, "
@@ -410,14 +421,42 @@ class Store:
 
     # ------------------------------------------------------------------ summaries and frames
 
-    def summarise(self, run_id: int, *, sets: Sequence[str] = ("direct", "chain"),
-                  seed: int = 0) -> dict:
-        """Compute and store the run's oracle recall (per method, oracle set and subset
-        all/correct/wrong, with 95% bootstrap intervals) and method agreement; returns
-        `report(run_id)`. Run it after a run's traces are written (again after adding more)."""
-        from . import summaries
+    def write_summary(self, run_id: int, *, recall: Sequence[tuple], agreement: Sequence[tuple],
+                      n_traces: int, n_used: int, skipped: Mapping[str, int], n_boot: int) -> None:
+        """Replace a run's stored summaries, in one transaction (computed by
+        `oar_attrib.analysis.run_summary.summarise`).
 
-        return summaries.compute(self, run_id, sets=tuple(sets), seed=seed)
+        recall: (subset, oracle set, method, recall, lo, hi, ap, n) rows; agreement:
+        (method_a, method_b, mean Spearman, n) rows; n_traces: the run's traces when computed
+        (later additions make the summary stale); n_used: those recall used; skipped: reason ->
+        count of the others.
+        """
+        with self._transaction(write=True) as conn:
+            self._require_run(conn, run_id)
+            for table in ("recall", "agreement", "summaries"):
+                conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+            conn.executemany(
+                "INSERT INTO recall (run_id, subset, oracle, method, mean, lo, hi, ap, n) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", [(run_id, *r) for r in recall])
+            conn.executemany(
+                "INSERT INTO agreement (run_id, method_a, method_b, spearman, n) VALUES (?, ?, ?, ?, ?)",
+                [(run_id, *r) for r in agreement])
+            conn.execute(
+                "INSERT INTO summaries (run_id, created, n_traces, n_used, skipped, n_boot) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (run_id, _now(), int(n_traces), int(n_used), json.dumps(dict(skipped)), int(n_boot)))
+
+    def query(self, sql: str, args: Sequence = (), *, run_id: int | None = None
+              ) -> tuple[list[str], list[tuple]]:
+        """Column names and rows of a read-only SQL query (for the store's own summaries and
+        frames); with `run_id`, first checks that the run exists (NotFoundError)."""
+        if not sql.lstrip().upper().startswith("SELECT"):
+            raise StoreError(f"Store.query runs SELECT statements only, got {sql[:40]!r}")
+        with self._transaction(write=False) as conn:
+            if run_id is not None:
+                self._require_run(conn, run_id)
+            cur = conn.execute(sql, list(args))
+            return [c[0] for c in cur.description or ()], cur.fetchall()
 
     def report(self, run_id: int) -> dict:
         """The run's stored summaries and live credit metrics (see `summaries.read`)."""

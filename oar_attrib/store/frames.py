@@ -25,12 +25,8 @@ def _sql_frame(store, sql: str, run_id: int | None, column: str) -> pd.DataFrame
     if run_id is not None:
         sql += f" WHERE {column} = ?"
         args.append(run_id)
-    with store._transaction(write=False) as conn:
-        if run_id is not None:
-            store._require_run(conn, run_id)
-        cur = conn.execute(sql, args)
-        names = [c[0] for c in cur.description]
-        frame = pd.DataFrame(cur.fetchall(), columns=names)
+    names, rows = store.query(sql, args, run_id=run_id)
+    frame = pd.DataFrame(rows, columns=names)
     for col in ("correct", "span_found", "oracle_complete"):
         if col in frame:
             frame[col] = frame[col].map(lambda v: None if v is None else bool(v)).astype("boolean")

@@ -106,6 +106,16 @@ class AttributionRecord:
         }
 
 
+def record_steps(steps, response: str, offsets, segments, span_found: bool) -> list[tuple[int, int]]:
+    """A trace's step ranges: the given ones, or (records written without steps) derived from
+    its text and segments with the default unit, as `attribute` does."""
+    if steps:
+        return [(int(a), int(b)) for a, b in steps]
+    from ..steps import reasoning_steps
+
+    return reasoning_steps(response, offsets, segments, span_found)
+
+
 @dataclass
 class TraceRecord:
     """Everything stored about one trace. Per-token lists have one entry per response token;
@@ -125,6 +135,8 @@ class TraceRecord:
     oracle_complete: bool | None
     attributions: dict[str, AttributionRecord] = field(default_factory=dict)
     oracle: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    # Token ranges of the steps over the scored reasoning tokens (`oar_attrib.steps`).
+    steps: list[tuple[int, int]] = field(default_factory=list)
 
     @classmethod
     def from_attribution(cls, attribution, trace_id: int = 0) -> "TraceRecord":
@@ -145,7 +157,9 @@ class TraceRecord:
                      offsets=[tuple(o) for o in d["offsets"]], segments=list(d["segments"]),
                      answer_span=None if d.get("answer_span") is None else tuple(d["answer_span"]),
                      probe=d["probe"], params=dict(d.get("params") or {}), extra={},
-                     oracle_complete=None)
+                     oracle_complete=None,
+                     steps=record_steps(d.get("steps"), d["response"], d["offsets"],
+                                        d["segments"], span_found))
         for m in d["scores"]:
             # Through float32, so that a drawn record shows exactly what a stored one would.
             f32 = lambda v: unpack_floats(pack_floats(v))  # noqa: E731
@@ -172,7 +186,7 @@ class TraceRecord:
 
     def to_attribution(self):
         """The stored trace as a `TraceAttribution` (the result type of `attribute`)."""
-        from ..attribution import TraceAttribution
+        from ..traces import TraceAttribution
 
         a = self.attributions
         chat = self.extra.get("chat_prompt")  # a message list, stored as its JSON text
@@ -189,6 +203,7 @@ class TraceRecord:
                               if r.token_advantages is not None},
             metrics={m: {"ess_ratio": r.ess_ratio, "top10_mass": r.top10_mass} for m, r in a.items()},
             timings={m: r.seconds for m, r in a.items() if r.seconds is not None},
+            steps=list(self.steps),
         )
 
     def to_dict(self) -> dict:
@@ -206,5 +221,6 @@ class TraceRecord:
             "extra": self.extra,
             "oracle_complete": self.oracle_complete,
             "oracle": {k: [list(s) for s in v] for k, v in self.oracle.items()},
+            "steps": [list(r) for r in self.steps],
             "attributions": {m: r.to_dict() for m, r in self.attributions.items()},
         }

@@ -6,6 +6,7 @@ holds SCHEMA_VERSION; a file written by a newer version is refused rather than m
 """
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -102,6 +103,15 @@ CREATE TABLE agreement (
 """
 
 
+def _uri(path: Path) -> str:
+    """A read-only URI: `mode=ro` never writes the file; where the folder or the file cannot
+    be written (a shared or mounted store) also `immutable=1`, since WAL readers would
+    otherwise need to create the -shm file beside it."""
+    path = Path(path).resolve()
+    writable = os.access(path.parent, os.W_OK) and os.access(path, os.W_OK)
+    return path.as_uri() + ("?mode=ro" if writable else "?mode=ro&immutable=1")
+
+
 def connect(path: Path, *, readonly: bool, timeout: float) -> sqlite3.Connection:
     """A connection in autocommit mode (transactions are explicit), schema checked.
 
@@ -114,7 +124,8 @@ def connect(path: Path, *, readonly: bool, timeout: float) -> sqlite3.Connection
     try:
         # check_same_thread off only so that Store.close() can close every thread's connection;
         # each connection is still used by the one thread that opened it (threading.local).
-        conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(_uri(path) if readonly else path, timeout=timeout, uri=readonly,
+                               isolation_level=None, check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
         conn.execute("PRAGMA foreign_keys = ON")
         version = conn.execute("PRAGMA user_version").fetchone()[0]

@@ -10,26 +10,80 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
+from oar_attrib.configs import DefaultsHelpFormatter
 from oar_attrib.errors import OARError
 
-EPILOG = """settings: key=value pairs (YAML values) after the flags override the preset and
---config; a bare key is a field of the run section (model, data, reward, eval_every, ...) or of
+EPILOG = """settings: key=value pairs (YAML values), anywhere among the flags, override the preset
+and --config; so does any setting in TRL's spelling, --key value or --key=value (--output_dir,
+--learning_rate 1e-6, --bf16 alone means true). A bare key is a field of the run section (model, data, reward, eval_every, ...) or of
 OARConfig (learning_rate, oar_tau, num_generations, ...); run.KEY / trainer.KEY name the section.
 Multi-GPU: accelerate launch --config_file oar_attrib/training/accelerate/{ddp,zero2,zero3}.yaml -m oar_attrib.training ..."""
 
 
+_OVERRIDE = re.compile(r"^[A-Za-z_][\w.]*=")
+
+
+def split_settings(argv: list[str], own: dict[str, argparse.Action]) -> tuple[list[str], list[str]]:
+    """(the tokens of this parser's own flags, the settings as key=value strings), in order.
+
+    A settings token is `key=value` anywhere, or a flag that is not one of `own` (the parser's
+    option strings): `--key value`, `--key=value`, or `--key` alone (true), TRL's spelling of
+    its fields; dashes in the key become underscores. Unknown keys are refused later, by name."""
+    kept, settings, i = [], [], 0
+    while i < len(argv):
+        token = argv[i]
+        i += 1
+        flag = token.split("=", 1)[0]
+        if flag in own:
+            kept.append(token)
+            takes_value = own[flag].nargs != 0 and "=" not in token
+            if takes_value and i < len(argv):
+                kept.append(argv[i])
+                i += 1
+        elif token.startswith("--") and len(token) > 2:
+            key, sep, value = token[2:].partition("=")
+            if not sep:
+                has_value = i < len(argv) and not argv[i].startswith("--") and not _OVERRIDE.match(argv[i])
+                value = argv[i] if has_value else "true"
+                i += has_value
+            settings.append(f"{key.replace('-', '_')}={value}")
+        elif _OVERRIDE.match(token):
+            settings.append(token)
+        else:
+            kept.append(token)
+    return kept, settings
+
+
+class TrainArgumentParser(argparse.ArgumentParser):
+    """An ArgumentParser that takes settings anywhere among its flags (`split_settings`)."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else list(args)
+        kept, settings = split_settings(args, self._option_string_actions)
+        parsed, extras = super().parse_known_args(kept, namespace)
+        parsed.overrides = list(parsed.overrides or []) + settings
+        return parsed, extras
+
+
 def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--preset", default="arith-tiny",
-                        help="preset name (arith-tiny, math-7b) or a YAML file (default: arith-tiny)")
+                        help="preset name (arith-tiny, math-7b) or a YAML file")
     parser.add_argument("--config", help="YAML file merged over the preset (same run/trainer sections)")
-    parser.add_argument("--method", help="importance method: none, oar_p, oar_g, entropy, grail, random")
-    parser.add_argument("--probe", help="outcome probe after the warm-up: lt, as_mean, as_joint")
-    parser.add_argument("--model", help="bundled model name or local checkpoint folder")
-    parser.add_argument("--output-dir", help="where checkpoints, logs and the run store go")
-    parser.add_argument("--max-steps", type=int, help="optimizer steps")
-    parser.add_argument("--seed", type=int, help="seed of data order, sampling and attribution noise")
+    parser.add_argument("--method", help="importance method: 'none' (plain GRPO) or a registered "
+                        "method that is not analysis-only; an unknown name is refused with the list "
+                        "(default: the preset's)")
+    parser.add_argument("--probe", help="outcome probe after the warm-up; an unknown name is refused "
+                        "with the list (default: the preset's)")
+    parser.add_argument("--model", help="bundled model name or local checkpoint folder "
+                        "(default: the preset's)")
+    parser.add_argument("--output-dir", help="where checkpoints, logs and the run store go "
+                        "(default: the preset's)")
+    parser.add_argument("--max-steps", type=int, help="optimizer steps (default: the preset's)")
+    parser.add_argument("--seed", type=int, help="seed of data order, sampling and attribution noise "
+                        "(default: the preset's)")
     parser.add_argument("--resume", metavar="CHECKPOINT",
                         help="resume from a checkpoint folder, or 'latest' for the newest in the output dir")
     parser.add_argument("--dry-run", action="store_true", help="print the resolved settings and exit")
@@ -39,11 +93,19 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def add_train_command(subparsers) -> argparse.ArgumentParser:
-    """Register `train` on the subparsers of the `oar` command line."""
+    """Register `eval` and `train` on the subparsers of the `oar` command line (`oar eval`
+    scores a model with the evaluators and rewards training logs with, so it lives here and
+    the core command line stays free of the training package); returns the `train` parser."""
+    from .evaluate_cli import add_parser as add_eval_command
+
+    add_eval_command(subparsers)
     parser = subparsers.add_parser(
         "train", help="reshaped GRPO training (OAR) on TRL", description=__doc__.split("\n\n")[0],
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG, formatter_class=DefaultsHelpFormatter,
     )
+    # The subparsers action builds every parser with its own class; this one takes settings
+    # among its flags (the `oar` parser hands it its whole tail through parse_known_args).
+    parser.__class__ = TrainArgumentParser
     return _configure(parser)
 
 
@@ -54,6 +116,31 @@ def _flag_overrides(args: argparse.Namespace) -> list[str]:
     return [f"{key}={json.dumps(value)}" for key, value in pairs if value is not None]
 
 
+def _check_resume(resume: str | None, settings: dict) -> str | None:
+    """The `resume_from_checkpoint` of `--resume` (a folder, or the newest checkpoint-N of the
+    run's output_dir for 'latest'), checked before anything loads."""
+    from pathlib import Path
+
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from .errors import TrainingConfigError
+
+    if resume is None:
+        return None
+    if resume == "latest":
+        out = str(settings["trainer"].get("output_dir") or ".")
+        found = get_last_checkpoint(out) if Path(out).is_dir() else None
+        if found is None:
+            raise TrainingConfigError(
+                f"--resume latest: {out} has no checkpoint-N folder to resume from; train without "
+                "--resume first, or pass --output-dir of a run that saved checkpoints")
+        return found
+    if not Path(resume).is_dir():
+        raise TrainingConfigError(f"--resume {resume}: no checkpoint folder there; pass a "
+                                  "checkpoint-N folder of an earlier run, or 'latest'")
+    return resume
+
+
 def run_train(args: argparse.Namespace) -> int:
     from .launch import build_configs, resolve, train
 
@@ -61,20 +148,20 @@ def run_train(args: argparse.Namespace) -> int:
     if args.dry_run:
         import yaml
 
+        build_configs(settings)  # validates (types included) before anything is printed
         print(yaml.safe_dump(settings, sort_keys=False), end="")
-        build_configs(settings)  # validates
         return 0
+    resume = _check_resume(args.resume, settings)
     run, trainer_args = build_configs(settings)
-    resume = True if args.resume == "latest" else args.resume
     summary = train(run, trainer_args, resume=resume)
     print(json.dumps(summary))
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _configure(argparse.ArgumentParser(
+    parser = _configure(TrainArgumentParser(
         prog="python -m oar_attrib.training", description=__doc__.split("\n\n")[0], epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     ))
     args = parser.parse_args(argv)
     try:

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from dataclasses import dataclass, field, fields
 
 from packaging.version import Version
 from trl import GRPOConfig
 
+from oar_attrib.methods import available_methods, trainable_methods
 from oar_attrib.probes import PROBES
 from oar_attrib.spans import ANSWER_FORMATS
+from oar_attrib.weightings import available_weightings
 
 from .errors import TrainingConfigError, UnsupportedTRLError
 
@@ -23,8 +26,17 @@ from .errors import TrainingConfigError, UnsupportedTRLError
 TRL_MIN, TRL_MAX = Version("1.16.0"), Version("1.17.0")
 TRL_OVERRIDE_ENV = "OAR_ALLOW_UNTESTED_TRL"
 
-OAR_METHODS = ("none", "oar_p", "oar_g", "entropy", "grail", "random")
-ENTROPY_MODES = ("bilevel", "top_rho")
+# Old spellings of OARConfig fields -> their names now (accepted, with a FutureWarning).
+RENAMED = {"oar_min_weight": "oar_w_min"}
+
+NO_METHOD = "none"
+
+
+def oar_method_choices() -> list[str]:
+    """Allowed `oar_method` values: 'none' (plain GRPO) and every registered method that is not
+    analysis-only, read from the registry when called (so methods registered later count)."""
+    return [NO_METHOD, *trainable_methods()]
+OAR_GRANULARITIES = ("token", "step")
 
 
 def check_trl_version(version: str | None = None) -> None:
@@ -47,6 +59,18 @@ def check_trl_version(version: str | None = None) -> None:
 _NATIVE_ACTIVATION_CHECKPOINTING = "activation_checkpointing" in {f.name for f in fields(GRPOConfig)}
 
 
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _cuda_bf16() -> bool:
+    import torch
+
+    return _cuda() and torch.cuda.is_bf16_supported()
+
+
 def _choice(name: str, value, allowed) -> None:
     if value not in allowed:
         raise TrainingConfigError(f"{name}={value!r} is not allowed; choose one of {', '.join(map(str, allowed))}")
@@ -58,8 +82,10 @@ class OARConfig(GRPOConfig):
 
     oar_method: str = field(
         default="oar_g",
-        metadata={"help": "Importance method whose weights reshape the advantages: one of "
-                          f"{', '.join(OAR_METHODS)}. 'none' is plain GRPO (weights are not computed)."},
+        metadata={"help": "Importance method whose weights reshape the advantages: a registered "
+                          "method that is not analysis-only (oar_p, oar_g, entropy, grail, ig, random, "
+                          "or one registered with oar_attrib.register_method), or 'none' for plain GRPO "
+                          "(weights are not computed)."},
     )
     oar_probe: str = field(
         default="as_mean",
@@ -74,8 +100,15 @@ class OARConfig(GRPOConfig):
         default=0.4, metadata={"help": "Quantile level in [0, 1] that splits suppression from boosting."}
     )
     oar_beta: float = field(default=2.0, metadata={"help": "Boost strength (>= 0) above the tau-quantile."})
-    oar_min_weight: float = field(
-        default=0.1, metadata={"help": "Suppression floor w_min in [0, 1] before mass preservation."}
+    oar_w_min: float | None = field(
+        default=None,
+        metadata={"help": "w_min in [0, 1], 0.1 when unset: the floor of the suppression gate below "
+                          "the tau-quantile, applied BEFORE the mass-preserving rescale to mean 1 over "
+                          "the scored tokens, so final weights can be below it (METHOD.md 6). "
+                          "attribute(w_min=...) and `oar attribute --w-min` are the same knob."},
+    )
+    oar_min_weight: float | None = field(
+        default=None, metadata={"help": "Deprecated spelling of oar_w_min (still accepted)."}
     )
     oar_noise_std: float | None = field(
         default=None,
@@ -89,13 +122,26 @@ class OARConfig(GRPOConfig):
                           "None: OAR-P sizes it from the device's free memory (16384 on CPU, also "
                           "the row grouping's budget)."},
     )
-    oar_entropy_mode: str = field(
-        default="bilevel",
-        metadata={"help": "entropy method only: 'bilevel' gates the entropies like OAR; 'top_rho' keeps "
-                          "the top-rho entropy tokens of the local batch (weight 1) and zeroes the rest."},
+    oar_weighting: str | None = field(
+        default=None,
+        metadata={"help": "How importances become weights: a registered weighting ('bilevel' gates "
+                          "like OAR; 'grail' is GRAIL's transform; 'top_rho' keeps the top-rho tokens "
+                          "of the local batch at weight 1 and zeroes the rest). Default: the method's own."},
     )
     oar_entropy_rho: float = field(
-        default=0.2, metadata={"help": "Kept fraction in (0, 1] for oar_entropy_mode='top_rho'."}
+        default=0.2, metadata={"help": "Kept fraction in (0, 1] for oar_weighting='top_rho'."}
+    )
+    oar_granularity: str = field(
+        default="token",
+        metadata={"help": "'token' gates each token's importance; 'step' pools the importances per "
+                          "step (lines, or sentences of a one-line reasoning), gates the steps and "
+                          "gives each step's weight to its tokens, mean 1 over the scored tokens."},
+    )
+    oar_step_pool: str = field(
+        default="mean",
+        metadata={"help": "oar_granularity='step': how a step's token importances pool into one: "
+                          "mean, sum or max (oar_p_step's are constant per step: all three agree "
+                          "up to sum's length factor)."},
     )
     oar_skip_zero_advantage: bool = field(
         default=True,
@@ -112,9 +158,16 @@ class OARConfig(GRPOConfig):
         metadata={"help": "Regex with one capturing group (the answer), for answer_format='regex'."},
     )
     oar_store_every: int = field(
-        default=0,
-        metadata={"help": "Write a sample of the generation batch to the run store every this many "
-                          "optimizer steps (0: never)."},
+        default=25,
+        metadata={"help": "Write a sample of the generation batch to the run store (default "
+                          "<output_dir>/runs.db, what `oar web --store` reads) at step 0 and every "
+                          "this many optimizer steps (0: never)."},
+    )
+    oar_correct_threshold: float | None = field(
+        default=None,
+        metadata={"help": "The run store marks a completion correct when its total reward is >= this. "
+                          "Unset: when every reward function that declares `correct_threshold` (the "
+                          "built-in ones: 1.0) reaches it; unknown when none declares one."},
     )
     oar_store_samples: int = field(
         default=4, metadata={"help": "Completions per written sample (taken from the main process)."}
@@ -135,20 +188,56 @@ class OARConfig(GRPOConfig):
         check_trl_version()
         if not _NATIVE_ACTIVATION_CHECKPOINTING:
             self.gradient_checkpointing = self.gradient_checkpointing or self.activation_checkpointing
+        self._quiet_defaults()
+        self._renamed_fields()
         super().__post_init__()
-        _choice("oar_method", self.oar_method, OAR_METHODS)
+        if self.oar_method in available_methods() and self.oar_method not in trainable_methods():
+            raise TrainingConfigError(
+                f"oar_method={self.oar_method!r} is analysis-only (it can explain traces with "
+                f"attribute() but not reshape training); choose one of {', '.join(oar_method_choices())}")
+        _choice("oar_method", self.oar_method, oar_method_choices())
         _choice("oar_probe", self.oar_probe, PROBES)
-        _choice("oar_entropy_mode", self.oar_entropy_mode, ENTROPY_MODES)
+        if self.oar_weighting is not None:
+            _choice("oar_weighting", self.oar_weighting, available_weightings())
+        _choice("oar_granularity", self.oar_granularity, OAR_GRANULARITIES)
+        _choice("oar_step_pool", self.oar_step_pool, ("mean", "sum", "max"))
         _choice("answer_format", self.answer_format, ANSWER_FORMATS)
         self._check_ranges()
         if self.answer_format == "regex" and not self.answer_pattern:
             raise TrainingConfigError("answer_format='regex' needs answer_pattern, a regex with one group")
 
+    def _renamed_fields(self) -> None:
+        """Old spellings, used only when the new name is unset (with a FutureWarning); then the
+        old name mirrors the new one, so code that reads it and copies of the config agree."""
+        if self.oar_w_min is None and self.oar_min_weight is not None:
+            warnings.warn("OARConfig(oar_min_weight=...) is now oar_w_min (the same knob as "
+                          "attribute(w_min=...) and --w-min); the old name still works", FutureWarning,
+                          stacklevel=4)
+            self.oar_w_min = self.oar_min_weight
+        if self.oar_w_min is None:
+            self.oar_w_min = 0.1
+        self.oar_min_weight = self.oar_w_min
+
+    def _quiet_defaults(self) -> None:
+        """Defaults that work where the config is built. bf16 left unset is bf16 only on a CUDA
+        device that supports it (TRL would turn it on everywhere, which stops a CPU machine with
+        "doesn't support bf16/gpu", or with use_cpu=True runs every step under a slow CPU bf16
+        autocast): elsewhere fp32, as the CPU presets set. TRL's default gradient_checkpointing
+        is passed on under transformers 5's name, activation_checkpointing, when that field
+        exists and is unset, so that no deprecation warning is printed on every run; without CUDA
+        the dataloader pins no memory (torch warns on every run that it cannot)."""
+        if self.bf16 is None:
+            self.bf16 = not self.fp16 and not self.use_cpu and _cuda_bf16()
+        if self.use_cpu or not _cuda():
+            self.dataloader_pin_memory = False  # nothing to pin to; torch warns on every run
+        if getattr(self, "activation_checkpointing", False) is None and self.gradient_checkpointing is not None:
+            self.activation_checkpointing = self.gradient_checkpointing
+
     def _check_ranges(self) -> None:
         checks = [
             ("oar_tau", self.oar_tau, 0.0 <= self.oar_tau <= 1.0, "in [0, 1]"),
             ("oar_beta", self.oar_beta, self.oar_beta >= 0 and math.isfinite(self.oar_beta), "finite, >= 0"),
-            ("oar_min_weight", self.oar_min_weight, 0.0 <= self.oar_min_weight <= 1.0, "in [0, 1]"),
+            ("oar_w_min", self.oar_w_min, 0.0 <= self.oar_w_min <= 1.0, "in [0, 1]"),
             ("oar_noise_std", self.oar_noise_std, self.oar_noise_std is None or self.oar_noise_std >= 0,
              "None or >= 0"),
             ("oar_max_batch_tokens", self.oar_max_batch_tokens,

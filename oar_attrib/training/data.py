@@ -101,7 +101,21 @@ def _question(record: dict, where: str) -> str:
     for key in QUESTION_KEYS:
         if isinstance(record.get(key), str):
             return record[key]
-    raise DataError(f"{where}: needs a 'question' or 'problem' string")
+    raise DataError(f"{where}: needs a 'prompt' (TRL's column: a string, or chat messages), "
+                    "or a 'question' or 'problem' string")
+
+
+def _trl_prompt(prompt, where: str):
+    """TRL's `prompt` column as it is: a string (standard) or a list of {role, content}
+    messages (conversational, TRL applies the chat template)."""
+    if isinstance(prompt, str) and prompt.strip():
+        return prompt
+    if (isinstance(prompt, list) and prompt and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in prompt)):
+        return [{"role": m["role"], "content": m["content"]} for m in prompt]
+    raise DataError(f"{where}: 'prompt' must be a non-empty string or a list of "
+                    '{"role": ..., "content": ...} messages (TRL\'s standard or conversational format)')
 
 
 def format_prompt(question: str, tokenizer=None, template: str = "boxed", system: str | None = None):
@@ -118,7 +132,10 @@ def format_prompt(question: str, tokenizer=None, template: str = "boxed", system
 
 def math_dataset(path: str | Path, tokenizer=None, template: str = "boxed", system: str | None = None,
                  limit: int | None = None) -> Dataset:
-    """A JSONL math set (question or problem, and answer) as prompt / answer / id columns."""
+    """A JSONL math set as prompt / answer / id columns. A record holds a `question` or
+    `problem` (formatted with `template`, as a chat when the tokenizer has a template) or, in
+    TRL's formats, a `prompt` used as it is (a string, or a list of chat messages); and the
+    gold `answer` the reward functions read."""
     records = read_jsonl(path)[:limit]
     if not records:
         raise DataError(f"{path} holds no records")
@@ -128,7 +145,14 @@ def math_dataset(path: str | Path, tokenizer=None, template: str = "boxed", syst
         answer = record.get("answer")
         if not isinstance(answer, (str, int, float)) or str(answer).strip() == "":
             raise DataError(f"{where}: needs a non-empty 'answer'")
-        prompts.append(format_prompt(_question(record, where), tokenizer, template, system))
+        if "prompt" in record:
+            prompts.append(_trl_prompt(record["prompt"], where))
+        else:
+            prompts.append(format_prompt(_question(record, where), tokenizer, template, system))
         answers.append(str(answer))
         ids.append(str(record.get("id", number - 1)))
+    if len({isinstance(p, str) for p in prompts}) > 1:
+        first_chat = next(i for i, p in enumerate(prompts) if not isinstance(p, str))
+        raise DataError(f"{path}: record {first_chat + 1}'s prompt is chat messages but others are "
+                        "strings; one file holds one format (TRL's standard or conversational)")
     return Dataset.from_dict({"prompt": prompts, "answer": answers, "id": ids})

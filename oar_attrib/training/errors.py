@@ -15,3 +15,8 @@ class UnsupportedTRLError(OARError, ImportError):
 
 class DataError(OARError, ValueError):
     """A training data file or record that cannot be turned into prompts and answers."""
+
+
+class LowSpanRateWarning(UserWarning):
+    """Most completions of a generation batch have no answer span in the configured format, so
+    their weights are 1 and the run is close to plain GRPO."""

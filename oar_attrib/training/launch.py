@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,10 +78,16 @@ def preset_path(name: str) -> Path:
 def read_yaml(path: Path) -> dict:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError:
+        raise TrainingConfigError(f"{path} is not a text file (not UTF-8); pass a YAML file") from None
     except yaml.YAMLError as err:
-        raise TrainingConfigError(f"{path} is not valid YAML: {err}") from None
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise TrainingConfigError(f"{path} is not valid YAML ({first}); fix it or pass another file") from None
+    if not isinstance(data, dict):
+        raise TrainingConfigError(f"{path}: must be a mapping with 'run' and 'trainer' sections, "
+                                  f"got a {type(data).__name__}")
     unknown = set(data) - {"run", "trainer"}
-    if not isinstance(data, dict) or unknown:
+    if unknown:
         raise TrainingConfigError(f"{path}: top-level keys must be 'run' and 'trainer', got {sorted(unknown)}")
     return {"run": dict(data.get("run") or {}), "trainer": dict(data.get("trainer") or {})}
 
@@ -145,8 +152,24 @@ def resolve(preset: str | None, config_file: str | None, overrides: list[str]) -
             raise TrainingConfigError(f"config file {path} does not exist")
         data = read_yaml(path)
         merged["run"].update(data["run"])
-        merged["trainer"].update(data["trainer"])
-    return apply_overrides(merged, overrides, _field_names(OARConfig))
+        merged["trainer"].update(new_names(data["trainer"]))
+    merged = apply_overrides(merged, overrides, _field_names(OARConfig))
+    merged["trainer"] = new_names(merged["trainer"])  # an old spelling among the overrides wins
+    return merged
+
+
+def new_names(section: dict) -> dict:
+    """Trainer settings with renamed keys (OARConfig.RENAMED) under their new names, the old
+    key's value winning (it came later)."""
+    from .config import RENAMED
+
+    out = dict(section)
+    for old, new in RENAMED.items():
+        if old in out:
+            warnings.warn(f"setting {old} is now {new}; the old name still works", FutureWarning,
+                          stacklevel=2)
+            out[new] = out.pop(old)
+    return out
 
 
 def build_configs(settings: dict):
@@ -157,8 +180,12 @@ def build_configs(settings: dict):
         unknown = set(settings[section]) - _field_names(cls)
         if unknown:
             raise TrainingConfigError(f"unknown {section} setting(s): {', '.join(sorted(unknown))}")
+    from .typecheck import check_types
+
+    run, trainer = (check_types(cls, settings[section], section)
+                    for section, cls in (("run", RunConfig), ("trainer", OARConfig)))
     try:
-        return RunConfig(**settings["run"]), OARConfig(**settings["trainer"])
+        return RunConfig(**run), OARConfig(**trainer)
     except (TypeError, ValueError) as err:
         if isinstance(err, TrainingConfigError):
             raise

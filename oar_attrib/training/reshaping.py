@@ -2,15 +2,15 @@
 
 TRL hands over left-padded prompts and right-padded completions. Each row is unpadded, its
 completion decoded with character offsets (`offsets_from_ids`), split into segments, and the
-rows laid out as a right-padded `ScoringBatch`. Importances of the current policy give weights
-(bi-level gating; GRAIL's own transform; or the entropy top-rho mask), which are mapped back to
-the (B, C) completion positions. Everything outside the scored reasoning positions S, and every
+rows laid out as a right-padded `ScoringBatch`. Importances of the current policy (the method
+from the registry, `methods.method_spec`) go through a registered weighting (the method's own
+unless the settings name another, `weightings`), and the weights are mapped back to the (B, C)
+completion positions. Everything outside the scored reasoning positions S, and every
 row without an answer span, gets weight 1.
 
 Weights depend only on the sample, never on which rank or batch it lands in: random numbers
-come from a generator per row, seeded from a hash of the row's token ids (`sample_seed`).
-OAR-G runs batched with per-row noise (`per_row_noise.oar_g_per_row`); `random` runs one row
-at a time (it never runs the model).
+come from a generator per row, seeded from a hash of the row's token ids (`sample_seed`), and a
+method registered `random=True` draws row b's numbers from generator b, as it would alone.
 """
 from __future__ import annotations
 
@@ -23,13 +23,13 @@ import torch
 
 from oar_attrib.batch import ScoringBatch
 from oar_attrib.budget import CPU_BATCH_TOKENS
-from oar_attrib.gating import bilevel_weights, entropy_topk_mask, grail_weights
 from oar_attrib.inputs import EncodedPair, pairs_to_batch
 from oar_attrib.lm import eval_mode
-from oar_attrib.methods import get_method
+from oar_attrib.methods import method_spec
 from oar_attrib.spans import locate_answer, offsets_from_ids_batch, segment_tokens
-
-from .per_row_noise import oar_g_per_row
+from oar_attrib.step_gating import step_weights
+from oar_attrib.steps import reasoning_steps
+from oar_attrib.weightings import WeightingParams, get_weighting
 
 
 @dataclass(frozen=True)
@@ -43,20 +43,24 @@ class ReshapeSettings:
     w_min: float = 0.1
     noise_std: float | None = None  # None: OAR-G's relative noise
     max_batch_tokens: int | None = None  # None: OAR-P's auto budget; rows grouped by 16384
-    entropy_mode: str = "bilevel"
+    weighting: str | None = None
     rho: float = 0.2
     answer_format: str = "auto"
     answer_pattern: str | None = None
     seed: int = 0
+    granularity: str = "token"
+    step_pool: str = "mean"
 
     @classmethod
     def from_config(cls, args, probe: str | None = None) -> "ReshapeSettings":
         return cls(
             method=args.oar_method, probe=probe or args.oar_probe, tau=args.oar_tau,
-            beta=args.oar_beta, w_min=args.oar_min_weight, noise_std=args.oar_noise_std,
-            max_batch_tokens=args.oar_max_batch_tokens, entropy_mode=args.oar_entropy_mode,
+            beta=args.oar_beta, w_min=args.oar_w_min, noise_std=args.oar_noise_std,
+            max_batch_tokens=args.oar_max_batch_tokens, weighting=args.oar_weighting,
             rho=args.oar_entropy_rho, answer_format=args.answer_format,
             answer_pattern=args.answer_pattern, seed=args.seed,
+            granularity=args.oar_granularity,
+            step_pool=args.oar_step_pool,
         )
 
 
@@ -132,6 +136,7 @@ def _pair(prompt_ids, completion_ids, offsets, text: str, fmt: str, pattern: str
         offsets=[(int(s), int(e)) for s, e in offsets], labels=list(segments.labels),
         location=location, span_found=found, response_start=len(prompt_ids), text=text,
         empty_reasoning=found and segments.n_reasoning == 0,
+        steps=reasoning_steps(text, offsets, segments.labels, found),
     )
 
 
@@ -142,25 +147,17 @@ def sample_seed(seed: int, prompt_ids: Sequence[int], completion_ids: Sequence[i
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
-def _chunks(rows: list[int], lengths: list[int], budget: int, single: bool) -> list[list[int]]:
+def _chunks(rows: list[int], lengths: list[int], budget: int) -> list[list[int]]:
     """Rows grouped in order so that each group's total length stays within `budget` (a row
-    longer than the budget goes alone); one row per group when `single`."""
+    longer than the budget goes alone)."""
     groups, current, used = [], [], 0
     for row in rows:
-        if current and (single or used + lengths[row] > budget):
+        if current and used + lengths[row] > budget:
             groups.append(current)
             current, used = [], 0
         current.append(row)
         used += lengths[row]
     return groups + ([current] if current else [])
-
-
-def _method_kwargs(settings: ReshapeSettings, longest: int) -> dict:
-    if settings.method == "oar_p":
-        # A row longer than the budget is scored alone rather than failing the step.
-        budget = settings.max_batch_tokens
-        return {"max_batch_tokens": None if budget is None else max(budget, longest)}
-    return {}
 
 
 def batch_importances(model, batch: ScoringBatch, pairs: list[EncodedPair], settings: ReshapeSettings,
@@ -177,20 +174,15 @@ def batch_importances(model, batch: ScoringBatch, pairs: list[EncodedPair], sett
     rows = [r for r in rows if copies[r] == r]
     if not rows:
         return out
-    fn = get_method(settings.method)
+    spec = method_spec(settings.method)
     lengths = [p.length for p in pairs]
     device = next(model.parameters()).device
-    single = settings.method == "random"
-    grouping = settings.max_batch_tokens or CPU_BATCH_TOKENS
-    for group in _chunks(rows, lengths, grouping, single=single):
+    for group in _chunks(rows, lengths, settings.max_batch_tokens or CPU_BATCH_TOKENS):
         sub = batch.select(group).to(device)
         generators = [torch.Generator().manual_seed(sample_seed(settings.seed, pairs[r].prompt_ids,
                                                                 pairs[r].response_ids)) for r in group]
-        if settings.method == "oar_g":
-            scores = oar_g_per_row(model, sub, generators, probe=settings.probe, noise_std=settings.noise_std)
-        else:
-            scores = fn(model, sub, probe=settings.probe, generator=generators[0] if single else None,
-                        **_method_kwargs(settings, max(lengths[r] for r in group)))
+        kwargs = spec.kwargs(settings, longest=max(lengths[r] for r in group), generators=generators)
+        scores = spec.fn(model, sub, probe=settings.probe, **kwargs)
         out[group, : sub.input_ids.shape[1]] = scores.float().cpu()
     for row, source in copies.items():
         if row != source:
@@ -198,13 +190,18 @@ def batch_importances(model, batch: ScoringBatch, pairs: list[EncodedPair], sett
     return out
 
 
-def gate(importances: torch.Tensor, scored: torch.Tensor, settings: ReshapeSettings) -> torch.Tensor:
-    """(B, L) weights of (B, L) importances over the (B, L) bool scored mask."""
-    if settings.method == "grail":
-        return grail_weights(importances, scored)
-    if settings.method == "entropy" and settings.entropy_mode == "top_rho":
-        return entropy_topk_mask(importances, scored, settings.rho)
-    return bilevel_weights(importances, scored, tau=settings.tau, beta=settings.beta, w_min=settings.w_min)
+def gate(importances: torch.Tensor, scored: torch.Tensor, settings: ReshapeSettings,
+         step_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, L) weights of (B, L) importances over the (B, L) bool scored mask, through the
+    settings' weighting (default: the method's own); with granularity 'step', the weighting
+    runs over the steps of `step_ids` and each step's weight goes to its tokens
+    (`step_gating.step_weights`)."""
+    fn = get_weighting(settings.weighting or method_spec(settings.method).weighting)
+    params = WeightingParams(tau=settings.tau, beta=settings.beta, w_min=settings.w_min, rho=settings.rho)
+    if settings.granularity == "step":
+        return step_weights(importances, scored, step_ids, settings.step_pool,
+                            lambda values, valid: fn(values, valid, params))
+    return fn(importances, scored, params)
 
 
 def _to_completion(values: torch.Tensor, pairs: list[EncodedPair], width: int, fill) -> torch.Tensor:
@@ -243,7 +240,8 @@ def token_weights(model, tokenizer, prompt_rows: list[list[int]], completion_row
         # A diverged row must not stop the run: it keeps weight 1 and is counted in the logs.
         nonfinite = (scored & ~torch.isfinite(importances)).any(dim=1)
         importances[nonfinite] = 0.0
-        weights = gate(importances, scored & (attributed & ~nonfinite)[:, None], settings)
+        weights = gate(importances, scored & (attributed & ~nonfinite)[:, None], settings,
+                       batch.step_ids)
     return TokenWeights(
         weights=_to_completion(weights, pairs, width, 1.0),
         importances=_to_completion(importances, pairs, width, 0.0),

@@ -122,6 +122,30 @@ def math_verify_reward(prompts, completions, answer=None, **kwargs) -> list[floa
     return out
 
 
+# A reward function may say from which reward a completion counts as correct, as the attribute
+# `correct_threshold` (the run store records `correct = reward >= it`); the built-ins give 1.0
+# exactly to right answers. A partial-credit reward declares its own, or the user sets
+# OARConfig.oar_correct_threshold.
+CORRECT_THRESHOLD = "correct_threshold"
+for _fn in (world_reward, gsm8k_reward, math_verify_reward):
+    setattr(_fn, CORRECT_THRESHOLD, 1.0)
+
+
+def correctness(per_function, reward_funcs, total, threshold: float | None = None) -> list:
+    """Whether each completion is correct, for the run store: `total >= threshold` when the
+    user set one, else every reward function that declares `correct_threshold` at or above
+    it; None where nothing says (no threshold and no function declares one).
+
+    per_function: (N, F) rewards of each function (NaN: not scored); total: N weighted sums."""
+    if threshold is not None:
+        return [bool(t >= threshold) for t in total]
+    declared = [(j, getattr(fn, CORRECT_THRESHOLD)) for j, fn in enumerate(reward_funcs)
+                if isinstance(getattr(fn, CORRECT_THRESHOLD, None), (int, float))]
+    if not declared:
+        return [None] * len(total)
+    return [all(float(row[j]) >= at for j, at in declared) for row in per_function]
+
+
 REWARDS: dict[str, RewardFn] = {
     "world": world_reward,
     "gsm8k": gsm8k_reward,

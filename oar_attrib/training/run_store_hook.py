@@ -1,9 +1,7 @@
 """Run store hook: every N steps, a sample of the generation batch goes to the run store.
 
-Each record is a dict in the shape of `oar_attrib.attribution.TraceAttribution.to_dict()`
-(prompt, response, token_ids, tokens, offsets, segments, span_found, answer_span,
-answer_text, probe, params, flags, scores{method: list}, weights{method: list}, advantage,
-token_advantages, metrics, timings) plus the training fields `reward`, `step`, `group`,
+Each record is a trace record (`oar_attrib.traces.build_trace`, the same as `attribute` makes)
+as its dict, plus the training fields `reward`, `correct` (None: not known), `step`, `group`,
 `extra` and, for arithmetic-world prompts, the structural `oracle` of the generated trace
 (character spans per set): the records `oar_attrib.store.Store.add_records` takes. A path
 ending in `.db` is a run store (one run per training, what the web app reads); any other path
@@ -12,17 +10,11 @@ is a JSON Lines file with one record per line (`Store.import_jsonl` loads it lat
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
-from oar_attrib.metrics import ess_ratio, top_mass
+from oar_attrib.traces import build_trace
 
 from .reshaping import TokenWeights
-
-
-def _finite(values) -> list[float]:
-    return [float(v) if math.isfinite(v) else float("nan") for v in values]
-
 
 def world_oracle(problem_json: str, text: str) -> dict:
     """Oracle character spans of a generated trace of a world problem, per oracle set."""
@@ -38,30 +30,17 @@ def trace_record(tw: TokenWeights, row: int, *, prompt, reward: float, advantage
     """One completion of a generation batch as a run-store record."""
     pair = tw.pairs[row]
     n = len(pair.response_ids)
-    weights, scores = tw.weights[row, :n], tw.importances[row, :n]
-    scored = tw.scored[row, :n]
-    token_adv = weights * float(advantage)
-    has_s = bool(scored.any())
-    flags = [] if pair.span_found else ["no_answer_span"]
-    if pair.span_found and has_s and not bool(tw.attributed[row]) and method != "none":
+    flags = []
+    if pair.span_found and bool(tw.scored[row].any()) and not bool(tw.attributed[row]) and method != "none":
         flags.append("not_attributed")
-    if bool(tw.nonfinite[row]):
+    if bool(tw.nonfinite[row]):  # the trainer zeroed its importances: flag them here
         flags.append(f"non_finite_scores:{method}")
-    record = {
-        "prompt": prompt, "response": pair.text, "token_ids": list(pair.response_ids),
-        "tokens": [pair.text[a:b] for a, b in pair.offsets], "offsets": [list(o) for o in pair.offsets],
-        "segments": list(pair.labels), "span_found": pair.span_found,
-        "answer_span": None if pair.location is None else list(pair.location.span),
-        "answer_text": pair.answer_text, "probe": probe, "params": dict(params or {}), "flags": flags,
-        "scores": {method: _finite(scores.tolist())}, "weights": {method: weights.tolist()},
-        "advantage": float(advantage), "token_advantages": {method: token_adv.tolist()},
-        "metrics": {method: {
-            "ess_ratio": float(ess_ratio(weights, scored)) if has_s else 1.0,
-            "top10_mass": float(top_mass(token_adv, scored)) if has_s and advantage != 0 else float("nan"),
-        }},
-        "timings": {method: tw.seconds / max(len(tw.pairs), 1)},
-        "reward": float(reward), "step": int(step), "group": group, "extra": {"method": method},
-    }
+    trace = build_trace(pair, prompt, probe=probe, scores={method: tw.importances[row, :n]},
+                        weights={method: tw.weights[row, :n]}, advantage=float(advantage),
+                        params=params, timings={method: tw.seconds / max(len(tw.pairs), 1)},
+                        flags=flags)
+    record = {**trace.to_dict(), "reward": float(reward), "step": int(step), "group": group,
+              "extra": {"method": method}}
     if problem is not None:
         record["oracle"] = world_oracle(problem, pair.text)
     return record
@@ -92,8 +71,9 @@ class RunStoreHook:
 
     def write_batch(self, *, step: int, weights: TokenWeights, inputs: list[dict], rewards: list[float],
                     advantages: list[float], method: str, probe: str,
-                    params: dict | None = None) -> list[dict]:
-        """Write the first `samples` completions (whole prompt groups, as TRL orders them)."""
+                    params: dict | None = None, correct: list | None = None) -> list[dict]:
+        """Write the first `samples` completions (whole prompt groups, as TRL orders them);
+        `correct` (bool or None per completion) is stored as each record's `correct`."""
         records = [
             trace_record(weights, row, prompt=inputs[row].get("prompt"), reward=rewards[row],
                          advantage=advantages[row], step=step, method=method, probe=probe,
@@ -101,6 +81,8 @@ class RunStoreHook:
                          group=row // self.group_size)
             for row in range(min(self.samples, len(inputs)))
         ]
+        for row, record in enumerate(records):
+            record["correct"] = None if correct is None else correct[row]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.suffix == ".db":
             self._write_store(records)

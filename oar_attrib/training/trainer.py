@@ -9,7 +9,9 @@ are never recomputed per micro-step.
 """
 from __future__ import annotations
 
+import os
 import time
+import warnings
 from contextlib import nullcontext
 
 import torch
@@ -18,11 +20,39 @@ from trl.models import unwrap_model_for_generation
 
 from oar_attrib.gating import reshape_advantages
 from oar_attrib.metrics import ess_ratio, top_mass
+from oar_attrib.spans import ANSWER_FORMATS
 
 from .config import OARConfig, check_trl_version
-from .errors import TrainingConfigError
+from .errors import LowSpanRateWarning, TrainingConfigError
+from .model_card import base_model_name, oar_model_card
+from .rewards import correctness
 from .reshaping import ReshapeSettings, TokenWeights, token_weights, unpad_rows
 from .run_store_hook import RunStoreHook
+
+
+LOW_SPAN_RATE = 0.5
+
+
+def formats_tried(answer_format: str, pattern: str | None = None) -> str:
+    """The answer formats the span finder looks for under `answer_format`, in words."""
+    if answer_format == "regex" or (answer_format == "auto" and pattern):
+        return f"regex {pattern!r}"
+    if answer_format == "auto":
+        return "auto: " + ", then ".join(f for f in ANSWER_FORMATS if f not in ("auto", "regex"))
+    return answer_format
+
+
+def low_span_rate_message(rate: float, n: int, answer_format: str, pattern: str | None = None) -> str:
+    """The one-time warning of a generation batch whose span-found rate is below LOW_SPAN_RATE."""
+    others = ", ".join(f for f in ANSWER_FORMATS if f != answer_format)
+    return (f"OAR is mostly off: the answer span was found in {rate:.0%} of {n} completions of this "
+            f"generation batch (formats tried: {formats_tried(answer_format, pattern)}). Completions "
+            "without a span keep weight 1, so the run is close to plain GRPO. Fix: set answer_format "
+            f"to the format the model writes ({others}; regex needs answer_pattern), or ask for that "
+            "format in the prompt. oar/span_found_rate logs the rate every step.")
+
+
+TRL_RENAMED_CALLS = r"`(is_)?gradient_checkpointing(_enable|_disable)?` is deprecated"
 
 
 class OARGRPOTrainer(GRPOTrainer):
@@ -51,11 +81,43 @@ class OARGRPOTrainer(GRPOTrainer):
         self._oar_step_attr = 0.0
         self._oar_step_wall = 0.0
         self.run_store = run_store
+        self._oar_base_model = base_model_name(self.model)
+        self._oar_span_warned = False
         if run_store is None and self.args.oar_store_every > 0 and self.accelerator.is_main_process:
             name = getattr(getattr(self.model, "config", None), "_name_or_path", "") or ""
             self.run_store = RunStoreHook.from_config(self.args, model=str(name))
 
     # ------------------------------------------------------------------ TRL hooks
+
+    def train(self, *args, **kwargs):
+        # TRL 1.16 calls the model's gradient_checkpointing methods, which transformers 5
+        # renamed (activation_checkpointing): one FutureWarning per generation the user can do
+        # nothing about. Silenced here, during training only.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=TRL_RENAMED_CALLS, category=FutureWarning)
+            return super().train(*args, **kwargs)
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        """TRL's card plus the base model and the OAR settings (`model_card.oar_model_card`)."""
+        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
+        path = os.path.join(self.args.output_dir, "README.md")
+        if self.is_world_process_zero() and os.path.isfile(path):
+            with open(path, encoding="utf-8") as handle:
+                card = handle.read()
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(oar_model_card(card, self._oar_base_model, self.args))
+
+    def _issue_warnings_after_load(self, load_result):
+        # A checkpoint of a model with tied embeddings stores the shared tensor once, so the
+        # tied key (lm_head.weight) is "missing" although loading restored it: no warning.
+        tied = set(getattr(self.model, "_tied_weights_keys", None) or ())
+        if not getattr(getattr(self.model, "config", None), "tie_word_embeddings", False):
+            tied = set()
+        missing = [k for k in load_result.missing_keys if k not in tied]
+        if len(missing) < len(load_result.missing_keys):
+            self.model.tie_weights()
+            load_result = load_result._replace(missing_keys=missing)
+        return super()._issue_warnings_after_load(load_result)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         # Kept for the run store: TRL returns rewards of all ranks, (N_global, n_funcs).
@@ -154,10 +216,20 @@ class OARGRPOTrainer(GRPOTrainer):
         if sums[3] > 0:
             metrics["oar/top10_mass"].append(sums[2] / sums[3])
         metrics["oar/span_found_rate"].append(sums[4] / max(sums[5], 1.0))
+        self._warn_low_span_rate(sums[4] / max(sums[5], 1.0), int(sums[5]))
         metrics["oar/nonfinite_rows"].append(sums[6])
         metrics["oar/attributed_rate"].append(sums[7] / max(sums[5], 1.0))
         metrics["oar/weight_max"].append(peak[0])
         metrics["oar/time_s"].append(peak[1])  # the slowest rank sets the pace
+
+    def _warn_low_span_rate(self, rate: float, n: int) -> None:
+        """Once per trainer, on the main process: most completions have no answer span."""
+        if rate >= LOW_SPAN_RATE or self._oar_span_warned or not self.accelerator.is_main_process:
+            return
+        self._oar_span_warned = True
+        message = low_span_rate_message(rate, n, self.args.answer_format, self.args.answer_pattern)
+        bar = "!" * 78
+        warnings.warn(f"\n{bar}\n{message}\n{bar}", LowSpanRateWarning, stacklevel=2)
 
     def _store(self, tw: TokenWeights, inputs: list[dict], advantages: torch.Tensor) -> None:
         step = self.state.global_step
@@ -167,9 +239,11 @@ class OARGRPOTrainer(GRPOTrainer):
         rewards = self._oar_rewards[start : start + len(inputs)]
         weights = self.reward_weights.to(rewards.device)
         total = (rewards * weights[None]).nansum(dim=1).cpu()
+        correct = correctness(rewards.cpu(), self.reward_funcs, total.tolist(),
+                              self.args.oar_correct_threshold)
         self.run_store.write_batch(
-            step=step, weights=tw, inputs=inputs, rewards=total.tolist(),
+            step=step, weights=tw, inputs=inputs, rewards=total.tolist(), correct=correct,
             advantages=advantages.detach().float().cpu().tolist(), method=self.args.oar_method,
             probe=self.args.probe_at(step),
-            params={"tau": self.args.oar_tau, "beta": self.args.oar_beta, "w_min": self.args.oar_min_weight},
+            params={"tau": self.args.oar_tau, "beta": self.args.oar_beta, "w_min": self.args.oar_w_min},
         )

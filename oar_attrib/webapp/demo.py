@@ -128,6 +128,7 @@ def write_problem_run(store, model, tokenizer, owners, texts, *, name: str = "de
     `group_size` per problem), label them with the oracle, store and summarise them as one
     run; returns its id. Advantages are GRPO's within each group. Methods in `defer` are
     left out and listed in the run config's `pending_methods` (see `complete_pending`)."""
+    from ..analysis.run_summary import summarise
     from ..attribution import attribute
     from ..methods import available_methods
 
@@ -151,7 +152,7 @@ def write_problem_run(store, model, tokenizer, owners, texts, *, name: str = "de
         oracles=[p.oracle(t) for p, t in zip(owners, texts)],
         extras=[{"question": p.question, "true_answer": p.answer} for p in owners],
     )
-    store.summarise(run_id, seed=config.seed)
+    summarise(store, run_id, seed=config.seed)
     return run_id
 
 
@@ -194,6 +195,7 @@ def complete_pending(store, model, tokenizer, run_id: int, *, batch: int = 8,
     the work early between batches. Returns True when nothing is pending any more."""
     from tqdm.auto import tqdm
 
+    from ..analysis.run_summary import summarise
     from ..attribution import attribute
 
     config = store.run(run_id).config
@@ -214,7 +216,7 @@ def complete_pending(store, model, tokenizer, run_id: int, *, batch: int = 8,
                 bar.update(len(records))
         config = store.update_run_config(
             run_id, pending_methods=[m for m in config["pending_methods"] if m != method])
-    store.summarise(run_id, seed=config.get("seed", 0))
+    summarise(store, run_id, seed=config.get("seed", 0))
     return True
 
 

@@ -6,13 +6,13 @@ starts loading, in the lifespan, never at import.
 """
 from __future__ import annotations
 
+import sqlite3
 import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import jinja2
 from fastapi import FastAPI, Request
-from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.templating import Jinja2Templates
@@ -21,12 +21,13 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from oar_attrib import __version__
 from oar_attrib.errors import OARError
+from oar_attrib.models import check_pair
 from oar_attrib.store import NotFoundError, Store, StoreError
 
 from .errors import WebError
 from .live import LiveAttributor, LoadingLiveModel, NoLiveModel
-from .routers import assets, attribute, docs, report, runs, traces
-from .security import BodyLimitMiddleware, SecurityHeadersMiddleware
+from .routers import assets, attribute, docs, experiments, report, runs, traces
+from .security import HEADERS, BodyLimitMiddleware, SecurityHeadersMiddleware
 from .settings import WebSettings
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -74,12 +75,20 @@ def _start_live(app: FastAPI, model, settings: WebSettings,
 
 
 def _error(request: Request, status: int, message: str, headers=None):
-    """A JSON error under /api, an HTML error page elsewhere."""
+    """A JSON error under /api, an HTML error page elsewhere (the one path of every error)."""
+    message = _printable(message)
     if request.url.path.startswith("/api/"):
         return JSONResponse({"detail": message}, status_code=status, headers=headers)
     templates: Jinja2Templates = request.app.state.templates
     return templates.TemplateResponse(request, "error.html", {"status": status, "message": message},
                                       status_code=status, headers=headers)
+
+
+def _printable(value):
+    """An int, or text with any lone surrogate replaced (they cannot be encoded)."""
+    if isinstance(value, int):
+        return value
+    return str(value).encode("utf-8", "replace").decode("utf-8")
 
 
 def _add_handlers(app: FastAPI) -> None:
@@ -96,6 +105,18 @@ def _add_handlers(app: FastAPI) -> None:
     async def store_error(request: Request, exc: StoreError):
         return _error(request, 500, f"the store could not be read: {exc}")
 
+    @app.exception_handler(sqlite3.DatabaseError)
+    async def database_error(request: Request, exc: sqlite3.DatabaseError):
+        # A damaged page, a file replaced under the app: the store, not the request, is wrong.
+        return _error(request, 503, f"the store could not be read: {exc}; check it with "
+                                    "`sqlite3 FILE 'PRAGMA integrity_check'` or rebuild it")
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception):
+        # Answered by Starlette outside every middleware: the headers are added here.
+        return _error(request, 500, "internal error; the server log has the details",
+                      dict((k.decode(), v.decode()) for k, v in HEADERS))
+
     @app.exception_handler(OARError)
     async def input_error(request: Request, exc: OARError):
         # InputError, UnknownNameError, TokenizerError: the request's text or names.
@@ -103,9 +124,14 @@ def _add_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):
+        # Only where and what, never the input: it may be NaN or a lone surrogate, which no
+        # JSON or HTML response can carry.
+        errors = [{"loc": [_printable(part) for part in e.get("loc", ())],
+                   "msg": _printable(e.get("msg", "")), "type": _printable(e.get("type", ""))}
+                  for e in exc.errors()]
         if request.url.path.startswith("/api/"):
-            return JSONResponse({"detail": jsonable_encoder(exc.errors())}, status_code=422)
-        fields = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            return JSONResponse({"detail": errors}, status_code=422)
+        fields = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors)
         return _error(request, 422, f"invalid request ({fields})")
 
     @app.exception_handler(StarletteHTTPException)
@@ -122,6 +148,8 @@ def create_app(store_path: str | Path, model=None, *, settings: WebSettings | No
     first request, when the path is not a readable store.
     """
     settings = settings or WebSettings()
+    if isinstance(model, (tuple, list)):
+        check_pair(*model)  # the check load_model makes, for a pair given directly
     path = Path(store_path)
     Store(path, readonly=True).close()
 
@@ -145,11 +173,12 @@ def create_app(store_path: str | Path, model=None, *, settings: WebSettings | No
     app.state.templates = make_templates()
     _add_handlers(app)
     for router in (runs.router, traces.router, report.router, attribute.router, assets.router,
-                   docs.router):
+                   docs.router, experiments.router):
         app.include_router(router)
-    # Added last = outermost: the host check and the size limit run before anything else.
-    app.add_middleware(SecurityHeadersMiddleware)
+    # Added last = outermost: the host check and the size limit run before anything else,
+    # and the security headers go on every answer, the host check's 400 included.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     if "*" not in settings.allowed_hosts:
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(settings.allowed_hosts))
+    app.add_middleware(SecurityHeadersMiddleware)
     return app

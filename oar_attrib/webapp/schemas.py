@@ -7,8 +7,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .deps import MAX_ID
 
-Probe = Literal["lt", "as_mean", "as_joint"]
-
 
 class TraceFilter(BaseModel):
     """Filters, sort and page of a run's trace table. Empty values (from a form) mean 'any'."""
@@ -46,6 +44,14 @@ class AttributeRequest(BaseModel):
     response: str = Field(..., min_length=1, max_length=8000,
                           examples=["d=4+7=11. e=11-3=8. f=7*3=21. #### 29"])
     methods: list[str] = Field(["oar_p", "entropy"], min_length=1, max_length=8)
-    probe: Probe = "as_mean"
+    probe: str = Field("as_mean", description="outcome probe: lt, as_mean or as_joint")
     advantage: float | None = Field(1.0, allow_inf_nan=False, ge=-1e6, le=1e6, description=(
         "sequence advantage A_i to reshape (default 1.0); null for none"))
+
+    @field_validator("probe")
+    @classmethod
+    def _known_probe(cls, value: str) -> str:
+        from ..probes import check_probe  # the probe list lives with the probes (loads torch)
+
+        check_probe(value)  # UnknownNameError (a ValueError) lists the probes: a 422
+        return value

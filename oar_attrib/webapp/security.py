@@ -1,6 +1,7 @@
 """ASGI middleware: a request-body size limit and security headers on every response."""
 from __future__ import annotations
 
+import asyncio
 import json
 
 # No inline scripts anywhere: every script is a file under /static, and data reaches it in
@@ -9,6 +10,8 @@ import json
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
        "img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; "
        "form-action 'self'")
+# Longest wait for the next part of a request body (a half-sent body is answered 408).
+BODY_READ_TIMEOUT_S = 10.0
 HEADERS = [
     (b"content-security-policy", CSP.encode()),
     (b"x-content-type-options", b"nosniff"),
@@ -17,9 +20,9 @@ HEADERS = [
 ]
 
 
-async def _send_413(send, limit: int) -> None:
-    body = json.dumps({"detail": f"request body larger than {limit} bytes"}).encode()
-    await send({"type": "http.response.start", "status": 413,
+async def _send_error(send, status: int, detail: str) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode()), *HEADERS]})
     await send({"type": "http.response.body", "body": body})
@@ -28,27 +31,32 @@ async def _send_413(send, limit: int) -> None:
 class BodyLimitMiddleware:
     """Refuse bodies over `max_bytes` with 413: by Content-Length up front, and for chunked
     bodies by reading at most `max_bytes` before the app runs (bodies here are small JSON,
-    so buffering them costs nothing and keeps the app from ever seeing a partial body)."""
+    so buffering them costs nothing and keeps the app from ever seeing a partial body).
+    A body whose next part does not arrive within `read_timeout` seconds is answered 408."""
 
-    def __init__(self, app, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app, max_bytes: int, read_timeout: float = BODY_READ_TIMEOUT_S):
+        self.app, self.max_bytes, self.read_timeout = app, max_bytes, read_timeout
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             return await self.app(scope, receive, send)
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
-            return await _send_413(send, self.max_bytes)
+            return await _send_error(send, 413, f"request body larger than {self.max_bytes} bytes")
         chunks, size, more = [], 0, True
         while more:
-            message = await receive()
+            try:  # a client that stops sending mid-body must not hold the request forever
+                message = await asyncio.wait_for(receive(), self.read_timeout)
+            except asyncio.TimeoutError:
+                return await _send_error(send, 408, f"request body not received within "
+                                                    f"{self.read_timeout:g} s; send it at once")
             if message["type"] != "http.request":  # the client left
                 return
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             more = message.get("more_body", False)
             if size > self.max_bytes:
-                return await _send_413(send, self.max_bytes)
+                return await _send_error(send, 413, f"request body larger than {self.max_bytes} bytes")
         replayed = False
 
         async def replay():
@@ -73,7 +81,9 @@ class SecurityHeadersMiddleware:
 
         async def with_headers(message):
             if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []), *HEADERS]}
+                headers = list(message.get("headers", []))
+                present = {k.lower() for k, _ in headers}
+                message = {**message, "headers": headers + [h for h in HEADERS if h[0] not in present]}
             await send(message)
 
         await self.app(scope, receive, with_headers)

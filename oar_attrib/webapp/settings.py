@@ -16,8 +16,9 @@ class WebSettings:
         "help": "longest prompt + response the live attribution runs on, in tokens (longer: 413)"})
     max_live_concurrent: int = field(default=1, metadata={
         "help": "live attributions running at once; more are refused with 429"})
-    live_methods: tuple[str, ...] = field(default=("oar_p", "oar_g", "entropy", "grail", "random"),
-                                          metadata={"help": "methods the live page may run"})
+    live_methods: tuple[str, ...] | None = field(default=None, metadata={
+        "help": "methods the live page may run (default: every registered method, read from the "
+                "registry when the settings are made)"})
     allowed_hosts: tuple[str, ...] = field(default=LOOPBACK_HOSTS, metadata={
         "help": "Host headers served (blocks DNS rebinding); ('*',) serves any"})
     page_size: int = field(default=50, metadata={"help": "traces per page of a run's table"})
@@ -26,5 +27,11 @@ class WebSettings:
         for name in ("max_body_bytes", "max_live_tokens", "max_live_concurrent", "page_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"WebSettings.{name} must be >= 1, got {getattr(self, name)}")
+        from ..methods import available_methods, method_spec
+
+        if self.live_methods is None:
+            object.__setattr__(self, "live_methods", tuple(available_methods()))
+        for name in self.live_methods:
+            method_spec(name)  # an unknown name raises, listing the registered ones
         if not self.allowed_hosts:
             raise ValueError("WebSettings.allowed_hosts is empty; pass ('*',) to serve any host")

@@ -11,10 +11,14 @@ import math
 
 import numpy as np
 
+from oar_attrib.step_view import text_pieces as _pieces
 from oar_attrib.store import TraceRecord
+from oar_attrib.normalise import log1p_minmax
 from oar_attrib.store.records import json_float, json_floats
 
-ORACLE_SETS = ("direct", "chain", "distractor", "filler")
+# The world's oracle sets (world.KNOWN_SETS) a trace page can outline; `names` and `results`
+# are parts of `direct`/`chain` and would only repeat them.
+OUTLINE_SETS = ("direct", "chain", "distractor", "filler")
 # The page script (static/app.js, `heatColour`) draws the same colour from the same level.
 _HEAT_RGB = (230, 85, 13)
 
@@ -22,17 +26,8 @@ _HEAT_RGB = (230, 85, 13)
 def importance_levels(scores: np.ndarray, scored: np.ndarray) -> list[float | None]:
     """(T,) display levels in [0, 1]: log(1 + I) min-max normalised over S, as the gate's
     I^ (METHOD.md section 6, steps 1-2); None outside S or where the score is not finite."""
-    scores = np.asarray(scores, dtype=np.float64)
-    ok = scored & np.isfinite(scores)
-    levels: list[float | None] = [None] * len(scores)
-    if not ok.any():
-        return levels
-    logged = np.log1p(np.clip(scores, 0, None))
-    lo, hi = logged[ok].min(), logged[ok].max()
-    span = hi - lo
-    for i in np.flatnonzero(ok):
-        levels[i] = float((logged[i] - lo) / span) if span > 0 else 0.0
-    return levels
+    levels = log1p_minmax(scores, scored)
+    return [None if np.isnan(v) else float(v) for v in levels]
 
 
 def heat_colour(level: float | None) -> str:
@@ -52,21 +47,6 @@ def token_title(token: str, score, weight, advantage) -> str:
     the page script (`tokenTitle`) writes the same fields when the method changes."""
     return (f"token {json.dumps(token, ensure_ascii=False)} | score {_fmt(score, '.4g')} | "
             f"weight {_fmt(weight, '.3f')} | reshaped advantage {_fmt(advantage, '.4g')}")
-
-
-def _pieces(response: str, offsets) -> list[dict]:
-    """The response cut into untokenised gaps and tokens, in order. A token's text is the
-    part of its span not already shown (byte-level tokens can share a character)."""
-    pieces, cursor = [], 0
-    for i, (start, end) in enumerate(offsets):
-        if start > cursor:
-            pieces.append({"index": None, "text": response[cursor:start]})
-        shown_from = max(start, cursor)
-        pieces.append({"index": i, "text": response[shown_from:end] if end > shown_from else ""})
-        cursor = max(cursor, end)
-    if cursor < len(response):
-        pieces.append({"index": None, "text": response[cursor:]})
-    return pieces
 
 
 def trace_view(record: TraceRecord, method: str | None, oracle_set: str) -> dict:
@@ -112,7 +92,7 @@ def trace_view(record: TraceRecord, method: str | None, oracle_set: str) -> dict
         "oracle": oracle,
     }
     return {"pieces": pieces, "payload": payload, "methods": methods,
-            "oracle_sets": [s for s in ORACLE_SETS if s in oracle]}
+            "oracle_sets": [s for s in OUTLINE_SETS if s in oracle]}
 
 
 def report_view(report: dict, subset: str, oracle_sets=("direct", "chain")) -> dict:

@@ -117,6 +117,11 @@ PRESETS: dict[str, WorldConfig] = {
     "recall": WorldConfig(max_given=4, max_value=9, reuse_finals=False),
     # The earlier recall world: default sizes, finals never copied, leading digits predictable.
     "recall-wide": WorldConfig(reuse_finals=False),
+    # The world of step-level recall (`oar recall --granularity step`): the `recall` world with
+    # a third step, so that one step is `upstream` (on the answer's dependency path, read by a
+    # final step, not read by the answer itself) beside a distractor. The bundled model is
+    # right on ~24% of these (the best of the 3-step worlds tried; none reached 30%).
+    "upstream": WorldConfig(n_steps=3, max_given=4, max_value=9, reuse_finals=False),
 }
 
 

@@ -25,14 +25,15 @@ router = APIRouter(tags=["attribute"])
 )
 def attribute_text(body: AttributeRequest, live: LiveDep, settings: SettingsDep) -> dict:
     """The attribution (`TraceAttribution.to_dict()`) and the heatmap view the page draws."""
-    unknown = [m for m in body.methods if m not in settings.live_methods]
+    methods = list(dict.fromkeys(body.methods))  # a method asked twice runs once
+    unknown = [m for m in methods if m not in settings.live_methods]
     if unknown:
         raise InputError(
             f"method(s) {unknown} cannot run live; choose from {list(settings.live_methods)}"
         )
-    result = live.run(body.prompt, body.response, body.methods, body.probe, body.advantage)
+    result = live.run(body.prompt, body.response, methods, body.probe, body.advantage)
     record = TraceRecord.from_attribution(result)
-    view = trace_view(record, body.methods[0], "direct")
+    view = trace_view(record, methods[0], "direct")
     return {"attribution": json_safe(result.to_dict()),
             "view": {"pieces": view["pieces"], "payload": view["payload"]}}
 

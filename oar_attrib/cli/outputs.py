@@ -1,0 +1,186 @@
+"""Where `oar attribute` writes: a JSON Lines file or a run store, written line by line as
+results arrive, and resumed by input line number.
+
+Every record is `{"line": n, **TraceAttribution.to_dict()}` (n the input file's line). A JSONL
+output is appended to and flushed after each batch; a store output commits each batch in one
+transaction. Opening an output checks it (before any model loads) and reads the line numbers
+it already holds, so a rerun skips them; a JSONL line cut short by a kill is dropped.
+
+Several processes (`torchrun`, `accelerate launch`) each write a part file next to the output,
+`<out>.rank<r>-of-<n>.part` (JSONL, resumable the same way); rank 0 merges the parts into the
+output at the end, in line order and without duplicates, and deletes them.
+"""
+from __future__ import annotations
+
+import heapq
+import json
+import os
+from pathlib import Path
+from typing import Iterable, Protocol
+
+from ..errors import OARError
+from ..jsonl import NotJSON, iter_jsonl
+
+
+class OutputError(OARError, OSError):
+    """An `--out` that cannot be written (missing folder, a folder, no permission)."""
+
+
+class Output(Protocol):
+    done: set[int]
+
+    def write(self, records: list[dict]) -> None: ...
+
+    def close(self, finish: bool = True) -> None: ...
+
+
+def check_writable(path: Path, flag: str = "--out") -> None:
+    """Raise OutputError unless a file can be created or appended at `path`."""
+    if path.is_dir():
+        raise OutputError(f"{flag} {path} is a folder; pass a file path ending in .jsonl or .db")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.exists():
+        raise OutputError(f"{flag} {path}: the folder {parent} does not exist; create it first "
+                          "or pass a path in an existing folder")
+    if not parent.is_dir():
+        raise OutputError(f"{flag} {path}: {parent} is a file, not a folder; pass a path in a folder")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise OutputError(f"{flag} {path} is not writable; pass another path or change its permissions")
+    if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"{flag} {path}: cannot create files in {parent} (no permission); "
+                          "pass a path in a folder you can write")
+
+
+def _drop_partial_tail(path: Path) -> None:
+    """Cut a last line that a kill left without its newline (it was never a full record)."""
+    size = path.stat().st_size
+    if size == 0:
+        return
+    with open(path, "rb+") as handle:
+        handle.seek(size - 1)
+        if handle.read(1) == b"\n":
+            return
+        block, end = 1 << 16, size
+        while end > 0:
+            start = max(0, end - block)
+            handle.seek(start)
+            cut = handle.read(end - start).rfind(b"\n")
+            if cut >= 0:
+                handle.truncate(start + cut + 1)
+                return
+            end = start
+        handle.truncate(0)
+
+
+def read_records(path: Path) -> Iterable[dict]:
+    """The complete records of an output or part file (other lines are not records)."""
+    for _, record in iter_jsonl(path):
+        if isinstance(record, dict) and isinstance(record.get("line"), int):
+            yield record
+
+
+def _check_same_job(path: Path, record: dict, methods, probe: str) -> None:
+    held = sorted(record.get("scores") or {})
+    if held != sorted(methods) or record.get("probe") != probe:
+        raise OutputError(
+            f"{path} holds attributions of methods {held} with probe {record.get('probe')!r}, "
+            f"not {sorted(methods)} with {probe!r}; rerun with those to resume it, or pass "
+            "another --out"
+        )
+
+
+class JsonlOutput:
+    """Appends records to a JSON Lines file, flushed and synced per batch."""
+
+    def __init__(self, path: str | Path, methods, probe: str):
+        self.path = Path(path)
+        check_writable(self.path)
+        self.done: set[int] = set()
+        if self.path.exists():
+            _drop_partial_tail(self.path)
+            for record in read_records(self.path):
+                if not self.done:
+                    _check_same_job(self.path, record, methods, probe)
+                self.done.add(record["line"])
+        self._handle = open(self.path, "a", encoding="utf-8")
+
+    def write(self, records: list[dict]) -> None:
+        for record in records:
+            self._handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            self.done.add(record["line"])
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+
+    def close(self, finish: bool = True) -> None:
+        self._handle.close()
+
+
+class StoreOutput:
+    """Adds records to a run of a store, one transaction per batch. The run is the newest one
+    with the same `config` (a resumed job) or a new one, made at the first write."""
+
+    def __init__(self, path: str | Path, name: str, model: str, config: dict):
+        from ..store import Store
+
+        self.path = Path(path)
+        check_writable(self.path)
+        self.store = Store(self.path)  # a newer schema or a non-store file fails here
+        self.name, self.model, self.config = name, model, config
+        self.run_id = next((r.id for r in self.store.runs() if r.config == config), None)
+        self.done = set() if self.run_id is None else set(self._lines(self.run_id))
+
+    def _lines(self, run_id: int) -> list[int]:
+        with self.store._transaction(write=False) as conn:
+            rows = conn.execute("SELECT json_extract(extra, '$.line') FROM traces WHERE run_id = ?",
+                                (run_id,)).fetchall()
+        return [int(r[0]) for r in rows if r[0] is not None]
+
+    def write(self, records: list[dict]) -> None:
+        if not records:
+            return
+        if self.run_id is None:
+            self.run_id = self.store.add_run(self.name, model=self.model, config=self.config)
+        traces = [{k: v for k, v in r.items() if k != "line"} for r in records]
+        self.store.add_traces(self.run_id, traces, extras=[{"line": r["line"]} for r in records])
+        self.done.update(r["line"] for r in records)
+
+    def close(self, finish: bool = True) -> None:
+        """Close; with `finish`, first recompute the run's summaries (rank 0's job)."""
+        if finish and self.run_id is not None:
+            from ..analysis.run_summary import summarise
+
+            summarise(self.store, self.run_id)
+        self.store.close()
+
+
+def part_path(out: str | Path, rank: int, world: int) -> Path:
+    return Path(f"{out}.rank{rank}-of-{world}.part")
+
+
+def part_files(out: str | Path) -> list[Path]:
+    """Part files of `out` left by any earlier sharded run (any number of ranks)."""
+    out = Path(out)
+    return sorted(out.parent.glob(f"{out.name}.rank*-of-*.part"))
+
+
+def parts_done(out: str | Path) -> set[int]:
+    return {r["line"] for p in part_files(out) for r in read_records(p)}
+
+
+def merge_parts(output: Output, out: str | Path, batch: int = 256) -> int:
+    """Move the records of `out`'s part files that `output` lacks into it, in line order
+    (each part is in line order already: a k-way merge, never all in memory); then delete the
+    parts. Returns the number of records added."""
+    parts = part_files(out)
+    added, pending = 0, []
+    for record in heapq.merge(*(read_records(p) for p in parts), key=lambda r: r["line"]):
+        if record["line"] in output.done or (pending and pending[-1]["line"] == record["line"]):
+            continue
+        pending.append(record)
+        if len(pending) >= batch:
+            output.write(pending)
+            added, pending = added + len(pending), []
+    output.write(pending)
+    for part in parts:
+        part.unlink()
+    return added + len(pending)

@@ -1,0 +1,107 @@
+"""Training at step granularity: step pooling and gating, and a GRPO step with
+oar_granularity='step'."""
+import pytest
+import torch
+
+from oar_attrib.gating import bilevel_weights
+from oar_attrib.inputs import encode_pairs
+from oar_attrib.step_gating import pool_step_tensor, step_weights
+from oar_attrib.steps import pool_steps
+from oar_attrib.training.config import OARConfig
+from oar_attrib.training.data import world_dataset
+from oar_attrib.training.errors import TrainingConfigError
+from oar_attrib.training.rewards import world_reward
+from oar_attrib.training.toy import ScriptedRollout, tiny_policy, world_tokenizer
+from oar_attrib.training.trainer import OARGRPOTrainer
+from oar_attrib.world import generate_problems
+
+STEP_IDS = torch.tensor([[0, 0, 1, 1, 1, 2, -1, -1], [-1, 0, 0, 1, 2, 2, 2, -1]])
+IMPORTANCE = torch.tensor([[1.0, 3.0, 0.5, 0.5, 2.0, 4.0, 9.0, 9.0],
+                           [9.0, 0.2, 0.2, 5.0, 1.0, 2.0, 3.0, 9.0]])
+
+
+@pytest.mark.parametrize("how", ["sum", "mean", "max"])
+def test_pool_step_tensor_equals_pool_steps(how):
+    pooled, valid = pool_step_tensor(IMPORTANCE, STEP_IDS, how)
+    for row, ranges in enumerate([[(0, 2), (2, 5), (5, 6)], [(1, 3), (3, 4), (4, 7)]]):
+        assert pooled[row].tolist() == pytest.approx(pool_steps(IMPORTANCE[row].tolist(), ranges, how))
+    assert valid.all()
+
+
+def test_step_weights_by_hand():
+    scored = STEP_IDS >= 0
+    w = step_weights(IMPORTANCE, scored, STEP_IDS, "mean")
+    for row in range(2):
+        ids = STEP_IDS[row]
+        steps = sorted(set(ids.tolist()) - {-1})
+        means = torch.tensor([IMPORTANCE[row][ids == k].mean() for k in steps])
+        per_step = bilevel_weights(means)
+        sizes = torch.tensor([(ids == k).sum() for k in steps]).float()
+        scale = sizes.sum() / (per_step * sizes).sum()
+        for k in steps:
+            assert torch.allclose(w[row][ids == k], per_step[k] * scale)
+        assert w[row][scored[row]].mean() == pytest.approx(1.0, abs=1e-6)
+        assert (w[row][~scored[row]] == 1).all()
+    assert w[0, 5] > w[0, 2]  # the step of larger importance weighs more
+
+
+N_PROMPTS, GROUP = 4, 4
+COMMON = dict(
+    per_device_train_batch_size=8, num_generations=GROUP, max_completion_length=48, max_steps=1,
+    learning_rate=1e-2, logging_steps=1, report_to=[], bf16=False, activation_checkpointing=False,
+    use_cpu=True, save_strategy="no", disable_tqdm=True, seed=0, dataloader_num_workers=0,
+)
+
+
+class Capture(OARGRPOTrainer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.loss_inputs = []
+
+    def _compute_loss(self, model, inputs):
+        self.loss_inputs.append({k: v.detach().clone() if torch.is_tensor(v) else v for k, v in inputs.items()})
+        return super()._compute_loss(model, inputs)
+
+
+@pytest.mark.parametrize("method", ["oar_p_step", "oar_g"])
+def test_a_grpo_step_at_step_granularity(tmp_path, method):
+    tok = world_tokenizer()
+    problems = generate_problems(N_PROMPTS, "default", seed=1)
+    args = OARConfig(output_dir=str(tmp_path / "out"), oar_method=method, oar_granularity="step",
+                     **COMMON)
+    trainer = Capture(model=tiny_policy(tok), reward_funcs=[world_reward], args=args,
+                      train_dataset=world_dataset(N_PROMPTS, "default", seed=1), processing_class=tok,
+                      rollout_func=ScriptedRollout(problems, tok))
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    tw = trainer.last_token_weights
+    (inputs,) = trainer.loss_inputs
+    gated = 0
+    for row, pair in enumerate(tw.pairs):
+        if not tw.attributed[row]:
+            continue
+        w = tw.weights[row]
+        assert w[tw.scored[row]].mean().item() == pytest.approx(1.0, abs=1e-4)
+        assert pair.steps and pair.steps[-1][1] == int(tw.scored[row].sum())
+        for a, b in pair.steps:
+            assert torch.all(w[a:b] == w[a])  # constant inside a step
+        gated += len({round(float(w[a]), 5) for a, _ in pair.steps}) > 1
+        # The loss sees A_i * w_t on this completion (rows of the loss may come reordered).
+        n = len(pair.response_ids)
+        match = [i for i, ids in enumerate(inputs["completion_ids"]) if ids[:n].tolist() == pair.response_ids]
+        adv = inputs["advantages"][match[0], :n]
+        torch.testing.assert_close(adv, adv[0] / w[0] * w[:n])
+    assert gated > 0  # weights differ between steps somewhere: the gate acted
+    if method == "oar_p_step":
+        for row, pair in enumerate(tw.pairs):
+            if tw.attributed[row]:
+                imp = tw.importances[row]
+                assert all(torch.all(imp[a:b] == imp[a]) for a, b in pair.steps)
+
+
+def test_granularity_is_checked(tmp_path):
+    with pytest.raises(TrainingConfigError, match="oar_granularity"):
+        OARConfig(output_dir=str(tmp_path), oar_granularity="word", **COMMON)
+    with pytest.raises(TrainingConfigError, match="oar_step_pool"):
+        OARConfig(output_dir=str(tmp_path), oar_step_pool="median", **COMMON)
