@@ -10,10 +10,15 @@ max(phi - phi^(t), 0) for `as_joint`.
   is reused and only [s, end) is recomputed, where s <= t is the start of the copy's window;
 - nothing after the last probe position q_K can reach the probe: `end` = q_K + 1;
 - only the probe positions are projected to the vocabulary (`logits_to_keep`).
-Copies are batched into forwards whose rows each hold a reused (left-padded) cache and a
-(right-padded) window of new tokens, with explicit position ids; a forward's tokens, cache
-plus new tokens over all its rows, stay within `max_batch_tokens`. Which copies share a
-forward is decided by a cost model (see `plan_row`, `pack_chunks`); it affects speed only.
+Copies are batched into forwards in one of two layouts, which give the same numbers:
+- padded: each copy is a row holding a reused (left-padded) cache and a (right-padded) window
+  of new tokens, with explicit position ids; which copies share a forward is decided by a cost
+  model (see `plan_row`, `pack_chunks`);
+- packed (`oar_p_packed`): the copies' windows concatenated into one row without padding, on
+  the clean cache of their rows, under a block mask; for models whose attention takes one.
+A forward's tokens, cache plus new tokens over all its rows, stay within `max_batch_tokens`,
+by default sized from the device's free memory (`budget`). `row_groups`, `plan_row`,
+`pack_chunks` and `batch_budget` are the batching that step-level OAR-P reuses.
 """
 from __future__ import annotations
 
