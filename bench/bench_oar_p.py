@@ -17,7 +17,7 @@ decoder parameters per token, 4 x heads x head_dim per layer and query-key pair,
 K probe sites); a timed square GEMM in the same run gives the device's matrix rate (bf16 on a
 GPU, the bench's dtype on CPU); "x of limit" = measured seconds / (FLOPs / rate).
 
-    python bench/bench_oar_p.py --lengths 128 512 --positions 16     # CPU
+    python bench/bench_oar_p.py --lengths 128 512 --positions 16 --captum seq   # CPU
     python bench/bench_oar_p.py --layers 2 --lengths 32 64 --positions 8   # smoke run
     python bench/bench_oar_p.py           # with CUDA: bf16, 512/2048/4096, all positions, both shapes
 """
@@ -276,11 +276,12 @@ def _format_row(row: dict, packings: list[str]) -> str:
 
 def _defaults(args) -> None:
     """Fill the settings left unset: a GPU run is bf16, 512/2048/4096 tokens, every reasoning
-    position, both shapes; a CPU run float32, 128/512 tokens, 16 positions, Qwen2-0.5B."""
+    position, both shapes; a CPU run float32, 128/512 tokens, 8 positions, Qwen2-0.5B (about
+    2-3 minutes on one thread)."""
     gpu = args.device.startswith("cuda")
     args.dtype = args.dtype or ("bfloat16" if gpu else "float32")
     args.lengths = args.lengths or ([512, 2048, 4096] if gpu else [128, 512])
-    args.positions = (0 if gpu else 16) if args.positions is None else args.positions
+    args.positions = (0 if gpu else 8) if args.positions is None else args.positions
     args.shapes = args.shapes or (list(SHAPES) if gpu else ["qwen2-0.5b"])
     if not args.skip_captum:
         try:
@@ -297,7 +298,7 @@ def main(argv=None) -> None:
                              "on CPU, 512 2048 4096 on a GPU")
     parser.add_argument("--positions", type=int, default=None,
                         help="scored positions per trace, evenly spread (0: all reasoning tokens; "
-                             "default 16 on CPU, 0 on a GPU)")
+                             "default 8 on CPU, 0 on a GPU)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                         help="torch device (default: cuda when present)")
     parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
@@ -309,14 +310,15 @@ def main(argv=None) -> None:
     parser.add_argument("--max-batch-tokens", type=int, default=None,
                         help="token budget of one fast-engine forward (default: auto)")
     parser.add_argument("--skip-reference", action="store_true", help="do not run the reference")
-    parser.add_argument("--skip-captum", action="store_true", help="do not run captum")
-    parser.add_argument("--captum-mode", default="seq", choices=["seq", "tokens"],
-                        help="seq: one exact forward per ablation; tokens: captum's default "
-                             "token-by-token generation (inexact under transformers 5.x)")
+    parser.add_argument("--captum", default="off", choices=["off", "seq", "tokens"],
+                        help="also time captum: seq, one exact forward per ablation; tokens, "
+                             "captum's default token-by-token generation (inexact under "
+                             "transformers 5.x); default off")
     parser.add_argument("--clock", default="wall", choices=["wall", "cpu"],
                         help="wall seconds, or this process's CPU seconds (for a CPU run with "
                              "one thread on a shared machine)")
     args = parser.parse_args(argv)
+    args.skip_captum, args.captum_mode = args.captum == "off", args.captum
     if args.clock == "cpu":
         if args.device.startswith("cuda"):
             parser.error("--clock cpu times CPU work only; use wall time on a GPU")
