@@ -33,7 +33,8 @@ def free_memory(device: torch.device) -> int | None:
     return None
 
 
-def _text_config(model):
+def text_config(model):
+    """The model's (text) config: the language model's own for multimodal models."""
     config = getattr(model, "config", None)
     if config is not None and hasattr(config, "get_text_config"):
         config = config.get_text_config()
@@ -46,7 +47,7 @@ def bytes_per_token(model, probe_width: int, shortest_window: int) -> float:
     probe_width: K, the most probe sites of a row; shortest_window: the fewest tokens a copy
     brings (cache + window), at least 1.
     """
-    config = _text_config(model)
+    config = text_config(model)
     itemsize = next(model.parameters()).element_size()
     hidden = int(config.hidden_size)
     heads = int(config.num_attention_heads)

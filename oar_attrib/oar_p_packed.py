@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from .budget import text_config
 from .lm import logits_at
 from .probes import probe_importance, probe_values
 
@@ -46,18 +47,11 @@ class Copy:
         return self.end - self.start
 
 
-def _text_config(model):
-    config = getattr(model, "config", None)
-    if config is not None and hasattr(config, "get_text_config"):
-        config = config.get_text_config()
-    return config
-
-
 def mask_kind(model) -> str | None:
     """How this model takes a packed mask ("bool" or "additive"), or None if it cannot:
     another attention implementation, or layers that are not all plain causal attention
     (sliding windows or chunks would need their limits in the mask)."""
-    config = _text_config(model)
+    config = text_config(model)
     if config is None:
         return None
     layer_types = getattr(config, "layer_types", None) or []
@@ -72,7 +66,7 @@ def packed_key_limit(model) -> int:
     """Keys (C + N) of a packed forward at which its dense attention, 4 * heads * head_dim
     FLOPs per layer and query-key pair, costs as much as its linear layers, 2 * (parameters
     of a layer) FLOPs per token: ~8300 for Qwen2-0.5B, ~9000 for Qwen2.5-1.5B."""
-    config = _text_config(model)
+    config = text_config(model)
     layers = int(config.num_hidden_layers)
     embedding = config.vocab_size * config.hidden_size
     per_layer = max(sum(p.numel() for p in model.parameters()) - embedding, 1) / layers
