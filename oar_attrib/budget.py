@@ -12,7 +12,8 @@ shape. The rule (all sizes in bytes, `b` the model dtype's item size):
     budget     = FRACTION * free / per token, between the longest row and MAX_BATCH_TOKENS
 
 FRACTION = 0.5 leaves room for the clean pass's cache, which lives beside the forwards, and for
-the allocator's fragmentation. On a CUDA device `free` is `torch.cuda.mem_get_info`; elsewhere
+the allocator's fragmentation. On a CUDA device `free` is `torch.cuda.mem_get_info` plus the
+memory torch's allocator has reserved but not allocated; elsewhere
 (CPU, where a larger forward is no faster) the budget is CPU_BATCH_TOKENS.
 """
 from __future__ import annotations
@@ -26,10 +27,12 @@ _FLOAT32_WORK = 12  # bytes per logit beyond the model dtype: float32 copy, log-
 
 
 def free_memory(device: torch.device) -> int | None:
-    """Free bytes on `device`, or None where there is no such figure (CPU)."""
+    """Free bytes on `device`, or None where there is no such figure (CPU). On CUDA: what the
+    driver has free plus what torch's allocator holds but does not use (it is reused first)."""
     device = torch.device(device)
     if device.type == "cuda" and torch.cuda.is_available():
-        return int(torch.cuda.mem_get_info(device)[0])
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return int(torch.cuda.mem_get_info(device)[0]) + int(cached)
     return None
 
 
