@@ -189,7 +189,7 @@ def _score_group(model, clean: _Clean, group: list[int], reachable: torch.Tensor
         copies = [copy for index, row in enumerate(group)
                   for copy in plan_copies(index, reachable[row], int(sites.positions[row, 0]),
                                           int(sites.last[row]) + 1)]
-        limit = min(budget, max(packed_key_limit(model), 2 * width))
+        limit = min(budget, packed_key_limit(model, width, overhead))
         for forward in pack_copies(copies, width, limit, max(1, budget // width)):
             yield score_packed(model, clean, forward, probe, pad_token_id, kind)
         return

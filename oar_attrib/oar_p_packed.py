@@ -14,9 +14,9 @@ path's and the reference's up to float rounding. Each copy starts at its own
 s_c = min(t, q_1): nothing is recomputed that the definition does not need.
 
 The mask is a dense (N, C + N) tensor through the model's own attention (SDPA: boolean; eager:
-additive), so attention does N * (C + N) work of which only the blocks are needed; forwards are
-capped at `key_limit` keys, the length at which that extra work equals the linear layers'
-(see `packed_key_limit`). Models whose layers are not all plain causal attention, or whose
+additive), so attention does N * (C + N) work of which only the blocks are needed; forwards
+hold the number of new tokens that balances that work against a forward's fixed cost (see
+`packed_key_limit`). Models whose layers are not all plain causal attention, or whose
 attention implementation takes no 4D mask, use the padded path (`mask_kind`).
 """
 from __future__ import annotations
@@ -62,17 +62,27 @@ def mask_kind(model) -> str | None:
     return _PACKABLE_ATTENTION.get(getattr(config, "_attn_implementation", None))
 
 
-def packed_key_limit(model) -> int:
-    """Keys (C + N) of a packed forward at which its dense attention, 4 * heads * head_dim
-    FLOPs per layer and query-key pair, costs as much as its linear layers, 2 * (parameters
-    of a layer) FLOPs per token: ~8300 for Qwen2-0.5B, ~9000 for Qwen2.5-1.5B."""
+def attention_ratio(model) -> float:
+    """A: tokens of linear-layer work per query-key pair of attention work, 2 * (parameters of
+    a layer) FLOPs per token over 4 * heads * head_dim FLOPs per pair and layer: ~8300 for
+    Qwen2-0.5B, ~9000 for Qwen2.5-1.5B."""
     config = text_config(model)
     layers = int(config.num_hidden_layers)
     embedding = config.vocab_size * config.hidden_size
     per_layer = max(sum(p.numel() for p in model.parameters()) - embedding, 1) / layers
     heads = int(config.num_attention_heads)
     head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
-    return int(2 * per_layer / (4 * heads * head_dim))
+    return 2 * per_layer / (4 * heads * head_dim)
+
+
+def packed_key_limit(model, cache: int, overhead: float) -> int:
+    """Keys of a packed forward over `cache` clean slots: C + N with N = sqrt(overhead * A).
+
+    In linear-token units a forward of N new tokens costs overhead + N + N * (C + N) / A (its
+    dense attention sees every key); per new token that is overhead / N + 1 + (C + N) / A,
+    least at N = sqrt(overhead * A): ~360 new tokens per forward on CPU, ~1460 on a GPU for
+    Qwen2-0.5B."""
+    return cache + max(1, int((overhead * attention_ratio(model)) ** 0.5))
 
 
 def plan_copies(index: int, reachable: torch.Tensor, first_probe: int, end: int) -> list[Copy]:

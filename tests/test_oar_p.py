@@ -52,7 +52,7 @@ def test_packed_equals_reference(models, name, probe, monkeypatch):
     shapes = _packed_shapes(monkeypatch)
     for limit, budget in ((None, 22), (None, 4096), (10**6, 4096)):
         if limit is not None:
-            monkeypatch.setattr(oar_p_module, "packed_key_limit", lambda model: limit)
+            monkeypatch.setattr(oar_p_module, "packed_key_limit", lambda *args: limit)
         shapes.clear()
         fast = oar_p(model, batch, probe=probe, max_batch_tokens=budget, packing="packed")
         torch.testing.assert_close(fast, ref, atol=1e-4, rtol=1e-4)
@@ -84,7 +84,7 @@ def test_packed_with_eager_attention_and_left_padding_free_windows(monkeypatch):
     prompts (so copies of one forward start at different places)."""
     model = tiny_llama(seed=2, attn="eager")
     batch = make_batch(lengths=(26, 13, 20), prompt_len=(2, 5, 0))
-    monkeypatch.setattr(oar_p_module, "packed_key_limit", lambda model: 10**6)
+    monkeypatch.setattr(oar_p_module, "packed_key_limit", lambda *args: 10**6)
     for probe in PROBES:
         ref = oar_p_reference(model, batch, probe)
         fast = oar_p(model, batch, probe=probe, packing="packed", max_batch_tokens=200)
