@@ -43,6 +43,10 @@ _OVERHEAD_TOKENS_CPU = 16
 _OVERHEAD_TOKENS_ACCELERATOR = 256
 _SHIFTABLE_LAYERS = frozenset({"full_attention", "sliding_attention"})
 PACKINGS = ("auto", "packed", "padded")
+# Device types where packing="auto" packs (when the model takes it). Empty until a run of
+# bench/bench_oar_p.py shows packed faster there: on a GPU its dense block mask costs attention
+# over every key of the forward, against the padded rows' padding (docs/benchmarks.md).
+AUTO_PACKED_DEVICES: frozenset[str] = frozenset()
 
 
 # --------------------------------------------------------------------------------------------
@@ -125,8 +129,8 @@ def oar_p(model, batch: ScoringBatch, *, probe: str = "as_mean",
                       (default: 16 on CPU, 256 on accelerators). Changes speed, not results.
     packing:          "packed": copies' windows concatenated without padding under a block
                       mask (`oar_p_packed`); "padded": a padded row per copy; "auto": packed
-                      on accelerators where the model takes it, padded otherwise. Changes speed,
-                      not results.
+                      on the device types of AUTO_PACKED_DEVICES where the model takes it,
+                      padded otherwise. Changes speed, not results.
     Returns (B, L) float32 on the batch's device: >= 0 (or NaN if the model produced NaN) on
     scored positions of rows with an answer span, exactly 0 elsewhere.
     """
@@ -177,7 +181,7 @@ def _packing_kind(model, packing: str, device: torch.device) -> str | None:
     if packing == "packed" and kind is None:
         raise InputError("this model cannot take packed copies (its attention implementation "
                          "or layer kinds take no block mask); use packing='padded' or 'auto'")
-    return kind if packing == "packed" or device.type != "cpu" else None
+    return kind if packing == "packed" or device.type in AUTO_PACKED_DEVICES else None
 
 
 def _score_group(model, clean: _Clean, group: list[int], reachable: torch.Tensor,

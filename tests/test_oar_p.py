@@ -91,7 +91,7 @@ def test_packed_with_eager_attention_and_left_padding_free_windows(monkeypatch):
         torch.testing.assert_close(fast, ref, atol=1e-4, rtol=1e-4)
 
 
-def test_packing_falls_back_where_the_model_cannot_take_it():
+def test_packing_falls_back_where_the_model_cannot_take_it(monkeypatch):
     sliding = tiny_qwen2(seed=3, tie=False, use_sliding_window=True, sliding_window=5,
                          max_window_layers=1)
     assert oar_p_module.mask_kind(sliding) is None
@@ -99,8 +99,9 @@ def test_packing_falls_back_where_the_model_cannot_take_it():
         oar_p(sliding, make_batch(), packing="packed")
     with pytest.raises(InputError, match="packing='zip'"):
         oar_p(tiny_qwen2(), make_batch(), packing="zip")
-    # auto: packed on accelerators where the model takes it, padded on CPU and elsewhere.
+    # auto: packed on the device types listed, where the model takes it; padded elsewhere.
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    monkeypatch.setattr(oar_p_module, "AUTO_PACKED_DEVICES", frozenset({"cuda"}))
     assert oar_p_module._packing_kind(sliding, "auto", cuda) is None
     assert oar_p_module._packing_kind(tiny_qwen2(), "auto", cuda) == "bool"
     assert oar_p_module._packing_kind(tiny_qwen2(), "auto", cpu) is None
