@@ -9,7 +9,7 @@ import oar_attrib.models as models_module
 from oar_attrib import load_model
 from oar_attrib.attribution import attribute
 from oar_attrib.cli import main
-from oar_attrib.analysis.agreement import spearman
+from oar_attrib.metrics import spearman
 from oar_attrib.world import generate_problems
 
 
