@@ -88,6 +88,7 @@ def attribute(
     step_unit=AUTO,
     fmt: str | None = None,
     pattern=None,
+    max_batch_tokens: int | None = None,
 ) -> AttributionBatch:
     """Token importances, weights and credit metrics of each response.
 
@@ -107,6 +108,9 @@ def attribute(
         sentence, a regex; default auto: lines, or sentences when the reasoning is one line,
         as the arithmetic world's is, so each `x=a+b=n.` clause is a step). Sets each trace's
         `steps` and the steps step-level methods (`oar_p_step`) perturb.
+    max_batch_tokens: the token budget per forward of the methods that take one (OAR-P);
+        None sizes it from the device's free memory (`budget.auto_batch_tokens`).
+        `method_params[method]["max_batch_tokens"]` wins over it.
     Responses whose answer span is not found get weight 1 everywhere and the flag
     `no_answer_span`; one whose answer starts it after an empty prompt (no position predicts
     the answer) is treated the same, flagged `no_predicting_position`. Non-finite importances
@@ -126,6 +130,9 @@ def attribute(
     for method in methods:
         get_method(method)
     params, gating = method_params or {}, {"tau": tau, "beta": beta, "w_min": w_min}
+    if max_batch_tokens is not None:
+        params = {**params, **{m: {"max_batch_tokens": max_batch_tokens, **params.get(m, {})}
+                               for m in methods if method_spec(m).token_budget}}
     out = AttributionBatch()
     starts = range(0, len(prompts), batch_size)
     bar = tqdm(total=len(prompts), desc="attribute", unit="trace", disable=not progress)

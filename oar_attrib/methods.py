@@ -52,7 +52,8 @@ class MethodSpec:
         alone rather than failing on the budget; `generators` go in when the method is random."""
         out = {name: getattr(settings, name) for name in self.train_params}
         if self.token_budget:
-            out["max_batch_tokens"] = max(int(settings.max_batch_tokens), longest)
+            budget = settings.max_batch_tokens  # None: the method sizes it (OAR-P: auto)
+            out["max_batch_tokens"] = None if budget is None else max(int(budget), longest)
         if self.random and generators is not None:
             out["generator"] = list(generators)
         return out

@@ -6,6 +6,7 @@ import json
 import sys
 
 from ..analysis.sets import DEFAULT_SETS, RECALL_SETS
+from ..configs import add_budget_arg, add_dtype_arg
 from .choices import method_name, probe_name
 
 
@@ -49,6 +50,16 @@ def run_steps(args: argparse.Namespace, model, tokenizer) -> int:
     return 0
 
 
+def budget_params(max_batch_tokens: int | None) -> dict | None:
+    """`method_params` giving every method that takes a token budget `max_batch_tokens`."""
+    if max_batch_tokens is None:
+        return None
+    from ..methods import available_methods, method_spec
+
+    return {m: {"max_batch_tokens": max_batch_tokens} for m in available_methods()
+            if method_spec(m).token_budget}
+
+
 def run(args: argparse.Namespace) -> int:
     from ..models import load_model
     from ..analysis.recall import oracle_recall
@@ -56,12 +67,13 @@ def run(args: argparse.Namespace) -> int:
     if args.resample_samples < 1:
         print(f"oar recall: --resample-samples must be >= 1, got {args.resample_samples}", file=sys.stderr)
         return 2
-    model, tokenizer = load_model(args.model, device=args.device)
+    model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
     if args.granularity == "step":
         return run_steps(args, model, tokenizer)
     report = oracle_recall(model, tokenizer, n=args.n, seed=args.seed, preset=args.preset or "recall",
                            methods=args.methods, probe=args.probe, progress=not args.no_progress,
-                           sets=args.sets, cf_positions=args.cf_positions)
+                           sets=args.sets, cf_positions=args.cf_positions,
+                           method_params=budget_params(args.max_batch_tokens))
     if args.json:
         print(json.dumps(report.as_dict()))
         return 0
@@ -99,6 +111,8 @@ def add_parser(sub) -> None:
                     help="counterfactual set: scored positions tested per trace (one greedy "
                          "regeneration each)")
     rc.add_argument("--device", default=None, help="torch device (default: CPU)")
+    add_dtype_arg(rc)
+    add_budget_arg(rc)
     rc.add_argument("--json", action="store_true", help="print one JSON object")
     rc.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     rc.set_defaults(func=run)

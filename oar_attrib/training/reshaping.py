@@ -22,6 +22,7 @@ from typing import Sequence
 import torch
 
 from oar_attrib.batch import ScoringBatch
+from oar_attrib.budget import CPU_BATCH_TOKENS
 from oar_attrib.inputs import EncodedPair, pair_from_offsets, pairs_to_batch
 from oar_attrib.lm import eval_mode
 from oar_attrib.methods import method_spec
@@ -39,8 +40,8 @@ class ReshapeSettings:
     tau: float = 0.4
     beta: float = 2.0
     w_min: float = 0.1
-    noise_std: float = 1e-3
-    max_batch_tokens: int = 16384
+    noise_std: float | None = None  # None: OAR-G's relative noise
+    max_batch_tokens: int | None = None  # None: OAR-P's auto budget; rows grouped by 16384
     weighting: str | None = None
     rho: float = 0.2
     answer_format: str = "auto"
@@ -161,7 +162,7 @@ def batch_importances(model, batch: ScoringBatch, pairs: list[EncodedPair], sett
     spec = method_spec(settings.method)
     lengths = [p.length for p in pairs]
     device = next(model.parameters()).device
-    for group in _chunks(rows, lengths, settings.max_batch_tokens):
+    for group in _chunks(rows, lengths, settings.max_batch_tokens or CPU_BATCH_TOKENS):
         sub = batch.select(group).to(device)
         generators = [torch.Generator().manual_seed(sample_seed(settings.seed, pairs[r].prompt_ids,
                                                                 pairs[r].response_ids)) for r in group]
