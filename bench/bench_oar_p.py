@@ -35,16 +35,12 @@ PAD_ID = 151643  # Qwen2's <|endoftext|>, its pad token
 
 def build_model(layers: int, device: str, dtype: torch.dtype):
     """Qwen2-0.5B shapes, random weights, eval mode."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from oar_attrib.models import random_qwen2
 
-    config = Qwen2Config(
-        vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=layers,
-        num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
-        tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1e6},
-        pad_token_id=PAD_ID,
-    )
-    torch.manual_seed(0)
-    return Qwen2ForCausalLM(config).to(device=device, dtype=dtype).eval()
+    model = random_qwen2(151936, hidden=896, intermediate=4864, layers=layers, heads=14, kv_heads=2,
+                         max_positions=32768, init_std=0.02, pad_id=PAD_ID, dtype=dtype,
+                         rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+    return model.to(device)
 
 
 def make_trace(response_len: int, n_positions: int, seed: int, prompt_len: int = 64,

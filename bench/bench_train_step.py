@@ -97,18 +97,14 @@ def cpu_setup(model: str):
 
 
 def gpu_setup(tokens: int):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from oar_attrib.models import random_qwen2
 
     tok = world_tokenizer(320)
-    config = Qwen2Config(
-        vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-        num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
-        tie_word_embeddings=True, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-    )
 
     def make():
-        torch.manual_seed(0)
-        return Qwen2ForCausalLM(config).to(torch.bfloat16)
+        return random_qwen2(151936, hidden=896, intermediate=4864, layers=24, heads=14, kv_heads=2,
+                            max_positions=32768, init_std=0.02, pad_id=tok.pad_token_id,
+                            eos_id=tok.eos_token_id, dtype=torch.bfloat16)
 
     problems = generate_problems(2000, WORLD_PRESET, seed=0)  # covers every run's prompts
     desc = f"Qwen2-0.5B shape, bf16, {tokens}-token completions"

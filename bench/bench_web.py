@@ -36,9 +36,7 @@ serve(create_app(sys.argv[1]), "127.0.0.1", 0)
 def build_store(path: Path, n_problems: int) -> None:
     """A demo-like run: right and wrong answers to world problems, five methods, attributed
     by a random 2-layer model over a world tokenizer (the page sizes match the demo's)."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
+    from oar_attrib.models import random_qwen2
     from oar_attrib.webapp.demo import DemoConfig, write_problem_run
     from oar_attrib.store import Store
     from oar_attrib.world import generate_problems
@@ -46,10 +44,7 @@ def build_store(path: Path, n_problems: int) -> None:
 
     problems = generate_problems(n_problems, "default", seed=0, split="test")
     tokenizer = build_tokenizer([p.prompt + p.solution for p in problems], 280)
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)).eval()
+    model = random_qwen2(len(tokenizer), hidden=64, max_positions=512, init_std=0.02, tie=False)
     owners = [p for p in problems for _ in (0, 1)]
     texts = [t for p in problems
              for t in (p.solution, p.solution.replace(f"#### {p.answer}", f"#### {p.answer + 1}"))]

@@ -24,7 +24,7 @@ from typing import Sequence
 
 import torch
 
-from .generation import eos_ids as _eos_ids, left_pad as _left_pad
+from .generation import continue_rows, cut_at_stop, stop_ids
 from .batch import ScoringBatch
 from .errors import InputError
 from .lm import eval_mode, model_device
@@ -74,26 +74,17 @@ def _prefixes(ids: list[int], start: int, end: int, pad_id: int, removal: str) -
     return kept, removed
 
 
-def _sample(model, rows: list[list[int]], n: int, *, pad_id: int, eos: set[int], max_new_tokens: int,
+def _sample(model, rows: list[list[int]], n: int, *, pad_id: int, eos: list[int], max_new_tokens: int,
             temperature: float, batch_size: int, seed: int, bar) -> list[list[int]]:
     """n sampled continuations of each row (row-major), cut before the first EOS."""
-    from transformers import GenerationConfig
-
-    device = model_device(model)
-    config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=True, temperature=temperature,
-                              top_k=None, top_p=None, num_beams=1, pad_token_id=pad_id,
-                              eos_token_id=sorted(eos) or None)
     per_call = max(1, batch_size // n)
     tails: list[list[int]] = []
     for i in range(0, len(rows), per_call):
         chunk = rows[i:i + per_call]
-        ids, attn = _left_pad(chunk, pad_id, device)
         torch.manual_seed(seed + i)  # generate draws from the global generator
-        out = model.generate(input_ids=ids, attention_mask=attn, generation_config=config,
-                             num_return_sequences=n)
-        for row in out[:, ids.shape[1]:].tolist():
-            stop = next((k for k, tok in enumerate(row) if tok in eos), len(row))
-            tails.append(row[:stop])
+        out = continue_rows(model, chunk, pad_id, max_new_tokens=max_new_tokens, do_sample=True,
+                            temperature=temperature, num_return_sequences=n, eos_token_id=eos or None)
+        tails.extend(cut_at_stop(row, eos, keep=False) for row in out.tolist())
         bar.update(len(chunk) * n)
     return tails
 
@@ -134,7 +125,7 @@ def resample_steps(model, tokenizer, batch: ScoringBatch, *, n_samples: int = 8,
                 f"{2 * n_samples * len(steps[r])} rollouts, over max_rollouts={max_rollouts}; lower "
                 "n_samples or raise max_rollouts")
     pad_id = int(batch.pad_token_id)
-    eos = _eos_ids(model, tokenizer)
+    eos = stop_ids(model, tokenizer)
     total = sum(2 * n_samples * len(s) for s in steps.values())
     bar = tqdm(total=total, desc="resample", unit="rollout", disable=not progress)
     out: list[list[StepResample]] = [[] for _ in range(batch.input_ids.shape[0])]

@@ -4,7 +4,6 @@ import json
 import numpy as np
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 import oar_attrib as oa
 from oar_attrib import cli
@@ -12,6 +11,7 @@ from oar_attrib.attribution import AttributionBatch, attribute, compute_weights
 from oar_attrib.errors import InputError, TokenizerError, UnknownNameError
 from oar_attrib.inputs import encode_pairs
 from oar_attrib.methods import available_methods, get_method
+from oar_attrib.models import random_qwen2
 from oar_attrib.analysis.recall import EXPECTED, oracle_token_mask, summarize, trace_recall
 from oar_attrib.world import generate_problems
 from oar_attrib.world.tokenizer import build_tokenizer
@@ -119,10 +119,7 @@ def test_too_long_response_is_a_clear_error(model, tokenizer, problems):
 
 
 def test_nan_logits_are_flagged_not_gated(tokenizer, problems):
-    torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=False)
-    broken = Qwen2ForCausalLM(config).eval()
+    broken = random_qwen2(len(tokenizer), layers=1, heads=2, kv_heads=2, tie=False)
     with torch.no_grad():
         broken.lm_head.weight.fill_(float("nan"))
     p = problems[0]

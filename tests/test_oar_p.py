@@ -1,7 +1,6 @@
 """The fast OAR-P engine against the brute-force reference, and its contract."""
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 import oar_attrib.oar_p as oar_p_module
 from oar_attrib.batch import ScoringBatch
@@ -9,7 +8,7 @@ from oar_attrib.errors import InputError
 from oar_attrib.lm import logits_at
 from oar_attrib.oar_p import oar_p, oar_p_reference
 from oar_attrib.probes import PROBES, probe_sites
-from models import PAD_ID, _common, make_batch, tiny_llama, tiny_qwen2
+from models import PAD_ID, make_batch, tiny_llama, tiny_qwen2
 
 BUILDERS = {"qwen2": tiny_qwen2, "llama": tiny_llama}
 
@@ -110,10 +109,8 @@ def test_logits_at_equals_full_logits_with_and_without_logits_to_keep(models):
 
 
 def test_sliding_window_model_equals_reference():
-    torch.manual_seed(3)
-    config = Qwen2Config(**_common(128, 32, 2, 256), use_sliding_window=True, sliding_window=5,
-                         max_window_layers=1)
-    model = Qwen2ForCausalLM(config).eval()
+    model = tiny_qwen2(seed=3, tie=False, use_sliding_window=True, sliding_window=5,
+                       max_window_layers=1)
     batch = make_batch()
     ref = oar_p_reference(model, batch, "as_mean")
     for overhead in (0, 10**6):

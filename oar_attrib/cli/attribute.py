@@ -74,12 +74,20 @@ def judge_record(record) -> tuple | Skip:
 def judge_tokens(tokenizer, prompt, response, fmt: str) -> Skip | None:
     """A Skip when the pair cannot be encoded as one scoring row (too long, chat without a
     template, ...), else None. Tokenizing here costs little next to attribution."""
+    import logging
+
     from ..inputs import _default_max_length, encode_pair
 
+    # transformers warns of a text longer than the model here; the skip report says it instead.
+    quiet = logging.getLogger("transformers.tokenization_utils_base")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
     try:
         pair = encode_pair(tokenizer, prompt, response, fmt=fmt)
     except (InputError, TokenizerError) as err:
         return Skip(str(err), "unscorable")
+    finally:
+        quiet.setLevel(level)
     limit = _default_max_length(tokenizer)
     if limit is not None and pair.length > limit:
         return Skip(f"{pair.length} tokens, more than the model's {limit}; shorten it", "too_long")

@@ -20,6 +20,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
+from oar_attrib.generation import continue_rows
 from oar_attrib.world.evaluation import evaluate_world
 
 
@@ -141,14 +142,7 @@ def _complete(model, tokenizer, prompts, max_new_tokens: int, samples: int = 0,
                                                  return_dict=True)["input_ids"]
         return tokenizer(prompt)["input_ids"]
 
-    ids = [encode(p) for p in prompts]
-    width = max(map(len, ids))
-    pad = tokenizer.pad_token_id
-    input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in ids], device=model.device)
-    starts = torch.tensor([width - len(r) for r in ids], device=model.device)
-    mask = torch.arange(width, device=model.device)[None] >= starts[:, None]  # left padding
-    sampling = dict(do_sample=True, temperature=temperature, num_return_sequences=samples) if samples \
-        else dict(do_sample=False, temperature=None)
-    out = model.generate(input_ids=input_ids, attention_mask=mask.long(), max_new_tokens=max_new_tokens,
-                         pad_token_id=pad, top_k=None, top_p=None, **sampling)
-    return tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
+    new = continue_rows(model, [encode(p) for p in prompts], tokenizer.pad_token_id,
+                        max_new_tokens=max_new_tokens, do_sample=samples > 0, temperature=temperature,
+                        num_return_sequences=max(samples, 1))
+    return tokenizer.batch_decode(new, skip_special_tokens=True)

@@ -24,9 +24,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2ForCausalLM
 
 from oar_attrib.configs import add_dataclass_args, dataclass_from_args
+from oar_attrib.models import random_qwen2
 from oar_attrib.world.evaluation import evaluate_world
 from oar_attrib.world import PRESETS, WorldConfig, generate_problems
 from oar_attrib.spans import ANSWER, REASONING, locate_answer, segment_tokens
@@ -151,13 +152,12 @@ def weighted_loss(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Ten
 
 
 def build_model(cfg: PretrainConfig, vocab: int, pad_id: int, eos_id: int) -> Qwen2ForCausalLM:
-    config = Qwen2Config(
-        vocab_size=vocab, hidden_size=cfg.hidden, intermediate_size=4 * cfg.hidden,
-        num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
-        num_key_value_heads=cfg.heads, max_position_embeddings=512, tie_word_embeddings=True,
-        pad_token_id=pad_id, eos_token_id=eos_id, bos_token_id=eos_id, rope_theta=10000.0,
-    )
-    return Qwen2ForCausalLM(config)
+    """A random Qwen2 of `cfg`'s size, drawn from the global RNG (seeded by the caller)."""
+    model = random_qwen2(vocab, seed=None, hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads,
+                         kv_heads=cfg.heads, intermediate=4 * cfg.hidden, max_positions=512,
+                         init_std=0.02, pad_id=pad_id, eos_id=eos_id, bos_token_id=eos_id,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    return model.train()
 
 
 def lr_at(step: int, cfg: PretrainConfig) -> float:

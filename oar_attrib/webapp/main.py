@@ -54,7 +54,6 @@ def _start_live(app: FastAPI, model, settings: WebSettings) -> threading.Thread 
         return None
     if isinstance(model, (tuple, list)):
         lm, tokenizer = model
-        check_pair(lm, tokenizer)  # the check load_model makes, for a pair given directly
         name = getattr(getattr(lm, "config", None), "name_or_path", "") or type(lm).__name__
         app.state.live = _attributor(lm, tokenizer, name, settings)
         return None
@@ -75,7 +74,8 @@ def _start_live(app: FastAPI, model, settings: WebSettings) -> threading.Thread 
 
 
 def _error(request: Request, status: int, message: str, headers=None):
-    """A JSON error under /api, an HTML error page elsewhere."""
+    """A JSON error under /api, an HTML error page elsewhere (the one path of every error)."""
+    message = _printable(message)
     if request.url.path.startswith("/api/"):
         return JSONResponse({"detail": message}, status_code=status, headers=headers)
     templates: Jinja2Templates = request.app.state.templates
@@ -146,6 +146,8 @@ def create_app(store_path: str | Path, model=None, *, settings: WebSettings | No
     first request, when the path is not a readable store.
     """
     settings = settings or WebSettings()
+    if isinstance(model, (tuple, list)):
+        check_pair(*model)  # the check load_model makes, for a pair given directly
     path = Path(store_path)
     Store(path, readonly=True).close()
 
