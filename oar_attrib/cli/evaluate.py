@@ -46,13 +46,13 @@ def run(args: argparse.Namespace) -> int:
     if args.group_size < 0 or args.samples < 0:
         raise InputError("--group-size and --samples must be 0 (off) or more")
     if args.data is not None:
-        from ..training.math_eval import evaluate_math
-
-        model, tokenizer = load_model(args.model, device=args.device)
-        result = evaluate_math(model, tokenizer, args.data, n=args.n, samples=args.samples,
-                               temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                               batch_size=args.batch_size, seed=args.seed, progress=not args.no_progress)
-        _print({"model": args.model, **result}, args.json)
+        # JSONL math sets are scored with the training prompts and reward, so the training
+        # package (which the core never imports) registers the handler with its `oar train`.
+        evaluate_data = getattr(args, "evaluate_data", None)
+        if evaluate_data is None:
+            raise InputError("--data needs oar_attrib.training (the `oar train` command), which "
+                             "is not installed here; reinstall oar-attrib")
+        _print({"model": args.model, **evaluate_data(args)}, args.json)
         return 0
     from ..world.evaluation import evaluate_world
 

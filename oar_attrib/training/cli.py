@@ -102,7 +102,21 @@ def add_train_command(subparsers) -> argparse.ArgumentParser:
     # The subparsers action builds every parser with its own class; this one takes settings
     # among its flags (the `oar` parser hands it its whole tail through parse_known_args).
     parser.__class__ = TrainArgumentParser
-    return _configure(parser)
+    _configure(parser)
+    _serve_eval_data(subparsers)
+    return parser
+
+
+def _serve_eval_data(subparsers) -> None:
+    """`oar eval --data FILE` scores JSONL math sets with this package's prompts and reward;
+    the core's `oar eval` calls the handler set here (it never imports training itself)."""
+    def evaluate_data(args):
+        from .math_eval import evaluate_data_command
+
+        return evaluate_data_command(args)
+
+    if "eval" in subparsers.choices:
+        subparsers.choices["eval"].set_defaults(evaluate_data=evaluate_data)
 
 
 def _flag_overrides(args: argparse.Namespace) -> list[str]:
