@@ -110,6 +110,13 @@ class TraceAttribution:
                 frame[f"score_{method}_{how}"] = self.step_scores(method, how)
         return frame
 
+    def to_html(self, path, method: str | None = None):
+        """Write this trace's view (steps, tokens, step x method table) as ONE self-contained
+        HTML file that loads nothing when opened; returns its path (`export.write_html`)."""
+        from .export import write_html
+
+        return write_html(self, path, method)
+
     def to_frame(self):
         """pandas DataFrame, one row per response token."""
         import pandas as pd

@@ -94,7 +94,12 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def add_train_command(subparsers) -> argparse.ArgumentParser:
-    """Register `train` on the subparsers of the `oar` command line."""
+    """Register `eval` and `train` on the subparsers of the `oar` command line (`oar eval`
+    scores a model with the evaluators and rewards training logs with, so it lives here and
+    the core command line stays free of the training package); returns the `train` parser."""
+    from .evaluate_cli import add_parser as add_eval_command
+
+    add_eval_command(subparsers)
     parser = subparsers.add_parser(
         "train", help="reshaped GRPO training (OAR) on TRL", description=__doc__.split("\n\n")[0],
         epilog=EPILOG, formatter_class=DefaultsHelpFormatter,
@@ -102,21 +107,7 @@ def add_train_command(subparsers) -> argparse.ArgumentParser:
     # The subparsers action builds every parser with its own class; this one takes settings
     # among its flags (the `oar` parser hands it its whole tail through parse_known_args).
     parser.__class__ = TrainArgumentParser
-    _configure(parser)
-    _serve_eval_data(subparsers)
-    return parser
-
-
-def _serve_eval_data(subparsers) -> None:
-    """`oar eval --data FILE` scores JSONL math sets with this package's prompts and reward;
-    the core's `oar eval` calls the handler set here (it never imports training itself)."""
-    def evaluate_data(args):
-        from .math_eval import evaluate_data_command
-
-        return evaluate_data_command(args)
-
-    if "eval" in subparsers.choices:
-        subparsers.choices["eval"].set_defaults(evaluate_data=evaluate_data)
+    return _configure(parser)
 
 
 def _flag_overrides(args: argparse.Namespace) -> list[str]:

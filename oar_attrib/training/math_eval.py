@@ -28,12 +28,3 @@ def evaluate_math(model, tokenizer, path: str | Path, *, n: int | None = None, s
         result |= {"samples": samples, "temperature": temperature}
     return result
 
-
-def evaluate_data_command(args) -> dict:
-    """`oar eval --data`: the model of `args` on the JSONL set `args.data` (see evaluate_math)."""
-    from oar_attrib.models import load_model
-
-    model, tokenizer = load_model(args.model, device=args.device)
-    return evaluate_math(model, tokenizer, args.data, n=args.n, samples=args.samples,
-                         temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                         batch_size=args.batch_size, seed=args.seed, progress=not args.no_progress)

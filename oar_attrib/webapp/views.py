@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from oar_attrib.step_view import text_pieces as _pieces
 from oar_attrib.store import TraceRecord
 from oar_attrib.normalise import log1p_minmax
 from oar_attrib.store.records import json_float, json_floats
@@ -46,21 +47,6 @@ def token_title(token: str, score, weight, advantage) -> str:
     the page script (`tokenTitle`) writes the same fields when the method changes."""
     return (f"token {json.dumps(token, ensure_ascii=False)} | score {_fmt(score, '.4g')} | "
             f"weight {_fmt(weight, '.3f')} | reshaped advantage {_fmt(advantage, '.4g')}")
-
-
-def _pieces(response: str, offsets) -> list[dict]:
-    """The response cut into untokenised gaps and tokens, in order. A token's text is the
-    part of its span not already shown (byte-level tokens can share a character)."""
-    pieces, cursor = [], 0
-    for i, (start, end) in enumerate(offsets):
-        if start > cursor:
-            pieces.append({"index": None, "text": response[cursor:start]})
-        shown_from = max(start, cursor)
-        pieces.append({"index": i, "text": response[shown_from:end] if end > shown_from else ""})
-        cursor = max(cursor, end)
-    if cursor < len(response):
-        pieces.append({"index": None, "text": response[cursor:]})
-    return pieces
 
 
 def trace_view(record: TraceRecord, method: str | None, oracle_set: str) -> dict:
