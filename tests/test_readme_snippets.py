@@ -43,6 +43,11 @@ NOT_RUN = {
         "the measured 300-step run (1010 s); the Run block's same command runs here",
     "oar train --preset arith-tiny --method none  --output-dir runs/curve-none":
         "the measured 300-step run (958 s); the Run block's same command runs here",
+    "oar experiment run arith-tiny-grid":
+        "18 training runs (6 methods x 3 seeds); tests/test_experiment.py runs the runner on a small grid",
+    "oar experiment report arith-tiny-grid": "reports the 18 runs of the command above",
+    "oar web --store runs/experiments.db": "a web server that runs until stopped, on the grid's store",
+    "oar experiment run my-grid.yaml": "a grid file of the user's own (my-grid.yaml), not in the repository",
 }
 # Python blocks that are compiled but not run, by a line they contain.
 PYTHON_NOT_RUN = {
