@@ -27,8 +27,9 @@ except FileNotFoundError:
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(SHARED is None, reason=(
     "shared data and tokenizer not present (set OAR_SHARED to the folder with data/ and "
     "tokenizers/)"))]
-# The fast token methods: OAR-P and the full-vocabulary entropy cost minutes at 4000 tokens on
-# a CPU; the page's size and cost do not depend on which methods filled it.
+# The fast token methods: OAR-P, step-level OAR-P and the full-vocabulary entropy each cost
+# minutes at 4000 tokens on a CPU (scripts/build_long_store.py runs them all); what the pages
+# draw does not depend on which methods filled the store.
 LONG_METHODS = ("oar_g", "grail", "ig", "random")
 BASE = "http://127.0.0.1"
 SCRIPT = "<script>alert('step')</script>"

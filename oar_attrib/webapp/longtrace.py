@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-TOKEN_METHODS = ("oar_p", "oar_g", "entropy", "grail", "ig", "random")
+TOKEN_METHODS = ("oar_p", "oar_p_step", "oar_g", "entropy", "grail", "ig", "random")
 _GSM8K_FINAL = re.compile(r"\n?####\s*(.+)\s*$")
 
 
