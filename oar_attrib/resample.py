@@ -27,7 +27,7 @@ import torch
 from .generation import continue_rows, cut_at_stop, stop_ids
 from .batch import ScoringBatch
 from .errors import InputError
-from .lm import eval_mode, model_device
+from .lm import eval_mode
 from .methods import register_method
 from .spans import locate_answer
 

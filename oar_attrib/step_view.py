@@ -113,7 +113,7 @@ def _top_tokens(scores: np.ndarray, steps: list[Step], k: int) -> list[list[int]
 
 def _agreement(scores: dict[str, list], n_reasoning_steps: int) -> dict:
     """Spearman rank correlation of every two methods' reasoning-step scores."""
-    from .analysis.agreement import spearman
+    from .metrics import spearman
 
     methods = list(scores)
     matrix = [[None] * len(methods) for _ in methods]

@@ -552,7 +552,7 @@ def test_train_checks_override_types_in_dry_run(capsys):
 def test_train_resume_and_config_are_checked_first(tmp_path, capsys):
     _one_line_error(["train", "--resume", str(tmp_path / "nope")], capsys, "no checkpoint folder")
     _one_line_error(["train", "--resume", "latest", f"output_dir={tmp_path}"], capsys,
-                    "no checkpoint-* folder")
+                    "no checkpoint-N folder")
     binary = tmp_path / "config.yaml"
     binary.write_bytes(bytes(range(256)))
     _one_line_error(["train", "--config", str(binary), "--dry-run"], capsys, "not a text file")

@@ -25,7 +25,7 @@ SHARED = Path(__file__).resolve().parents[2] / "shared"
 PLOTLY = "application/vnd.plotly.v1+json"
 CELL_TIMEOUT = 240
 # Variables the notebooks read: the tests set them explicitly, whatever the caller's shell has.
-NOTEBOOK_ENV = ("OAR_RUN_STORE", "OAR_SHARED")
+NOTEBOOK_ENV = ("OAR_RUN_STORE", "OAR_SHARED", "OAR_EXPERIMENT_STORE", "OAR_EXPERIMENT")
 
 
 def run_notebook(name: str, **env: str) -> tuple[nbformat.NotebookNode, dict]:
@@ -67,7 +67,8 @@ def bundled():
 
 def test_notebooks_are_committed_without_outputs():
     names = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
-    assert names == ["01_attribution_recall.ipynb", "02_reshaping.ipynb", "03_your_model.ipynb"]
+    assert names == ["01_attribution_recall.ipynb", "02_reshaping.ipynb", "03_your_model.ipynb",
+                     "04_steps.ipynb", "05_experiment.ipynb"]
     for name in names:
         nb = nbformat.read(NOTEBOOKS / name, as_version=4)
         nbformat.validate(nb)
@@ -229,3 +230,46 @@ def test_03_your_model():
     assert set(line) == {"oar_p", "oar_g"}
     by_len = sorted(traces.values(), key=lambda r: r["scored"])
     np.testing.assert_allclose(plotly_array(line["oar_p"]["x"]), [r["scored"] for r in by_len])
+
+
+def _shared_above() -> Path | None:
+    """The `shared/` with tokenizers that notebook 04 finds by walking up (or $OAR_SHARED)."""
+    if os.environ.get("OAR_SHARED"):
+        return Path(os.environ["OAR_SHARED"])
+    return next((p / "shared" for p in NOTEBOOKS.parents if (p / "shared" / "tokenizers").is_dir()), None)
+
+
+@pytest.mark.skipif(_shared_above() is None, reason="shared tokenizer and data not present")
+def test_04_steps():
+    nb, s = run_notebook("04_steps.ipynb", OAR_SHARED=str(_shared_above()))
+    assert s["steps_cover"] and s["constant_within_steps"] and s["step_scores_match_attribute"]
+    assert s["perturbations"] == {"token": s["n_reasoning"], "step": s["n_steps"]}
+    assert 1 < s["n_steps"] < s["n_reasoning"] < s["n_tokens"]
+    assert s["ratio"] > 1 and s["step_seconds"] > 0
+    (figure,) = plotly_outputs(nb)
+    assert len(plotly_array(figure["data"][0]["y"])) == s["n_steps"]
+
+
+def test_05_experiment_reads_an_experiment_store(tmp_path):
+    from oar_attrib.store.experiments import ExperimentStore
+
+    spec = {"steps": 2, "eval_every": 1, "eval_presets": ["default"], "world_seed": 0, "preset": "arith-tiny",
+            "base": {"run": {"eval_samples": 2}, "trainer": {}}}
+    finals = {"none": [0.50, 0.55, 0.40], "oar_g": [0.60, 0.50, 0.45]}
+    with ExperimentStore(tmp_path / "exp.db") as db:
+        exp = db.ensure_experiment("grid", spec)
+        for method, values in finals.items():
+            for seed, final in enumerate(values):
+                cell = db.ensure_cell(exp, method, seed, {"method": method})
+                for step, acc in ((0, 0.3), (1, 0.35), (2, final)):
+                    db.add_points(cell, step, {"eval/accuracy/default": acc, "eval/accuracy_sampled/default": acc})
+                for step in (1, 2):
+                    db.add_points(cell, step, {"step_seconds": 1.5, "reward": 0.5, "entropy": 0.2,
+                                               "oar/ess_ratio": 1.0 if method == "none" else 0.7})
+    nb, s = run_notebook("05_experiment.ipynb", OAR_EXPERIMENT_STORE=str(tmp_path / "exp.db"),
+                         OAR_EXPERIMENT="grid")
+    expected = np.mean(np.subtract(finals["oar_g"], finals["none"]))
+    assert s["metric"] == "eval/accuracy_sampled/default"
+    assert s["paired"]["oar_g"] == pytest.approx(expected) and s["recomputed"]["oar_g"] == pytest.approx(expected)
+    assert s["finals"]["none"] == {str(i): v for i, v in enumerate(finals["none"])}
+    assert len(plotly_outputs(nb)) == 2

@@ -12,7 +12,8 @@ method's score is constant per step, so every pooling but `sum` gives it back).
   a trace, ties counted 1/2 (random expectation 0.5). Teacher-forced methods hold the later
   steps fixed, so an upstream step has no direct effect: they should sit near 0.5; resampling
   regenerates the later steps and should rank it above the distractor.
-Means over traces with 95% bootstrap intervals.
+Means over traces with 95% bootstrap intervals; `by_outcome` gives the upstream AUC on the
+traces the model got right and wrong apart.
 """
 from __future__ import annotations
 
@@ -93,7 +94,7 @@ class StepRecallReport:
 
     SUMMARY_FIELDS: ClassVar[tuple[str, ...]] = (
         "granularity", "preset", "pool", "methods", "random", "n", "n_scored", "accuracy", "skipped",
-        "resample")
+        "by_outcome", "resample")
     granularity: str
     preset: str
     pool: str
@@ -103,6 +104,7 @@ class StepRecallReport:
     n_scored: int
     accuracy: float
     skipped: dict
+    by_outcome: dict
     resample: dict
     traces: AttributionBatch = field(default_factory=AttributionBatch, repr=False)
     oracles: list = field(default_factory=list, repr=False)
@@ -145,8 +147,13 @@ def step_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "up
             per_trace.append(trace_step_recall(trace, oracle, pool))
     used = [t for t in per_trace if t is not None]
     summary = {m: {k: _summary([t[m][k] for t in used], seed) for k in STEP_METRICS} for m in methods}
+    # The oracle's dependency path is the problem's; on a wrong trace the model may not have
+    # followed it, so the upstream AUC is also given on right and wrong traces apart.
+    by_outcome = {m: {outcome: _summary([t[m]["upstream"] for t, ok in zip(per_trace, correct)
+                                         if t is not None and ok == (outcome == "right")], seed)
+                      for outcome in ("right", "wrong")} for m in methods}
     rand = {k: _summary([t["random_expectation"][k] for t in used], seed) for k in STEP_METRICS}
     cost = {"n_samples": resample_samples,
             "seconds": sum(t.timings.get("resample", 0.0) for t in traces)} if "resample" in methods else {}
     return StepRecallReport("step", preset, pool, summary, rand, n, len(used), sum(correct) / n, skipped,
-                            cost, traces, oracles, per_trace)
+                            by_outcome, cost, traces, oracles, per_trace)

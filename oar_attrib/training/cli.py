@@ -93,7 +93,12 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def add_train_command(subparsers) -> argparse.ArgumentParser:
-    """Register `train` on the subparsers of the `oar` command line."""
+    """Register `eval` and `train` on the subparsers of the `oar` command line (`oar eval`
+    scores a model with the evaluators and rewards training logs with, so it lives here and
+    the core command line stays free of the training package); returns the `train` parser."""
+    from .evaluate_cli import add_parser as add_eval_command
+
+    add_eval_command(subparsers)
     parser = subparsers.add_parser(
         "train", help="reshaped GRPO training (OAR) on TRL", description=__doc__.split("\n\n")[0],
         epilog=EPILOG, formatter_class=DefaultsHelpFormatter,

@@ -26,7 +26,7 @@ from oar_attrib.store import NotFoundError, Store, StoreError
 
 from .errors import WebError
 from .live import LiveAttributor, LoadingLiveModel, NoLiveModel
-from .routers import assets, attribute, docs, report, runs, traces
+from .routers import assets, attribute, docs, experiments, report, runs, traces
 from .security import HEADERS, BodyLimitMiddleware, SecurityHeadersMiddleware
 from .settings import WebSettings
 
@@ -171,7 +171,7 @@ def create_app(store_path: str | Path, model=None, *, settings: WebSettings | No
     app.state.templates = make_templates()
     _add_handlers(app)
     for router in (runs.router, traces.router, report.router, attribute.router, assets.router,
-                   docs.router):
+                   docs.router, experiments.router):
         app.include_router(router)
     # Added last = outermost: the host check and the size limit run before anything else,
     # and the security headers go on every answer, the host check's 400 included.

@@ -21,7 +21,8 @@ def plotly_js() -> Path:
 
 
 def _files() -> dict[str, Path]:
-    return {"app.css": _STATIC / "app.css", "app.js": _STATIC / "app.js", "plotly.min.js": plotly_js()}
+    return {"app.css": _STATIC / "app.css", "app.js": _STATIC / "app.js",
+            "experiment.js": _STATIC / "experiment.js", "plotly.min.js": plotly_js()}
 
 
 FILES = _files()

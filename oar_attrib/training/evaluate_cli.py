@@ -25,9 +25,9 @@ def check_world_tokenizer(model: str) -> None:
     world accuracy would mean nothing."""
     from transformers import AutoTokenizer
 
-    from ..errors import InputError
-    from ..models import resolve
-    from ..world.tokenizer import not_the_worlds
+    from oar_attrib.errors import InputError
+    from oar_attrib.models import resolve
+    from oar_attrib.world.tokenizer import not_the_worlds
 
     why = not_the_worlds(AutoTokenizer.from_pretrained(str(resolve(model))))
     if why is not None:
@@ -38,15 +38,15 @@ def check_world_tokenizer(model: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import InputError
-    from ..models import load_model
+    from oar_attrib.errors import InputError
+    from oar_attrib.models import load_model
 
     if args.n is not None and args.n < 1:
         raise InputError(f"--n must be at least 1 (the number of problems), got {args.n}")
     if args.group_size < 0 or args.samples < 0:
         raise InputError("--group-size and --samples must be 0 (off) or more")
     if args.data is not None:
-        from ..training.math_eval import evaluate_math
+        from .math_eval import evaluate_math
 
         model, tokenizer = load_model(args.model, device=args.device)
         result = evaluate_math(model, tokenizer, args.data, n=args.n, samples=args.samples,
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
                                batch_size=args.batch_size, seed=args.seed, progress=not args.no_progress)
         _print({"model": args.model, **result}, args.json)
         return 0
-    from ..world.evaluation import evaluate_world
+    from oar_attrib.world.evaluation import evaluate_world
 
     check_world_tokenizer(args.model)
     model, tokenizer = load_model(args.model, device=args.device)

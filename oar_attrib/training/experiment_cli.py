@@ -1,0 +1,100 @@
+"""`oar experiment`: run a grid of methods x seeds, resume it, report it.
+
+    oar experiment run arith-tiny-grid --jobs 2
+    oar experiment run my-grid.yaml experiment.seeds=[0,1] experiment.steps=3 eval_n=8
+    oar experiment report arith-tiny-grid [--json] [--summary docs/experiments/x.json] [--figure x.png]
+
+`add_experiment_command(subparsers)` registers the subcommand on an existing `oar` parser;
+`python -m oar_attrib.training.experiment_cli` is the same command line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from oar_attrib.errors import OARError
+
+EPILOG = """settings: key=value pairs after the experiment override it: experiment.KEY sets the
+experiment section (seeds, steps, eval_every, store, ...); other keys are `oar train` settings
+applied to every cell (eval_n=50, learning_rate=1e-4, trainer.KEY, run.KEY).
+A rerun of `run` skips the cells whose stored curve is complete and restarts the others."""
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("experiment", help="experiment name (oar_attrib/training/experiments/NAME.yaml) "
+                                           "or a YAML file")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="settings overrides")
+
+
+def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    sub = parser.add_subparsers(dest="action", required=True)
+    run = sub.add_parser("run", help="run (or resume) every cell of the grid", epilog=EPILOG,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(run)
+    run.add_argument("--jobs", type=int, default=1, help="cells at a time, each its own process (default 1)")
+    run.add_argument("--dry-run", action="store_true", help="print the resolved settings and the cells; exit")
+    run.set_defaults(func=run_experiment)
+    report = sub.add_parser("report", help="accuracy curves, paired differences from GRPO, credit metrics")
+    _common(report)
+    report.add_argument("--json", action="store_true", help="print the report as JSON")
+    report.add_argument("--metric", default=None,
+                        help="final accuracy key the table compares (default: sampled accuracy on the "
+                             "training preset, eval/accuracy_sampled/<first eval preset>)")
+    report.add_argument("--summary", metavar="PATH", help="also write the summary JSON (docs/experiments/)")
+    report.add_argument("--figure", metavar="PATH", help="also write a figure (.png needs matplotlib; .html)")
+    report.set_defaults(func=report_experiment)
+    return parser
+
+
+def add_experiment_command(subparsers) -> argparse.ArgumentParser:
+    """Register `experiment` on the subparsers of the `oar` command line."""
+    parser = subparsers.add_parser("experiment", help="a grid of training runs (methods x seeds) and its report",
+                                   description=__doc__.split("\n\n")[0])
+    return _configure(parser)
+
+
+def run_experiment(args: argparse.Namespace) -> int:
+    from . import experiment
+
+    spec, base = experiment.load(args.experiment, args.overrides)
+    if args.dry_run:
+        print(experiment.dump_spec(spec, base), end="")
+        for seed in spec.seeds:
+            for method in spec.methods:
+                experiment.cell_settings(spec, base, method, seed)  # validates every cell
+        print(f"# {len(spec.methods)} methods x {len(spec.seeds)} seeds = "
+              f"{len(spec.methods) * len(spec.seeds)} cells of {spec.steps} steps")
+        return 0
+    result = experiment.run(spec, base, jobs=args.jobs, echo=lambda line: print(line, flush=True))
+    print(json.dumps(result))
+    return 0 if not result["failed"] and result["finished"] == result["cells"] else 1
+
+
+def report_experiment(args: argparse.Namespace) -> int:
+    from oar_attrib.analysis import experiment as analysis
+
+    from . import experiment
+
+    spec, _ = experiment.load(args.experiment, args.overrides)
+    report = analysis.load_report(spec.store, spec.name, metric=args.metric)
+    if args.summary:
+        analysis.write_summary(report, args.summary)
+    if args.figure:
+        analysis.write_figure(report, args.figure)
+    print(json.dumps(report.to_dict(), indent=1) if args.json else analysis.format_report(report))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _configure(argparse.ArgumentParser(prog="oar experiment", description=__doc__.split("\n\n")[0]))
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except OARError as err:
+        print(f"oar experiment: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
