@@ -102,7 +102,8 @@ def step_view(driver, store_path: str, method: str, out: Path) -> None:
             const first = (steps.levels[method] || []).slice(0, 12);
             const k = first.indexOf(Math.max(...first.filter((v) => v !== null)));
             document.getElementById('step-' + Math.max(k, 0)).click();
-            window.scrollTo(0, document.querySelector('form.controls').offsetTop - 150);""")
+            const note = document.getElementById('random-weights');
+            window.scrollTo(0, (note || document.querySelector('form.controls')).offsetTop - 10);""")
         time.sleep(1.0)
         driver.save_screenshot(str(out / "webapp-steps.png"))
         print(out / "webapp-steps.png")

@@ -141,7 +141,10 @@ def test_step_scores_pool_their_tokens_and_levels_span_0_1(long_record, pool, re
                 continue
             inside = np.asarray(a.scores[step["start"]:step["end"]])
             assert all(step["start"] <= i < step["end"] for i in top)
-            assert max(a.scores[i] for i in top) == inside.max()
+            if inside.max() > inside.min():
+                assert max(a.scores[i] for i in top) == inside.max()
+            else:  # a constant step has no token that stands out
+                assert top == []
 
 
 def test_display_levels_are_the_gates_normalisation():
@@ -324,3 +327,14 @@ def test_hostile_steps_on_the_trace_page_and_its_step_table(tmp_path):
     assert "&lt;b onmouseover=&#34;alert(2)&#34;&gt;m&lt;/b&gt;" in matrix
     steps = html[html.index('id="steps"'):html.index('id="token-view"')]
     assert "&lt;img src=x onerror=&#34;alert(1)&#34;&gt;" in steps
+
+
+def test_a_constant_step_has_no_top_tokens():
+    record = hostile_record()
+    a = record.attributions["oar_p"]
+    first = record.steps[0]
+    a.scores[first[0]:first[1]] = 0.25  # a step-level method: one score per step
+    a.scores[first[1]] = 0.9
+    tops = step_table(record)["top"]["oar_p"]
+    assert tops[0] == []
+    assert first[1] in tops[1]
