@@ -318,8 +318,23 @@ def test_hostile_steps_on_the_trace_page_and_its_step_table(tmp_path):
         trace_id = store.add_trace(run, record.to_attribution())
     with TestClient(create_app(path), base_url=BASE) as client:
         html = client.get(f"/traces/{trace_id}").text
-        for kind in EXPORT_KINDS:
-            assert client.get(f"/api/traces/{trace_id}/export/{kind}").status_code == 200
+        exports = {kind: client.get(f"/api/traces/{trace_id}/export/{kind}?method=oar_p")
+                   for kind in EXPORT_KINDS}
+    for kind, r in exports.items():  # every format carries the hostile text as data, intact
+        assert r.status_code == 200
+        if kind.endswith(".json"):
+            values = [v for row in r.json() for v in row.values()] + [k for k in r.json()[0]]
+        elif kind.endswith(".csv"):
+            rows = list(csv.DictReader(io.StringIO(r.text)))
+            values = [v for row in rows for v in row.values()] + list(rows[0])
+        else:
+            parsed = _Tags()
+            parsed.feed(r.text)
+            assert set(parsed.tags) <= EXPORT_TAGS and not [a for a in parsed.attrs if a[1].startswith("on")]
+            values = parsed.text
+        text = " ".join(str(v) for v in values)
+        assert HOSTILE_METHOD in text
+        assert SCRIPT in text  # one token here: the hand-made trace cuts tokens at spaces
     for raw in (SCRIPT, IMG, HOSTILE_METHOD, "</pre></div>"):
         assert raw not in html
     matrix = html[html.index('id="step-matrix"'):html.index("</table>", html.index('id="step-matrix"'))]
