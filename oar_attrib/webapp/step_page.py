@@ -46,8 +46,9 @@ def step_blocks(table: dict, method: str | None, oracle_set: str) -> list[dict]:
         if method in table["levels"]:
             style = heat_colour(table["levels"][method][k])
             score = table["scores"][method][k]
+            shown = "n/a" if score is None else format(score, ".4g")
             title = (f"step {k + 1}: answer" if step["answer"] else
-                     f"step {k + 1} | {method} step score {'n/a' if score is None else format(score, '.4g')}")
+                     f"step {k + 1} | {method} step score {shown}")
         blocks.append({**step, "text": table["texts"][k].strip(), "classes": " ".join(classes),
                        "style": style, "title": title})
     return blocks
