@@ -50,14 +50,17 @@ def token_title(token: str, score, weight, advantage) -> str:
             f"weight {_fmt(weight, '.3f')} | reshaped advantage {_fmt(advantage, '.4g')}")
 
 
-def trace_view(record: TraceRecord, method: str | None, oracle_set: str) -> dict:
+def trace_view(record: TraceRecord, method: str | None, oracle_set: str,
+               tooltips: bool = True) -> dict:
     """Everything the trace page draws: text pieces with their initial colours, tooltips and
-    classes for `method`, and the JSON payload the page script switches methods with."""
+    classes for `method`, and the JSON payload the page script switches methods with.
+    tooltips=False leaves colours and tooltips to the script (long traces)."""
     scored = record.scored
     methods = list(record.attributions)
     levels = {m: importance_levels(a.scores, scored) for m, a in record.attributions.items()}
     oracle = {name: record.oracle_mask(name).tolist() for name in record.oracle}
     a = record.attributions.get(method) if method else None
+    outline = oracle.get(oracle_set) or [False] * len(scored)  # once, not once per token
     pieces = []
     for piece in _pieces(record.response, record.offsets):
         i = piece["index"]
@@ -65,10 +68,13 @@ def trace_view(record: TraceRecord, method: str | None, oracle_set: str) -> dict
             pieces.append(piece)
             continue
         classes = ["tok", f"seg-{record.segments[i]}"]
-        if oracle.get(oracle_set, [False] * len(scored))[i]:
+        if outline[i]:
             classes.append("oracle")
         if not piece["text"]:
             classes.append("empty")
+        if not tooltips:
+            pieces.append({**piece, "classes": " ".join(classes)})
+            continue
         adv = a.token_advantages[i] if a is not None and a.token_advantages is not None else None
         pieces.append({
             **piece,
