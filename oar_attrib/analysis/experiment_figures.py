@@ -110,7 +110,7 @@ def save_matplotlib(report, path: Path) -> None:
     secs = [report.seconds.get(m, {}).get("step") or 0 for m in report.methods]
     ax.bar(range(len(secs)), secs, color=[col[m] for m in report.methods])
     ax.set_xticks(range(len(secs)), report.methods, fontsize=8)
-    ax.set_title("seconds per optimizer step (2 cells sharing 2 CPU cores)", fontsize=9)
+    ax.set_title("seconds per optimizer step (two cells at a time, shared 2-core machine)", fontsize=9)
     fig.suptitle(f"{report.name}: {report.spec['steps']} steps", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
