@@ -73,6 +73,15 @@ def credit_figure(report, keys=("oar/ess_ratio", "oar/top10_mass", "oar/weight_m
     return fig
 
 
+def _curves_matplotlib(ax, report, key: str, col: dict) -> None:
+    for method in report.methods:
+        curve = report.curves.get(key, {}).get(method)
+        if curve:
+            ax.fill_between(curve["steps"], curve["lo"], curve["hi"], color=col[method], alpha=0.12)
+            ax.plot(curve["steps"], curve["mean"], "-", color=col[method], label=method, lw=1.2)
+    ax.set_xlabel("optimizer step")
+
+
 def save_matplotlib(report, path: Path) -> None:
     """The same panels as `plotly_figure`, as a static image (needs matplotlib)."""
     try:
@@ -83,7 +92,10 @@ def save_matplotlib(report, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     col = colours(report)
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    fig, axes = plt.subplots(3, 2, figsize=(11, 11.5))
+    for ax, key in zip(axes[2], ("oar/ess_ratio", "entropy")):
+        _curves_matplotlib(ax, report, key, col)
+        ax.set_title(f"{key} per step (mean over seeds, band: min-max)", fontsize=9)
     for ax, key in zip(axes[0], accuracy_keys(report)[:2]):
         for method in report.methods:
             curve = report.curves.get(key, {}).get(method)
