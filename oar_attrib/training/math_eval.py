@@ -27,3 +27,4 @@ def evaluate_math(model, tokenizer, path: str | Path, *, n: int | None = None, s
     if samples:
         result |= {"samples": samples, "temperature": temperature}
     return result
+
