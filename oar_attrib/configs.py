@@ -1,4 +1,5 @@
-"""Command lines built from dataclasses: every field becomes a flag with its help text."""
+"""Command lines built from dataclasses (every field becomes a flag with its help text), and the
+flags several commands share (`--dtype`, `--max-batch-tokens`)."""
 from __future__ import annotations
 
 import argparse
@@ -49,3 +50,22 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls) -> None:
 
 def dataclass_from_args(cls, args: argparse.Namespace):
     return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
+
+
+# Model dtypes a command can load in (names of torch dtypes; torch is not imported to build a
+# parser). Probe arithmetic stays float32 whatever the model's dtype.
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def add_dtype_arg(parser: argparse.ArgumentParser) -> None:
+    """`--dtype {float32,bfloat16,float16}`: the dtype the command loads the model in."""
+    parser.add_argument("--dtype", default="float32", choices=DTYPES,
+                        help="dtype of the model's weights and activations (default: float32; "
+                             "probe arithmetic stays float32)")
+
+
+def add_budget_arg(parser: argparse.ArgumentParser) -> None:
+    """`--max-batch-tokens N`: OAR-P's token budget per forward (default: auto)."""
+    parser.add_argument("--max-batch-tokens", type=int, default=None,
+                        help="OAR-P: tokens in one forward (default: sized from the device's free "
+                             "memory and the model's shape; 16384 on CPU)")

@@ -129,8 +129,8 @@ def render_html(record, method: str | None = None, *, title: str | None = None,
     return _env().get_template("trace.html").render(
         record=record, method=method, methods=methods, steps=steps, table=table,
         token_levels=levels, oracle_steps=table["oracle"].get(oracle_set),
-        title=title or (f"Trace {record.id}" if record.id else "Trace"), random_weights=random_weights,
-        rows=step_rows(record, table))
+        title=title or (f"Trace {record.id}" if record.id else "Trace"),
+        random_weights=random_weights, rows=step_rows(record, table))
 
 
 def _token_levels(record, method: str) -> dict[int, float]:

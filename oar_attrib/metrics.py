@@ -162,6 +162,17 @@ def random_recall(oracle, scored=None, k: int | None = None):
     return _per_row(_random_recall_row, oracle, scored, k=k)
 
 
+def mean_ci(values, seed: int = 0, key: str = "mean") -> dict:
+    """{key: mean of the finite `values`, "ci95": [lo, hi] (`bootstrap_ci`), "n": their count};
+    None for the mean and the interval when no value is finite. JSON-ready floats."""
+    arr = _np(values, np.float64).ravel()
+    arr = arr[np.isfinite(arr)]
+    if arr.size == 0:
+        return {key: None, "ci95": [None, None], "n": 0}
+    lo, hi = bootstrap_ci(arr, seed=seed)
+    return {key: float(arr.mean()), "ci95": [float(lo), float(hi)], "n": int(arr.size)}
+
+
 def bootstrap_ci(values, n_boot: int = 2000, alpha: float = 0.05, seed: int = 0):
     """Percentile bootstrap interval (lo, hi) of the mean of `values` (1-D).
 

@@ -150,19 +150,18 @@ def resample_steps(model, tokenizer, batch: ScoringBatch, *, n_samples: int = 8,
     return out
 
 
-@register_method("resample", analysis_only=True)
+@register_method("resample", analysis_only=True, needs_tokenizer=True)
 def resample(model, batch: ScoringBatch, *, probe: str = "as_mean", generator: torch.Generator | None = None,
              tokenizer=None, n_samples: int = 8, removal: str = "pad", answer_format: str = "auto",
              temperature: float = 1.0, max_rollouts: int = 4096, batch_size: int = 64,
              progress: bool = False) -> torch.Tensor:
     """Resampling importance (module docstring) on every token of each step: (B, L) float32,
-    the step's JS divergence in [0, log 2], 0 outside the steps. Needs `tokenizer` (pass it in
-    method_params, e.g. attribute(..., method_params={"resample": {"tokenizer": tok}})) to
-    read the sampled answers. `probe` is unused (the answer is read from the text);
+    the step's JS divergence in [0, log 2], 0 outside the steps. Needs `tokenizer` to read the
+    sampled answers (`attribute` passes its own; a direct call passes it). `probe` is unused (the answer is read from the text);
     `generator` seeds the sampling (default seed 0)."""
     if tokenizer is None:
-        raise InputError("resample reads sampled answers as text and needs the tokenizer: pass "
-                         "method_params={'resample': {'tokenizer': tokenizer}}")
+        raise InputError("resample reads sampled answers as text and needs the tokenizer: call it "
+                         "through attribute(), or pass tokenizer=")
     seed = 0 if generator is None else int(generator.initial_seed()) % (2**31)
     results = resample_steps(model, tokenizer, batch, n_samples=n_samples, removal=removal,
                              answer_format=answer_format, temperature=temperature,

@@ -98,7 +98,9 @@ def step_pieces(record, steps) -> list[list[dict]]:
 
 
 def _top_tokens(scores: np.ndarray, steps: list[Step], k: int) -> list[list[int]]:
-    """Per step, its (at most k) highest-scoring tokens, in text order (none for the answer)."""
+    """Per step, its (at most k) highest-scoring tokens that score above the step's lowest,
+    in text order: none for the answer step, nor where the method gives every token of the
+    step the same score (a step-level method), since then no token stands out."""
     scores = np.nan_to_num(scores, nan=-np.inf)
     out = []
     for s in steps:
@@ -107,7 +109,8 @@ def _top_tokens(scores: np.ndarray, steps: list[Step], k: int) -> list[list[int]
             continue
         part = scores[s.start:s.end]
         order = np.argsort(-part, kind="stable")[:k]
-        out.append(sorted(int(s.start + i) for i in order if np.isfinite(part[i])))
+        low = part.min()
+        out.append(sorted(int(s.start + i) for i in order if np.isfinite(part[i]) and part[i] > low))
     return out
 
 

@@ -185,7 +185,9 @@ def build_trace(pair: EncodedPair, prompt, *, probe: str, scores: dict[str, torc
     scored = scored_positions(pair)
     has_s = bool(scored.any())
     out = list(flags or [])
-    if not pair.span_found:
+    if pair.no_predicting_position:
+        out.insert(0, "no_predicting_position")
+    elif not pair.span_found:
         out.insert(0, "no_answer_span")
     elif pair.empty_reasoning:
         out.insert(0, "empty_reasoning")

@@ -194,6 +194,14 @@ def test_bad_out_paths_fail_before_the_model_loads(tmp_path, problems, no_model,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "plain.txt"]
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_a_folder_nobody_can_create_files_in_fails_before_the_model_loads(tmp_path, problems,
+                                                                          no_model, capsys):
+    src = _write_input(tmp_path / "in.jsonl", problems[:1])
+    _one_line_error(_attribute(src, "/proc/oar-out.jsonl"), capsys, "cannot")
+    _one_line_error(_attribute(src, "/proc/oar-out.db"), capsys, "/proc/oar-out.db")
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
 def test_an_unwritable_folder_fails_before_the_model_loads(tmp_path, problems, no_model, capsys):
     src = _write_input(tmp_path / "in.jsonl", problems[:1])
@@ -486,22 +494,39 @@ def _read_runs_without_write_rights(db: Path, root: Path = ROOT) -> subprocess.C
                           env=env, timeout=120)
 
 
+def _copy_with_hot_wal(db: Path, folder: Path) -> Path:
+    """A copy of `db` as a killed writer leaves it: a commit still only in the -wal file (a
+    second run), and no -shm file."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    conn.execute("INSERT INTO runs (name, model, config, created) VALUES ('late', '', '{}', '')")
+    shutil.copy(db, folder / "ro.db")
+    shutil.copy(f"{db}-wal", folder / "ro.db-wal")
+    conn.close()
+    return folder / "ro.db"
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() == 0 and not shutil.which("setpriv"),
                     reason="root ignores file permissions and setpriv is missing")
-def test_a_read_only_store_is_served(tmp_path):
+@pytest.mark.parametrize("hot_wal", [False, True])
+def test_a_read_only_store_is_served(tmp_path, hot_wal):
     folder = tmp_path / "shared"
     folder.mkdir()
-    db = Path(shutil.copy(_demo_store(tmp_path), folder / "ro.db"))
-    before = db.read_bytes()
-    os.chmod(db, 0o444)
+    src = _demo_store(tmp_path)
+    db = _copy_with_hot_wal(src, folder) if hot_wal else Path(shutil.copy(src, folder / "ro.db"))
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    for p in folder.iterdir():
+        os.chmod(p, 0o444)
     os.chmod(folder, 0o555)
     try:
         got = _read_runs_without_write_rights(db)
     finally:
         os.chmod(folder, 0o755)
+    # With a hot WAL and no way to make its -shm, the store is read as it was at the last
+    # checkpoint (the run still only in the WAL is not shown); without, every run is.
     assert got.returncode == 0 and got.stdout.split() == ["200", "1"], got.stderr[-2000:]
-    assert sorted(p.name for p in folder.iterdir()) == ["ro.db"] and db.read_bytes() == before
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # nothing written
 
 
 def test_a_half_sent_body_is_answered_408():
@@ -559,3 +584,69 @@ def test_train_resume_and_config_are_checked_first(tmp_path, capsys):
     listed = tmp_path / "list.yaml"
     listed.write_text("- a\n- b\n")
     _one_line_error(["train", "--config", str(listed), "--dry-run"], capsys, "must be a mapping")
+
+
+# ------------------------------------------------------------------ sharded over processes
+
+
+def _torchrun(tmp_path: Path, argv: list[str]) -> subprocess.CompletedProcess:
+    import socket
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    with socket.socket() as sock:  # a free port for the rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [PY, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
+           "127.0.0.1", "--master_port", str(port), "-m", "oar_attrib.cli", *argv]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+
+
+@pytest.mark.slow
+def test_two_processes_shard_the_lines_resume_and_end_in_one_store(tmp_path, problems, capsys):
+    """Rank r of 2 takes lines r+1, r+3, ...; an earlier run left lines 1-2 in the store and
+    line 4 in rank 1's part file: they are kept, not redone, and the result is one run holding
+    every line once, with the scores of a one-process run."""
+    from oar_attrib.cli import build_parser, outputs
+    from oar_attrib.cli.attribute import open_output
+    from oar_attrib.store import Store
+
+    src = _write_input(tmp_path / "in.jsonl", problems[:9])
+    reference = tmp_path / "reference.jsonl"
+    assert _run(_attribute(src, reference), capsys)[0] == 0
+    want = {json.loads(x)["line"]: json.loads(x) for x in reference.read_text().splitlines()}
+    out = tmp_path / "out.db"
+    earlier = open_output(build_parser().parse_args(_attribute(src, out)))
+    earlier.write([want[1], want[2]])
+    earlier.close(finish=False)
+    outputs.part_path(out, 1, 2).write_text(json.dumps(want[4]) + "\n")
+
+    got = _torchrun(tmp_path, _attribute(src, out, "--batch-size", "2"))
+    assert got.returncode == 0, got.stderr[-3000:]
+    assert "wrote 6 attributions" in got.stderr and "3 lines already there" in got.stderr
+    assert sorted(_out_lines(out)) == list(range(1, 10)) and len(_out_lines(out)) == 9
+    assert not outputs.part_files(out)  # merged and removed
+    with Store(out, readonly=True) as store:
+        (run,) = store.runs()
+        for record in store.iter_traces(run.id):
+            line = record.extra["line"]
+            got_scores = record.to_attribution().scores["oar_p"]
+            assert got_scores == pytest.approx(want[line]["scores"]["oar_p"], abs=1e-5), line
+
+
+def test_parts_merge_in_line_order_once_even_when_resumed_out_of_order(tmp_path):
+    from oar_attrib.cli import outputs
+
+    out = tmp_path / "out.jsonl"
+    record = lambda n: {"line": n, "scores": {"oar_p": [float(n)]}, "probe": "as_mean"}  # noqa: E731
+    out.write_text(json.dumps(record(1)) + "\n")
+    parts = {(0, 2): [5, 3, 1], (1, 2): [4, 2, 6], (0, 3): [2, 7]}  # resumed parts, a leftover
+    for (rank, world), lines in parts.items():
+        text = "".join(json.dumps(record(n)) + "\n" for n in lines)
+        outputs.part_path(out, rank, world).write_text(text + '{"line": 8, "cut sh')  # a kill
+    final = outputs.JsonlOutput(out, ["oar_p"], "as_mean")
+    assert outputs.merge_parts(final, out, batch=2) == 6
+    final.close()
+    assert _jsonl_lines(out) == [1, 2, 3, 4, 5, 6, 7] and not outputs.part_files(out)
+    assert [json.loads(x)["scores"]["oar_p"] for x in out.read_text().splitlines()] == \
+        [[float(n)] for n in range(1, 8)]

@@ -32,6 +32,7 @@ def test_js_divergence_by_hand():
     assert js_divergence(Counter(a=1, b=1), Counter(a=2)) == pytest.approx(expected)
 
 
+@pytest.mark.slow
 def test_resample_steps_counts_divergence_accuracy_and_seed(bundled):
     model, tok = bundled
     problems = generate_problems(2, "upstream", seed=3, split="test")
@@ -90,6 +91,7 @@ def test_step_sets_and_step_recall_by_hand(bundled):
     assert math.isnan(pair_auc(np.array([1.0]), np.array([True]), np.array([False])))
 
 
+@pytest.mark.slow
 def test_cli_recall_at_step_granularity_json():
     out = subprocess.run([sys.executable, "-m", "oar_attrib.cli", "recall", "--granularity", "step",
                           "--n", "6", "--methods", "oar_p_step", "random", "--json", "--no-progress"],

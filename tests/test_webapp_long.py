@@ -5,6 +5,7 @@ import csv
 import io
 import json
 import re
+from html import unescape
 from html.parser import HTMLParser
 
 import numpy as np
@@ -27,8 +28,9 @@ except FileNotFoundError:
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(SHARED is None, reason=(
     "shared data and tokenizer not present (set OAR_SHARED to the folder with data/ and "
     "tokenizers/)"))]
-# The fast token methods: OAR-P and the full-vocabulary entropy cost minutes at 4000 tokens on
-# a CPU; the page's size and cost do not depend on which methods filled it.
+# The fast token methods: OAR-P, step-level OAR-P and the full-vocabulary entropy each cost
+# minutes at 4000 tokens on a CPU (scripts/build_long_store.py runs them all); what the pages
+# draw does not depend on which methods filled the store.
 LONG_METHODS = ("oar_g", "grail", "ig", "random")
 BASE = "http://127.0.0.1"
 SCRIPT = "<script>alert('step')</script>"
@@ -139,7 +141,10 @@ def test_step_scores_pool_their_tokens_and_levels_span_0_1(long_record, pool, re
                 continue
             inside = np.asarray(a.scores[step["start"]:step["end"]])
             assert all(step["start"] <= i < step["end"] for i in top)
-            assert max(a.scores[i] for i in top) == inside.max()
+            if inside.max() > inside.min():
+                assert max(a.scores[i] for i in top) == inside.max()
+            else:  # a constant step has no token that stands out
+                assert top == []
 
 
 def test_display_levels_are_the_gates_normalisation():
@@ -179,12 +184,15 @@ def test_a_long_trace_opens_in_the_step_view_within_budget(long_client, long_rec
     assert [int(k) for k in blocks] == list(range(len(steps)))
     cells = re.findall(r'<span class="cell[^"]*" data-step="(\d+)"', html)
     assert len(cells) == len(steps)
-    step_view = html[html.index('id="steps"'):html.index('id="token-view"')]
-    assert [int(i) for i in re.findall(r'data-i="(\d+)"', step_view)] == list(range(long_record.row.n_tokens))
+    texts = re.findall(r'<span class="step-text">(.*?)</span></div>', html, re.S)
+    assert [unescape(t) for t in texts] == [long_record.response[s.char_start:s.char_end].strip()
+                                           for s in steps]
+    pieces = json.loads(re.search(r'id="token-pieces">(.*?)</script>', html, re.S).group(1))
+    assert "".join(text for _, text, _ in pieces) == long_record.response
+    assert [i for i, _, _ in pieces if i is not None] == list(range(long_record.row.n_tokens))
     assert len(re.findall(r'<tr data-step=', html)) == len(steps)
-    # Long traces leave token colours and tooltips to the script.
-    heatmap = html[html.index('id="heatmap"'):]
-    assert ' title="token' not in heatmap.split("</section>")[0]
+    # Long traces leave the token spans, their colours and tooltips to the script.
+    assert '<div class="heatmap" id="heatmap"></div>' in html and ' title="token' not in html
 
 
 def test_the_page_payload_is_rounded_but_faithful(long_client, long_record):
@@ -310,13 +318,39 @@ def test_hostile_steps_on_the_trace_page_and_its_step_table(tmp_path):
         trace_id = store.add_trace(run, record.to_attribution())
     with TestClient(create_app(path), base_url=BASE) as client:
         html = client.get(f"/traces/{trace_id}").text
-        for kind in EXPORT_KINDS:
-            assert client.get(f"/api/traces/{trace_id}/export/{kind}").status_code == 200
+        exports = {kind: client.get(f"/api/traces/{trace_id}/export/{kind}?method=oar_p")
+                   for kind in EXPORT_KINDS}
+    for kind, r in exports.items():  # every format carries the hostile text as data, intact
+        assert r.status_code == 200
+        if kind.endswith(".json"):
+            values = [v for row in r.json() for v in row.values()] + [k for k in r.json()[0]]
+        elif kind.endswith(".csv"):
+            rows = list(csv.DictReader(io.StringIO(r.text)))
+            values = [v for row in rows for v in row.values()] + list(rows[0])
+        else:
+            parsed = _Tags()
+            parsed.feed(r.text)
+            assert set(parsed.tags) <= EXPORT_TAGS
+            assert not [a for a in parsed.attrs if a[1].startswith("on")]
+            values = parsed.text
+        text = " ".join(str(v) for v in values)
+        assert HOSTILE_METHOD in text
+        assert SCRIPT in text  # one token here: the hand-made trace cuts tokens at spaces
     for raw in (SCRIPT, IMG, HOSTILE_METHOD, "</pre></div>"):
         assert raw not in html
     matrix = html[html.index('id="step-matrix"'):html.index("</table>", html.index('id="step-matrix"'))]
     assert "&lt;script&gt;alert(&#39;step&#39;)&lt;/script&gt;" in matrix
     assert "&lt;b onmouseover=&#34;alert(2)&#34;&gt;m&lt;/b&gt;" in matrix
     steps = html[html.index('id="steps"'):html.index('id="token-view"')]
-    # Here each word is a token: the payload's pieces are escaped one by one.
-    assert ">&lt;img</span>" in steps and ">onerror=&#34;alert(1)&#34;&gt;</span>" in steps
+    assert "&lt;img src=x onerror=&#34;alert(1)&#34;&gt;" in steps
+
+
+def test_a_constant_step_has_no_top_tokens():
+    record = hostile_record()
+    a = record.attributions["oar_p"]
+    first = record.steps[0]
+    a.scores[first[0]:first[1]] = 0.25  # a step-level method: one score per step
+    a.scores[first[1]] = 0.9
+    tops = step_table(record)["top"]["oar_p"]
+    assert tops[0] == []
+    assert first[1] in tops[1]

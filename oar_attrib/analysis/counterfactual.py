@@ -42,7 +42,6 @@ def choose_positions(positions: Sequence[int], max_positions: int, seed: int = 0
     return picks
 
 
-@torch.no_grad()
 def _regenerate(model, rows: list[list[int]], pad_id: int, eos: list[int], max_new_tokens: int):
     """Greedy continuations of each row of ids: the new tokens, cut before the first EOS."""
     out = continue_rows(model, rows, pad_id, max_new_tokens=max_new_tokens, eos_token_id=eos or None)

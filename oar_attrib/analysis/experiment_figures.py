@@ -73,6 +73,15 @@ def credit_figure(report, keys=("oar/ess_ratio", "oar/top10_mass", "oar/weight_m
     return fig
 
 
+def _curves_matplotlib(ax, report, key: str, col: dict) -> None:
+    for method in report.methods:
+        curve = report.curves.get(key, {}).get(method)
+        if curve:
+            ax.fill_between(curve["steps"], curve["lo"], curve["hi"], color=col[method], alpha=0.12)
+            ax.plot(curve["steps"], curve["mean"], "-", color=col[method], label=method, lw=1.2)
+    ax.set_xlabel("optimizer step")
+
+
 def save_matplotlib(report, path: Path) -> None:
     """The same panels as `plotly_figure`, as a static image (needs matplotlib)."""
     try:
@@ -83,7 +92,10 @@ def save_matplotlib(report, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     col = colours(report)
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    fig, axes = plt.subplots(3, 2, figsize=(11, 11.5))
+    for ax, key in zip(axes[2], ("oar/ess_ratio", "entropy")):
+        _curves_matplotlib(ax, report, key, col)
+        ax.set_title(f"{key} per step (mean over seeds, band: min-max)", fontsize=9)
     for ax, key in zip(axes[0], accuracy_keys(report)[:2]):
         for method in report.methods:
             curve = report.curves.get(key, {}).get(method)
@@ -110,7 +122,7 @@ def save_matplotlib(report, path: Path) -> None:
     secs = [report.seconds.get(m, {}).get("step") or 0 for m in report.methods]
     ax.bar(range(len(secs)), secs, color=[col[m] for m in report.methods])
     ax.set_xticks(range(len(secs)), report.methods, fontsize=8)
-    ax.set_title("seconds per optimizer step (2 cells sharing 2 CPU cores)", fontsize=9)
+    ax.set_title("seconds per optimizer step (two cells at a time, shared 2-core machine)", fontsize=9)
     fig.suptitle(f"{report.name}: {report.spec['steps']} steps", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

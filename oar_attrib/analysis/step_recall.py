@@ -26,7 +26,7 @@ from ..attribution import AttributionBatch, TraceAttribution, attribute
 from ..errors import InputError
 from ..generation import generate
 from ..methods import available_methods
-from ..metrics import bootstrap_ci, random_recall, recall_at_k
+from ..metrics import mean_ci, random_recall, recall_at_k
 from ..steps import STEP_POOLS, pool_steps
 from ..world import Oracle, generate_problems
 
@@ -76,15 +76,6 @@ def trace_step_recall(trace: TraceAttribution, oracle: Oracle, pool: str = "max"
             "upstream": pair_auc(values, sets["upstream"], sets["distractor"]),
         }
     return out
-
-
-def _summary(values, seed: int) -> dict:
-    arr = np.asarray(values, dtype=np.float64)
-    arr = arr[np.isfinite(arr)]
-    if arr.size == 0:
-        return {"mean": None, "ci95": [None, None], "n": 0}
-    lo, hi = bootstrap_ci(arr, seed=seed)
-    return {"mean": float(arr.mean()), "ci95": [float(lo), float(hi)], "n": int(arr.size)}
 
 
 @dataclass
@@ -146,13 +137,13 @@ def step_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "up
         else:
             per_trace.append(trace_step_recall(trace, oracle, pool))
     used = [t for t in per_trace if t is not None]
-    summary = {m: {k: _summary([t[m][k] for t in used], seed) for k in STEP_METRICS} for m in methods}
+    summary = {m: {k: mean_ci([t[m][k] for t in used], seed) for k in STEP_METRICS} for m in methods}
     # The oracle's dependency path is the problem's; on a wrong trace the model may not have
     # followed it, so the upstream AUC is also given on right and wrong traces apart.
-    by_outcome = {m: {outcome: _summary([t[m]["upstream"] for t, ok in zip(per_trace, correct)
+    by_outcome = {m: {outcome: mean_ci([t[m]["upstream"] for t, ok in zip(per_trace, correct)
                                          if t is not None and ok == (outcome == "right")], seed)
                       for outcome in ("right", "wrong")} for m in methods}
-    rand = {k: _summary([t["random_expectation"][k] for t in used], seed) for k in STEP_METRICS}
+    rand = {k: mean_ci([t["random_expectation"][k] for t in used], seed) for k in STEP_METRICS}
     cost = {"n_samples": resample_samples,
             "seconds": sum(t.timings.get("resample", 0.0) for t in traces)} if "resample" in methods else {}
     return StepRecallReport("step", preset, pool, summary, rand, n, len(used), sum(correct) / n, skipped,

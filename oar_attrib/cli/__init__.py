@@ -8,7 +8,6 @@ import sys
 from ..configs import DefaultsHelpFormatter
 from ..errors import OARError
 from . import attribute, recall
-from .recall import RECALL_SET_NAMES  # noqa: F401  (the choices of `oar recall --sets`)
 
 
 def _add_plugin_commands(sub) -> None:

@@ -21,7 +21,7 @@ from typing import Iterator
 from ..errors import InputError, OARError, TokenizerError
 from ..jsonl import NotJSON, iter_jsonl
 from . import outputs
-from ..configs import OldSpelling
+from ..configs import OldSpelling, add_budget_arg, add_dtype_arg
 from .choices import method_name, probe_name
 
 
@@ -125,7 +125,8 @@ def attribute_lines(model, tokenizer, pairs, output: outputs.Output, args, on_wr
         lines, prompts, responses = zip(*batch)
         traces = attribute(model, tokenizer, list(prompts), list(responses), args.methods,
                            probe=args.probe, answer_format=args.answer_format, tau=args.tau,
-                           beta=args.beta, w_min=args.w_min, batch_size=len(batch), seed=lines[0])
+                           beta=args.beta, w_min=args.w_min, batch_size=len(batch), seed=lines[0],
+                           max_batch_tokens=args.max_batch_tokens)
         output.write([{"line": n, **t.to_dict()} for n, t in zip(lines, traces)])
         if on_written is not None:
             on_written(len(batch))
@@ -195,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
     device = args.device
     if world > 1 and device == "cuda":
         device = f"cuda:{os.environ.get('LOCAL_RANK', rank)}"
-    model, tokenizer = load_model(args.model, device=device)
+    model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
     counts: Counter = Counter()
     flagged = Counter()
 
@@ -296,5 +297,7 @@ def add_parser(sub) -> None:
                     help="lines attributed (and then written) together; each record's `timings` is "
                          "its batch's seconds per trace (1: each trace timed on its own)")
     at.add_argument("--device", default=None, help="torch device (default: CPU)")
+    add_dtype_arg(at)
+    add_budget_arg(at)
     at.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     at.set_defaults(func=run)

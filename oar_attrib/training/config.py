@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from packaging.version import Version
 from trl import GRPOConfig
@@ -52,6 +52,11 @@ def check_trl_version(version: str | None = None) -> None:
         f"(it overrides GRPOTrainer internals that change between releases); install "
         f"'trl>={TRL_MIN},<{TRL_MAX}', or set {TRL_OVERRIDE_ENV}=1 to try this version anyway"
     )
+
+
+# transformers 5.x renamed `gradient_checkpointing` to `activation_checkpointing` (the old name
+# is a deprecated alias there). OARConfig takes the new name on every supported version.
+_NATIVE_ACTIVATION_CHECKPOINTING = "activation_checkpointing" in {f.name for f in fields(GRPOConfig)}
 
 
 def _cuda() -> bool:
@@ -105,13 +110,17 @@ class OARConfig(GRPOConfig):
     oar_min_weight: float | None = field(
         default=None, metadata={"help": "Deprecated spelling of oar_w_min (still accepted)."}
     )
-    oar_noise_std: float = field(
-        default=1e-3, metadata={"help": "OAR-G: std (>= 0) of the embedding noise on scored positions."}
+    oar_noise_std: float | None = field(
+        default=None,
+        metadata={"help": "OAR-G: std (>= 0) of the embedding noise on scored positions; None: 0.1 x "
+                          "the RMS of the row's scored embeddings (the same in bf16 and fp32)."},
     )
-    oar_max_batch_tokens: int = field(
-        default=16384,
+    oar_max_batch_tokens: int | None = field(
+        default=None,
         metadata={"help": "Token budget of one attribution forward: rows are grouped so that their "
-                          "total length stays under it, and OAR-P sizes its perturbation batches by it."},
+                          "total length stays under it, and OAR-P sizes its perturbation batches by it. "
+                          "None: OAR-P sizes it from the device's free memory (16384 on CPU, also "
+                          "the row grouping's budget)."},
     )
     oar_weighting: str | None = field(
         default=None,
@@ -168,9 +177,17 @@ class OARConfig(GRPOConfig):
         metadata={"help": "Run store the samples go to: a .db file (the web app's store, one run per "
                           "training) or a JSON Lines file; default <output_dir>/runs.db."},
     )
+    if not _NATIVE_ACTIVATION_CHECKPOINTING:
+        activation_checkpointing: bool = field(
+            default=False,
+            metadata={"help": "Recompute activations in the backward to save memory (this "
+                              "transformers calls it gradient_checkpointing)."},
+        )
 
     def __post_init__(self) -> None:
         check_trl_version()
+        if not _NATIVE_ACTIVATION_CHECKPOINTING:
+            self.gradient_checkpointing = self.gradient_checkpointing or self.activation_checkpointing
         self._quiet_defaults()
         self._renamed_fields()
         super().__post_init__()
@@ -221,8 +238,10 @@ class OARConfig(GRPOConfig):
             ("oar_tau", self.oar_tau, 0.0 <= self.oar_tau <= 1.0, "in [0, 1]"),
             ("oar_beta", self.oar_beta, self.oar_beta >= 0 and math.isfinite(self.oar_beta), "finite, >= 0"),
             ("oar_w_min", self.oar_w_min, 0.0 <= self.oar_w_min <= 1.0, "in [0, 1]"),
-            ("oar_noise_std", self.oar_noise_std, self.oar_noise_std >= 0, ">= 0"),
-            ("oar_max_batch_tokens", self.oar_max_batch_tokens, self.oar_max_batch_tokens >= 1, ">= 1"),
+            ("oar_noise_std", self.oar_noise_std, self.oar_noise_std is None or self.oar_noise_std >= 0,
+             "None or >= 0"),
+            ("oar_max_batch_tokens", self.oar_max_batch_tokens,
+             self.oar_max_batch_tokens is None or self.oar_max_batch_tokens >= 1, "None or >= 1"),
             ("oar_probe_warmup_steps", self.oar_probe_warmup_steps, self.oar_probe_warmup_steps >= 0, ">= 0"),
             ("oar_entropy_rho", self.oar_entropy_rho, 0.0 < self.oar_entropy_rho <= 1.0, "in (0, 1]"),
             ("oar_store_every", self.oar_store_every, self.oar_store_every >= 0, ">= 0"),

@@ -9,6 +9,8 @@ import argparse
 import json
 import sys
 
+from oar_attrib.configs import add_dtype_arg
+
 
 def _print(result: dict, as_json: bool) -> None:
     if as_json:
@@ -48,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     if args.data is not None:
         from .math_eval import evaluate_math
 
-        model, tokenizer = load_model(args.model, device=args.device)
+        model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
         result = evaluate_math(model, tokenizer, args.data, n=args.n, samples=args.samples,
                                temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                                batch_size=args.batch_size, seed=args.seed, progress=not args.no_progress)
@@ -57,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from oar_attrib.world.evaluation import evaluate_world
 
     check_world_tokenizer(args.model)
-    model, tokenizer = load_model(args.model, device=args.device)
+    model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
     res = evaluate_world(model, tokenizer, args.preset, n=args.n or 200, seed=args.seed,
                          group_size=args.group_size, progress=not args.no_progress)
     _print({"model": args.model, **res.as_dict()}, args.json)
@@ -86,6 +88,7 @@ def add_parser(sub) -> None:
     ev.add_argument("--max-new-tokens", type=int, default=1024, help="--data: tokens per answer")
     ev.add_argument("--batch-size", type=int, default=16, help="--data: records generated together")
     ev.add_argument("--device", default=None, help="torch device (default: CPU)")
+    add_dtype_arg(ev)
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     ev.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     ev.set_defaults(func=run)

@@ -77,16 +77,11 @@ TOKENIZER_WORLDS = (
 
 
 def curriculum(progress: float) -> dict[str, float]:
-    """Preset mix at training progress in [0, 1]. `default` (what RL trains on), `recall` (what
-    attribution is scored on) and `recall-wide` throughout, a growing share of `medium` and a
-    little `hard` for longer traces. Measured, greedy on 200 held-out problems (default /
-    recall-wide): a mix without recall problems and without masking (3600 steps) gave 0.47 /
-    0.15; with mask_rate 0.03, 0.315 / 0.225; the earlier mix (default .5 -> .35, recall-wide
-    .25) with 4200 steps 0.39 / 0.225 at mask_rate 0.08 and 0.53 / 0.245 at 0.15 (the model
-    shipped before this one), and 0.635 / 0.305 with 8000 steps; width 192 at 4200 steps
-    0.16 / 0.14. This mix, 8000 steps, mask_rate 0.15 (shipped): 0.625 / 0.30, `recall` 0.395
-    (OAR-P direct recall 0.625); the same with 6 layers (`--layers 6`, 55 min): 0.63 / 0.30,
-    `recall` 0.40, OAR-P 0.635: no better for 1.5x the compute."""
+    """Preset mix (weights summing to 1) at training progress in [0, 1], moved linearly from
+    `start` to `end`. `default` (what RL trains on), `recall` and `recall-wide` (what
+    attribution is scored on) stay throughout, so that the model reads the traces recall
+    scores; `medium` grows and a little `hard` is added for longer traces. The mixes that were
+    tried and their accuracies are in docs/benchmarks.md ("Pretraining arith-tiny")."""
     start = {"default": 0.45, "recall": 0.15, "recall-wide": 0.15, "medium": 0.2, "hard": 0.05}
     end = {"default": 0.35, "recall": 0.15, "recall-wide": 0.15, "medium": 0.25, "hard": 0.1}
     return {k: (1 - progress) * start[k] + progress * end[k] for k in start}

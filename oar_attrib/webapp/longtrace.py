@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-TOKEN_METHODS = ("oar_p", "oar_g", "entropy", "grail", "ig", "random")
+TOKEN_METHODS = ("oar_p", "oar_p_step", "oar_g", "entropy", "grail", "ig", "random")
 _GSM8K_FINAL = re.compile(r"\n?####\s*(.+)\s*$")
 
 
@@ -63,19 +63,6 @@ def long_responses(shared: Path, tokenizer, n: int, target_tokens: int = 4000) -
     return out
 
 
-def random_qwen2(tokenizer, max_positions: int, seed: int = 0):
-    """A 2-layer Qwen2 with RANDOM weights (hidden 32) over the tokenizer's vocabulary."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                         max_position_embeddings=max_positions, initializer_range=0.3,
-                         tie_word_embeddings=True)
-    return Qwen2ForCausalLM(config).eval()
-
-
 def qwen_tokenizer(shared: Path):
     from transformers import AutoTokenizer
 
@@ -88,7 +75,7 @@ def build_long_store(path: str | Path, *, shared: str | Path | None = None, n_tr
                      name: str = "long traces (random weights)") -> int:
     """Add a run of `n_traces` long traces (see `long_responses`) to the store at `path`,
     attributed with `methods` by `model` (default: `random_qwen2`, flagged in the config as
-    random weights); returns the run id."""
+    random weights: a 2-layer hidden-32 `models.random_qwen2`); returns the run id."""
     import time
 
     from ..attribution import attribute
@@ -100,7 +87,9 @@ def build_long_store(path: str | Path, *, shared: str | Path | None = None, n_tr
     random_weights = model is None
     if model is None:
         longest = max(len(tokenizer(p + r)["input_ids"]) for p, r in pairs)
-        model = random_qwen2(tokenizer, max_positions=longest + 64)
+        from ..models import random_qwen2
+
+        model = random_qwen2(len(tokenizer), hidden=32, heads=2, max_positions=longest + 64)
     params = {"ig": {"n_steps": 4}, **(method_params or {})}
     params = {k: v for k, v in params.items() if k in methods}
     start = time.perf_counter()

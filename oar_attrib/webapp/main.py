@@ -45,7 +45,8 @@ def _attributor(model, tokenizer, name: str, settings: WebSettings) -> LiveAttri
                           max_concurrent=settings.max_live_concurrent, name=name)
 
 
-def _start_live(app: FastAPI, model, settings: WebSettings) -> threading.Thread | None:
+def _start_live(app: FastAPI, model, settings: WebSettings,
+                dtype: str = "float32") -> threading.Thread | None:
     """Put the live attributor of `model` on `app.state.live`: None (no live attribution), a
     (model, tokenizer) pair, or a bundled name / local folder. A named model loads in a thread,
     so that the pages answer at once; live requests meanwhile get 503 with Retry-After."""
@@ -64,7 +65,7 @@ def _start_live(app: FastAPI, model, settings: WebSettings) -> threading.Thread 
         from oar_attrib.models import load_model
 
         try:
-            app.state.live = _attributor(*load_model(name), name, settings)
+            app.state.live = _attributor(*load_model(name, dtype=dtype), name, settings)
         except Exception as err:  # noqa: BLE001 - reported to every live request instead
             app.state.live = LoadingLiveModel(name, err)
 
@@ -138,11 +139,12 @@ def _add_handlers(app: FastAPI) -> None:
         return _error(request, exc.status_code, str(exc.detail), getattr(exc, "headers", None))
 
 
-def create_app(store_path: str | Path, model=None, *, settings: WebSettings | None = None) -> FastAPI:
+def create_app(store_path: str | Path, model=None, *, settings: WebSettings | None = None,
+               dtype: str = "float32") -> FastAPI:
     """The web app over the store at `store_path`.
 
     model: None (no live attribution), a bundled model name or a local checkpoint folder
-    (loaded at startup), or a (model, tokenizer) pair. Raises StoreError now, not at the
+    (loaded at startup in `dtype`), or a (model, tokenizer) pair. Raises StoreError now, not at the
     first request, when the path is not a readable store.
     """
     settings = settings or WebSettings()
@@ -154,7 +156,7 @@ def create_app(store_path: str | Path, model=None, *, settings: WebSettings | No
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.store = Store(path, readonly=True)
-        app.state.live_loader = _start_live(app, model, settings)
+        app.state.live_loader = _start_live(app, model, settings, dtype)
         try:
             yield
         finally:

@@ -1,5 +1,6 @@
-"""View model of the trace page's step view: the response cut into step blocks of token
-pieces, the step x method table, and the compact JSON the page script repaints from.
+"""View model of the trace page's step view: one block per step (its text; the page script
+cuts it into tokens from the `token_pieces` JSON), the step x method table, and the compact
+JSON the page script repaints from.
 
 Text is never marked safe: templates escape every string and the script writes text with
 textContent. Numbers in the page payload are rounded (to what the page shows) so that a
@@ -12,7 +13,7 @@ import math
 
 import numpy as np
 
-from oar_attrib.step_view import STEP_POOL, step_pieces, step_table
+from oar_attrib.step_view import STEP_POOL, step_table
 from oar_attrib.store import TraceRecord
 
 from .views import heat_colour
@@ -32,39 +33,25 @@ def rounded(values, digits: int = 4) -> list | None:
     return [v if math.isfinite(v) else None for v in x.tolist()]
 
 
-def step_blocks(record: TraceRecord, table: dict, method: str | None, oracle_set: str) -> list[dict]:
-    """One block per step: its pieces (untokenised gaps go with the next token), its initial
-    colour for `method`, and whether it is the answer step or an oracle step."""
-    steps = table["steps"]
-    blocks = [{**s, "pieces": pieces, "style": "", "title": "", "classes": "step"}
-              for s, pieces in zip(steps, step_pieces(record, steps))]
-    for block in blocks:
-        _trim_whitespace(block["pieces"])
+def step_blocks(table: dict, method: str | None, oracle_set: str) -> list[dict]:
+    """One block per step: its text, its initial colour for `method`, and whether it is the
+    answer step or an oracle step (the page script then cuts the text into its tokens)."""
     oracle = table["oracle"].get(oracle_set)
-    for k, block in enumerate(blocks):
-        classes = ["step"] + (["answer"] if block["answer"] else [])
+    blocks = []
+    for k, step in enumerate(table["steps"]):
+        classes = ["step"] + (["answer"] if step["answer"] else [])
         if oracle and oracle[k]:
             classes.append("oracle")
-        block["classes"] = " ".join(classes)
+        style = title = ""
         if method in table["levels"]:
-            block["style"] = heat_colour(table["levels"][method][k])
+            style = heat_colour(table["levels"][method][k])
             score = table["scores"][method][k]
-            block["title"] = (f"step {k + 1}: answer" if block["answer"] else
-                              f"step {k + 1} | {method} step score {'n/a' if score is None else format(score, '.4g')}")
+            shown = "n/a" if score is None else format(score, ".4g")
+            title = (f"step {k + 1}: answer" if step["answer"] else
+                     f"step {k + 1} | {method} step score {shown}")
+        blocks.append({**step, "text": table["texts"][k].strip(), "classes": " ".join(classes),
+                       "style": style, "title": title})
     return blocks
-
-
-def _trim_whitespace(pieces: list[dict]) -> None:
-    """Blank out the whitespace at the ends of a step block (the line breaks between steps,
-    which the blocks already show); the tokens stay, so every token keeps its element."""
-    n = len(pieces)
-    for indices, strip in ((range(n), str.lstrip), (range(n - 1, -1, -1), str.rstrip)):
-        for k in indices:
-            text = strip(pieces[k]["text"])
-            if text != pieces[k]["text"]:
-                pieces[k] = {**pieces[k], "text": text}
-            if text:
-                break
 
 
 def step_payload(table: dict) -> dict:
@@ -94,11 +81,17 @@ def matrix_rows(table: dict, methods: list[str]) -> list[dict]:
     return rows
 
 
+def token_pieces(pieces: list[dict]) -> list[list]:
+    """[index, text, classes] of each piece of views.trace_view (index and classes None for
+    an untokenised gap): the token view and the step blocks are built from it in the page."""
+    return [[p["index"], p["text"], p.get("classes")] for p in pieces]
+
+
 def step_view(record: TraceRecord, method: str | None, oracle_set: str, pool: str = STEP_POOL) -> dict:
     """Context of the step view: blocks, the step x method rows, and the payload."""
     table = step_table(record, pool)
     methods = list(record.attributions)
-    return {"step_blocks": step_blocks(record, table, method, oracle_set),
+    return {"step_blocks": step_blocks(table, method, oracle_set),
             "step_rows": matrix_rows(table, methods), "step_payload": step_payload(table),
             "agreement": table["agreement"], "pool": pool, "default_view": "steps"
             if len(record.tokens) > LONG_TRACE else "tokens"}

@@ -11,7 +11,7 @@ from oar_attrib.step_view import STEP_POOL
 from oar_attrib.steps import STEP_POOLS
 
 from ..deps import StoreDep, TemplatesDep, TraceId
-from ..step_page import compact_payload, step_view
+from ..step_page import LONG_TRACE, compact_payload, step_view, token_pieces
 from ..views import OUTLINE_SETS, trace_view
 
 router = APIRouter(tags=["traces"])
@@ -64,12 +64,14 @@ def trace_page(request: Request, trace_id: TraceId, store: StoreDep, templates: 
                pool: PoolQuery = STEP_POOL):
     record = store.trace(trace_id)
     selected = pick_method(method, list(record.attributions))
-    view = trace_view(record, selected, oracle)
+    # Long traces: the script builds, colours and titles the token spans (smaller, faster pages).
+    long = len(record.tokens) > LONG_TRACE
+    view = trace_view(record, selected, oracle, tooltips=not long)
     steps = step_view(record, selected, oracle, pool)
-    if steps["default_view"] == "steps":  # long: the script colours tokens and writes tooltips
-        for piece in view["pieces"]:
-            piece.pop("style", None), piece.pop("title", None)
     view["payload"] = compact_payload(view["payload"])
+    view["token_pieces"] = token_pieces(view["pieces"])
+    if long:
+        view["pieces"] = None
     run = store.run(record.row.run_id)
     context = {"record": record, "run": run, "method": selected, "oracle_set": oracle, **view,
                **steps, "pools": STEP_POOLS}

@@ -208,9 +208,46 @@ function goToStep(k) {
   block.classList.add("flash");
 }
 
-function attachStepView(data, steps, selected) {
+// The pieces of each step (an untokenised gap goes with the token after it, a trailing gap
+// with the last step), without the whitespace at the block's edges (the line breaks between
+// steps, which the blocks already show): step_view.step_pieces, trimmed for display.
+function stepPieces(pieces, steps) {
+  const owner = [];
+  steps.steps.forEach(([a, b], k) => { for (let i = a; i < b; i++) owner[i] = k; });
+  const groups = steps.steps.map(() => []);
+  let pending = [];
+  for (const [i, text] of pieces) {
+    if (i === null) { pending.push([null, text]); continue; }
+    if (owner[i] !== undefined) groups[owner[i]].push(...pending, [i, text]);
+    pending = [];
+  }
+  if (groups.length) groups[groups.length - 1].push(...pending);
+  for (const parts of groups) {
+    for (const part of parts) { part[1] = part[1].replace(/^\s+/, ""); if (part[1]) break; }
+    for (const part of [...parts].reverse()) { part[1] = part[1].replace(/\s+$/, ""); if (part[1]) break; }
+  }
+  return groups;
+}
+
+function buildSteps(root, pieces, steps) {
+  const groups = stepPieces(pieces, steps);
+  for (const block of root.querySelectorAll(".step[data-step]")) {
+    const holder = block.querySelector(".step-text");
+    const spans = (groups[Number(block.dataset.step)] || []).map(([i, text]) => {
+      const span = document.createElement("span");
+      span.textContent = text;
+      if (i === null) span.className = "gap";
+      else { span.className = "tok"; span.dataset.i = String(i); }
+      return span;
+    });
+    holder.replaceChildren(...spans);
+  }
+}
+
+function attachStepView(data, steps, selected, pieces) {
   const root = document.getElementById("steps");
   const overview = document.getElementById("overview");
+  buildSteps(root, pieces, steps);
   root.addEventListener("click", (ev) => {
     const block = ev.target.closest(".step[data-step]");
     if (!block || window.getSelection().toString()) return;
@@ -249,13 +286,17 @@ function showView(name) {
 function tracePage() {
   const data = JSON.parse(document.getElementById("trace-data").textContent);
   const steps = JSON.parse(document.getElementById("step-data").textContent);
+  const pieces = JSON.parse(document.getElementById("token-pieces").textContent);
   const root = document.getElementById("heatmap");
+  if (!root.children.length) {  // long traces: the token view is built here
+    buildHeatmap(root, pieces.map(([index, text, classes]) => ({ index, text, classes })));
+  }
   const methodSelect = document.getElementById("method-select");
   const oracleSelect = document.getElementById("oracle-select");
   const exportLink = document.getElementById("export-html");
   const selected = () => methodSelect.value;
   attachTooltip(root);
-  const view = attachStepView(data, steps, selected);
+  const view = attachStepView(data, steps, selected, pieces);
   for (const button of document.querySelectorAll(".view-toggle button[data-view]")) {
     button.addEventListener("click", () => showView(button.dataset.view));
   }
