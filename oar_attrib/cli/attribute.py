@@ -294,7 +294,8 @@ def add_parser(sub) -> None:
                     help="floor of the suppression gate, applied before the mass-preserving rescale "
                          "to mean 1, so final weights can be below it (OARConfig: oar_w_min)")
     at.add_argument("--batch-size", type=int, default=16,
-                    help="lines attributed (and then written) together")
+                    help="lines attributed (and then written) together; each record's `timings` is "
+                         "its batch's seconds per trace (1: each trace timed on its own)")
     at.add_argument("--device", default=None, help="torch device (default: CPU)")
     add_dtype_arg(at)
     add_budget_arg(at)
