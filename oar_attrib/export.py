@@ -21,7 +21,7 @@ from .step_view import STEP_POOL, display_levels, step_pieces, step_table, trace
 
 EXPORT_KINDS = ("view.html", "tokens.csv", "steps.csv", "tokens.json", "steps.json")
 _TEMPLATES = Path(__file__).resolve().parent / "assets" / "export"
-_HEAT_RGB = (230, 85, 13)  # the web app's heat colour (webapp/views.py, static/app.js)
+_HEAT_RGB = (230, 85, 13)  # the heat colour of the web app too (its views use heat_style; static/app.js)
 
 
 def _env() -> jinja2.Environment:

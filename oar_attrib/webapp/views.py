@@ -16,12 +16,13 @@ from oar_attrib.store import TraceRecord
 from oar_attrib.normalise import log1p_minmax
 from oar_attrib.world import DEFAULT_SETS, SPAN_SETS
 from oar_attrib.store.records import json_float, json_floats
+# One heat scale and number format with the exported view; the page script (static/app.js,
+# `heatColour`) draws the same colour from the same level.
+from oar_attrib.export import fmt_number as _fmt, heat_style as heat_colour
 
 # The oracle sets a trace page can outline: those the store keeps as spans (`names` and
 # `results` are parts of `direct`/`chain` and would only repeat them).
 OUTLINE_SETS = SPAN_SETS
-# The page script (static/app.js, `heatColour`) draws the same colour from the same level.
-_HEAT_RGB = (230, 85, 13)
 
 
 def importance_levels(scores: np.ndarray, scored: np.ndarray) -> list[float | None]:
@@ -29,18 +30,6 @@ def importance_levels(scores: np.ndarray, scored: np.ndarray) -> list[float | No
     I^ (METHOD.md section 6, steps 1-2); None outside S or where the score is not finite."""
     levels = log1p_minmax(scores, scored)
     return [None if np.isnan(v) else float(v) for v in levels]
-
-
-def heat_colour(level: float | None) -> str:
-    """CSS background of a token at `level` ('' outside S)."""
-    if level is None:
-        return ""
-    alpha = 0.06 + 0.84 * level
-    return f"background-color: rgba({_HEAT_RGB[0]}, {_HEAT_RGB[1]}, {_HEAT_RGB[2]}, {alpha:.3f})"
-
-
-def _fmt(x: float | None, spec: str) -> str:
-    return "n/a" if x is None or not math.isfinite(x) else format(x, spec)
 
 
 def token_title(token: str, score, weight, advantage) -> str:
