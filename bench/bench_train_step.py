@@ -97,44 +97,70 @@ def cpu_setup(model: str):
 
 
 def gpu_setup(tokens: int):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from oar_attrib.models import random_qwen2
 
     tok = world_tokenizer(320)
-    config = Qwen2Config(
-        vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-        num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
-        tie_word_embeddings=True, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-    )
 
     def make():
-        torch.manual_seed(0)
-        return Qwen2ForCausalLM(config).to(torch.bfloat16)
+        return random_qwen2(151936, hidden=896, intermediate=4864, layers=24, heads=14, kv_heads=2,
+                            max_positions=32768, init_std=0.02, pad_id=tok.pad_token_id,
+                            eos_id=tok.eos_token_id, dtype=torch.bfloat16)
 
     problems = generate_problems(2000, WORLD_PRESET, seed=0)  # covers every run's prompts
     desc = f"Qwen2-0.5B shape, bf16, {tokens}-token completions"
     return make, tok, StretchedRollout(problems, tok, tokens), desc
 
 
-def run(method: str, make_model, tok, rollout, steps: int, out: Path, cpu: bool, batch: int,
-        completion: int, attribute_all: bool) -> dict:
-    args = OARConfig(
+def step_config(method: str, out: Path, steps: int, cpu: bool, batch: int, completion: int,
+                attribute_all: bool) -> OARConfig:
+    """The training arguments of one timed run (the learning rate is 0: every method sees the
+    same policy)."""
+    return OARConfig(
         output_dir=str(out), oar_method="none" if method == "trl" else method, learning_rate=0.0,
         max_steps=steps + 1,
         per_device_train_batch_size=batch, num_generations=8, max_completion_length=completion,
         temperature=1.0, top_k=0, seed=0, logging_steps=1, report_to=[], save_strategy="no",
-        disable_tqdm=True, use_cpu=cpu, bf16=not cpu, activation_checkpointing=False,
+        disable_tqdm=True, use_cpu=cpu, bf16=not cpu,
         answer_format="gsm8k", dataloader_num_workers=0, oar_skip_zero_advantage=not attribute_all,
     )
+
+
+def run(method: str, make_model, tok, rollout, steps: int, out: Path, cpu: bool, batch: int,
+        completion: int, attribute_all: bool) -> dict:
+    args = step_config(method, out, steps, cpu, batch, completion, attribute_all)
     timer = StepTimer()
     trainer_class = GRPOTrainer if method == "trl" else OARGRPOTrainer
     trainer = trainer_class(model=make_model(), reward_funcs=[world_reward], args=args,
                             train_dataset=world_dataset(batch * (steps + 1), WORLD_PRESET, seed=0),
                             processing_class=tok, rollout_func=rollout, callbacks=[timer])
+    forward_s, backward_s = [], []
+    sync = (lambda: None) if cpu else torch.cuda.synchronize
+    _time_calls(trainer, "compute_loss", forward_s, sync)
+    _time_calls(trainer.accelerator, "backward", backward_s, sync)
     trainer.train()
-    attr = [h["oar/time_s"] for h in trainer.state.log_history if "oar/time_s" in h]
+    history = trainer.state.log_history
+    attr = [h["oar/time_s"] for h in history if "oar/time_s" in h]
+    lengths = [float(h["completions/mean_length"]) for h in history if "completions/mean_length" in h]
     found = [h["oar/span_found_rate"] for h in trainer.state.log_history if "oar/span_found_rate" in h]
     rate = [h["oar/attributed_rate"] for h in trainer.state.log_history if "oar/attributed_rate" in h]
-    return {"steps": timer.times[1:], "attr": attr[1:], "span_found": found[1:], "attributed": rate[1:]}
+    loss = [f + b for f, b in zip(forward_s, backward_s)]
+    return {"steps": timer.times[1:], "attr": attr[1:], "span_found": found[1:], "attributed": rate[1:],
+            "loss_fb": loss[1:], "completion_tokens": [n * batch for n in lengths[1:]]}
+
+
+def _time_calls(owner, name: str, sink: list, sync) -> None:
+    """Append the seconds of every call of owner.name to `sink` (device work included)."""
+    real = getattr(owner, name)
+
+    def timed(*args, **kwargs):
+        sync()
+        start = time.perf_counter()
+        out = real(*args, **kwargs)
+        sync()
+        sink.append(time.perf_counter() - start)
+        return out
+
+    setattr(owner, name, timed)
 
 
 def bench(name: str, setup, rounds: int, steps: int, cpu: bool, batch: int, completion: int, out: Path,
@@ -142,6 +168,8 @@ def bench(name: str, setup, rounds: int, steps: int, cpu: bool, batch: int, comp
     make_model, tok, rollout, desc = setup
     times = {m: [] for m in METHODS}
     attr = {m: [] for m in METHODS}
+    loss_fb = {m: [] for m in METHODS}
+    tokens = {m: [] for m in METHODS}
     spans, attributed = [], []
     for r in range(rounds):
         for method in METHODS:
@@ -149,6 +177,8 @@ def bench(name: str, setup, rounds: int, steps: int, cpu: bool, batch: int, comp
                       batch, completion, attribute_all)
             times[method] += res["steps"]
             attr[method] += res["attr"]
+            loss_fb[method] += res["loss_fb"]
+            tokens[method] += res["completion_tokens"]
             spans += res["span_found"]
             attributed += res["attributed"] if method in TARGETS else []
     med = {m: statistics.median(times[m]) for m in METHODS}
@@ -156,11 +186,18 @@ def bench(name: str, setup, rounds: int, steps: int, cpu: bool, batch: int, comp
     # Step medians move with the machine's load; the attribution time (span search included)
     # is measured directly, so 1 + its seconds / (TRL step) is the steadier estimate of the ratio.
     estimate = {m: 1.0 + attr_s[m] / med["trl"] for m in METHODS}
+    # Per 1k completion tokens: attribution beside the loss's forward + backward, the ratio
+    # that generation's cost (HF generate inflates it) does not hide.
+    per_1k = {m: 1000.0 / statistics.median(tokens[m]) if tokens[m] else float("nan") for m in METHODS}
+    attr_1k = {m: attr_s[m] * per_1k[m] for m in METHODS}
+    loss_1k = {m: statistics.median(loss_fb[m]) * per_1k[m] if loss_fb[m] else float("nan")
+               for m in METHODS}
     result = {"device": name, "model": desc, "step_s": med, "ratio": {m: med[m] / med["trl"] for m in METHODS},
               "ratio_to_oar_none": {m: med[m] / med["none"] for m in METHODS},
               "ratio_from_attribution": estimate, "attribution_s": attr_s,
               "n_steps": {m: len(times[m]) for m in METHODS}, "span_found_rate": statistics.mean(spans),
-              "attributed_rate": statistics.mean(attributed), "attribute_all": attribute_all}
+              "attributed_rate": statistics.mean(attributed), "attribute_all": attribute_all,
+              "attribution_s_per_1k_tokens": attr_1k, "loss_fwd_bwd_s_per_1k_tokens": loss_1k}
     print(f"\n== {name}: {desc}")
     print(f"   span found in {result['span_found_rate']:.0%} of completions, "
           f"{result['attributed_rate']:.0%} attributed ({'all' if attribute_all else 'zero-advantage skipped'}); "
@@ -171,6 +208,10 @@ def bench(name: str, setup, rounds: int, steps: int, cpu: bool, batch: int, comp
         print(f"   {LABELS[m]:<8} {med[m]:7.3f} s/step  attribution {attr_s[m]:6.3f} s  "
               f"{result['ratio'][m]:5.2f}x of TRL (from attribution time {estimate[m]:4.2f}x; "
               f"{result['ratio_to_oar_none'][m]:4.2f}x of OAR none){target}")
+    print("   per 1k completion tokens: " + "; ".join(
+        f"{LABELS[m]} attribution {attr_1k[m]:.3f} s, loss fwd+bwd {loss_1k[m]:.3f} s"
+        + (f" ({attr_1k[m] / loss_1k[m]:.2f}x)" if loss_1k[m] > 0 and m in TARGETS else "")
+        for m in METHODS))
     return result
 
 
@@ -187,11 +228,23 @@ def main() -> None:
                         help="attribute every completion, also those with advantage 0 (analysis mode)")
     parser.add_argument("--out", default="runs/bench-train-step", help="scratch output folder")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--config-only", action="store_true",
+                        help="build every run's training arguments (CPU, and GPU when CUDA is "
+                             "present) and exit: checks them against the installed libraries")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     hf_logging.disable_progress_bar()
     torch.set_num_threads(args.threads)
     out = Path(args.out)
+    if args.config_only:
+        kinds = [(True, 64, 96)] + ([(False, args.gpu_batch, args.gpu_tokens + 16)]
+                                    if torch.cuda.is_available() else [])
+        for cpu, batch, completion in kinds:
+            for method in METHODS:
+                step_config(method, out, args.steps, cpu, batch, completion, args.attribute_all)
+        print(f"step bench configs build: {len(kinds) * len(METHODS)} runs "
+              f"({'cpu' if len(kinds) == 1 else 'cpu and gpu'})")
+        return
     print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, {args.threads} threads")
     results = [bench("cpu", cpu_setup(args.model), args.rounds, args.steps, True, 64, 96, out,
                      args.attribute_all)]

@@ -13,7 +13,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .batch import ScoringBatch
-from .errors import InputError
+from .errors import InputError, renamed_keyword
 from .inputs import EncodedPair, encode_pairs
 from .lm import eval_mode, model_device
 from .methods import get_method, method_spec
@@ -34,15 +34,17 @@ def compute_weights(method: str, importance: torch.Tensor, mask: torch.Tensor,
     return fn(importance, mask, WeightingParams(tau=tau, beta=beta, w_min=w_min, rho=rho))
 
 
-def _score(model, batch: ScoringBatch, methods, probe, params, seed) -> tuple[dict, dict]:
+def _score(model, tokenizer, batch: ScoringBatch, methods, probe, params, seed) -> tuple[dict, dict]:
     """Importances (B, L) float32 on CPU and seconds, per method."""
     scores, seconds = {}, {}
     for method in methods:
-        fn = get_method(method)
+        spec = method_spec(method)
+        kwargs = dict(params.get(method, {}))
+        if spec.needs_tokenizer:
+            kwargs.setdefault("tokenizer", tokenizer)
         generator = torch.Generator(device=model_device(model)).manual_seed(seed)
         start = time.perf_counter()
-        scores[method] = fn(model, batch, probe=probe, generator=generator,
-                            **params.get(method, {})).float().cpu()
+        scores[method] = spec.fn(model, batch, probe=probe, generator=generator, **kwargs).float().cpu()
         seconds[method] = time.perf_counter() - start
     return scores, seconds
 
@@ -72,8 +74,8 @@ def attribute(
     methods: Sequence[str] = ("oar_p",),
     *,
     probe: str = "as_mean",
-    fmt: str = "auto",
-    pattern=None,
+    answer_format: str = "auto",
+    answer_pattern=None,
     chat: bool | None = None,
     advantages: Sequence[float] | None = None,
     tau: float = 0.4,
@@ -84,24 +86,38 @@ def attribute(
     seed: int = 0,
     progress: bool = False,
     step_unit=AUTO,
+    fmt: str | None = None,
+    pattern=None,
+    max_batch_tokens: int | None = None,
 ) -> AttributionBatch:
     """Token importances, weights and credit metrics of each response.
 
     prompts, responses: one or B of each (a prompt is a string or a chat message list).
     methods: registered importance methods (`methods.available_methods()`).
     probe: outcome probe, `lt`, `as_mean` or `as_joint` (METHOD.md section 3).
+    answer_format, answer_pattern: where the final answer is (`spans.locate_answer`: auto,
+        boxed, gsm8k, answer_is, regex with answer_pattern); OARConfig and `oar attribute
+        --answer-format` use the same names. `fmt` and `pattern` are their old spellings.
     advantages: optional B sequence advantages A_i; adds token advantages A_i * w_t and the
         top-10% advantage mass per method.
-    tau, beta, w_min: bi-level gating (METHOD.md section 6).
+    tau, beta, w_min: bi-level gating (METHOD.md section 6); w_min floors the suppression gate
+        before the mass-preserving rescale, so a final weight can be below it.
     method_params: extra keyword arguments per method, e.g. {"oar_g": {"n_noise": 4}}.
     progress: a progress bar counting traces, with the scored positions so far.
     step_unit: how reasoning splits into steps (`steps.step_spans`: line, paragraph,
         sentence, a regex; default auto: lines, or sentences when the reasoning is one line,
         as the arithmetic world's is, so each `x=a+b=n.` clause is a step). Sets each trace's
         `steps` and the steps step-level methods (`oar_p_step`) perturb.
+    max_batch_tokens: the token budget per forward of the methods that take one (OAR-P);
+        None sizes it from the device's free memory (`budget.auto_batch_tokens`).
+        `method_params[method]["max_batch_tokens"]` wins over it.
     Responses whose answer span is not found get weight 1 everywhere and the flag
-    `no_answer_span`; non-finite importances are flagged, never silently gated.
+    `no_answer_span`; one whose answer starts it after an empty prompt (no position predicts
+    the answer) is treated the same, flagged `no_predicting_position`. Non-finite importances
+    are flagged, never silently gated.
     """
+    answer_format = renamed_keyword("fmt", fmt, "answer_format", answer_format, "auto")
+    answer_pattern = renamed_keyword("pattern", pattern, "answer_pattern", answer_pattern, None)
     if isinstance(prompts, (str, dict)) or (prompts and isinstance(prompts[0], dict)):
         prompts = [prompts]
     if isinstance(responses, str):
@@ -114,6 +130,9 @@ def attribute(
     for method in methods:
         get_method(method)
     params, gating = method_params or {}, {"tau": tau, "beta": beta, "w_min": w_min}
+    if max_batch_tokens is not None:
+        params = {**params, **{m: {"max_batch_tokens": max_batch_tokens, **params.get(m, {})}
+                               for m in methods if method_spec(m).token_budget}}
     out = AttributionBatch()
     starts = range(0, len(prompts), batch_size)
     bar = tqdm(total=len(prompts), desc="attribute", unit="trace", disable=not progress)
@@ -122,8 +141,9 @@ def attribute(
         for start in starts:
             stop = start + batch_size
             batch, pairs = encode_pairs(tokenizer, prompts[start:stop], responses[start:stop],
-                                        fmt=fmt, pattern=pattern, chat=chat, step_unit=step_unit)
-            scores, seconds = _score(model, batch, methods, probe, params, seed + start)
+                                        fmt=answer_format, pattern=answer_pattern, chat=chat,
+                                        step_unit=step_unit)
+            scores, seconds = _score(model, tokenizer, batch, methods, probe, params, seed + start)
             for row, pair in enumerate(pairs):
                 adv = None if advantages is None else float(advantages[start + row])
                 out.append(_trace(pair, prompts[start + row], scores,

@@ -1,4 +1,5 @@
-"""Command lines built from dataclasses: every field becomes a flag with its help text."""
+"""Command lines built from dataclasses (every field becomes a flag with its help text), and the
+flags several commands share (`--dtype`, `--max-batch-tokens`)."""
 from __future__ import annotations
 
 import argparse
@@ -16,6 +17,19 @@ class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter):
                 or action.default is None or action.default is False or action.default == argparse.SUPPRESS):
             return text
         return f"{text} (default: %(default)s)"
+
+
+class OldSpelling(argparse._StoreAction):
+    """A store action whose option strings after the first are old spellings: using one
+    works and prints a one-line deprecation note naming the new one."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string is not None and option_string != self.option_strings[0]:
+            import sys
+
+            print(f"{parser.prog}: {option_string} is now {self.option_strings[0]} (the old "
+                  "spelling still works)", file=sys.stderr)
+        super().__call__(parser, namespace, values, option_string)
 
 
 def add_dataclass_args(parser: argparse.ArgumentParser, cls) -> None:
@@ -36,3 +50,22 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls) -> None:
 
 def dataclass_from_args(cls, args: argparse.Namespace):
     return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
+
+
+# Model dtypes a command can load in (names of torch dtypes; torch is not imported to build a
+# parser). Probe arithmetic stays float32 whatever the model's dtype.
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def add_dtype_arg(parser: argparse.ArgumentParser) -> None:
+    """`--dtype {float32,bfloat16,float16}`: the dtype the command loads the model in."""
+    parser.add_argument("--dtype", default="float32", choices=DTYPES,
+                        help="dtype of the model's weights and activations (default: float32; "
+                             "probe arithmetic stays float32)")
+
+
+def add_budget_arg(parser: argparse.ArgumentParser) -> None:
+    """`--max-batch-tokens N`: OAR-P's token budget per forward (default: auto)."""
+    parser.add_argument("--max-batch-tokens", type=int, default=None,
+                        help="OAR-P: tokens in one forward (default: sized from the device's free "
+                             "memory and the model's shape; 16384 on CPU)")

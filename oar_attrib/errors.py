@@ -28,3 +28,17 @@ class ModelLoadError(OARError, OSError):
 def unknown_name(kind: str, name: str, known) -> UnknownNameError:
     """Build the standard error for an unknown registry name."""
     return UnknownNameError(f"unknown {kind} {name!r}; known: {', '.join(sorted(known))}")
+
+
+def renamed_keyword(old: str, old_value, new: str, new_value, default):
+    """The value of a renamed keyword argument: the new one, or the old one (with a
+    FutureWarning) when only that was given; both given and different is an InputError."""
+    import warnings
+
+    if old_value is None:
+        return new_value
+    if new_value != default and new_value != old_value:
+        raise InputError(f"{old}= is the old spelling of {new}=; pass only {new}=")
+    warnings.warn(f"{old}= is now {new}= (one name in Python, OARConfig and the CLI); the old name "
+                  "still works", FutureWarning, stacklevel=3)
+    return old_value

@@ -1,11 +1,74 @@
-"""Batched decoding of responses (greedy or sampled), left-padded, stopping at EOS."""
+"""Batched decoding, the one place the package continues token rows with `model.generate`.
+
+Rows of different lengths are left-padded so that every row continues at the same column
+(`left_pad`); `continue_rows` decodes greedily or by sampling from there, with dropout off;
+`generate` does it for prompt texts and cuts each response after its EOS. The evaluation, the
+counterfactual oracle, the training callbacks and the toy rollouts all decode through
+`continue_rows`, so they share one padding and one decoding configuration.
+"""
 from __future__ import annotations
+
+from typing import Sequence
 
 import torch
 from tqdm.auto import tqdm
 
+from .lm import eval_mode
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, L) left-padded token ids and their (B, L) attention mask, L the longest row: generation
+    continues every row at column L."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), int(pad_id), dtype=torch.long)
+    attn = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, row in enumerate(rows):
+        if len(row):
+            ids[b, width - len(row):] = torch.as_tensor(list(row), dtype=torch.long)
+            attn[b, width - len(row):] = 1
+    return ids.to(device), attn.to(device)
+
+
+def stop_ids(model, tokenizer) -> list[int]:
+    """The ids that end a response: the model's generation config's EOS ids (one or a list),
+    else the tokenizer's EOS; empty when neither has one."""
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    return [] if eos is None else sorted({int(e) for e in (eos if isinstance(eos, list) else [eos])})
+
+
+def cut_at_stop(row: Sequence[int], stop: Sequence[int], keep: bool = True) -> list[int]:
+    """`row` up to its first stop id (kept when `keep`), or all of it without one."""
+    at = next((i for i, tok in enumerate(row) if tok in stop), None)
+    return list(row) if at is None else list(row[: at + 1 if keep else at])
+
 
 @torch.no_grad()
+def continue_rows(
+    model, rows: Sequence[Sequence[int]], pad_id: int, *, max_new_tokens: int,
+    do_sample: bool = False, temperature: float = 1.0, num_return_sequences: int = 1,
+    eos_token_id: int | list[int] | None = None, min_new_tokens: int | None = None,
+) -> torch.Tensor:
+    """(B * num_return_sequences, N) new token ids after each of the B rows of ids, N <=
+    max_new_tokens, row-major (a row's sequences together); after a row's EOS `generate` fills
+    in `pad_id`. Greedy unless `do_sample` (then at `temperature`, no top-k/top-p); dropout is
+    off whatever mode the model is in. eos_token_id: default the model's generation config's.
+    The model's generation config supplies every setting not named here."""
+    device = next(model.parameters()).device
+    ids, attn = left_pad(rows, pad_id, device)
+    kwargs = {} if eos_token_id is None else {"eos_token_id": eos_token_id}
+    if min_new_tokens is not None:
+        kwargs["min_new_tokens"] = min_new_tokens
+    with eval_mode(model):
+        out = model.generate(
+            input_ids=ids, attention_mask=attn, max_new_tokens=max_new_tokens, do_sample=do_sample,
+            temperature=temperature if do_sample else None, top_k=None, top_p=None,
+            num_return_sequences=num_return_sequences, pad_token_id=int(pad_id), **kwargs,
+        )
+    return out[:, ids.shape[1]:]
+
+
 def generate(
     model,
     tokenizer,
@@ -20,52 +83,16 @@ def generate(
     progress: bool = False,
 ) -> list[list[int]]:
     """Response token ids for each prompt (num_return_sequences per prompt, prompt-major),
-    cut after the first EOS (kept) and without padding."""
-    device = next(model.parameters()).device
-    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    cut after the first EOS (kept) and without padding. Prompts are tokenized without special
+    tokens; sampling is seeded by `seed`."""
+    stop = stop_ids(model, tokenizer)
     torch.manual_seed(seed)
     out: list[list[int]] = []
     starts = range(0, len(prompts), batch_size)
     for start in tqdm(starts, desc="generate", disable=not progress):
-        chunk = [tokenizer(p, add_special_tokens=False).input_ids for p in prompts[start : start + batch_size]]
-        width = max(len(ids) for ids in chunk)
-        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, row in enumerate(chunk):
-            ids[i, width - len(row) :] = torch.tensor(row)
-            mask[i, width - len(row) :] = 1
-        gen = model.generate(
-            input_ids=ids.to(device),
-            attention_mask=mask.to(device),
-            max_new_tokens=max_new_tokens,
-            do_sample=do_sample,
-            temperature=temperature if do_sample else None,
-            top_k=None,
-            top_p=None,
-            num_return_sequences=num_return_sequences,
-            pad_token_id=pad,
-            eos_token_id=eos,
-        )
-        for row in gen[:, width:].tolist():
-            cut = row.index(eos) + 1 if eos in row else len(row)
-            out.append(row[:cut])
+        chunk = [tokenizer(p, add_special_tokens=False).input_ids for p in prompts[start: start + batch_size]]
+        new = continue_rows(model, chunk, tokenizer.pad_token_id, max_new_tokens=max_new_tokens,
+                            do_sample=do_sample, temperature=temperature,
+                            num_return_sequences=num_return_sequences, eos_token_id=stop or None)
+        out += [cut_at_stop(row, stop) for row in new.tolist()]
     return out
-
-
-def left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, L) left-padded ids and attention mask: generation continues every row at L."""
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(rows), width), dtype=torch.long)
-    for b, r in enumerate(rows):
-        ids[b, width - len(r) :] = torch.tensor(r, dtype=torch.long)
-        attn[b, width - len(r) :] = 1
-    return ids.to(device), attn.to(device)
-
-
-def eos_ids(model, tokenizer) -> set[int]:
-    """The ids that end a generation: the model's generation config, else the tokenizer's."""
-    eos = getattr(model.generation_config, "eos_token_id", None)
-    if eos is None:
-        eos = tokenizer.eos_token_id
-    return set() if eos is None else {int(e) for e in (eos if isinstance(eos, list) else [eos])}

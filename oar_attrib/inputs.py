@@ -32,6 +32,8 @@ class EncodedPair:
     token; labels the segment of each response token; response_start the index in the
     batch row where the response begins; steps the (start, end) token ranges over the
     response tokens that cover its scored reasoning tokens in order (empty without a span).
+    no_predicting_position: the answer starts the response after an empty prompt, so no
+    position predicts it; span_found is then False and nothing is scored.
     """
 
     prompt_ids: list[int]
@@ -44,6 +46,7 @@ class EncodedPair:
     text: str
     empty_reasoning: bool = False
     steps: list[tuple[int, int]] = field(default_factory=list)
+    no_predicting_position: bool = False
 
     @property
     def length(self) -> int:
@@ -145,19 +148,37 @@ def encode_pair(
     """Encode one pair (see `encode_pairs`); `row` only names the pair in error messages."""
     prompt_ids = _encode_prompt(tokenizer, prompt, chat, row)
     ids, offsets, text = _encode_response(tokenizer, response, response_ids)
+    return pair_from_offsets(prompt_ids, ids, offsets, text, fmt=fmt, pattern=pattern, step_unit=step_unit)
+
+
+def pair_from_offsets(prompt_ids: Sequence[int], response_ids: Sequence[int], offsets, text: str, *,
+                      fmt: str = "auto", pattern=None, step_unit=AUTO) -> EncodedPair:
+    """The EncodedPair of token ids, the response tokens' (start, end) character `offsets` into
+    `text`: the answer located (`spans.locate_answer`), each token labelled by segment, the
+    reasoning cut into steps. `attribute()` (texts) and training (sampled ids) both build
+    their pairs here.
+
+    An answer at the very start of the response after an empty prompt has no position that
+    predicts it: the pair gets span_found=False and no_predicting_position=True (nothing is
+    scored, the trace is flagged) rather than an error, since training meets such rows in
+    sampled batches and a user's batch should not fail for one row.
+    """
     location = locate_answer(text, fmt, pattern)
     segments = segment_tokens(offsets, location)
+    unpredicted = segments.span_found and not prompt_ids and segments.labels[0] == "answer"
+    found = segments.span_found and not unpredicted
     return EncodedPair(
-        prompt_ids=prompt_ids,
-        response_ids=ids,
+        prompt_ids=list(prompt_ids),
+        response_ids=list(response_ids),
         offsets=[(int(s), int(e)) for s, e in offsets],
         labels=list(segments.labels),
         location=location,
-        span_found=segments.span_found,
+        span_found=found,
         response_start=len(prompt_ids),
         text=text,
-        empty_reasoning=segments.span_found and segments.n_reasoning == 0,
-        steps=reasoning_steps(text, offsets, segments.labels, segments.span_found, step_unit),
+        empty_reasoning=found and segments.n_reasoning == 0,
+        steps=reasoning_steps(text, offsets, segments.labels, found, step_unit),
+        no_predicting_position=unpredicted,
     )
 
 
@@ -207,7 +228,8 @@ def encode_pairs(
     step_unit: how the reasoning splits into steps (`steps.step_spans` units, a regex, or
         `auto`: lines, or sentences for a one-line reasoning); sets each pair's `steps` and
         the batch's step_ids.
-    Rows without an answer span, or with an empty reasoning, have no scored positions.
+    Rows without an answer span, with an empty reasoning, or whose answer starts the response
+    after an empty prompt (`no_predicting_position`) have no scored positions.
     """
     pad_token_id = _check_inputs(tokenizer, prompts, responses, response_ids, pad_token_id)
     if max_length is None:
@@ -225,11 +247,6 @@ def encode_pairs(
                 f"row {row} has {pair.length} tokens ({len(pair.prompt_ids)} prompt + "
                 f"{len(pair.response_ids)} response), more than max_length={max_length}; "
                 "shorten the response or raise max_length"
-            )
-        if pair.span_found and pair.response_start == 0 and pair.labels[0] == "answer":
-            raise InputError(
-                f"row {row} has an empty prompt and starts with its answer, so no position "
-                "predicts the answer; give the pair a prompt"
             )
         pairs.append(pair)
     return pairs_to_batch(pairs, pad_token_id), pairs

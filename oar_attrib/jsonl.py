@@ -46,9 +46,8 @@ def has_surrogate(value: Any) -> bool:
 
 
 def parse_line(raw: bytes, first: bool = False) -> Any:
-    """The value of one line's bytes, or a `NotJSON` saying why it has none."""
-    if first and raw.startswith(_BOM):
-        raw = raw[len(_BOM):]
+    """The value of one line's bytes (without a BOM), or a `NotJSON` saying why it has none;
+    `first` says it is the file's first line (where a UTF-16 BOM is recognised)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -82,6 +81,8 @@ def iter_jsonl(path: str | Path, *, max_bytes: int = MAX_LINE_BYTES) -> Iterator
                     raw = handle.readline(1 << 20)
                 yield number, NotJSON(f"longer than {max_bytes} bytes", "too_long")
                 continue
+            if number == 1 and raw.startswith(_BOM):
+                raw = raw[len(_BOM):]
             if not raw.strip():
                 continue
             yield number, parse_line(raw, first=number == 1)

@@ -52,6 +52,19 @@ def check_positions(model: torch.nn.Module, batch: ScoringBatch) -> None:
         )
 
 
+def _keeps_row_indices() -> bool:
+    """Whether this transformers reads a (B, K) `logits_to_keep` as per-row positions (it
+    gained `slice_logits_to_keep` for that); earlier versions index every row with all B * K."""
+    try:
+        from transformers.modeling_utils import slice_logits_to_keep  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+_KEEPS_ROW_INDICES = _keeps_row_indices()
+
+
 def accepts_logits_to_keep(model: torch.nn.Module) -> bool:
     """Whether `model.forward` can project only selected positions to the vocabulary."""
     try:
@@ -70,8 +83,22 @@ def logits_at(model: torch.nn.Module, positions: torch.Tensor, **inputs) -> torc
     are projected to the vocabulary (the projection is ~25% of a small model's forward); the
     model's own head runs, so soft-capping or scaling of logits is kept.
     """
-    if accepts_logits_to_keep(model):
+    if accepts_logits_to_keep(model) and _KEEPS_ROW_INDICES:
         return model(**inputs, logits_to_keep=positions).logits  # (B, K, V)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if isinstance(head, torch.nn.Module):
+        # Older transformers read a tensor `logits_to_keep` as one index for every row; instead
+        # the head's input is gathered at each row's own positions before the projection.
+        def gather(module, args):
+            hidden = args[0]  # (B, L, D)
+            kept = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
+            return (kept, *args[1:])
+
+        handle = head.register_forward_pre_hook(gather)
+        try:
+            return model(**inputs).logits  # (B, K, V)
+        finally:
+            handle.remove()
     logits = model(**inputs).logits  # (B, L, V)
     return logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1]))
 

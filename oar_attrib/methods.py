@@ -17,7 +17,9 @@ Rows with no answer span (batch.has_answer False) get all zeros. A method regist
 - train_params:   other keyword arguments the trainer fills from its settings of the same
                   name (e.g. `noise_std`);
 - analysis_only:  it explains a trace but cannot reshape training (too slow, or needs data a
-                  training step does not have): `attribute` runs it, the trainer refuses it.
+                  training step does not have): `attribute` runs it, the trainer refuses it;
+- needs_tokenizer: it reads text (e.g. sampled answers): `attribute` passes its tokenizer as
+                  `tokenizer=` unless the caller's method_params give one.
 
 `get_method` / `method_spec` raise an error that lists the known names.
 """
@@ -42,6 +44,7 @@ class MethodSpec:
     token_budget: bool = False
     train_params: tuple[str, ...] = ()
     analysis_only: bool = False
+    needs_tokenizer: bool = False
 
     def kwargs(self, settings, longest: int = 0, generators=None) -> dict:
         """Keyword arguments of `fn` from an object with the trainer's settings
@@ -49,7 +52,8 @@ class MethodSpec:
         alone rather than failing on the budget; `generators` go in when the method is random."""
         out = {name: getattr(settings, name) for name in self.train_params}
         if self.token_budget:
-            out["max_batch_tokens"] = max(int(settings.max_batch_tokens), longest)
+            budget = settings.max_batch_tokens  # None: the method sizes it (OAR-P: auto)
+            out["max_batch_tokens"] = None if budget is None else max(int(budget), longest)
         if self.random and generators is not None:
             out["generator"] = list(generators)
         return out
@@ -60,14 +64,15 @@ _METHODS: dict[str, MethodSpec] = {}
 
 def register_method(name: str, *, weighting: str = "bilevel", random: bool = False,
                     token_budget: bool = False, train_params: tuple[str, ...] = (),
-                    analysis_only: bool = False) -> Callable[[ImportanceFn], ImportanceFn]:
+                    analysis_only: bool = False,
+                    needs_tokenizer: bool = False) -> Callable[[ImportanceFn], ImportanceFn]:
     """Decorator: register `fn` as importance method `name` (see the module docstring)."""
 
     def wrap(fn: ImportanceFn) -> ImportanceFn:
         if name in _METHODS:
             raise ValueError(f"importance method {name!r} is registered twice; pick another name")
         _METHODS[name] = MethodSpec(name, fn, weighting, random, token_budget, tuple(train_params),
-                                    analysis_only)
+                                    analysis_only, needs_tokenizer)
         return fn
 
     return wrap

@@ -162,6 +162,17 @@ def random_recall(oracle, scored=None, k: int | None = None):
     return _per_row(_random_recall_row, oracle, scored, k=k)
 
 
+def mean_ci(values, seed: int = 0, key: str = "mean") -> dict:
+    """{key: mean of the finite `values`, "ci95": [lo, hi] (`bootstrap_ci`), "n": their count};
+    None for the mean and the interval when no value is finite. JSON-ready floats."""
+    arr = _np(values, np.float64).ravel()
+    arr = arr[np.isfinite(arr)]
+    if arr.size == 0:
+        return {key: None, "ci95": [None, None], "n": 0}
+    lo, hi = bootstrap_ci(arr, seed=seed)
+    return {key: float(arr.mean()), "ci95": [float(lo), float(hi)], "n": int(arr.size)}
+
+
 def bootstrap_ci(values, n_boot: int = 2000, alpha: float = 0.05, seed: int = 0):
     """Percentile bootstrap interval (lo, hi) of the mean of `values` (1-D).
 
@@ -183,3 +194,20 @@ def bootstrap_ci(values, n_boot: int = 2000, alpha: float = 0.05, seed: int = 0)
         means[lo:hi] = x[rng.integers(0, len(x), size=(hi - lo, len(x)))].mean(axis=1)
     low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
     return (float(low), float(high))
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks of a 1-D array, ties given their average rank."""
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(len(x), dtype=np.float64)
+    ranks[order] = np.arange(len(x), dtype=np.float64)
+    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+    return (np.bincount(inverse, weights=ranks) / counts)[inverse]
+
+
+def spearman(a, b) -> float:
+    """Spearman rank correlation of two 1-D arrays; NaN when either is constant."""
+    ra, rb = _ranks(np.asarray(a, np.float64)), _ranks(np.asarray(b, np.float64))
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    denom = float(np.sqrt((ra * ra).sum() * (rb * rb).sum()))
+    return float((ra * rb).sum() / denom) if denom > 0 else float("nan")

@@ -1,4 +1,5 @@
-"""Loading models: the bundled `arith-tiny` checkpoint or any local Hugging Face folder."""
+"""Loading models (the bundled `arith-tiny` checkpoint or any local Hugging Face folder) and
+building seeded random Qwen2 models in code (tests, benches, pretraining from scratch)."""
 from __future__ import annotations
 
 from importlib import resources
@@ -132,3 +133,37 @@ def load_model(name_or_path: str | Path = "arith-tiny", device: str | None = Non
     if device is not None:
         model.to(device)
     return model, tokenizer
+
+
+def random_qwen2(
+    vocab_size: int, *, seed: int | None = 0, hidden: int = 32, layers: int = 2, heads: int = 4,
+    kv_heads: int | None = None, intermediate: int | None = None, max_positions: int = 256,
+    init_std: float = 0.3, tie: bool = True, pad_id: int | None = None, eos_id: int | None = None,
+    dtype: torch.dtype = torch.float32, attn: str | None = None, **config,
+):
+    """A Qwen2 causal LM with RANDOM weights (seeded; `seed=None` keeps the global RNG), in
+    eval mode. kv_heads defaults to heads // 2, intermediate to 2 * hidden; `config` passes
+    other Qwen2Config fields (rope_parameters, sliding_window, bos_token_id, ...). pad_id and
+    eos_id go into the model's config and its generation config.
+
+    init_std 0.3 (the default here, far above the usual 0.02) makes a tiny model's logits
+    peaked, so that importances sit well above float32 rounding and greedy text depends on
+    its context; pass 0.02 for a model of real shape.
+    """
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    if seed is not None:
+        torch.manual_seed(seed)
+    cfg = Qwen2Config(
+        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=intermediate or 2 * hidden,
+        num_hidden_layers=layers, num_attention_heads=heads,
+        num_key_value_heads=kv_heads or max(1, heads // 2), max_position_embeddings=max_positions,
+        initializer_range=init_std, tie_word_embeddings=tie, pad_token_id=pad_id, eos_token_id=eos_id,
+        **config,
+    )
+    if attn is not None:
+        cfg._attn_implementation = attn
+    model = Qwen2ForCausalLM(cfg).to(dtype)
+    model.generation_config.pad_token_id = pad_id
+    model.generation_config.eos_token_id = eos_id
+    return model.eval()

@@ -30,13 +30,15 @@ from .probes import check_probe, probe_divergence, probe_sites, probe_values
 
 
 @register_method("oar_g", random=True, train_params=("noise_std",))
-def oar_g(model, batch: ScoringBatch, *, probe: str = "as_mean", noise_std: float = 1e-3,
+def oar_g(model, batch: ScoringBatch, *, probe: str = "as_mean", noise_std: float | None = None,
           n_noise: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
     """OAR-G importances of every row of `batch`, all rows in one forward/backward per draw.
 
     batch:     B rows of width L (right-padded).
     noise_std: sigma of the embedding noise on scored positions (0: no noise; the KL probes
-               then give all zeros, `as_joint` the plain gradient-times-input).
+               then give all zeros, `as_joint` the plain gradient-times-input). None: 0.1 x
+               the RMS of each row's scored embeddings (`noise_sigma`), a noise that survives
+               bf16 rounding, so that bf16 and float32 rank tokens alike.
     n_noise:   number of noise draws to average.
     generator: source of the noise: each draw is one standard normal (B, L, D) tensor from it,
                scaled by `noise_std`, kept on the scored positions. Seed it to reproduce.
@@ -50,7 +52,7 @@ def oar_g(model, batch: ScoringBatch, *, probe: str = "as_mean", noise_std: floa
     check_positions(model, batch)
     if not isinstance(n_noise, int) or n_noise < 1:
         raise InputError(f"n_noise must be an integer >= 1, got {n_noise!r}")
-    if not noise_std >= 0:
+    if noise_std is not None and not noise_std >= 0:
         raise InputError(f"noise_std must be >= 0, got {noise_std!r}")
     if isinstance(generator, (list, tuple)) and len(generator) != batch.input_ids.shape[0]:
         raise InputError(f"{len(generator)} generators for {batch.input_ids.shape[0]} rows; "
@@ -64,8 +66,9 @@ def oar_g(model, batch: ScoringBatch, *, probe: str = "as_mean", noise_std: floa
         prefix = _Prefix.of(model, embeds, work)
         with torch.no_grad():
             clean = probe_values(_probe_logits(model, embeds, work, sites, prefix), sites, probe)
+        sigma = noise_sigma(noise_std, embeds, scoreable(work))  # (B, 1, 1)
         for _ in range(n_noise):
-            noise = _draw_noise(embeds, work, generator) * noise_std
+            noise = _draw_noise(embeds, work, generator) * sigma  # float32
             noise = torch.where(noisy, noise, torch.zeros((), dtype=noise.dtype,
                                                            device=noise.device))
             total += _gradient_times_input(model, embeds, noise, work, sites, clean, probe, prefix)
@@ -143,14 +146,34 @@ class _Prefix:
                     position_ids=col, past_key_values=cache, use_cache=True), relative
 
 
+def noise_sigma(noise_std: float | None, embeds: torch.Tensor,
+                scored: torch.Tensor) -> torch.Tensor:
+    """(B, 1, 1) float32 sigma of each row's noise: `noise_std` when given (absolute), else
+    RELATIVE_NOISE * the RMS of the row's embeddings over its scored positions, the same
+    relative noise in every dtype (METHOD.md section 5, decision note). Per row, so that a row's
+    sigma does not depend on the rows batched with it.
+
+    embeds: (B, L, D); scored: (B, L) bool."""
+    n_rows = embeds.shape[0]
+    if noise_std is not None:
+        return torch.full((n_rows, 1, 1), float(noise_std), device=embeds.device)
+    weight = scored.float()[..., None]  # (B, L, 1)
+    square = (embeds.float().pow(2) * weight).sum(dim=(1, 2))  # (B,)
+    count = (weight.sum(dim=(1, 2)) * embeds.shape[-1]).clamp_min(1.0)
+    return (RELATIVE_NOISE * (square / count).sqrt())[:, None, None]
+
+
+RELATIVE_NOISE = 0.1
+
+
 def _draw_noise(embeds: torch.Tensor, batch: ScoringBatch, generator) -> torch.Tensor:
-    """(B, L, D) standard normal noise from one generator, or row b's first n_b positions
-    from generator[b] (zero on its padding) when given one per row."""
+    """(B, L, D) float32 standard normal noise from one generator, or row b's first n_b
+    positions from generator[b] (zero on its padding) when given one per row."""
     if not isinstance(generator, (list, tuple)):
-        return draw_normal(embeds.shape, generator, embeds.device, embeds.dtype)
-    noise = torch.zeros_like(embeds)
+        return draw_normal(embeds.shape, generator, embeds.device, torch.float32)
+    noise = torch.zeros(embeds.shape, dtype=torch.float32, device=embeds.device)
     for b, (n, gen) in enumerate(zip(batch.lengths.tolist(), generator)):
-        noise[b, :n] = draw_normal((1, n, embeds.shape[-1]), gen, embeds.device, embeds.dtype)[0]
+        noise[b, :n] = draw_normal((1, n, embeds.shape[-1]), gen, embeds.device, torch.float32)[0]
     return noise
 
 
@@ -171,12 +194,15 @@ def _gradient_times_input(model, embeds: torch.Tensor, noise: torch.Tensor,
                           batch: ScoringBatch, sites, clean: torch.Tensor,
                           probe: str, prefix: _Prefix | None) -> torch.Tensor:
     """(B, L) float32 |<dJ/de_t, e_t>| for one noise draw; rows are independent, so the
-    gradient of the sum of their J gives every row its own gradient."""
+    gradient of the sum of their J gives every row its own gradient. The leaf and the noise
+    are float32 whatever the model's dtype: e + xi is rounded to it once, at the model's input,
+    and the gradient comes back as float32."""
     with torch.enable_grad():
-        leaf = embeds.detach().requires_grad_(True)  # (B, L, D)
-        value = probe_values(_probe_logits(model, leaf + noise, batch, sites, prefix), sites, probe)
+        leaf = embeds.detach().float().requires_grad_(True)  # (B, L, D) float32
+        noisy = (leaf + noise).to(embeds.dtype)
+        value = probe_values(_probe_logits(model, noisy, batch, sites, prefix), sites, probe)
         objective = probe_divergence(clean, value, probe)  # (B,)
         # Rows without a span read meaningless sites: leave them out of the objective.
         objective = torch.where(sites.has_answer, objective, torch.zeros_like(objective))
         (grad,) = torch.autograd.grad(objective.sum(), leaf)
-    return (grad.float() * embeds.float()).sum(dim=-1).abs()  # (B, L)
+    return (grad * embeds.float()).sum(dim=-1).abs()  # (B, L)

@@ -10,10 +10,15 @@ max(phi - phi^(t), 0) for `as_joint`.
   is reused and only [s, end) is recomputed, where s <= t is the start of the copy's window;
 - nothing after the last probe position q_K can reach the probe: `end` = q_K + 1;
 - only the probe positions are projected to the vocabulary (`logits_to_keep`).
-Copies are batched into forwards whose rows each hold a reused (left-padded) cache and a
-(right-padded) window of new tokens, with explicit position ids; a forward's tokens, cache
-plus new tokens over all its rows, stay within `max_batch_tokens`. Which copies share a
-forward is decided by a cost model (see `_plan_row`, `_pack`); it affects speed only.
+Copies are batched into forwards in one of two layouts, which give the same numbers:
+- padded: each copy is a row holding a reused (left-padded) cache and a (right-padded) window
+  of new tokens, with explicit position ids; which copies share a forward is decided by a cost
+  model (see `plan_row`, `pack_chunks`);
+- packed (`oar_p_packed`): the copies' windows concatenated into one row without padding, on
+  the clean cache of their rows, under a block mask; for models whose attention takes one.
+A forward's tokens, cache plus new tokens over all its rows, stay within `max_batch_tokens`,
+by default sized from the device's free memory (`budget`). `row_groups`, `plan_row`,
+`pack_chunks` and `batch_budget` are the batching that step-level OAR-P reuses.
 """
 from __future__ import annotations
 
@@ -23,9 +28,11 @@ import torch
 from transformers import DynamicCache
 
 from .batch import ScoringBatch
+from .budget import auto_batch_tokens
 from .errors import InputError
 from .lm import check_positions, eval_mode, logits_at, model_device
 from .methods import register_method
+from .oar_p_packed import mask_kind, pack_copies, packed_key_limit, plan_copies, score_packed
 from .probes import ProbeSites, check_probe, probe_importance, probe_sites, probe_values
 
 # A forward has a fixed cost that does not shrink with its size: every weight is read from
@@ -35,6 +42,11 @@ from .probes import ProbeSites, check_probe, probe_importance, probe_sites, prob
 _OVERHEAD_TOKENS_CPU = 16
 _OVERHEAD_TOKENS_ACCELERATOR = 256
 _SHIFTABLE_LAYERS = frozenset({"full_attention", "sliding_attention"})
+PACKINGS = ("auto", "packed", "padded")
+# Device types where packing="auto" packs (when the model takes it). Empty until a run of
+# bench/bench_oar_p.py shows packed faster there: on a GPU its dense block mask costs attention
+# over every key of the forward, against the padded rows' padding (docs/benchmarks.md).
+AUTO_PACKED_DEVICES: frozenset[str] = frozenset()
 
 
 # --------------------------------------------------------------------------------------------
@@ -100,18 +112,25 @@ class _Clean:
 
 
 @register_method("oar_p", token_budget=True)
-def oar_p(model, batch: ScoringBatch, *, probe: str = "as_mean", max_batch_tokens: int = 16384,
-          generator: torch.Generator | None = None, progress: bool = False,
-          overhead_tokens: int | None = None) -> torch.Tensor:
+def oar_p(model, batch: ScoringBatch, *, probe: str = "as_mean",
+          max_batch_tokens: int | None = None, generator: torch.Generator | None = None,
+          progress: bool = False, overhead_tokens: int | None = None,
+          packing: str = "auto") -> torch.Tensor:
     """OAR-P importances, equal to `oar_p_reference` up to float rounding.
 
     batch:            B rows of width L (right-padded).
     max_batch_tokens: at most this many tokens (reused cache + new tokens, summed over rows)
                       in one forward; must be at least the longest row up to its answer.
+                      None: sized from the device's free memory and the model's shape
+                      (`budget.auto_batch_tokens`; 16384 on CPU).
     generator:        unused (OAR-P is deterministic); accepted for the common interface.
     progress:         show a progress bar over the scored positions.
     overhead_tokens:  fixed cost of one forward in tokens, for grouping copies into forwards
                       (default: 16 on CPU, 256 on accelerators). Changes speed, not results.
+    packing:          "packed": copies' windows concatenated without padding under a block
+                      mask (`oar_p_packed`); "padded": a padded row per copy; "auto": packed
+                      on the device types of AUTO_PACKED_DEVICES where the model takes it,
+                      padded otherwise. Changes speed, not results.
     Returns (B, L) float32 on the batch's device: >= 0 (or NaN if the model produced NaN) on
     scored positions of rows with an answer span, exactly 0 elsewhere.
     """
@@ -123,27 +142,65 @@ def oar_p(model, batch: ScoringBatch, *, probe: str = "as_mean", max_batch_token
     ends = (sites.last + 1).tolist()
     # Longest rows first, so that the rows of one clean pass need little padding.
     rows = sorted(reachable.any(dim=1).nonzero().flatten().tolist(), key=lambda r: -ends[r])
-    _check_budget(max_batch_tokens, [ends[row] for row in rows])
+    budget = batch_budget(model, sites, [ends[row] for row in rows], max_batch_tokens)
+    kind = _packing_kind(model, packing, work.input_ids.device)
     if overhead_tokens is None:
         on_cpu = work.input_ids.device.type == "cpu"
         overhead_tokens = _OVERHEAD_TOKENS_CPU if on_cpu else _OVERHEAD_TOKENS_ACCELERATOR
-    mixed = _cache_slots_may_shift(model)
     out = torch.zeros(work.input_ids.shape, dtype=torch.float32, device=work.input_ids.device)
     bar = _progress_bar(progress, int(reachable.sum()))
     with torch.no_grad(), eval_mode(model):
-        for group in _row_groups(rows, ends, max_batch_tokens):
+        for group in row_groups(rows, ends, budget):
             clean = _clean_pass(model, work, sites, group, probe)
-            chunks = [chunk for index, row in enumerate(group)
-                      for chunk in _plan_row(index, reachable[row], sites, row,
-                                             max_batch_tokens, overhead_tokens)]
             group_rows = torch.tensor(group, device=out.device)
-            for forward in _pack(chunks, max_batch_tokens, overhead_tokens, mixed):
-                index, positions, importance = _score_forward(model, clean, forward, probe,
-                                                              work.pad_token_id)
+            for index, positions, importance in _score_group(
+                    model, clean, group, reachable, sites, budget, overhead_tokens, kind, probe,
+                    work.pad_token_id):
                 out[group_rows[index], positions] = importance
                 bar.update(len(positions))
     bar.close()
     return out.to(batch.input_ids.device)
+
+
+def batch_budget(model, sites: ProbeSites, ends: list[int], max_batch_tokens: int | None) -> int:
+    """The token budget of one forward: `max_batch_tokens`, checked, or when None the auto
+    budget of `budget.auto_batch_tokens` for these rows (`ends`: each row's q_K + 1)."""
+    if max_batch_tokens is None:
+        width = int(sites.valid.sum(dim=1).max()) if sites.valid.numel() else 1
+        max_batch_tokens = auto_batch_tokens(model, model_device(model), width,
+                                             min(ends, default=1), max(ends, default=1))
+    _check_budget(max_batch_tokens, ends)
+    return max_batch_tokens
+
+
+def _packing_kind(model, packing: str, device: torch.device) -> str | None:
+    """The packed mask kind to use, or None for the padded path."""
+    if packing not in PACKINGS:
+        raise InputError(f"packing={packing!r} is not one of {', '.join(PACKINGS)}")
+    kind = mask_kind(model) if packing != "padded" else None
+    if packing == "packed" and kind is None:
+        raise InputError("this model cannot take packed copies (its attention implementation "
+                         "or layer kinds take no block mask); use packing='padded' or 'auto'")
+    return kind if packing == "packed" or device.type in AUTO_PACKED_DEVICES else None
+
+
+def _score_group(model, clean: _Clean, group: list[int], reachable: torch.Tensor,
+                 sites: ProbeSites, budget: int, overhead: int, kind: str | None, probe: str,
+                 pad_token_id: int):
+    """Yield (index, positions, importances) of every forward over one row group's copies."""
+    if kind is not None:
+        width = clean.input_ids.shape[1]
+        copies = [copy for index, row in enumerate(group)
+                  for copy in plan_copies(index, reachable[row], int(sites.positions[row, 0]),
+                                          int(sites.last[row]) + 1)]
+        limit = min(budget, packed_key_limit(model, width, overhead))
+        for forward in pack_copies(copies, width, limit, max(1, budget // width)):
+            yield score_packed(model, clean, forward, probe, pad_token_id, kind)
+        return
+    chunks = [chunk for index, row in enumerate(group)
+              for chunk in plan_row(index, reachable[row], sites, row, budget, overhead)]
+    for forward in pack_chunks(chunks, budget, overhead, _cache_slots_may_shift(model)):
+        yield _score_forward(model, clean, forward, probe, pad_token_id)
 
 
 def _reachable(batch: ScoringBatch, sites: ProbeSites) -> torch.Tensor:
@@ -185,7 +242,7 @@ def _progress_bar(enabled: bool, total: int):
     return tqdm(total=total, disable=not enabled, desc="OAR-P", unit="pos")
 
 
-def _row_groups(rows: list[int], ends: list[int], budget: int) -> list[list[int]]:
+def row_groups(rows: list[int], ends: list[int], budget: int) -> list[list[int]]:
     """Consecutive rows whose clean pass, right-padded to the group's longest, fits `budget`."""
     groups: list[list[int]] = []
     for row in rows:
@@ -222,7 +279,7 @@ def _clean_pass(model, batch: ScoringBatch, sites: ProbeSites, group: list[int],
                   probe_values(logits, group_sites, probe))
 
 
-def _plan_row(index: int, reachable: torch.Tensor, sites: ProbeSites, row: int, budget: int,
+def plan_row(index: int, reachable: torch.Tensor, sites: ProbeSites, row: int, budget: int,
               overhead: float) -> list[_Chunk]:
     """Split one row's positions to perturb, `reachable` (L,) bool, into chunks of
     consecutive positions.
@@ -250,7 +307,7 @@ def _plan_row(index: int, reachable: torch.Tensor, sites: ProbeSites, row: int, 
     return chunks[::-1]
 
 
-def _pack(chunks: list[_Chunk], budget: int, overhead: float,
+def pack_chunks(chunks: list[_Chunk], budget: int, overhead: float,
           mixed: bool) -> list[list[_Chunk]]:
     """Group chunks (of any rows) into forwards, widest window first.
 

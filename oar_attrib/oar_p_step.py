@@ -63,14 +63,15 @@ def oar_p_step_reference(model, batch: ScoringBatch, probe: str = "as_mean") -> 
 
 
 @register_method("oar_p_step", token_budget=True)
-def oar_p_step(model, batch: ScoringBatch, *, probe: str = "as_mean", max_batch_tokens: int = 16384,
+def oar_p_step(model, batch: ScoringBatch, *, probe: str = "as_mean", max_batch_tokens: int | None = None,
                generator: torch.Generator | None = None, progress: bool = False,
                overhead_tokens: int | None = None) -> torch.Tensor:
     """Step-level OAR-P, equal to `oar_p_step_reference` up to float rounding.
 
     batch: B rows of width L with step_ids (`encode_pairs` sets them).
     max_batch_tokens, overhead_tokens, progress: as for `oar_p` (the budget bounds every
-    forward's cached plus new tokens; the overhead steers packing, not results).
+    forward's cached plus new tokens, None sizes it from the device's memory; the overhead
+    steers packing, not results). Copies go through the padded path.
     generator: unused (deterministic); accepted for the common interface.
     Returns (B, L) float32 on the batch's device: each step's importance (>= 0, or NaN) on
     every scored token of the step, 0 elsewhere.
@@ -86,7 +87,7 @@ def oar_p_step(model, batch: ScoringBatch, *, probe: str = "as_mean", max_batch_
     first[:, 1:] &= steps[:, 1:] != steps[:, :-1]
     ends = (sites.last + 1).tolist()
     rows = sorted(first.any(dim=1).nonzero().flatten().tolist(), key=lambda r: -ends[r])
-    engine._check_budget(max_batch_tokens, [ends[row] for row in rows])
+    max_batch_tokens = engine.batch_budget(model, sites, [ends[row] for row in rows], max_batch_tokens)
     if overhead_tokens is None:
         on_cpu = work.input_ids.device.type == "cpu"
         overhead_tokens = engine._OVERHEAD_TOKENS_CPU if on_cpu else engine._OVERHEAD_TOKENS_ACCELERATOR
@@ -94,14 +95,14 @@ def oar_p_step(model, batch: ScoringBatch, *, probe: str = "as_mean", max_batch_
     out = torch.zeros(work.input_ids.shape, dtype=torch.float32, device=work.input_ids.device)
     bar = engine._progress_bar(progress, int(first.sum()))
     with torch.no_grad(), eval_mode(model):
-        for group in engine._row_groups(rows, ends, max_batch_tokens):
+        for group in engine.row_groups(rows, ends, max_batch_tokens):
             clean = engine._clean_pass(model, work, sites, group, probe)
             chunks = [chunk for index, row in enumerate(group)
-                      for chunk in engine._plan_row(index, first[row], sites, row,
+                      for chunk in engine.plan_row(index, first[row], sites, row,
                                                     max_batch_tokens, overhead_tokens)]
             group_rows = torch.tensor(group, device=out.device)
             group_steps = steps[group_rows]  # (G, L)
-            for forward in engine._pack(chunks, max_batch_tokens, overhead_tokens, mixed):
+            for forward in engine.pack_chunks(chunks, max_batch_tokens, overhead_tokens, mixed):
                 index, step, importance = _score_steps(model, clean, forward, probe,
                                                        work.pad_token_id, group_steps)
                 out[group_rows] += _scatter(group_steps, index, step, importance)

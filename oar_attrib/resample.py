@@ -24,10 +24,10 @@ from typing import Sequence
 
 import torch
 
-from .generation import eos_ids as _eos_ids, left_pad as _left_pad
+from .generation import continue_rows, cut_at_stop, stop_ids
 from .batch import ScoringBatch
 from .errors import InputError
-from .lm import eval_mode, model_device
+from .lm import eval_mode
 from .methods import register_method
 from .spans import locate_answer
 
@@ -74,26 +74,17 @@ def _prefixes(ids: list[int], start: int, end: int, pad_id: int, removal: str) -
     return kept, removed
 
 
-def _sample(model, rows: list[list[int]], n: int, *, pad_id: int, eos: set[int], max_new_tokens: int,
+def _sample(model, rows: list[list[int]], n: int, *, pad_id: int, eos: list[int], max_new_tokens: int,
             temperature: float, batch_size: int, seed: int, bar) -> list[list[int]]:
     """n sampled continuations of each row (row-major), cut before the first EOS."""
-    from transformers import GenerationConfig
-
-    device = model_device(model)
-    config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=True, temperature=temperature,
-                              top_k=None, top_p=None, num_beams=1, pad_token_id=pad_id,
-                              eos_token_id=sorted(eos) or None)
     per_call = max(1, batch_size // n)
     tails: list[list[int]] = []
     for i in range(0, len(rows), per_call):
         chunk = rows[i:i + per_call]
-        ids, attn = _left_pad(chunk, pad_id, device)
         torch.manual_seed(seed + i)  # generate draws from the global generator
-        out = model.generate(input_ids=ids, attention_mask=attn, generation_config=config,
-                             num_return_sequences=n)
-        for row in out[:, ids.shape[1]:].tolist():
-            stop = next((k for k, tok in enumerate(row) if tok in eos), len(row))
-            tails.append(row[:stop])
+        out = continue_rows(model, chunk, pad_id, max_new_tokens=max_new_tokens, do_sample=True,
+                            temperature=temperature, num_return_sequences=n, eos_token_id=eos or None)
+        tails.extend(cut_at_stop(row, eos, keep=False) for row in out.tolist())
         bar.update(len(chunk) * n)
     return tails
 
@@ -134,7 +125,7 @@ def resample_steps(model, tokenizer, batch: ScoringBatch, *, n_samples: int = 8,
                 f"{2 * n_samples * len(steps[r])} rollouts, over max_rollouts={max_rollouts}; lower "
                 "n_samples or raise max_rollouts")
     pad_id = int(batch.pad_token_id)
-    eos = _eos_ids(model, tokenizer)
+    eos = stop_ids(model, tokenizer)
     total = sum(2 * n_samples * len(s) for s in steps.values())
     bar = tqdm(total=total, desc="resample", unit="rollout", disable=not progress)
     out: list[list[StepResample]] = [[] for _ in range(batch.input_ids.shape[0])]
@@ -159,19 +150,18 @@ def resample_steps(model, tokenizer, batch: ScoringBatch, *, n_samples: int = 8,
     return out
 
 
-@register_method("resample", analysis_only=True)
+@register_method("resample", analysis_only=True, needs_tokenizer=True)
 def resample(model, batch: ScoringBatch, *, probe: str = "as_mean", generator: torch.Generator | None = None,
              tokenizer=None, n_samples: int = 8, removal: str = "pad", answer_format: str = "auto",
              temperature: float = 1.0, max_rollouts: int = 4096, batch_size: int = 64,
              progress: bool = False) -> torch.Tensor:
     """Resampling importance (module docstring) on every token of each step: (B, L) float32,
-    the step's JS divergence in [0, log 2], 0 outside the steps. Needs `tokenizer` (pass it in
-    method_params, e.g. attribute(..., method_params={"resample": {"tokenizer": tok}})) to
-    read the sampled answers. `probe` is unused (the answer is read from the text);
+    the step's JS divergence in [0, log 2], 0 outside the steps. Needs `tokenizer` to read the
+    sampled answers (`attribute` passes its own; a direct call passes it). `probe` is unused (the answer is read from the text);
     `generator` seeds the sampling (default seed 0)."""
     if tokenizer is None:
-        raise InputError("resample reads sampled answers as text and needs the tokenizer: pass "
-                         "method_params={'resample': {'tokenizer': tokenizer}}")
+        raise InputError("resample reads sampled answers as text and needs the tokenizer: call it "
+                         "through attribute(), or pass tokenizer=")
     seed = 0 if generator is None else int(generator.initial_seed()) % (2**31)
     results = resample_steps(model, tokenizer, batch, n_samples=n_samples, removal=removal,
                              answer_format=answer_format, temperature=temperature,

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from .errors import InputError, TokenizerError, unknown_name
+from .errors import InputError, TokenizerError, renamed_keyword, unknown_name
 
 REASONING, BRIDGE, ANSWER, TAIL = "reasoning", "bridge", "answer", "tail"
 SEGMENT_LABELS = (REASONING, BRIDGE, ANSWER, TAIL)
@@ -181,9 +181,13 @@ def locate_answer(text: str, fmt: str = "auto", pattern=None) -> AnswerLocation 
     return _FORMATS[fmt](text)
 
 
-def find_answer_span(text: str, fmt: str = "auto", pattern=None) -> tuple[int, int] | None:
-    """Character span [start, end) of the final answer in `text`, or None."""
-    found = locate_answer(text, fmt, pattern)
+def find_answer_span(text: str, answer_format: str = "auto", answer_pattern=None, *,
+                     fmt: str | None = None, pattern=None) -> tuple[int, int] | None:
+    """Character span [start, end) of the final answer in `text`, or None (`locate_answer`;
+    `fmt` and `pattern` are the old spellings of answer_format and answer_pattern)."""
+    answer_format = renamed_keyword("fmt", fmt, "answer_format", answer_format, "auto")
+    answer_pattern = renamed_keyword("pattern", pattern, "answer_pattern", answer_pattern, None)
+    found = locate_answer(text, answer_format, answer_pattern)
     return None if found is None else found.span
 
 

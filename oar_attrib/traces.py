@@ -48,6 +48,8 @@ class TraceAttribution:
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     # Seconds per method of the batch this trace was scored in, divided by its traces: traces
     # are scored together, so one trace's own time is not measured (batch_size=1 measures it).
+    # Seconds per method of the batch this trace was scored in, divided by its traces: traces
+    # are scored together, so one trace's own time is not measured (batch_size=1 measures it).
     timings: dict[str, float] = field(default_factory=dict)
     steps: list[tuple[int, int]] = field(default_factory=list)
 
@@ -107,6 +109,13 @@ class TraceAttribution:
             for how in STEP_POOLS:
                 frame[f"score_{method}_{how}"] = self.step_scores(method, how)
         return frame
+
+    def to_html(self, path, method: str | None = None):
+        """Write this trace's view (steps, tokens, step x method table) as ONE self-contained
+        HTML file that loads nothing when opened; returns its path (`export.write_html`)."""
+        from .export import write_html
+
+        return write_html(self, path, method)
 
     def to_frame(self):
         """pandas DataFrame, one row per response token."""
@@ -176,7 +185,9 @@ def build_trace(pair: EncodedPair, prompt, *, probe: str, scores: dict[str, torc
     scored = scored_positions(pair)
     has_s = bool(scored.any())
     out = list(flags or [])
-    if not pair.span_found:
+    if pair.no_predicting_position:
+        out.insert(0, "no_predicting_position")
+    elif not pair.span_found:
         out.insert(0, "no_answer_span")
     elif pair.empty_reasoning:
         out.insert(0, "empty_reasoning")

@@ -1,4 +1,4 @@
-"""Tiny random causal LMs and scoring batches built in code, for the importance-method tests.
+"""Tiny random causal LMs (Qwen2 from the package's `random_qwen2`) and scoring batches built in code, for the importance-method tests.
 
 Models are seeded and in eval mode; batches hold rows of different lengths, right-padded, each
 laid out as prompt | scored reasoning | bridge | answer span (1-3 tokens) | tail.
@@ -6,9 +6,10 @@ laid out as prompt | scored reasoning | bridge | answer span (1-3 tokens) | tail
 from __future__ import annotations
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2ForCausalLM
 
 from oar_attrib.batch import ScoringBatch
+from oar_attrib.models import random_qwen2
 
 VOCAB = 128
 PAD_ID = 0
@@ -32,24 +33,18 @@ def _common(vocab: int, hidden: int, layers: int, max_pos: int, init: float = 0.
 
 def tiny_qwen2(seed: int = 0, *, vocab: int = VOCAB, hidden: int = 32, layers: int = 2,
                max_pos: int = 256, dtype: torch.dtype = torch.float32, attn: str = "sdpa",
-               init: float = 0.3) -> Qwen2ForCausalLM:
-    """A random 2-layer Qwen2 with tied embeddings and a large rope theta, like Qwen2-0.5B."""
-    torch.manual_seed(seed)
-    config = Qwen2Config(**_common(vocab, hidden, layers, max_pos, init), tie_word_embeddings=True,
-                         rope_parameters={"rope_type": "default", "rope_theta": 1e6})
-    config._attn_implementation = attn
-    model = Qwen2ForCausalLM(config).to(dtype)
-    return model.eval()
+               init: float = 0.3, **config) -> Qwen2ForCausalLM:
+    """A random 2-layer Qwen2 with tied embeddings and a large rope theta, like Qwen2-0.5B
+    (`config`: other Qwen2Config fields, e.g. a sliding window)."""
+    config.setdefault("rope_parameters", {"rope_type": "default", "rope_theta": 1e6})
+    return random_qwen2(vocab, seed=seed, hidden=hidden, layers=layers, max_positions=max_pos,
+                        init_std=init, pad_id=PAD_ID, dtype=dtype, attn=attn, **config)
 
 
 def world_policy(tokenizer, *, max_pos: int = 256) -> Qwen2ForCausalLM:
     """A random 2-layer Qwen2 (seed 0, ~40k parameters, peaked logits) over `tokenizer`'s
     vocabulary, for tests that attribute world text tokenized by a real BPE tokenizer."""
-    torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                         max_position_embeddings=max_pos, initializer_range=0.3)
-    return Qwen2ForCausalLM(config).eval()
+    return random_qwen2(len(tokenizer), heads=2, kv_heads=2, max_positions=max_pos, tie=False)
 
 
 def tiny_llama(seed: int = 0, *, vocab: int = VOCAB, hidden: int = 48, layers: int = 2,

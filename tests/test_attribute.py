@@ -4,13 +4,14 @@ import json
 import numpy as np
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
+import oar_attrib as oa
 from oar_attrib import cli
 from oar_attrib.attribution import AttributionBatch, attribute, compute_weights
 from oar_attrib.errors import InputError, TokenizerError, UnknownNameError
 from oar_attrib.inputs import encode_pairs
 from oar_attrib.methods import available_methods, get_method
+from oar_attrib.models import random_qwen2
 from oar_attrib.analysis.recall import EXPECTED, oracle_token_mask, summarize, trace_recall
 from oar_attrib.world import generate_problems
 from oar_attrib.world.tokenizer import build_tokenizer
@@ -118,10 +119,7 @@ def test_too_long_response_is_a_clear_error(model, tokenizer, problems):
 
 
 def test_nan_logits_are_flagged_not_gated(tokenizer, problems):
-    torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=False)
-    broken = Qwen2ForCausalLM(config).eval()
+    broken = random_qwen2(len(tokenizer), layers=1, heads=2, kv_heads=2, tie=False)
     with torch.no_grad():
         broken.lm_head.weight.fill_(float("nan"))
     p = problems[0]
@@ -270,3 +268,29 @@ def test_python_attribute_progress_counts_traces(model, tokenizer, problems, cap
                     ["entropy"], batch_size=2, progress=True)
     err = capsys.readouterr().err
     assert "5/5 [" in err and f"positions={sum(sum(t.scored) for t in res)}" in err
+
+
+def test_old_spellings_of_renamed_knobs_still_work(model, tokenizer, problems, tmp_path, capsys):
+    p = problems[0]
+    new = attribute(model, tokenizer, p.prompt, p.solution, ["entropy"], answer_format="gsm8k")
+    with pytest.warns(FutureWarning, match=r"fmt= is now answer_format="):
+        old = attribute(model, tokenizer, p.prompt, p.solution, ["entropy"], fmt="gsm8k")
+    assert old[0].answer_span == new[0].answer_span and old[0].scores == new[0].scores
+    with pytest.raises(InputError, match="old spelling of answer_format"):
+        attribute(model, tokenizer, p.prompt, p.solution, ["entropy"], fmt="boxed", answer_format="gsm8k")
+    with pytest.warns(FutureWarning, match="fmt= is now answer_format="):
+        assert oa.find_answer_span(p.solution, fmt="gsm8k") == oa.find_answer_span(p.solution, "gsm8k")
+    folder = tmp_path / "ckpt"
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"prompt": p.prompt, "response": p.solution}) + "\n")
+    outs = {}
+    for flag in ("--answer-format", "--format"):
+        out = tmp_path / f"out{flag}.jsonl"
+        assert cli.main(["attribute", "--model", str(folder), "--input", str(src), "--out", str(out),
+                         "--methods", "entropy", flag, "gsm8k", "--no-progress"]) == 0
+        outs[flag] = json.loads(out.read_text())
+        err = capsys.readouterr().err
+        assert ("--format is now --answer-format" in err) == (flag == "--format")
+    assert outs["--format"]["answer_span"] == outs["--answer-format"]["answer_span"] is not None

@@ -4,6 +4,7 @@ import torch
 
 from oar_attrib.analysis.counterfactual import choose_positions, counterfactual_oracle
 from oar_attrib.errors import InputError
+from oar_attrib.models import random_qwen2
 
 WORDS = ["<pad>", "<eos>", "[UNK]", "zzz"] + [f"w{i}" for i in range(28)]
 PAD, EOS, ZZZ = 0, 1, 3
@@ -23,18 +24,9 @@ def tok():
 
 @pytest.fixture(scope="module")
 def model():
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
     # A large init makes the random model's greedy text depend on its context (at the
     # default 0.02 it repeats one word), so a wrong prefix or padding shows in the answers.
-    torch.manual_seed(2)
-    config = Qwen2Config(
-        vocab_size=len(WORDS), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-        initializer_range=0.3, eos_token_id=EOS, pad_token_id=PAD, bos_token_id=None,
-        tie_word_embeddings=True,
-    )
-    return Qwen2ForCausalLM(config).eval()
+    return random_qwen2(len(WORDS), seed=2, pad_id=PAD, eos_id=EOS, bos_token_id=None)
 
 
 PROMPT = [10, 11, 12, 13]

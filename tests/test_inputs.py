@@ -140,3 +140,24 @@ def test_input_errors():
         encode_pairs(tok, [messages], ["#### 7"], chat=False)
     with pytest.raises(InputError, match="not strings"):
         encode_pairs(tok, "what", "#### 7")
+
+
+def test_answer_first_after_an_empty_prompt_has_no_predicting_position():
+    """One behaviour for attribute() and training: no error, nothing scored, a flag."""
+    from oar_attrib.attribution import attribute
+    from oar_attrib.models import random_qwen2
+
+    tok = word_tokenizer()
+    digit = r"(\d)"  # the last digit is the answer, with no marker before it
+    batch, (first, later, prompted) = encode_pairs(tok, ["", "", "what ?"], ["7 so x", "so x = 7", "7 so x"],
+                                                   fmt="regex", pattern=digit)
+    assert first.labels == ["answer", "tail", "tail"]
+    assert not first.span_found and first.no_predicting_position and first.steps == []
+    assert later.span_found and not later.no_predicting_position  # position 2 predicts the 7
+    assert prompted.span_found and not prompted.no_predicting_position  # the prompt's last token does
+    assert batch.has_answer.tolist() == [False, True, True]
+    assert not batch.scored_mask[0].any() and not batch.answer_mask[0].any()
+    model = random_qwen2(len(WORDS), pad_id=tok.pad_token_id)
+    (trace,) = attribute(model, tok, [""], ["7 so x"], ["oar_p"], answer_format="regex", answer_pattern=digit)
+    assert trace.flags[0] == "no_predicting_position" and not trace.span_found
+    assert trace.weights["oar_p"] == [1.0, 1.0, 1.0]

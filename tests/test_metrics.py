@@ -10,6 +10,7 @@ from oar_attrib.errors import InputError
 from oar_attrib.metrics import (
     average_precision,
     bootstrap_ci,
+    mean_ci,
     ess_ratio,
     random_recall,
     recall_at_k,
@@ -116,3 +117,10 @@ def test_bootstrap_ci():
     assert all(math.isnan(v) for v in bootstrap_ci([np.nan]))
     with pytest.raises(InputError):
         bootstrap_ci(values, alpha=1.5)
+
+
+def test_mean_ci_drops_undefined_values():
+    got = mean_ci([1.0, None, 3.0, float("inf"), np.nan], seed=1, key="recall")
+    assert got == {"recall": 2.0, "ci95": list(bootstrap_ci([1.0, 3.0], seed=1)), "n": 2}
+    assert got["ci95"][0] >= 1.0 and got["ci95"][1] <= 3.0
+    assert mean_ci([None, np.nan]) == {"mean": None, "ci95": [None, None], "n": 0}

@@ -68,7 +68,7 @@ def bundled():
 def test_notebooks_are_committed_without_outputs():
     names = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
     assert names == ["01_attribution_recall.ipynb", "02_reshaping.ipynb", "03_your_model.ipynb",
-                     "05_experiment.ipynb"]
+                     "04_steps.ipynb", "05_experiment.ipynb"]
     for name in names:
         nb = nbformat.read(NOTEBOOKS / name, as_version=4)
         nbformat.validate(nb)
@@ -230,6 +230,24 @@ def test_03_your_model():
     assert set(line) == {"oar_p", "oar_g"}
     by_len = sorted(traces.values(), key=lambda r: r["scored"])
     np.testing.assert_allclose(plotly_array(line["oar_p"]["x"]), [r["scored"] for r in by_len])
+
+
+def _shared_above() -> Path | None:
+    """The `shared/` with tokenizers that notebook 04 finds by walking up (or $OAR_SHARED)."""
+    if os.environ.get("OAR_SHARED"):
+        return Path(os.environ["OAR_SHARED"])
+    return next((p / "shared" for p in NOTEBOOKS.parents if (p / "shared" / "tokenizers").is_dir()), None)
+
+
+@pytest.mark.skipif(_shared_above() is None, reason="shared tokenizer and data not present")
+def test_04_steps():
+    nb, s = run_notebook("04_steps.ipynb", OAR_SHARED=str(_shared_above()))
+    assert s["steps_cover"] and s["constant_within_steps"] and s["step_scores_match_attribute"]
+    assert s["perturbations"] == {"token": s["n_reasoning"], "step": s["n_steps"]}
+    assert 1 < s["n_steps"] < s["n_reasoning"] < s["n_tokens"]
+    assert s["ratio"] > 1 and s["step_seconds"] > 0
+    (figure,) = plotly_outputs(nb)
+    assert len(plotly_array(figure["data"][0]["y"])) == s["n_steps"]
 
 
 def test_05_experiment_reads_an_experiment_store(tmp_path):

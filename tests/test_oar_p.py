@@ -1,7 +1,6 @@
 """The fast OAR-P engine against the brute-force reference, and its contract."""
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 import oar_attrib.oar_p as oar_p_module
 from oar_attrib.batch import ScoringBatch
@@ -9,7 +8,7 @@ from oar_attrib.errors import InputError
 from oar_attrib.lm import logits_at
 from oar_attrib.oar_p import oar_p, oar_p_reference
 from oar_attrib.probes import PROBES, probe_sites
-from models import PAD_ID, _common, make_batch, tiny_llama, tiny_qwen2
+from models import PAD_ID, make_batch, tiny_llama, tiny_qwen2
 
 BUILDERS = {"qwen2": tiny_qwen2, "llama": tiny_llama}
 
@@ -38,9 +37,91 @@ def test_fast_equals_reference(models, name, probe):
     # overhead 10**6 packs copies of different rows and starts into shared forwards.
     for budget, overhead in ((22, None), (4096, None), (60, 10**6)):
         fast = oar_p(model, batch, probe=probe, max_batch_tokens=budget,
-                     overhead_tokens=overhead)
+                     overhead_tokens=overhead, packing="padded")
         torch.testing.assert_close(fast, ref, atol=1e-4, rtol=1e-4)
         assert fast[0, 21] == 0 and (fast[3] == 0).all()
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+@pytest.mark.parametrize("probe", PROBES)
+def test_packed_equals_reference(models, name, probe, monkeypatch):
+    """Copies packed without padding, from one row per forward up to every row's copies in
+    one forward (a key limit of 10**6 and a budget that holds them all)."""
+    model, batch = models[name], _batch_with_tail_scored()
+    ref = oar_p_reference(model, batch, probe)
+    shapes = _packed_shapes(monkeypatch)
+    for limit, budget in ((None, 22), (None, 4096), (10**6, 4096)):
+        if limit is not None:
+            monkeypatch.setattr(oar_p_module, "packed_key_limit", lambda *args: limit)
+        shapes.clear()
+        fast = oar_p(model, batch, probe=probe, max_batch_tokens=budget, packing="packed")
+        torch.testing.assert_close(fast, ref, atol=1e-4, rtol=1e-4)
+        assert fast[0, 21] == 0 and (fast[3] == 0).all()
+        assert sum(copies for copies, _ in shapes) == int(_reachable_count(batch))
+    assert max(rows for _, rows in shapes) > 1, "no forward packed copies of several rows"
+
+
+def _reachable_count(batch):
+    sites = probe_sites(batch)
+    return oar_p_module._reachable(batch, sites).sum()
+
+
+def _packed_shapes(monkeypatch):
+    """Record (copies, distinct rows) of every packed forward."""
+    seen = []
+    real = oar_p_module.score_packed
+
+    def spy(model, clean, copies, *args):
+        seen.append((len(copies), len({c.row for c in copies})))
+        return real(model, clean, copies, *args)
+
+    monkeypatch.setattr(oar_p_module, "score_packed", spy)
+    return seen
+
+
+def test_packed_with_eager_attention_and_left_padding_free_windows(monkeypatch):
+    """Eager attention takes the additive form of the block mask; rows of mixed lengths and
+    prompts (so copies of one forward start at different places)."""
+    model = tiny_llama(seed=2, attn="eager")
+    batch = make_batch(lengths=(26, 13, 20), prompt_len=(2, 5, 0))
+    monkeypatch.setattr(oar_p_module, "packed_key_limit", lambda *args: 10**6)
+    for probe in PROBES:
+        ref = oar_p_reference(model, batch, probe)
+        fast = oar_p(model, batch, probe=probe, packing="packed", max_batch_tokens=200)
+        torch.testing.assert_close(fast, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_packing_falls_back_where_the_model_cannot_take_it(monkeypatch):
+    sliding = tiny_qwen2(seed=3, tie=False, use_sliding_window=True, sliding_window=5,
+                         max_window_layers=1)
+    assert oar_p_module.mask_kind(sliding) is None
+    with pytest.raises(InputError, match="packing='padded'"):
+        oar_p(sliding, make_batch(), packing="packed")
+    with pytest.raises(InputError, match="packing='zip'"):
+        oar_p(tiny_qwen2(), make_batch(), packing="zip")
+    # auto: packed on the device types listed, where the model takes it; padded elsewhere.
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    monkeypatch.setattr(oar_p_module, "AUTO_PACKED_DEVICES", frozenset({"cuda"}))
+    assert oar_p_module._packing_kind(sliding, "auto", cuda) is None
+    assert oar_p_module._packing_kind(tiny_qwen2(), "auto", cuda) == "bool"
+    assert oar_p_module._packing_kind(tiny_qwen2(), "auto", cpu) is None
+    assert oar_p_module._packing_kind(tiny_llama(attn="eager"), "packed", cpu) == "additive"
+
+
+@pytest.mark.parametrize("packing", ["padded", "packed"])
+def test_bf16_fast_equals_reference_within_bf16_rounding(packing):
+    """bf16 weights: the fast paths and the reference differ by bf16 rounding of the logits
+    (relative 2**-8 = 0.4%), not more: measured against the importances' own scale."""
+    model = tiny_qwen2(seed=1, dtype=torch.bfloat16)
+    batch = make_batch(lengths=(22, 15, 19))
+    ref = oar_p_reference(model, batch, "as_mean")
+    fast = oar_p(model, batch, probe="as_mean", max_batch_tokens=60, packing=packing)
+    exact = oar_p_reference(tiny_qwen2(seed=1).to(torch.bfloat16).float(), batch, "as_mean")
+    scored = batch.scored_mask
+    scale = exact[scored].abs().max()
+    # The bf16 reference's own distance to float32 arithmetic bounds what rounding can do.
+    assert (fast - ref)[scored].abs().max() <= 2 * (ref - exact)[scored].abs().max() + 1e-3 * scale
+    assert (fast - ref)[scored].abs().max() < 0.05 * scale
 
 
 def _forward_shapes(monkeypatch):
@@ -110,10 +191,8 @@ def test_logits_at_equals_full_logits_with_and_without_logits_to_keep(models):
 
 
 def test_sliding_window_model_equals_reference():
-    torch.manual_seed(3)
-    config = Qwen2Config(**_common(128, 32, 2, 256), use_sliding_window=True, sliding_window=5,
-                         max_window_layers=1)
-    model = Qwen2ForCausalLM(config).eval()
+    model = tiny_qwen2(seed=3, tie=False, use_sliding_window=True, sliding_window=5,
+                       max_window_layers=1)
     batch = make_batch()
     ref = oar_p_reference(model, batch, "as_mean")
     for overhead in (0, 10**6):
@@ -192,3 +271,58 @@ def test_rows_longer_than_the_positions_and_tiny_budgets_are_refused():
         oar_p_reference(model, batch)
     with pytest.raises(InputError, match="max_batch_tokens"):
         oar_p(tiny_qwen2(seed=1), batch, max_batch_tokens=10)
+
+
+def test_auto_budget_obeys_a_stated_free_memory(models, monkeypatch):
+    """With 240 000 bytes free (stated, in place of the device's query), the auto budget is
+    FRACTION * free / (bytes per token), counted here by hand for tiny_qwen2 in float32, and
+    every forward of the engine holds at most that many tokens."""
+    import oar_attrib.budget as budget
+
+    model, batch = models["qwen2"], make_batch()  # rows 22, 15, 19; answers of 1, 2, 3 tokens
+    free = 240_000
+    monkeypatch.setattr(budget, "free_memory", lambda device: free)
+    cache = 2 * 2 * 2 * 8 * 4  # layers * (k, v) * kv_heads * head_dim * 4 bytes
+    activations = (4 * 32 + 3 * 64) * 4  # hidden 32, intermediate 64
+    logits = 3 * 128 * (4 + 12) / 13  # K = 3 sites, vocab 128; shortest row: 13 tokens to q_K
+    expected = int(0.5 * free / (cache + activations + logits))
+    sites = probe_sites(batch)
+    ends = (sites.last + 1).tolist()
+    assert oar_p_module.batch_budget(model, sites, ends, None) == expected == 59
+    tokens = []
+
+    def count(module, args, kwargs):
+        ids, cache_kv = kwargs["input_ids"], kwargs.get("past_key_values")
+        tokens.append(ids.shape[0] * (ids.shape[1] + (cache_kv.get_seq_length() if cache_kv else 0)))
+
+    handle = model.register_forward_pre_hook(count, with_kwargs=True)
+    try:
+        fast = oar_p(model, batch, probe="as_mean", packing="padded")
+    finally:
+        handle.remove()
+    assert max(tokens) <= expected and len(tokens) > 1
+    torch.testing.assert_close(fast, oar_p_reference(model, batch, "as_mean"), atol=1e-4, rtol=1e-4)
+    # Less memory than one copy of the longest row needs: the budget is that row, not less.
+    monkeypatch.setattr(budget, "free_memory", lambda device: 1000)
+    assert oar_p_module.batch_budget(model, sites, ends, None) == max(ends)
+    # No memory figure (CPU): the CPU default.
+    monkeypatch.setattr(budget, "free_memory", lambda device: None)
+    assert oar_p_module.batch_budget(model, sites, ends, None) == budget.CPU_BATCH_TOKENS
+
+
+def test_logits_at_per_row_positions_without_native_support(models, monkeypatch):
+    """Transformers before `slice_logits_to_keep` index every row with all positions; the
+    fallback gathers the head's input per row instead, with the same logits."""
+    import oar_attrib.lm as lm
+
+    model, batch = models["qwen2"], make_batch()
+    sites = probe_sites(batch)
+    with torch.no_grad():
+        native = logits_at(model, sites.positions, input_ids=batch.input_ids,
+                           attention_mask=batch.attention_mask)
+        monkeypatch.setattr(lm, "_KEEPS_ROW_INDICES", False)
+        hooked = logits_at(model, sites.positions, input_ids=batch.input_ids,
+                           attention_mask=batch.attention_mask)
+    assert hooked.shape == native.shape == (3, 3, 128)
+    torch.testing.assert_close(hooked, native, atol=1e-5, rtol=1e-5)
+    assert not model.lm_head._forward_pre_hooks  # the hook is gone

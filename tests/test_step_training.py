@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from oar_attrib.gating import bilevel_weights
-from oar_attrib.inputs import encode_pairs
 from oar_attrib.step_gating import pool_step_tensor, step_weights
 from oar_attrib.steps import pool_steps
 from oar_attrib.training.config import OARConfig

@@ -32,7 +32,7 @@ def test_config_rejects_unknown_names_listing_the_allowed(field, value, words):
 
 
 @pytest.mark.parametrize("field, value", [
-    ("oar_tau", 1.5), ("oar_tau", float("nan")), ("oar_beta", -1.0), ("oar_min_weight", 2.0),
+    ("oar_tau", 1.5), ("oar_tau", float("nan")), ("oar_beta", -1.0), ("oar_w_min", 2.0),
     ("oar_noise_std", -0.1), ("oar_max_batch_tokens", 0), ("oar_probe_warmup_steps", -1),
     ("oar_entropy_rho", 0.0), ("oar_store_every", -1),
 ])
@@ -277,3 +277,14 @@ def test_math_dataset_takes_trl_prompt_formats(tmp_path):
     path.write_text(json.dumps({"text": "x", "answer": "1"}) + "\n")
     with pytest.raises(DataError, match="needs a 'prompt'"):
         math_dataset(path)
+
+
+def test_old_knob_names_still_work_with_a_deprecation_message(tmp_path):
+    with pytest.warns(FutureWarning, match="oar_min_weight=...\\) is now oar_w_min"):
+        old = OARConfig(output_dir=str(tmp_path), oar_min_weight=0.3)
+    assert old.oar_w_min == 0.3 == old.oar_min_weight
+    new = OARConfig(output_dir=str(tmp_path), oar_w_min=0.2)
+    assert new.oar_w_min == 0.2 and OARConfig(output_dir=str(tmp_path)).oar_w_min == 0.1
+    with pytest.warns(FutureWarning, match="oar_min_weight is now oar_w_min"):
+        run, args = build_configs(resolve("arith-tiny", None, ["oar_min_weight=0.05"]))
+    assert args.oar_w_min == 0.05

@@ -59,6 +59,19 @@ def test_encode_row_segments_sampled_ids(tok, rows):
         encode_row(tok, p, c, "gsm8k") for p, c in zip(prompts, completions)]
 
 
+def test_answer_first_after_an_empty_prompt_trains_with_weight_one(tok, rows, model):
+    # A sampled row whose completion starts with its answer after an empty prompt: no position
+    # predicts the answer, so it is not attributed (the same pair `encode_pairs` builds).
+    answer_first = tok("5 so", add_special_tokens=False)["input_ids"]
+    settings = ReshapeSettings(method="oar_p", answer_format="regex", answer_pattern=r"(\d+)")
+    (pair,) = encode_rows(tok, [[]], [answer_first], "regex", r"(\d+)")
+    assert pair.labels[0] == "answer" and not pair.span_found and pair.no_predicting_position
+    prompt, completion = rows[0]
+    tw = token_weights(model, tok, [[], prompt], [answer_first, completion], 64, settings)
+    assert tw.span_found.tolist() == [False, True] and tw.attributed.tolist() == [False, True]
+    assert torch.equal(tw.weights[0], torch.ones(64)) and not tw.scored[0].any()
+
+
 def test_sample_seed_depends_only_on_the_row():
     assert sample_seed(0, [1, 2], [3]) == sample_seed(0, [1, 2], [3])
     assert len({sample_seed(0, [1, 2], [3]), sample_seed(1, [1, 2], [3]), sample_seed(0, [1], [2, 3])}) == 3

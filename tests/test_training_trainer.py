@@ -29,7 +29,7 @@ from oar_attrib.training.trainer import OARGRPOTrainer
 N_PROMPTS, GROUP = 4, 4
 COMMON = dict(
     per_device_train_batch_size=8, num_generations=GROUP, max_completion_length=48, max_steps=1,
-    learning_rate=1e-2, logging_steps=1, report_to=[], bf16=False, activation_checkpointing=False,
+    learning_rate=1e-2, logging_steps=1, report_to=[], bf16=False,
     use_cpu=True, save_strategy="no", disable_tqdm=True, seed=0, dataloader_num_workers=0,
 )
 

@@ -17,6 +17,7 @@ import pytest
 from oar_attrib.store import Store
 # The store the TestClient tests use (built by the demo's writer from a tiny in-code model).
 from test_webapp import ids, store_path, world  # noqa: F401 - pytest fixtures
+from test_webapp_long import long_store  # noqa: F401 - the 4000-token store
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 DRIVER_NAMES = ("chromedriver", "chromium.chromedriver")
@@ -183,3 +184,124 @@ def test_live_attribution_page_draws_a_heatmap(server, browser):
     assert browser.find_elements(By.CSS_SELECTOR, "#attribute-result .tok[data-i]")
     _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#chart-scores .scatterlayer .trace"))
     assert _console_errors(browser) == []
+
+
+# --------------------------------------------------------------------------- a 4000-token trace
+
+def _serve(store_path):
+    """(server, thread, socket, url) of the web app over a store, on a free loopback port."""
+    import uvicorn
+
+    from oar_attrib.webapp import create_app
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    server = uvicorn.Server(uvicorn.Config(create_app(store_path), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started, "uvicorn did not start"
+    return server, thread, sock, f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture(scope="module")
+def long_server(request):
+    from test_webapp_long import SHARED
+
+    if SHARED is None:
+        pytest.skip("shared data and tokenizer not present (set OAR_SHARED)")
+    store = request.getfixturevalue("long_store")
+    server, thread, sock, url = _serve(store)
+    yield url
+    server.should_exit = True
+    thread.join(timeout=30)
+    sock.close()
+
+
+def _step_colours(driver) -> list[str]:
+    return driver.execute_script(
+        "return [...document.querySelectorAll('#steps .step')].map(e => getComputedStyle(e).backgroundColor);")
+
+
+def _in_view(driver, element) -> bool:
+    return driver.execute_script(
+        "const r = arguments[0].getBoundingClientRect(); return r.top >= 0 && r.top < innerHeight;",
+        element)
+
+
+def test_long_trace_step_view_method_switch_strip_and_offline_export(long_server, browser, tmp_path):
+    import json
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    browser.get(f"{long_server}/traces/1?method=grail")
+    step_view = browser.find_element(By.ID, "step-view")
+    assert step_view.is_displayed() and not browser.find_element(By.ID, "heatmap").is_displayed()
+    steps = json.loads(browser.find_element(By.ID, "step-data").get_attribute("textContent"))
+    blocks = browser.find_elements(By.CSS_SELECTOR, "#steps .step")
+    assert len(blocks) == len(steps["steps"]) > 50
+    n_tokens = steps["steps"][-1][1]
+    assert n_tokens >= 4000
+    before = _step_colours(browser)
+    assert len(set(before)) > 10, "the steps are not coloured by their scores"
+    assert browser.find_elements(By.CSS_SELECTOR, "#steps .tok.top")
+    assert "answer" in blocks[-1].get_attribute("class")
+
+    # A click opens the step's tokens in place, each coloured by its own score.
+    k = 3
+    blocks[k].click()
+    _wait(browser, lambda d: "open" in blocks[k].get_attribute("class"), message="the step did not open")
+    a, b = steps["steps"][k]
+    token_colours = browser.execute_script(
+        "return [...arguments[0].querySelectorAll('.tok[data-i]')].map(e => getComputedStyle(e).backgroundColor);",
+        blocks[k])
+    assert len(token_colours) == b - a and len(set(token_colours)) > 1
+
+    # Switching the method changes the steps' colours.
+    Select(browser.find_element(By.ID, "method-select")).select_by_value("ig")
+    _wait(browser, lambda d: _step_colours(d) != before, message="step colours did not change")
+    assert browser.find_element(By.ID, "steps").get_attribute("data-method") == "ig"
+
+    # The overview strip scrolls to a step far down.
+    target = len(blocks) - 5
+    browser.execute_script("window.scrollTo(0, 0)")
+    assert not _in_view(browser, blocks[target])
+    browser.find_element(By.CSS_SELECTOR, f'#overview .cell[data-step="{target}"]').click()
+    _wait(browser, lambda d: _in_view(d, blocks[target]), message="the strip did not scroll to the step")
+
+    shot = tmp_path / "steps.png"
+    browser.execute_script("window.scrollTo(0, document.getElementById('step-view').offsetTop)")
+    assert browser.save_screenshot(str(shot))
+    _assert_not_blank(shot)
+    assert _console_errors(browser) == []
+
+    # The export downloads one file that opens offline and shows the same step scores.
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    browser.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow",
+                                                            "downloadPath": str(downloads)})
+    browser.find_element(By.ID, "export-html").click()
+    path = downloads / "trace-1-view.html"
+    _wait(browser, lambda d: path.exists() and path.stat().st_size > 0, message="no download")
+    browser.execute_cdp_cmd("Network.enable", {})
+    browser.execute_cdp_cmd("Network.emulateNetworkConditions", {
+        "offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1})
+    try:
+        browser.get(path.as_uri())
+        assert browser.find_element(By.ID, "export-method").text == "ig"
+        shown = [e.get_attribute("data-score") for e in browser.find_elements(By.CSS_SELECTOR, "details.step")]
+        assert len(shown) == len(steps["steps"])
+        for got, want in zip(shown, steps["scores"]["ig"]):
+            assert (got == "n/a" and want is None) or float(got) == pytest.approx(want, rel=1e-3)
+        assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
+        details = browser.find_elements(By.CSS_SELECTOR, "details.step")[k]
+        details.find_element(By.TAG_NAME, "summary").click()
+        assert details.get_attribute("open") is not None
+        assert len(details.find_elements(By.CSS_SELECTOR, ".tokens span[title]")) == b - a
+    finally:
+        browser.execute_cdp_cmd("Network.emulateNetworkConditions", {
+            "offline": False, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1})

@@ -4,8 +4,11 @@ import re
 import pytest
 
 from oar_attrib.errors import UnknownNameError, WorldConfigError
+from oar_attrib.spans import find_answer_span
 from oar_attrib.world import (
     PRESETS,
+    Problem,
+    Step,
     WorldConfig,
     extract_answer,
     generate_problems,
@@ -127,9 +130,23 @@ def test_oracle_sets_nest_and_never_overlap_wrongly():
         assert len(o.filler) == sum(f is not None for f in p.fillers)
 
 
-def test_oracle_of_generated_trace_matches_reference_when_equal():
-    for p in generate_problems(50, "default", seed=7):
-        assert oracle_spans(p, p.solution) == p.oracle()
+def test_oracle_of_a_hand_written_problem():
+    # The module docstring's example, built by hand; every span below is counted by hand on
+    # "d=4+7=11. e=11-3=8. so f=7*3=21. g=8+2=10. #### 29" (d at 0, e at 10, f at 23, g at 33).
+    p = Problem(steps=(Step("d", 4, "+", 7), Step("e", "d", "-", 3), Step("f", 7, "*", 3), Step("g", "e", "+", 2)),
+                target=("e", "+", "f"), path=frozenset("def"), values={"d": 11, "e": 8, "f": 21, "g": 10},
+                fillers=(None, None, "so", None))
+    assert p.solution == "d=4+7=11. e=11-3=8. so f=7*3=21. g=8+2=10. #### 29" and p.answer == 29
+    o = p.oracle()
+    assert o.direct == ((17, 18), (29, 31))
+    assert o.chain == ((0, 8), (10, 18), (23, 31))
+    assert o.distractor == ((33, 41),)
+    assert o.filler == ((20, 22),)
+    assert o.names == ((10, 11), (23, 24)) and o.complete
+    # A trace the model wrote differently: no filler, e's result wrong, f never written.
+    o2 = oracle_spans(p, "d=4+7=11. e=11-3=9. g=9+2=11. #### 20")
+    assert o2.direct == ((17, 18),) and o2.chain == ((0, 8), (10, 18)) and o2.distractor == ((20, 28),)
+    assert o2.filler == () and not o2.complete
 
 
 def test_oracle_of_a_different_trace_follows_the_names():
@@ -169,6 +186,28 @@ def test_oracle_of_a_different_trace_follows_the_names():
 )
 def test_reward_edge_cases(text, fmt, expected):
     assert reward(text, 3, fmt) == expected
+
+
+@pytest.mark.parametrize(
+    "text,fmt,expected",
+    [
+        ("e=11-3=8. #### 29", "gsm8k", 29),  # right
+        ("e=11-3=8. #### 30", "gsm8k", 30),  # wrong
+        ("e=11-3=8. 29", "gsm8k", None),  # missing marker
+        ("e=11-3=8. \\boxed{29}", "boxed", 29),  # boxed
+        ("#### 29.", "gsm8k", 29),  # the sentence's full stop is not part of the number
+        # What the span finder locates is the answer; a non-integer there is no answer:
+        ("#### 4 #### x", "gsm8k", None),
+        ("#### 3.5", "gsm8k", None),
+        ("\\boxed{3} \\boxed{x}", "boxed", None),
+        ("#### ", "gsm8k", None),
+    ],
+)
+def test_extract_answer_reads_the_located_answer(text, fmt, expected):
+    assert extract_answer(text, fmt) == expected
+    span = find_answer_span(text, fmt)
+    if expected is not None:  # the reward reads the characters attribution scores as the answer
+        assert text[span[0]:span[1]] == str(expected)
 
 
 def test_reward_negative_answer():

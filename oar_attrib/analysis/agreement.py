@@ -7,25 +7,10 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from ..metrics import spearman
+
 if TYPE_CHECKING:
     from ..traces import TraceAttribution
-
-
-def _ranks(x: np.ndarray) -> np.ndarray:
-    """Ranks of a 1-D array, ties given their average rank."""
-    order = np.argsort(x, kind="mergesort")
-    ranks = np.empty(len(x), dtype=np.float64)
-    ranks[order] = np.arange(len(x), dtype=np.float64)
-    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
-    return (np.bincount(inverse, weights=ranks) / counts)[inverse]
-
-
-def spearman(a, b) -> float:
-    """Spearman rank correlation of two 1-D arrays; NaN when either is constant."""
-    ra, rb = _ranks(np.asarray(a, np.float64)), _ranks(np.asarray(b, np.float64))
-    ra, rb = ra - ra.mean(), rb - rb.mean()
-    denom = float(np.sqrt((ra * ra).sum() * (rb * rb).sum()))
-    return float((ra * rb).sum() / denom) if denom > 0 else float("nan")
 
 
 def agreement_matrix(traces: Sequence[TraceAttribution], methods: Sequence[str] | None = None):

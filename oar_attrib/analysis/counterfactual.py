@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 import torch
 
 from ..errors import InputError, TokenizerError
-from ..generation import eos_ids as _eos_ids, left_pad as _left_pad
+from ..generation import continue_rows, cut_at_stop, stop_ids
 
 
 def _ids(x, name: str) -> list[int]:
@@ -42,28 +42,10 @@ def choose_positions(positions: Sequence[int], max_positions: int, seed: int = 0
     return picks
 
 
-@torch.no_grad()
-def _regenerate(model, rows: list[list[int]], pad_id: int, eos: set[int], max_new_tokens: int):
+def _regenerate(model, rows: list[list[int]], pad_id: int, eos: list[int], max_new_tokens: int):
     """Greedy continuations of each row of ids: the new tokens, cut before the first EOS."""
-    from transformers import GenerationConfig
-
-    device = next(model.parameters()).device
-    ids, attn = _left_pad(rows, pad_id, device)
-    config = GenerationConfig(
-        max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
-        pad_token_id=pad_id, eos_token_id=sorted(eos) or None,
-    )
-    was_training = model.training
-    model.eval()  # dropout would make "greedy" regeneration random
-    try:
-        out = model.generate(input_ids=ids, attention_mask=attn, generation_config=config)
-    finally:
-        model.train(was_training)
-    tails = []
-    for row in out[:, ids.shape[1] :].tolist():
-        stop = next((i for i, tok in enumerate(row) if tok in eos), len(row))
-        tails.append(row[:stop])  # after EOS, generate only fills in padding
-    return tails
+    out = continue_rows(model, rows, pad_id, max_new_tokens=max_new_tokens, eos_token_id=eos or None)
+    return [cut_at_stop(row, eos, keep=False) for row in out.tolist()]  # after EOS only padding
 
 
 def _check_args(positions, n: int, batch_size: int, max_new_tokens: int) -> None:
@@ -103,7 +85,8 @@ def counterfactual_oracle(
     replacement_id: the token put at y_t; default the tokenizer's pad token id.
     The continuation is y_<t, replacement, then up to max_new_tokens greedy tokens: make
     it long enough to reach the answer again. Compare against a response that is itself
-    the model's greedy output, or sampling noise is counted as causality.
+    the model's greedy output (`generation.generate`, which decodes as the regeneration does),
+    or sampling noise is counted as causality.
     """
     prompt, response = _ids(prompt_ids, "prompt_ids"), _ids(response_ids, "response_ids")
     positions = [int(t) for t in positions]
@@ -123,7 +106,7 @@ def counterfactual_oracle(
             "detected; check the extractor on that text or pick another response"
         )
     chosen = choose_positions(positions, max_positions, seed)
-    eos = _eos_ids(model, tokenizer)
+    eos = stop_ids(model, tokenizer)
     causal = {}
     for i in range(0, len(chosen), batch_size):
         batch = chosen[i : i + batch_size]

@@ -23,13 +23,10 @@ from .counterfactual import counterfactual_oracle
 from ..generation import generate
 from ..errors import InputError
 from ..methods import available_methods
-from ..metrics import average_precision, bootstrap_ci, random_recall, recall_at_k
+from ..metrics import average_precision, mean_ci, random_recall, recall_at_k
 from ..store.codec import span_mask
-from ..world import KNOWN_SETS, Oracle, Problem, extract_answer, generate_problems
-
-ORACLE_SETS = ("direct", "chain")
-COUNTERFACTUAL = "counterfactual"
-RECALL_SETS = KNOWN_SETS + (COUNTERFACTUAL,)
+from ..world import Oracle, Problem, extract_answer, generate_problems
+from .sets import COUNTERFACTUAL, DEFAULT_SETS, RECALL_SETS
 EXPECTED = "random_expectation"
 
 
@@ -37,7 +34,7 @@ EXPECTED = "random_expectation"
 oracle_token_mask = span_mask
 
 
-def trace_recall(trace: TraceAttribution, oracle: Oracle, sets=ORACLE_SETS,
+def trace_recall(trace: TraceAttribution, oracle: Oracle, sets=DEFAULT_SETS,
                  token_sets: dict | None = None) -> dict:
     """Recall@|O| and AP per method and oracle set for one trace, plus the expectation of a
     random ranking under the key EXPECTED (the method named `random` is a real draw).
@@ -97,15 +94,6 @@ def counterfactual_masks(model, tokenizer, problem: Problem, trace: TraceAttribu
     return target, tested
 
 
-def _summary(values: list[float], seed: int) -> dict:
-    arr = np.asarray(values, dtype=np.float64)
-    arr = arr[np.isfinite(arr)]
-    if arr.size == 0:
-        return {"recall": None, "ci95": [None, None], "n": 0}
-    lo, hi = bootstrap_ci(arr, seed=seed)
-    return {"recall": float(arr.mean()), "ci95": [float(lo), float(hi)], "n": int(arr.size)}
-
-
 @dataclass
 class RecallReport:
     """Summary of an `oracle_recall` run, and the per-trace data it was computed from.
@@ -158,23 +146,23 @@ class RecallReport:
         return pd.DataFrame(rows, columns=columns)
 
 
-def summarize(per_trace: list[dict], methods, sets=ORACLE_SETS, seed: int = 0) -> tuple[dict, dict]:
+def summarize(per_trace: list[dict], methods, sets=DEFAULT_SETS, seed: int = 0) -> tuple[dict, dict]:
     """Mean recall with a bootstrap CI (and mean AP) per method and set, and the random floor."""
     summary = {}
     for method in methods:
         summary[method] = {}
         for name in sets:
-            stats = _summary([t[method][name]["recall"] for t in per_trace], seed)
+            stats = mean_ci([t[method][name]["recall"] for t in per_trace], seed, "recall")
             aps = [t[method][name]["ap"] for t in per_trace if np.isfinite(t[method][name]["ap"])]
             stats["ap"] = float(np.mean(aps)) if aps else None
             summary[method][name] = stats
-    rand = {name: _summary([t[EXPECTED][name] for t in per_trace], seed) for name in sets}
+    rand = {name: mean_ci([t[EXPECTED][name] for t in per_trace], seed, "recall") for name in sets}
     return summary, rand
 
 
 def oracle_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "recall",
                   methods=None, probe: str = "as_mean", progress: bool = False,
-                  method_params: dict | None = None, sets=ORACLE_SETS,
+                  method_params: dict | None = None, sets=DEFAULT_SETS,
                   cf_positions: int = 64) -> RecallReport:
     """Sample `n` held-out problems, let the model answer, attribute, and score against the
     oracle sets `sets` (see RECALL_SETS) on world `preset` (`recall`: no step copies a final

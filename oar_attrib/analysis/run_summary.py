@@ -12,7 +12,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from .agreement import agreement_matrix
-from .recall import EXPECTED, ORACLE_SETS, summarize, trace_recall
+from .recall import EXPECTED, summarize, trace_recall
+from .sets import DEFAULT_SETS
 
 SUBSETS = ("all", "correct", "wrong")
 N_BOOT = 2000  # the default of metrics.bootstrap_ci, which recall.summarize uses
@@ -55,7 +56,7 @@ def _agreement_rows(traces, methods: list[str]) -> list[tuple]:
             for i, a in enumerate(methods) for j, b in enumerate(methods)]
 
 
-def summarise(store, run_id: int, *, sets=ORACLE_SETS, seed: int = 0) -> dict:
+def summarise(store, run_id: int, *, sets=DEFAULT_SETS, seed: int = 0) -> dict:
     """Compute and store a run's oracle recall (per method, oracle set and subset
     all/correct/wrong, with 95% bootstrap intervals) and method agreement; returns
     `store.report(run_id)`. Run it after a run's traces are written (again after adding more)."""

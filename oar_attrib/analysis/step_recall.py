@@ -12,7 +12,8 @@ method's score is constant per step, so every pooling but `sum` gives it back).
   a trace, ties counted 1/2 (random expectation 0.5). Teacher-forced methods hold the later
   steps fixed, so an upstream step has no direct effect: they should sit near 0.5; resampling
   regenerates the later steps and should rank it above the distractor.
-Means over traces with 95% bootstrap intervals.
+Means over traces with 95% bootstrap intervals; `by_outcome` gives the upstream AUC on the
+traces the model got right and wrong apart.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from ..attribution import AttributionBatch, TraceAttribution, attribute
 from ..errors import InputError
 from ..generation import generate
 from ..methods import available_methods
-from ..metrics import bootstrap_ci, random_recall, recall_at_k
+from ..metrics import mean_ci, random_recall, recall_at_k
 from ..steps import STEP_POOLS, pool_steps
 from ..world import Oracle, generate_problems
 
@@ -77,15 +78,6 @@ def trace_step_recall(trace: TraceAttribution, oracle: Oracle, pool: str = "max"
     return out
 
 
-def _summary(values, seed: int) -> dict:
-    arr = np.asarray(values, dtype=np.float64)
-    arr = arr[np.isfinite(arr)]
-    if arr.size == 0:
-        return {"mean": None, "ci95": [None, None], "n": 0}
-    lo, hi = bootstrap_ci(arr, seed=seed)
-    return {"mean": float(arr.mean()), "ci95": [float(lo), float(hi)], "n": int(arr.size)}
-
-
 @dataclass
 class StepRecallReport:
     """Summary of `step_recall` (`as_dict`, what `oar recall --granularity step --json`
@@ -93,7 +85,7 @@ class StepRecallReport:
 
     SUMMARY_FIELDS: ClassVar[tuple[str, ...]] = (
         "granularity", "preset", "pool", "methods", "random", "n", "n_scored", "accuracy", "skipped",
-        "resample")
+        "by_outcome", "resample")
     granularity: str
     preset: str
     pool: str
@@ -103,6 +95,7 @@ class StepRecallReport:
     n_scored: int
     accuracy: float
     skipped: dict
+    by_outcome: dict
     resample: dict
     traces: AttributionBatch = field(default_factory=AttributionBatch, repr=False)
     oracles: list = field(default_factory=list, repr=False)
@@ -144,9 +137,14 @@ def step_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "up
         else:
             per_trace.append(trace_step_recall(trace, oracle, pool))
     used = [t for t in per_trace if t is not None]
-    summary = {m: {k: _summary([t[m][k] for t in used], seed) for k in STEP_METRICS} for m in methods}
-    rand = {k: _summary([t["random_expectation"][k] for t in used], seed) for k in STEP_METRICS}
+    summary = {m: {k: mean_ci([t[m][k] for t in used], seed) for k in STEP_METRICS} for m in methods}
+    # The oracle's dependency path is the problem's; on a wrong trace the model may not have
+    # followed it, so the upstream AUC is also given on right and wrong traces apart.
+    by_outcome = {m: {outcome: mean_ci([t[m]["upstream"] for t, ok in zip(per_trace, correct)
+                                         if t is not None and ok == (outcome == "right")], seed)
+                      for outcome in ("right", "wrong")} for m in methods}
+    rand = {k: mean_ci([t["random_expectation"][k] for t in used], seed) for k in STEP_METRICS}
     cost = {"n_samples": resample_samples,
             "seconds": sum(t.timings.get("resample", 0.0) for t in traces)} if "resample" in methods else {}
     return StepRecallReport("step", preset, pool, summary, rand, n, len(used), sum(correct) / n, skipped,
-                            cost, traces, oracles, per_trace)
+                            by_outcome, cost, traces, oracles, per_trace)

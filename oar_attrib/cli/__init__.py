@@ -7,8 +7,7 @@ import sys
 
 from ..configs import DefaultsHelpFormatter
 from ..errors import OARError
-from . import attribute, evaluate, recall
-from .recall import RECALL_SET_NAMES  # noqa: F401  (the choices of `oar recall --sets`)
+from . import attribute, recall
 
 
 def _add_plugin_commands(sub) -> None:
@@ -26,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Every subcommand's --help shows the defaults.
     sub = parser.add_subparsers(dest="command", required=True, parser_class=functools.partial(
         argparse.ArgumentParser, formatter_class=DefaultsHelpFormatter))
-    for command in (evaluate, attribute, recall):
+    for command in (attribute, recall):
         command.add_parser(sub)
     _add_plugin_commands(sub)
     return parser

@@ -21,6 +21,7 @@ from typing import Iterator
 from ..errors import InputError, OARError, TokenizerError
 from ..jsonl import NotJSON, iter_jsonl
 from . import outputs
+from ..configs import OldSpelling, add_budget_arg, add_dtype_arg
 from .choices import method_name, probe_name
 
 
@@ -73,12 +74,20 @@ def judge_record(record) -> tuple | Skip:
 def judge_tokens(tokenizer, prompt, response, fmt: str) -> Skip | None:
     """A Skip when the pair cannot be encoded as one scoring row (too long, chat without a
     template, ...), else None. Tokenizing here costs little next to attribution."""
+    import logging
+
     from ..inputs import _default_max_length, encode_pair
 
+    # transformers warns of a text longer than the model here; the skip report says it instead.
+    quiet = logging.getLogger("transformers.tokenization_utils_base")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
     try:
         pair = encode_pair(tokenizer, prompt, response, fmt=fmt)
     except (InputError, TokenizerError) as err:
         return Skip(str(err), "unscorable")
+    finally:
+        quiet.setLevel(level)
     limit = _default_max_length(tokenizer)
     if limit is not None and pair.length > limit:
         return Skip(f"{pair.length} tokens, more than the model's {limit}; shorten it", "too_long")
@@ -115,8 +124,9 @@ def attribute_lines(model, tokenizer, pairs, output: outputs.Output, args, on_wr
     def flush() -> int:
         lines, prompts, responses = zip(*batch)
         traces = attribute(model, tokenizer, list(prompts), list(responses), args.methods,
-                           probe=args.probe, fmt=args.format, tau=args.tau, beta=args.beta,
-                           w_min=args.w_min, batch_size=len(batch), seed=lines[0])
+                           probe=args.probe, answer_format=args.answer_format, tau=args.tau,
+                           beta=args.beta, w_min=args.w_min, batch_size=len(batch), seed=lines[0],
+                           max_batch_tokens=args.max_batch_tokens)
         output.write([{"line": n, **t.to_dict()} for n, t in zip(lines, traces)])
         if on_written is not None:
             on_written(len(batch))
@@ -154,7 +164,7 @@ def open_output(args) -> outputs.Output:
     """The `--out` JsonlOutput or StoreOutput, checked and with the lines it already holds."""
     if str(args.out).endswith(".db"):
         config = {"methods": list(args.methods), "probe": args.probe, "input": str(args.input),
-                  "format": args.format, "tau": args.tau, "beta": args.beta, "w_min": args.w_min}
+                  "answer_format": args.answer_format, "tau": args.tau, "beta": args.beta, "w_min": args.w_min}
         return outputs.StoreOutput(args.out, f"attribute {args.input}", args.model, config)
     return outputs.JsonlOutput(args.out, args.methods, args.probe)
 
@@ -186,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
     device = args.device
     if world > 1 and device == "cuda":
         device = f"cuda:{os.environ.get('LOCAL_RANK', rank)}"
-    model, tokenizer = load_model(args.model, device=device)
+    model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
     counts: Counter = Counter()
     flagged = Counter()
 
@@ -199,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
         bar.update(1)
         bar.write(line, file=sys.stderr)
 
-    pairs = read_pairs(source, tokenizer, args.format, skip_line, counts, report=report)
+    pairs = read_pairs(source, tokenizer, args.answer_format, skip_line, counts, report=report)
     with bar:
         written = attribute_lines(model, tokenizer, pairs, _Flagged(writer, flagged, bar), args)
     if dist is not None:
@@ -276,12 +286,17 @@ def add_parser(sub) -> None:
     at.add_argument("--methods", nargs="+", default=["oar_p", "oar_g"], type=method_name,
                     help="registered importance methods (oar_attrib.available_methods())")
     at.add_argument("--probe", default="as_mean", type=probe_name, help="outcome probe: lt, as_mean, as_joint")
-    at.add_argument("--format", default="auto", help="answer format: auto, boxed, gsm8k, answer_is")
+    at.add_argument("--answer-format", "--format", default="auto", action=OldSpelling,
+                    help="answer format: auto, boxed, gsm8k, answer_is (--format: the old spelling)")
     at.add_argument("--tau", type=float, default=0.4, help="gating quantile level")
     at.add_argument("--beta", type=float, default=2.0, help="gating boost strength")
-    at.add_argument("--w-min", type=float, default=0.1, help="gating weight floor")
+    at.add_argument("--w-min", type=float, default=0.1,
+                    help="floor of the suppression gate, applied before the mass-preserving rescale "
+                         "to mean 1, so final weights can be below it (OARConfig: oar_w_min)")
     at.add_argument("--batch-size", type=int, default=16,
                     help="lines attributed (and then written) together")
     at.add_argument("--device", default=None, help="torch device (default: CPU)")
+    add_dtype_arg(at)
+    add_budget_arg(at)
     at.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     at.set_defaults(func=run)

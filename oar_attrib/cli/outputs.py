@@ -12,14 +12,13 @@ output at the end, in line order and without duplicates, and deletes them.
 """
 from __future__ import annotations
 
-import heapq
 import json
 import os
 from pathlib import Path
-from typing import Iterable, Protocol
+from typing import Iterable, Iterator, Protocol
 
 from ..errors import OARError
-from ..jsonl import NotJSON, iter_jsonl
+from ..jsonl import iter_jsonl, parse_line
 
 
 class OutputError(OARError, OSError):
@@ -102,7 +101,11 @@ class JsonlOutput:
                 if not self.done:
                     _check_same_job(self.path, record, methods, probe)
                 self.done.add(record["line"])
-        self._handle = open(self.path, "a", encoding="utf-8")
+        try:
+            self._handle = open(self.path, "a", encoding="utf-8")
+        except OSError as err:
+            raise OutputError(f"--out {self.path} cannot be written ({err.strerror}); pass a "
+                              "path in a folder you can write") from None
 
     def write(self, records: list[dict]) -> None:
         for record in records:
@@ -167,20 +170,35 @@ def parts_done(out: str | Path) -> set[int]:
     return {r["line"] for p in part_files(out) for r in read_records(p)}
 
 
-def merge_parts(output: Output, out: str | Path, batch: int = 256) -> int:
-    """Move the records of `out`'s part files that `output` lacks into it, in line order
-    (each part is in line order already: a k-way merge, never all in memory); then delete the
-    parts. Returns the number of records added."""
+def _index(part: Path) -> Iterator[tuple[int, int]]:
+    """(line, byte offset) of each complete record of a part file, read without keeping them."""
+    with open(part, "rb") as handle:
+        offset = 0
+        for raw in handle:
+            value = parse_line(raw) if raw.endswith(b"\n") else None
+            if isinstance(value, dict) and isinstance(value.get("line"), int):
+                yield value["line"], offset
+            offset += len(raw)
+
+
+def merge_parts(output: Output, out: str | Path, batch: int = 64) -> int:
+    """Move the records of `out`'s part files that `output` lacks into it, in line order,
+    each line once; then delete the parts. Only (line, offset) pairs are held in memory (a
+    resumed part is not in line order). Returns the number of records added."""
     parts = part_files(out)
-    added, pending = 0, []
-    for record in heapq.merge(*(read_records(p) for p in parts), key=lambda r: r["line"]):
-        if record["line"] in output.done or (pending and pending[-1]["line"] == record["line"]):
-            continue
-        pending.append(record)
-        if len(pending) >= batch:
-            output.write(pending)
-            added, pending = added + len(pending), []
-    output.write(pending)
+    found = sorted({line: (line, i, offset) for i, part in enumerate(parts)
+                    for line, offset in _index(part) if line not in output.done}.values())
+    handles = [open(part, "rb") for part in parts]
+    try:
+        for start in range(0, len(found), batch):
+            records = []
+            for _, i, offset in found[start:start + batch]:
+                handles[i].seek(offset)
+                records.append(json.loads(handles[i].readline()))
+            output.write(records)
+    finally:
+        for handle in handles:
+            handle.close()
     for part in parts:
         part.unlink()
-    return added + len(pending)
+    return len(found)

@@ -5,11 +5,9 @@ import argparse
 import json
 import sys
 
-from ..world import KNOWN_SETS
+from ..analysis.sets import DEFAULT_SETS, RECALL_SETS
+from ..configs import add_budget_arg, add_dtype_arg
 from .choices import method_name, probe_name
-
-# `recall.RECALL_SETS`, spelled out so that building the parser does not import torch.
-RECALL_SET_NAMES = KNOWN_SETS + ("counterfactual",)
 
 
 RANDOM_DRAW, RANDOM_EXPECTED = "random (a draw)", "random expectation"
@@ -52,6 +50,16 @@ def run_steps(args: argparse.Namespace, model, tokenizer) -> int:
     return 0
 
 
+def budget_params(max_batch_tokens: int | None) -> dict | None:
+    """`method_params` giving every method that takes a token budget `max_batch_tokens`."""
+    if max_batch_tokens is None:
+        return None
+    from ..methods import available_methods, method_spec
+
+    return {m: {"max_batch_tokens": max_batch_tokens} for m in available_methods()
+            if method_spec(m).token_budget}
+
+
 def run(args: argparse.Namespace) -> int:
     from ..models import load_model
     from ..analysis.recall import oracle_recall
@@ -59,12 +67,13 @@ def run(args: argparse.Namespace) -> int:
     if args.resample_samples < 1:
         print(f"oar recall: --resample-samples must be >= 1, got {args.resample_samples}", file=sys.stderr)
         return 2
-    model, tokenizer = load_model(args.model, device=args.device)
+    model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
     if args.granularity == "step":
         return run_steps(args, model, tokenizer)
     report = oracle_recall(model, tokenizer, n=args.n, seed=args.seed, preset=args.preset or "recall",
                            methods=args.methods, probe=args.probe, progress=not args.no_progress,
-                           sets=args.sets, cf_positions=args.cf_positions)
+                           sets=args.sets, cf_positions=args.cf_positions,
+                           method_params=budget_params(args.max_batch_tokens))
     if args.json:
         print(json.dumps(report.as_dict()))
         return 0
@@ -94,7 +103,7 @@ def add_parser(sub) -> None:
     rc.add_argument("--methods", nargs="+", default=None, type=method_name,
                     help="methods (default: all registered)")
     rc.add_argument("--probe", default="as_mean", type=probe_name, help="outcome probe: lt, as_mean, as_joint")
-    rc.add_argument("--sets", nargs="+", default=["direct", "chain"], choices=RECALL_SET_NAMES,
+    rc.add_argument("--sets", nargs="+", default=list(DEFAULT_SETS), choices=RECALL_SETS,
                     help="oracle sets to score against (results = direct; names: the final steps' "
                          "names; counterfactual: the positions whose replacement changes the "
                          "model's regenerated answer)")
@@ -102,6 +111,8 @@ def add_parser(sub) -> None:
                     help="counterfactual set: scored positions tested per trace (one greedy "
                          "regeneration each)")
     rc.add_argument("--device", default=None, help="torch device (default: CPU)")
+    add_dtype_arg(rc)
+    add_budget_arg(rc)
     rc.add_argument("--json", action="store_true", help="print one JSON object")
     rc.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     rc.set_defaults(func=run)

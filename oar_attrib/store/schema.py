@@ -103,13 +103,25 @@ CREATE TABLE agreement (
 """
 
 
-def _uri(path: Path) -> str:
-    """A read-only URI: `mode=ro` never writes the file; where the folder or the file cannot
-    be written (a shared or mounted store) also `immutable=1`, since WAL readers would
-    otherwise need to create the -shm file beside it."""
-    path = Path(path).resolve()
-    writable = os.access(path.parent, os.W_OK) and os.access(path, os.W_OK)
-    return path.as_uri() + ("?mode=ro" if writable else "?mode=ro&immutable=1")
+def _open(path: Path, readonly: bool, timeout: float) -> sqlite3.Connection:
+    """A writer's connection, or a reader's that never writes: `mode=ro`, and where that
+    cannot open (a WAL store whose -shm file cannot be made beside it, in a folder this user
+    cannot write) `immutable=1` too, which SQLite reads without any lock file."""
+    # check_same_thread off only so that Store.close() can close every thread's connection;
+    # each connection is still used by the one thread that opened it (threading.local).
+    options = {"timeout": timeout, "isolation_level": None, "check_same_thread": False}
+    if not readonly:
+        return sqlite3.connect(path, **options)
+    uri = Path(path).resolve().as_uri() + "?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, **options)
+    try:
+        conn.execute("PRAGMA user_version").fetchone()
+        return conn
+    except sqlite3.OperationalError:
+        conn.close()
+        if os.access(Path(path).resolve().parent, os.W_OK):
+            raise
+    return sqlite3.connect(uri + "&immutable=1", uri=True, **options)
 
 
 def connect(path: Path, *, readonly: bool, timeout: float) -> sqlite3.Connection:
@@ -122,10 +134,7 @@ def connect(path: Path, *, readonly: bool, timeout: float) -> sqlite3.Connection
     if not readonly:
         path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        # check_same_thread off only so that Store.close() can close every thread's connection;
-        # each connection is still used by the one thread that opened it (threading.local).
-        conn = sqlite3.connect(_uri(path) if readonly else path, timeout=timeout, uri=readonly,
-                               isolation_level=None, check_same_thread=False)
+        conn = _open(path, readonly, timeout)
         conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
         conn.execute("PRAGMA foreign_keys = ON")
         version = conn.execute("PRAGMA user_version").fetchone()[0]

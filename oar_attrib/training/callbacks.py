@@ -17,8 +17,10 @@ import time
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
+from oar_attrib.generation import continue_rows
 from oar_attrib.world.evaluation import evaluate_world
 
 
@@ -94,10 +96,10 @@ def world_evaluator(tokenizer, presets: str | list[str] = "default", n: int = 20
 
 
 def reward_evaluator(tokenizer, dataset, reward_fn, max_new_tokens: int = 1024, batch_size: int = 16,
-                     samples: int = 0, temperature: float = 1.0, seed: int = 0):
+                     samples: int = 0, temperature: float = 1.0, seed: int = 0, progress: bool = False):
     """model -> mean reward of greedy completions of `dataset` (prompt and answer columns), and
     with `samples` > 0 `accuracy_sampled`, that of `samples` completions per record sampled at
-    `temperature` (seeded by `seed`)."""
+    `temperature` (seeded by `seed`); `progress` shows a bar over the records."""
     def rewards(model, rows, n_samples: int) -> list[float]:
         """Rewards of greedy (n_samples=0) or n_samples sampled completions of each record."""
         texts = _complete(model, tokenizer, rows["prompt"], max_new_tokens, n_samples, temperature)
@@ -110,6 +112,7 @@ def reward_evaluator(tokenizer, dataset, reward_fn, max_new_tokens: int = 1024, 
         training = model.training
         model.eval()
         greedy, sampled = [], []
+        bar = tqdm(total=len(dataset), desc="evaluate", unit="record", disable=not progress)
         try:
             torch.manual_seed(seed)
             for start in range(0, len(dataset), batch_size):
@@ -117,7 +120,10 @@ def reward_evaluator(tokenizer, dataset, reward_fn, max_new_tokens: int = 1024, 
                 greedy += rewards(model, rows, 0)
                 if samples:
                     sampled += rewards(model, rows, samples)
+                bar.update(len(rows["prompt"]))
+                bar.set_postfix(accuracy=f"{sum(greedy) / len(greedy):.3f}")
         finally:
+            bar.close()
             model.train(training)
         out = {"accuracy": sum(greedy) / max(len(greedy), 1)}
         if samples:
@@ -136,14 +142,7 @@ def _complete(model, tokenizer, prompts, max_new_tokens: int, samples: int = 0,
                                                  return_dict=True)["input_ids"]
         return tokenizer(prompt)["input_ids"]
 
-    ids = [encode(p) for p in prompts]
-    width = max(map(len, ids))
-    pad = tokenizer.pad_token_id
-    input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in ids], device=model.device)
-    starts = torch.tensor([width - len(r) for r in ids], device=model.device)
-    mask = torch.arange(width, device=model.device)[None] >= starts[:, None]  # left padding
-    sampling = dict(do_sample=True, temperature=temperature, num_return_sequences=samples) if samples \
-        else dict(do_sample=False, temperature=None)
-    out = model.generate(input_ids=input_ids, attention_mask=mask.long(), max_new_tokens=max_new_tokens,
-                         pad_token_id=pad, top_k=None, top_p=None, **sampling)
-    return tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
+    new = continue_rows(model, [encode(p) for p in prompts], tokenizer.pad_token_id,
+                        max_new_tokens=max_new_tokens, do_sample=samples > 0, temperature=temperature,
+                        num_return_sequences=max(samples, 1))
+    return tokenizer.batch_decode(new, skip_special_tokens=True)

@@ -20,6 +20,7 @@ EPILOG = """settings: key=value pairs (YAML values), anywhere among the flags, o
 and --config; so does any setting in TRL's spelling, --key value or --key=value (--output_dir,
 --learning_rate 1e-6, --bf16 alone means true). A bare key is a field of the run section (model, data, reward, eval_every, ...) or of
 OARConfig (learning_rate, oar_tau, num_generations, ...); run.KEY / trainer.KEY name the section.
+$OAR_TRAIN_OVERRIDES (key=value pairs) is applied last, e.g. for a short trial of a command.
 Multi-GPU: accelerate launch --config_file oar_attrib/training/accelerate/{ddp,zero2,zero3}.yaml -m oar_attrib.training ..."""
 
 
@@ -93,7 +94,12 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def add_train_command(subparsers) -> argparse.ArgumentParser:
-    """Register `train` on the subparsers of the `oar` command line."""
+    """Register `eval` and `train` on the subparsers of the `oar` command line (`oar eval`
+    scores a model with the evaluators and rewards training logs with, so it lives here and
+    the core command line stays free of the training package); returns the `train` parser."""
+    from .evaluate_cli import add_parser as add_eval_command
+
+    add_eval_command(subparsers)
     parser = subparsers.add_parser(
         "train", help="reshaped GRPO training (OAR) on TRL", description=__doc__.split("\n\n")[0],
         epilog=EPILOG, formatter_class=DefaultsHelpFormatter,
@@ -136,10 +142,23 @@ def _check_resume(resume: str | None, settings: dict) -> str | None:
     return resume
 
 
+OVERRIDES_ENV = "OAR_TRAIN_OVERRIDES"
+
+
+def env_overrides() -> list[str]:
+    """key=value settings from $OAR_TRAIN_OVERRIDES, applied after the command line's: a short
+    run of any documented command (`OAR_TRAIN_OVERRIDES="max_steps=2 eval_every=0"`)."""
+    import os
+    import shlex
+
+    return shlex.split(os.environ.get(OVERRIDES_ENV, ""))
+
+
 def run_train(args: argparse.Namespace) -> int:
     from .launch import build_configs, resolve, train
 
-    settings = resolve(args.preset, args.config, list(args.overrides) + _flag_overrides(args))
+    settings = resolve(args.preset, args.config,
+                       list(args.overrides) + _flag_overrides(args) + env_overrides())
     if args.dry_run:
         import yaml
 

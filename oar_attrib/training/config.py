@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass, field, fields
 
 from packaging.version import Version
 from trl import GRPOConfig
@@ -24,6 +25,9 @@ from .errors import TrainingConfigError, UnsupportedTRLError
 # per-sequence "advantages" and on `_compute_loss` accepting (B, T) advantages.
 TRL_MIN, TRL_MAX = Version("1.16.0"), Version("1.17.0")
 TRL_OVERRIDE_ENV = "OAR_ALLOW_UNTESTED_TRL"
+
+# Old spellings of OARConfig fields -> their names now (accepted, with a FutureWarning).
+RENAMED = {"oar_min_weight": "oar_w_min"}
 
 NO_METHOD = "none"
 
@@ -48,6 +52,11 @@ def check_trl_version(version: str | None = None) -> None:
         f"(it overrides GRPOTrainer internals that change between releases); install "
         f"'trl>={TRL_MIN},<{TRL_MAX}', or set {TRL_OVERRIDE_ENV}=1 to try this version anyway"
     )
+
+
+# transformers 5.x renamed `gradient_checkpointing` to `activation_checkpointing` (the old name
+# is a deprecated alias there). OARConfig takes the new name on every supported version.
+_NATIVE_ACTIVATION_CHECKPOINTING = "activation_checkpointing" in {f.name for f in fields(GRPOConfig)}
 
 
 def _cuda() -> bool:
@@ -91,16 +100,27 @@ class OARConfig(GRPOConfig):
         default=0.4, metadata={"help": "Quantile level in [0, 1] that splits suppression from boosting."}
     )
     oar_beta: float = field(default=2.0, metadata={"help": "Boost strength (>= 0) above the tau-quantile."})
-    oar_min_weight: float = field(
-        default=0.1, metadata={"help": "Suppression floor w_min in [0, 1] before mass preservation."}
+    oar_w_min: float | None = field(
+        default=None,
+        metadata={"help": "w_min in [0, 1], 0.1 when unset: the floor of the suppression gate below "
+                          "the tau-quantile, applied BEFORE the mass-preserving rescale to mean 1 over "
+                          "the scored tokens, so final weights can be below it (METHOD.md 6). "
+                          "attribute(w_min=...) and `oar attribute --w-min` are the same knob."},
     )
-    oar_noise_std: float = field(
-        default=1e-3, metadata={"help": "OAR-G: std (>= 0) of the embedding noise on scored positions."}
+    oar_min_weight: float | None = field(
+        default=None, metadata={"help": "Deprecated spelling of oar_w_min (still accepted)."}
     )
-    oar_max_batch_tokens: int = field(
-        default=16384,
+    oar_noise_std: float | None = field(
+        default=None,
+        metadata={"help": "OAR-G: std (>= 0) of the embedding noise on scored positions; None: 0.1 x "
+                          "the RMS of the row's scored embeddings (the same in bf16 and fp32)."},
+    )
+    oar_max_batch_tokens: int | None = field(
+        default=None,
         metadata={"help": "Token budget of one attribution forward: rows are grouped so that their "
-                          "total length stays under it, and OAR-P sizes its perturbation batches by it."},
+                          "total length stays under it, and OAR-P sizes its perturbation batches by it. "
+                          "None: OAR-P sizes it from the device's free memory (16384 on CPU, also "
+                          "the row grouping's budget)."},
     )
     oar_weighting: str | None = field(
         default=None,
@@ -157,10 +177,19 @@ class OARConfig(GRPOConfig):
         metadata={"help": "Run store the samples go to: a .db file (the web app's store, one run per "
                           "training) or a JSON Lines file; default <output_dir>/runs.db."},
     )
+    if not _NATIVE_ACTIVATION_CHECKPOINTING:
+        activation_checkpointing: bool = field(
+            default=False,
+            metadata={"help": "Recompute activations in the backward to save memory (this "
+                              "transformers calls it gradient_checkpointing)."},
+        )
 
     def __post_init__(self) -> None:
         check_trl_version()
+        if not _NATIVE_ACTIVATION_CHECKPOINTING:
+            self.gradient_checkpointing = self.gradient_checkpointing or self.activation_checkpointing
         self._quiet_defaults()
+        self._renamed_fields()
         super().__post_init__()
         if self.oar_method in available_methods() and self.oar_method not in trainable_methods():
             raise TrainingConfigError(
@@ -176,6 +205,18 @@ class OARConfig(GRPOConfig):
         self._check_ranges()
         if self.answer_format == "regex" and not self.answer_pattern:
             raise TrainingConfigError("answer_format='regex' needs answer_pattern, a regex with one group")
+
+    def _renamed_fields(self) -> None:
+        """Old spellings, used only when the new name is unset (with a FutureWarning); then the
+        old name mirrors the new one, so code that reads it and copies of the config agree."""
+        if self.oar_w_min is None and self.oar_min_weight is not None:
+            warnings.warn("OARConfig(oar_min_weight=...) is now oar_w_min (the same knob as "
+                          "attribute(w_min=...) and --w-min); the old name still works", FutureWarning,
+                          stacklevel=4)
+            self.oar_w_min = self.oar_min_weight
+        if self.oar_w_min is None:
+            self.oar_w_min = 0.1
+        self.oar_min_weight = self.oar_w_min
 
     def _quiet_defaults(self) -> None:
         """Defaults that work where the config is built. bf16 left unset is bf16 only on a CUDA
@@ -196,9 +237,11 @@ class OARConfig(GRPOConfig):
         checks = [
             ("oar_tau", self.oar_tau, 0.0 <= self.oar_tau <= 1.0, "in [0, 1]"),
             ("oar_beta", self.oar_beta, self.oar_beta >= 0 and math.isfinite(self.oar_beta), "finite, >= 0"),
-            ("oar_min_weight", self.oar_min_weight, 0.0 <= self.oar_min_weight <= 1.0, "in [0, 1]"),
-            ("oar_noise_std", self.oar_noise_std, self.oar_noise_std >= 0, ">= 0"),
-            ("oar_max_batch_tokens", self.oar_max_batch_tokens, self.oar_max_batch_tokens >= 1, ">= 1"),
+            ("oar_w_min", self.oar_w_min, 0.0 <= self.oar_w_min <= 1.0, "in [0, 1]"),
+            ("oar_noise_std", self.oar_noise_std, self.oar_noise_std is None or self.oar_noise_std >= 0,
+             "None or >= 0"),
+            ("oar_max_batch_tokens", self.oar_max_batch_tokens,
+             self.oar_max_batch_tokens is None or self.oar_max_batch_tokens >= 1, "None or >= 1"),
             ("oar_probe_warmup_steps", self.oar_probe_warmup_steps, self.oar_probe_warmup_steps >= 0, ">= 0"),
             ("oar_entropy_rho", self.oar_entropy_rho, 0.0 < self.oar_entropy_rho <= 1.0, "in (0, 1]"),
             ("oar_store_every", self.oar_store_every, self.oar_store_every >= 0, ">= 0"),

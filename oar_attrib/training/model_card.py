@@ -20,7 +20,9 @@ def base_model_name(model) -> str | None:
 
 def oar_settings(args) -> dict:
     """The reshaping settings of an OARConfig: every oar_* field and the answer format."""
-    fields = {k: v for k, v in vars(args).items() if k.startswith("oar_")}
+    from .config import RENAMED
+
+    fields = {k: v for k, v in vars(args).items() if k.startswith("oar_") and k not in RENAMED}
     return {**fields, "answer_format": args.answer_format, "answer_pattern": args.answer_pattern}
 
 

@@ -24,9 +24,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2ForCausalLM
 
 from oar_attrib.configs import add_dataclass_args, dataclass_from_args
+from oar_attrib.models import random_qwen2
 from oar_attrib.world.evaluation import evaluate_world
 from oar_attrib.world import PRESETS, WorldConfig, generate_problems
 from oar_attrib.spans import ANSWER, REASONING, locate_answer, segment_tokens
@@ -76,16 +77,11 @@ TOKENIZER_WORLDS = (
 
 
 def curriculum(progress: float) -> dict[str, float]:
-    """Preset mix at training progress in [0, 1]. `default` (what RL trains on), `recall` (what
-    attribution is scored on) and `recall-wide` throughout, a growing share of `medium` and a
-    little `hard` for longer traces. Measured, greedy on 200 held-out problems (default /
-    recall-wide): a mix without recall problems and without masking (3600 steps) gave 0.47 /
-    0.15; with mask_rate 0.03, 0.315 / 0.225; the earlier mix (default .5 -> .35, recall-wide
-    .25) with 4200 steps 0.39 / 0.225 at mask_rate 0.08 and 0.53 / 0.245 at 0.15 (the model
-    shipped before this one), and 0.635 / 0.305 with 8000 steps; width 192 at 4200 steps
-    0.16 / 0.14. This mix, 8000 steps, mask_rate 0.15 (shipped): 0.625 / 0.30, `recall` 0.395
-    (OAR-P direct recall 0.625); the same with 6 layers (`--layers 6`, 55 min): 0.63 / 0.30,
-    `recall` 0.40, OAR-P 0.635: no better for 1.5x the compute."""
+    """Preset mix (weights summing to 1) at training progress in [0, 1], moved linearly from
+    `start` to `end`. `default` (what RL trains on), `recall` and `recall-wide` (what
+    attribution is scored on) stay throughout, so that the model reads the traces recall
+    scores; `medium` grows and a little `hard` is added for longer traces. The mixes that were
+    tried and their accuracies are in docs/benchmarks.md ("Pretraining arith-tiny")."""
     start = {"default": 0.45, "recall": 0.15, "recall-wide": 0.15, "medium": 0.2, "hard": 0.05}
     end = {"default": 0.35, "recall": 0.15, "recall-wide": 0.15, "medium": 0.25, "hard": 0.1}
     return {k: (1 - progress) * start[k] + progress * end[k] for k in start}
@@ -151,13 +147,12 @@ def weighted_loss(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Ten
 
 
 def build_model(cfg: PretrainConfig, vocab: int, pad_id: int, eos_id: int) -> Qwen2ForCausalLM:
-    config = Qwen2Config(
-        vocab_size=vocab, hidden_size=cfg.hidden, intermediate_size=4 * cfg.hidden,
-        num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
-        num_key_value_heads=cfg.heads, max_position_embeddings=512, tie_word_embeddings=True,
-        pad_token_id=pad_id, eos_token_id=eos_id, bos_token_id=eos_id, rope_theta=10000.0,
-    )
-    return Qwen2ForCausalLM(config)
+    """A random Qwen2 of `cfg`'s size, drawn from the global RNG (seeded by the caller)."""
+    model = random_qwen2(vocab, seed=None, hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads,
+                         kv_heads=cfg.heads, intermediate=4 * cfg.hidden, max_positions=512,
+                         init_std=0.02, pad_id=pad_id, eos_id=eos_id, bos_token_id=eos_id,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    return model.train()
 
 
 def lr_at(step: int, cfg: PretrainConfig) -> float:

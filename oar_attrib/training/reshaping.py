@@ -22,12 +22,12 @@ from typing import Sequence
 import torch
 
 from oar_attrib.batch import ScoringBatch
-from oar_attrib.inputs import EncodedPair, pairs_to_batch
+from oar_attrib.budget import CPU_BATCH_TOKENS
+from oar_attrib.inputs import EncodedPair, pair_from_offsets, pairs_to_batch
 from oar_attrib.lm import eval_mode
 from oar_attrib.methods import method_spec
-from oar_attrib.spans import locate_answer, offsets_from_ids_batch, segment_tokens
+from oar_attrib.spans import offsets_from_ids_batch
 from oar_attrib.step_gating import step_weights
-from oar_attrib.steps import reasoning_steps
 from oar_attrib.weightings import WeightingParams, get_weighting
 
 
@@ -40,8 +40,8 @@ class ReshapeSettings:
     tau: float = 0.4
     beta: float = 2.0
     w_min: float = 0.1
-    noise_std: float = 1e-3
-    max_batch_tokens: int = 16384
+    noise_std: float | None = None  # None: OAR-G's relative noise
+    max_batch_tokens: int | None = None  # None: OAR-P's auto budget; rows grouped by 16384
     weighting: str | None = None
     rho: float = 0.2
     answer_format: str = "auto"
@@ -54,7 +54,7 @@ class ReshapeSettings:
     def from_config(cls, args, probe: str | None = None) -> "ReshapeSettings":
         return cls(
             method=args.oar_method, probe=probe or args.oar_probe, tau=args.oar_tau,
-            beta=args.oar_beta, w_min=args.oar_min_weight, noise_std=args.oar_noise_std,
+            beta=args.oar_beta, w_min=args.oar_w_min, noise_std=args.oar_noise_std,
             max_batch_tokens=args.oar_max_batch_tokens, weighting=args.oar_weighting,
             rho=args.oar_entropy_rho, answer_format=args.answer_format,
             answer_pattern=args.answer_pattern, seed=args.seed,
@@ -121,22 +121,8 @@ def encode_rows(tokenizer, prompt_rows: Sequence[list[int]], completion_rows: Se
                 fmt: str = "auto", pattern: str | None = None) -> list[EncodedPair]:
     """`encode_row` of every row, the completions decoded in one tokenizer call."""
     decoded = offsets_from_ids_batch(tokenizer, completion_rows)
-    return [_pair(prompt_ids, completion_ids, offsets, text, fmt, pattern)
+    return [pair_from_offsets(prompt_ids, completion_ids, offsets, text, fmt=fmt, pattern=pattern)
             for prompt_ids, completion_ids, (offsets, text) in zip(prompt_rows, completion_rows, decoded)]
-
-
-def _pair(prompt_ids, completion_ids, offsets, text: str, fmt: str, pattern: str | None) -> EncodedPair:
-    location = locate_answer(text, fmt, pattern)
-    segments = segment_tokens(offsets, location)
-    # An answer right at the start of a row with an empty prompt has no predicting position.
-    found = segments.span_found and not (not prompt_ids and segments.labels[0] == "answer")
-    return EncodedPair(
-        prompt_ids=list(prompt_ids), response_ids=list(completion_ids),
-        offsets=[(int(s), int(e)) for s, e in offsets], labels=list(segments.labels),
-        location=location, span_found=found, response_start=len(prompt_ids), text=text,
-        empty_reasoning=found and segments.n_reasoning == 0,
-        steps=reasoning_steps(text, offsets, segments.labels, found),
-    )
 
 
 def sample_seed(seed: int, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> int:
@@ -176,7 +162,7 @@ def batch_importances(model, batch: ScoringBatch, pairs: list[EncodedPair], sett
     spec = method_spec(settings.method)
     lengths = [p.length for p in pairs]
     device = next(model.parameters()).device
-    for group in _chunks(rows, lengths, settings.max_batch_tokens):
+    for group in _chunks(rows, lengths, settings.max_batch_tokens or CPU_BATCH_TOKENS):
         sub = batch.select(group).to(device)
         generators = [torch.Generator().manual_seed(sample_seed(settings.seed, pairs[r].prompt_ids,
                                                                 pairs[r].response_ids)) for r in group]

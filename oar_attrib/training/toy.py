@@ -12,8 +12,10 @@ import functools
 import re
 
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2ForCausalLM
 
+from oar_attrib.generation import continue_rows
+from oar_attrib.models import random_qwen2
 from oar_attrib.world import Problem, generate_problems
 from oar_attrib.world.tokenizer import build_tokenizer
 
@@ -30,24 +32,12 @@ def world_tokenizer(vocab_size: int = 256):
 
 def tiny_policy(tokenizer, seed: int = 0, hidden: int = 32, layers: int = 2, heads: int = 4,
                 vocab_size: int | None = None, init_std: float = 0.3) -> Qwen2ForCausalLM:
-    """A seeded random Qwen2 causal LM over `tokenizer`'s ids (tied embeddings).
-
-    init_std is far above the usual 0.02 so that the logits are peaked and importances are
-    well above float32 rounding: near-uniform logits give importances of ~1e-9, whose
-    ranking (and so the weights) would be noise.
-    """
-    torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=vocab_size or len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
-        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=max(1, heads // 2),
-        max_position_embeddings=512, tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id,
-        initializer_range=init_std,
-    )
-    model = Qwen2ForCausalLM(config)
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    return model
+    """A seeded random Qwen2 causal LM over `tokenizer`'s ids (tied embeddings, see
+    `models.random_qwen2` for why init_std is large)."""
+    eos = tokenizer.eos_token_id
+    return random_qwen2(vocab_size or len(tokenizer), seed=seed, hidden=hidden, layers=layers, heads=heads,
+                        max_positions=512, init_std=init_std, pad_id=tokenizer.pad_token_id, eos_id=eos,
+                        bos_token_id=eos)
 
 
 def variant_text(problem: Problem, variant: str) -> str:
@@ -87,10 +77,5 @@ class ScriptedRollout:
     def _generate(self, prompt_ids: list[list[int]], trainer) -> None:
         """Sample `generate_tokens` tokens per prompt (discarded): the cost of real rollouts."""
         model = trainer.accelerator.unwrap_model(trainer.model)
-        width = max(map(len, prompt_ids))
-        pad = self.tokenizer.pad_token_id
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompt_ids], device=model.device)
-        mask = (torch.arange(width)[None] >= torch.tensor([width - len(p) for p in prompt_ids])[:, None])
-        model.generate(input_ids=ids, attention_mask=mask.long().to(model.device), do_sample=True,
-                       max_new_tokens=self.generate_tokens, min_new_tokens=self.generate_tokens,
-                       pad_token_id=pad, top_k=None, top_p=None)
+        continue_rows(model, prompt_ids, self.tokenizer.pad_token_id, max_new_tokens=self.generate_tokens,
+                      min_new_tokens=self.generate_tokens, do_sample=True)

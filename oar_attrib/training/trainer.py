@@ -245,5 +245,5 @@ class OARGRPOTrainer(GRPOTrainer):
             step=step, weights=tw, inputs=inputs, rewards=total.tolist(), correct=correct,
             advantages=advantages.detach().float().cpu().tolist(), method=self.args.oar_method,
             probe=self.args.probe_at(step),
-            params={"tau": self.args.oar_tau, "beta": self.args.oar_beta, "w_min": self.args.oar_min_weight},
+            params={"tau": self.args.oar_tau, "beta": self.args.oar_beta, "w_min": self.args.oar_w_min},
         )

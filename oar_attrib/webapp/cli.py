@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 
-from oar_attrib.configs import add_dataclass_args, dataclass_from_args
+from oar_attrib.configs import add_dataclass_args, add_dtype_arg, dataclass_from_args
 from oar_attrib.errors import OARError
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8765
@@ -67,7 +67,7 @@ def _settings(host: str):
     return WebSettings(allowed_hosts=("*",))
 
 
-def _complete_pending(path, model_name: str, stop: threading.Event) -> None:
+def _complete_pending(path, model_name: str, stop: threading.Event, dtype: str = "float32") -> None:
     """Compute the demo store's deferred methods (a thread beside the server)."""
     from oar_attrib.webapp.demo import complete_pending
     from oar_attrib.models import load_model
@@ -76,7 +76,7 @@ def _complete_pending(path, model_name: str, stop: threading.Event) -> None:
     try:
         # Its own copy of the model: IG hooks the embedding layer, which must not touch the
         # live-attribution model that requests use meanwhile.
-        model, tokenizer = load_model(model_name)
+        model, tokenizer = load_model(model_name, dtype=dtype)
         with Store(path) as store:
             done = all([complete_pending(store, model, tokenizer, run.id, progress=True, stop=stop)
                         for run in store.runs()])
@@ -102,12 +102,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     stop = threading.Event()
     if args.build_only:
         if pending:
-            _complete_pending(path, config.model, stop)
+            _complete_pending(path, config.model, stop, config.dtype)
         return 0
     from .main import create_app
 
-    app = create_app(path, model=config.model, settings=_settings(args.host))
-    worker = threading.Thread(target=_complete_pending, args=(path, config.model, stop), daemon=True)
+    app = create_app(path, model=config.model, settings=_settings(args.host), dtype=config.dtype)
+    worker = threading.Thread(target=_complete_pending, args=(path, config.model, stop, config.dtype),
+                              daemon=True)
     try:
         serve(app, args.host, args.port, started=started,
               on_ready=worker.start if pending else None)
@@ -120,7 +121,7 @@ def _cmd_web(args: argparse.Namespace) -> int:
     from .main import create_app
 
     started = time.perf_counter()
-    app = create_app(args.store, model=args.model, settings=_settings(args.host))
+    app = create_app(args.store, model=args.model, settings=_settings(args.host), dtype=args.dtype)
     serve(app, args.host, args.port, started=started)
     return 0
 
@@ -152,5 +153,6 @@ def add_web_commands(subparsers) -> None:
     web.add_argument("--store", required=True, help="path of a run store (.db)")
     web.add_argument("--model", default=None,
                      help="bundled name or checkpoint folder for live attribution (default: none)")
+    add_dtype_arg(web)
     _add_serve_args(web)
     web.set_defaults(func=_cmd_web)

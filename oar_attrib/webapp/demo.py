@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import __version__
+from ..configs import DTYPES
 from ..errors import OARError
 
 
@@ -44,8 +45,12 @@ class DemoConfig:
         "help": "importance methods (default: every registered method)"})
     probe: str = field(default="as_mean", metadata={"help": "outcome probe (lt, as_mean, as_joint)"})
     seed: int = field(default=0, metadata={"help": "seed of the problems and the sampling"})
+    dtype: str = field(default="float32", metadata={
+        "help": f"dtype the model loads in ({', '.join(DTYPES)}); probe arithmetic stays float32"})
 
     def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise DemoConfigError(f"dtype={self.dtype!r} is not one of {', '.join(DTYPES)}")
         if min(self.n_problems, self.samples, self.candidates) < 1:
             raise DemoConfigError(f"n_problems={self.n_problems}, samples={self.samples} and "
                            f"candidates={self.candidates} must be >= 1")
@@ -227,7 +232,7 @@ def build_demo_store(path: str | Path, config: DemoConfig = DemoConfig(), *, mod
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + f".partial-{os.getpid()}")
-    model, tokenizer = model if model is not None else load_model(config.model)
+    model, tokenizer = model if model is not None else load_model(config.model, dtype=config.dtype)
     try:
         with Store(partial) as store:
             write_demo_run(store, model, tokenizer, config, progress=progress, defer=defer)

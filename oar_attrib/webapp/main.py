@@ -45,7 +45,8 @@ def _attributor(model, tokenizer, name: str, settings: WebSettings) -> LiveAttri
                           max_concurrent=settings.max_live_concurrent, name=name)
 
 
-def _start_live(app: FastAPI, model, settings: WebSettings) -> threading.Thread | None:
+def _start_live(app: FastAPI, model, settings: WebSettings,
+                dtype: str = "float32") -> threading.Thread | None:
     """Put the live attributor of `model` on `app.state.live`: None (no live attribution), a
     (model, tokenizer) pair, or a bundled name / local folder. A named model loads in a thread,
     so that the pages answer at once; live requests meanwhile get 503 with Retry-After."""
@@ -54,7 +55,6 @@ def _start_live(app: FastAPI, model, settings: WebSettings) -> threading.Thread 
         return None
     if isinstance(model, (tuple, list)):
         lm, tokenizer = model
-        check_pair(lm, tokenizer)  # the check load_model makes, for a pair given directly
         name = getattr(getattr(lm, "config", None), "name_or_path", "") or type(lm).__name__
         app.state.live = _attributor(lm, tokenizer, name, settings)
         return None
@@ -65,7 +65,7 @@ def _start_live(app: FastAPI, model, settings: WebSettings) -> threading.Thread 
         from oar_attrib.models import load_model
 
         try:
-            app.state.live = _attributor(*load_model(name), name, settings)
+            app.state.live = _attributor(*load_model(name, dtype=dtype), name, settings)
         except Exception as err:  # noqa: BLE001 - reported to every live request instead
             app.state.live = LoadingLiveModel(name, err)
 
@@ -75,7 +75,8 @@ def _start_live(app: FastAPI, model, settings: WebSettings) -> threading.Thread 
 
 
 def _error(request: Request, status: int, message: str, headers=None):
-    """A JSON error under /api, an HTML error page elsewhere."""
+    """A JSON error under /api, an HTML error page elsewhere (the one path of every error)."""
+    message = _printable(message)
     if request.url.path.startswith("/api/"):
         return JSONResponse({"detail": message}, status_code=status, headers=headers)
     templates: Jinja2Templates = request.app.state.templates
@@ -138,21 +139,24 @@ def _add_handlers(app: FastAPI) -> None:
         return _error(request, exc.status_code, str(exc.detail), getattr(exc, "headers", None))
 
 
-def create_app(store_path: str | Path, model=None, *, settings: WebSettings | None = None) -> FastAPI:
+def create_app(store_path: str | Path, model=None, *, settings: WebSettings | None = None,
+               dtype: str = "float32") -> FastAPI:
     """The web app over the store at `store_path`.
 
     model: None (no live attribution), a bundled model name or a local checkpoint folder
-    (loaded at startup), or a (model, tokenizer) pair. Raises StoreError now, not at the
+    (loaded at startup in `dtype`), or a (model, tokenizer) pair. Raises StoreError now, not at the
     first request, when the path is not a readable store.
     """
     settings = settings or WebSettings()
+    if isinstance(model, (tuple, list)):
+        check_pair(*model)  # the check load_model makes, for a pair given directly
     path = Path(store_path)
     Store(path, readonly=True).close()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.store = Store(path, readonly=True)
-        app.state.live_loader = _start_live(app, model, settings)
+        app.state.live_loader = _start_live(app, model, settings, dtype)
         try:
             yield
         finally:

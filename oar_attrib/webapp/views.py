@@ -11,13 +11,15 @@ import math
 
 import numpy as np
 
+from oar_attrib.step_view import text_pieces as _pieces
 from oar_attrib.store import TraceRecord
 from oar_attrib.normalise import log1p_minmax
+from oar_attrib.world import DEFAULT_SETS, SPAN_SETS
 from oar_attrib.store.records import json_float, json_floats
 
-# The world's oracle sets (world.KNOWN_SETS) a trace page can outline; `names` and `results`
-# are parts of `direct`/`chain` and would only repeat them.
-OUTLINE_SETS = ("direct", "chain", "distractor", "filler")
+# The oracle sets a trace page can outline: those the store keeps as spans (`names` and
+# `results` are parts of `direct`/`chain` and would only repeat them).
+OUTLINE_SETS = SPAN_SETS
 # The page script (static/app.js, `heatColour`) draws the same colour from the same level.
 _HEAT_RGB = (230, 85, 13)
 
@@ -48,29 +50,17 @@ def token_title(token: str, score, weight, advantage) -> str:
             f"weight {_fmt(weight, '.3f')} | reshaped advantage {_fmt(advantage, '.4g')}")
 
 
-def _pieces(response: str, offsets) -> list[dict]:
-    """The response cut into untokenised gaps and tokens, in order. A token's text is the
-    part of its span not already shown (byte-level tokens can share a character)."""
-    pieces, cursor = [], 0
-    for i, (start, end) in enumerate(offsets):
-        if start > cursor:
-            pieces.append({"index": None, "text": response[cursor:start]})
-        shown_from = max(start, cursor)
-        pieces.append({"index": i, "text": response[shown_from:end] if end > shown_from else ""})
-        cursor = max(cursor, end)
-    if cursor < len(response):
-        pieces.append({"index": None, "text": response[cursor:]})
-    return pieces
-
-
-def trace_view(record: TraceRecord, method: str | None, oracle_set: str) -> dict:
+def trace_view(record: TraceRecord, method: str | None, oracle_set: str,
+               tooltips: bool = True) -> dict:
     """Everything the trace page draws: text pieces with their initial colours, tooltips and
-    classes for `method`, and the JSON payload the page script switches methods with."""
+    classes for `method`, and the JSON payload the page script switches methods with.
+    tooltips=False leaves colours and tooltips to the script (long traces)."""
     scored = record.scored
     methods = list(record.attributions)
     levels = {m: importance_levels(a.scores, scored) for m, a in record.attributions.items()}
     oracle = {name: record.oracle_mask(name).tolist() for name in record.oracle}
     a = record.attributions.get(method) if method else None
+    outline = oracle.get(oracle_set) or [False] * len(scored)  # once, not once per token
     pieces = []
     for piece in _pieces(record.response, record.offsets):
         i = piece["index"]
@@ -78,10 +68,13 @@ def trace_view(record: TraceRecord, method: str | None, oracle_set: str) -> dict
             pieces.append(piece)
             continue
         classes = ["tok", f"seg-{record.segments[i]}"]
-        if oracle.get(oracle_set, [False] * len(scored))[i]:
+        if outline[i]:
             classes.append("oracle")
         if not piece["text"]:
             classes.append("empty")
+        if not tooltips:
+            pieces.append({**piece, "classes": " ".join(classes)})
+            continue
         adv = a.token_advantages[i] if a is not None and a.token_advantages is not None else None
         pieces.append({
             **piece,
@@ -109,7 +102,7 @@ def trace_view(record: TraceRecord, method: str | None, oracle_set: str) -> dict
             "oracle_sets": [s for s in OUTLINE_SETS if s in oracle]}
 
 
-def report_view(report: dict, subset: str, oracle_sets=("direct", "chain")) -> dict:
+def report_view(report: dict, subset: str, oracle_sets=DEFAULT_SETS) -> dict:
     """Rows of the report page's tables for one subset (all | correct | wrong)."""
     rows = [r for r in report["recall"] if r["subset"] == subset]
     methods = sorted({r["method"] for r in rows})

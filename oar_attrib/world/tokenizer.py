@@ -11,6 +11,19 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 PAD, EOS = "<|pad|>", "<|endoftext|>"
+# World tokenizers hold a few hundred tokens (build_tokenizer's vocab_size); a general LM's
+# tokenizer tens of thousands.
+WORLD_VOCAB_MAX = 4096
+
+
+def not_the_worlds(tokenizer) -> str | None:
+    """Why `tokenizer` is not an arithmetic-world tokenizer (a chat template, a large
+    vocabulary), or None when it may be one."""
+    if getattr(tokenizer, "chat_template", None):
+        return "has a chat template"
+    if len(tokenizer) > WORLD_VOCAB_MAX:
+        return f"has {len(tokenizer)} tokens (a world tokenizer has at most {WORLD_VOCAB_MAX})"
+    return None
 
 
 def build_tokenizer(corpus: Iterable[str], vocab_size: int = 256) -> PreTrainedTokenizerFast:

@@ -1,12 +1,17 @@
-"""Traces: one trace's heatmap over the reasoning text, with per-method charts."""
+"""Traces: one trace's step view and token heatmap with per-method charts, and its exports."""
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
+
+from oar_attrib.export import EXPORT_KINDS, export
+from oar_attrib.step_view import STEP_POOL
+from oar_attrib.steps import STEP_POOLS
 
 from ..deps import StoreDep, TemplatesDep, TraceId
+from ..step_page import LONG_TRACE, compact_payload, step_view, token_pieces
 from ..views import OUTLINE_SETS, trace_view
 
 router = APIRouter(tags=["traces"])
@@ -16,6 +21,9 @@ MethodQuery = Annotated[str | None, Query(max_length=64, pattern=r"^[A-Za-z0-9_.
                                           description="method to colour by (default: oar_p)")]
 OracleQuery = Annotated[str, Query(max_length=32, pattern=r"^[a-z_]*$",
                                    description=f"oracle set to outline: {', '.join(OUTLINE_SETS)}")]
+ExportKind = Literal[EXPORT_KINDS]  # type: ignore[valid-type]
+PoolQuery = Annotated[Literal[STEP_POOLS], Query(  # type: ignore[valid-type]
+    description="how a step's score pools its tokens' scores (max: a step-level method's own score)")]
 
 
 def pick_method(requested: str | None, available: list[str]) -> str | None:
@@ -31,12 +39,40 @@ def get_trace(trace_id: TraceId, store: StoreDep) -> dict:
     return store.trace(trace_id).to_dict()
 
 
+@router.get("/api/traces/{trace_id}/export/{kind}", summary="One trace exported as a file",
+            description="view.html: the trace view as one self-contained HTML file (no script, "
+                        "no request when opened); tokens.csv / tokens.json: one row per token "
+                        "with every method's score, weight and advantage; steps.csv / "
+                        "steps.json: one row per step with every method's step score.")
+def export_trace(trace_id: TraceId, kind: ExportKind, store: StoreDep, method: MethodQuery = None,
+                 oracle: OracleQuery = "direct", pool: PoolQuery = STEP_POOL) -> Response:
+    record = store.trace(trace_id)
+    options = {}
+    if kind == "view.html":
+        run = store.run(record.row.run_id)
+        options = {"title": f"Trace {record.id} of run {run.id}: {run.name}",
+                   "random_weights": bool(run.config.get("random_weights")), "oracle_set": oracle}
+    text, media = export(record, kind, pick_method(method, list(record.attributions)), pool, **options)
+    name = f"trace-{record.id}-{kind}"
+    return Response(text, media_type=media,
+                    headers={"content-disposition": f'attachment; filename="{name}"'})
+
+
 @router.get("/traces/{trace_id}", response_class=HTMLResponse, summary="Page: one trace")
 def trace_page(request: Request, trace_id: TraceId, store: StoreDep, templates: TemplatesDep,
-               method: MethodQuery = None, oracle: OracleQuery = "direct"):
+               method: MethodQuery = None, oracle: OracleQuery = "direct",
+               pool: PoolQuery = STEP_POOL):
     record = store.trace(trace_id)
     selected = pick_method(method, list(record.attributions))
-    view = trace_view(record, selected, oracle)
+    # Long traces: the script builds, colours and titles the token spans (smaller, faster pages).
+    long = len(record.tokens) > LONG_TRACE
+    view = trace_view(record, selected, oracle, tooltips=not long)
+    steps = step_view(record, selected, oracle, pool)
+    view["payload"] = compact_payload(view["payload"])
+    view["token_pieces"] = token_pieces(view["pieces"])
+    if long:
+        view["pieces"] = None
     run = store.run(record.row.run_id)
-    context = {"record": record, "run": run, "method": selected, "oracle_set": oracle, **view}
+    context = {"record": record, "run": run, "method": selected, "oracle_set": oracle, **view,
+               **steps, "pools": STEP_POOLS}
     return templates.TemplateResponse(request, "trace.html", context)

@@ -13,47 +13,22 @@ last step writes the answer out, that effect sits on the last result alone. With
 from several earlier results, several tokens carry a direct effect and attribution has something
 to find.
 
-The structural oracle marks character spans of a trace (the reference solution or a trace the
-model generated) with four sets:
 
-- ``direct``: the tokens the answer is read from when the rest of the trace is held fixed: the
-  *result* of each quantity the final expression combines (``8`` and ``21``). This is the set
-  teacher-forced OAR-P should find. It is exact only where nothing else in the trace carries
-  the same information, which the `recall` preset guarantees: no later step copies a final
-  result as its operand (``reuse_finals=False``; where one does, as ``g=8+2`` above, the value
-  is written twice and masking either copy leaves the other to read from), and every value is
-  one digit (a two-digit sum of one-digit givens always starts with ``1``, which the result's
-  length gives away: masking that digit takes nothing from the answer).
-- ``chain``: every step on the answer's dependency path (the final quantities and everything they
-  are computed from: ``d=4+7=11``, ``e=11-3=8``, ``f=7*3=21``). In a free-running model each
-  step decides the next; with the trace held fixed only the ``direct`` tokens still matter, so
-  this set measures how much of the *causal history* an importance method credits.
-- ``distractor``: steps whose quantity the answer never uses (``g=8+2=10``). A method that
-  credits them is wrong.
-- ``filler``: words between steps (``so``) that carry no information.
-
-``names`` (``e``, ``f``: the names of the final quantities' steps) is kept as a fifth set for
-analysis, not in ``direct``: the trace writes the steps in the question's order, so a step's
-place identifies its quantity as well as its name does, and masking a name removes nothing the
-answer needs. (The bundled model bears this out: every method but entropy gives names ~0.)
-
-``direct`` lies inside ``chain``; ``chain``, ``distractor`` and ``filler`` are disjoint. The oracle
-of a generated trace is found by parsing the trace and following the *problem's* dependency
-graph by name, so a step the model got wrong still counts where its name puts it.
+The oracle of these problems is in `oracle`, their answers and reward in `answers`.
 """
 from __future__ import annotations
 
 import hashlib
 import random
-import re
 from dataclasses import asdict, dataclass, field, replace
 
 from ..errors import WorldConfigError, unknown_name
+from .answers import ANSWER_FORMATS, format_answer, reward
+from .oracle import FILLERS, Oracle, ancestors, oracle_spans
 
 NAMES = "abcdefghijklmnopqrstuvwxyz"
-FILLERS = ("so", "then", "now", "ok", "next", "hmm", "well")
-ANSWER_FORMATS = ("gsm8k", "boxed")
 _MAX_TRIES = 200
+
 
 
 @dataclass(frozen=True)
@@ -100,11 +75,10 @@ class WorldConfig:
             raise unknown_name("answer format", self.answer_format, ANSWER_FORMATS)
 
 
-# `default` is the world every command runs on unless told otherwise. Its level is set by the
-# bundled model: it answers about half of these right when greedy and its sampled groups mix
-# right and wrong answers, the starting point RL needs. `medium` and `hard` are beyond it.
-# (Smaller numbers or fewer steps do not make an easier level for that model: the answer-time
-# sum of two results is what it gets wrong, and that is in every problem.)
+# `default` is the world every command runs on unless told otherwise: two steps, one
+# distractor, sums up to 30, a level at which a small model's sampled groups mix right and
+# wrong answers (GRPO learns only from such groups; README's bundled-model section has the
+# figures). `medium` and `hard` add steps, distractors and larger numbers.
 PRESETS: dict[str, WorldConfig] = {
     "default": WorldConfig(),
     "medium": WorldConfig(n_steps=3, n_distractors=1, max_given=9, max_value=50),
@@ -115,12 +89,13 @@ PRESETS: dict[str, WorldConfig] = {
     # digit results of one-digit givens, as in `recall-wide`, a sum's leading digit is always 1:
     # the result's length gives it away, and masking it takes nothing from the answer.)
     "recall": WorldConfig(max_given=4, max_value=9, reuse_finals=False),
-    # The earlier recall world: default sizes, finals never copied, leading digits predictable.
+    # Default sizes with finals never copied: two-digit results, whose leading digits are
+    # predictable, so `direct` holds tokens the answer does not need.
     "recall-wide": WorldConfig(reuse_finals=False),
     # The world of step-level recall (`oar recall --granularity step`): the `recall` world with
     # a third step, so that one step is `upstream` (on the answer's dependency path, read by a
-    # final step, not read by the answer itself) beside a distractor. The bundled model is
-    # right on ~24% of these (the best of the 3-step worlds tried; none reached 30%).
+    # final step, not read by the answer itself) beside a distractor. One-digit values, as in
+    # `recall`, keep every `direct` token a whole value (docs/benchmarks.md: accuracy on it).
     "upstream": WorldConfig(n_steps=3, max_given=4, max_value=9, reuse_finals=False),
 }
 
@@ -197,13 +172,6 @@ class Problem:
         return reward(text, self.answer, self.answer_format)
 
 
-def format_answer(value: int, fmt: str = "gsm8k") -> str:
-    if fmt == "gsm8k":
-        return f"#### {value}"
-    if fmt == "boxed":
-        return f"\\boxed{{{value}}}"
-    raise unknown_name("answer format", fmt, ANSWER_FORMATS)
-
 
 def _apply(a: int, op: str, b: int) -> int:
     return a + b if op == "+" else a - b if op == "-" else a * b
@@ -245,16 +213,6 @@ def _make_step(rng, name, names, values, cfg, first=None) -> Step | None:
     return None
 
 
-def _ancestors(name: str, by_name: dict[str, Step]) -> set[str]:
-    seen, todo = set(), [name]
-    while todo:
-        n = todo.pop()
-        if isinstance(n, str) and n in by_name and n not in seen:
-            seen.add(n)
-            todo += [by_name[n].left, by_name[n].right]
-    return seen
-
-
 def _try_problem(rng: random.Random, cfg: WorldConfig) -> Problem | None:
     names = rng.sample(NAMES, cfg.n_steps + cfg.n_distractors)
     values: dict[str, int] = {}
@@ -280,7 +238,7 @@ def _try_problem(rng: random.Random, cfg: WorldConfig) -> Problem | None:
         if len(free) != 1:
             return None
         v = free[0]
-    if _ancestors(u, by_name) | _ancestors(v, by_name) != set(by_name):
+    if ancestors(u, by_name) | ancestors(v, by_name) != set(by_name):
         return None
     op = rng.choice(cfg.final_ops)
     if op == "-" and values[u] < values[v]:
@@ -336,87 +294,3 @@ def generate_problems(
         if split is None or split_of(problem.question) == split:
             out.append(problem)
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Parsing traces: the oracle and the reward.
-
-# One written step, `name=left op right=result`, with each part a named group.
-STEP_RE = re.compile(r"(?<![a-z])(?P<name>[a-z])=(?P<l>-?\d+)(?P<op>[+\-*])(?P<r>-?\d+)=(?P<res>-?\d+)")
-_FILLER_RE = re.compile(r"\b(?:" + "|".join(FILLERS) + r")\b")
-_ANSWER_RE = {
-    "gsm8k": re.compile(r"####\s*(-?\d+)"),
-    "boxed": re.compile(r"\\boxed\{\s*(-?\d+)\s*\}"),
-}
-
-Span = tuple[int, int]
-# Every oracle set a method can be scored against: `results` is `direct`, `names` the steps' names.
-KNOWN_SETS = ("direct", "chain", "names", "results", "distractor", "filler")
-
-
-@dataclass(frozen=True)
-class Oracle:
-    """Character spans of a trace, by oracle set (see the module docstring)."""
-
-    direct: tuple[Span, ...]
-    chain: tuple[Span, ...]
-    distractor: tuple[Span, ...]
-    filler: tuple[Span, ...]
-    complete: bool  # every quantity of the final expression was found in the trace
-    # The final quantities' names (not in `direct`: see the module docstring).
-    names: tuple[Span, ...] = ()
-
-    @property
-    def results(self) -> tuple[Span, ...]:
-        """The final quantities' results: the `direct` set, under the name `--sets` uses."""
-        return self.direct
-
-    def sets(self) -> dict[str, tuple[Span, ...]]:
-        """The four oracle sets (`names` is for analysis)."""
-        return {k: getattr(self, k) for k in ("direct", "chain", "distractor", "filler")}
-
-    def span_lists(self) -> dict[str, list[list[int]]]:
-        """The four sets as JSON-ready lists of [start, end], as stores keep them."""
-        return {k: [list(s) for s in v] for k, v in self.sets().items()}
-
-
-def oracle_spans(problem: Problem, trace: str) -> Oracle:
-    """Parse `trace` into steps and mark the oracle sets by the problem's dependency graph."""
-    by_name = {s.name: s for s in problem.steps}
-    u, _, v = problem.target
-    needed = _ancestors(u, by_name) | _ancestors(v, by_name)
-    chain, distractor = [], []
-    last: dict[str, re.Match] = {}
-    for m in STEP_RE.finditer(trace):
-        name = m.group("name")
-        if name in needed:
-            chain.append((m.start("name"), m.end("res")))
-            last[name] = m
-        elif name in by_name:
-            distractor.append((m.start("name"), m.end("res")))
-    names = sorted(last[n].span("name") for n in dict.fromkeys((u, v)) if n in last)
-    results = sorted(last[n].span("res") for n in dict.fromkeys((u, v)) if n in last)
-    filler = [m.span() for m in _FILLER_RE.finditer(trace)]
-    return Oracle(
-        direct=tuple(results),
-        chain=tuple(chain),
-        distractor=tuple(distractor),
-        filler=tuple(filler),
-        complete=u in last and v in last,
-        names=tuple(names),
-    )
-
-
-def extract_answer(text: str, fmt: str = "gsm8k") -> int | None:
-    """The integer after the last answer marker of `fmt`, or None. Leading zeros are read as
-    a number (`#### 007` is 7), and text after the number is ignored."""
-    if fmt not in _ANSWER_RE:
-        raise unknown_name("answer format", fmt, ANSWER_FORMATS)
-    found = _ANSWER_RE[fmt].findall(text)
-    return int(found[-1]) if found else None
-
-
-def reward(text: str, answer: int, fmt: str = "gsm8k") -> float:
-    """1.0 when the extracted final answer equals `answer`, else 0.0 (also when none is found)."""
-    got = extract_answer(text, fmt)
-    return 1.0 if got is not None and got == answer else 0.0

@@ -1,0 +1,167 @@
+"""Exports of one trace: its view as ONE self-contained HTML file, and its token and step
+tables as CSV and JSON. The web app serves the same files; `TraceAttribution.to_html`
+writes the HTML view from Python.
+
+The HTML view has no script and loads nothing: styles are inline, colours are computed here,
+a step's tokens open with <details>, and a Content-Security-Policy meta tag forbids every
+request. Every text of the trace (prompt, tokens, step texts, method names) goes through
+Jinja's autoescaping, so model output can only ever be text.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+import jinja2
+
+from .step_view import STEP_POOL, display_levels, step_pieces, step_table, trace_steps
+
+EXPORT_KINDS = ("view.html", "tokens.csv", "steps.csv", "tokens.json", "steps.json")
+_TEMPLATES = Path(__file__).resolve().parent / "assets" / "export"
+_HEAT_RGB = (230, 85, 13)  # the web app's heat colour (webapp/views.py, static/app.js)
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(_TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined)
+    env.filters["heat"] = heat_style
+    env.filters["num"] = fmt_number
+    return env
+
+
+def heat_style(level) -> str:
+    """CSS background of a level in [0, 1] ('' when missing): the web app's heat scale."""
+    if level is None:
+        return ""
+    alpha = 0.06 + 0.84 * float(level)
+    return f"background-color: rgba({_HEAT_RGB[0]}, {_HEAT_RGB[1]}, {_HEAT_RGB[2]}, {alpha:.3f})"
+
+
+def fmt_number(x, spec: str = ".4g") -> str:
+    return "n/a" if x is None or not math.isfinite(float(x)) else format(float(x), spec)
+
+
+def _finite(x) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def token_rows(record) -> list[dict]:
+    """One row per response token: position, token, segment, scored, step, and per method
+    its score, weight and (when stored) reshaped advantage."""
+    step_of = {}
+    for s in trace_steps(record):
+        for i in range(s.start, s.end):
+            step_of[i] = s.index
+    scored = list(record.scored)
+    rows = []
+    for i, token in enumerate(record.tokens):
+        row = {"position": i, "token": token, "start": int(record.offsets[i][0]),
+               "end": int(record.offsets[i][1]), "segment": record.segments[i],
+               "scored": bool(scored[i]), "step": step_of.get(i)}
+        for m, a in record.attributions.items():
+            row[f"score.{m}"] = _finite(a.scores[i])
+            row[f"weight.{m}"] = _finite(a.weights[i])
+            if a.token_advantages is not None:
+                row[f"advantage.{m}"] = _finite(a.token_advantages[i])
+        rows.append(row)
+    return rows
+
+
+def step_rows(record, table: dict | None = None, pool: str = STEP_POOL) -> list[dict]:
+    """One row per step: index, token and character range, answer flag, text, and per
+    method its step score (tokens pooled by `pool`) and level (normalised over the steps)."""
+    table = table or step_table(record, pool)
+    rows = []
+    for s, text in zip(table["steps"], table["texts"]):
+        row = {"step": s["index"], "start": s["start"], "end": s["end"],
+               "char_start": s["char_start"], "char_end": s["char_end"], "answer": s["answer"],
+               "text": text}
+        for m in table["scores"]:
+            row[f"score.{m}"] = table["scores"][m][s["index"]]
+            row[f"level.{m}"] = table["levels"][m][s["index"]]
+        for name, flags in table["oracle"].items():
+            row[f"oracle.{name}"] = flags[s["index"]]
+        rows.append(row)
+    return rows
+
+
+def rows_csv(rows: list[dict]) -> str:
+    """CSV text of rows (header from the first row). Text cells are quoted as needed; a cell
+    that a spreadsheet would run as a formula (=, +, -, @ first) gets a leading quote."""
+    out = io.StringIO()
+    if not rows:
+        return ""
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("'" + v if isinstance(v, str) and v[:1] in ("=", "+", "-", "@")
+                             else ("" if v is None else v)) for k, v in row.items()})
+    return out.getvalue()
+
+
+def rows_json(rows: list[dict]) -> str:
+    return json.dumps(rows, ensure_ascii=False, allow_nan=False)
+
+
+def render_html(record, method: str | None = None, *, title: str | None = None,
+                random_weights: bool = False, oracle_set: str = "direct",
+                pool: str = STEP_POOL) -> str:
+    """The self-contained HTML view of a TraceRecord, coloured by `method` (default oar_p,
+    else the first method), steps of `oracle_set` outlined when the trace has an oracle."""
+    methods = list(record.attributions)
+    method = method if method in methods else ("oar_p" if "oar_p" in methods else
+                                               (methods[0] if methods else None))
+    table = step_table(record, pool)
+    levels = _token_levels(record, method) if method is not None else {}
+    tops = table["top"].get(method) or [[] for _ in table["steps"]]
+    steps = []
+    for s, text, pieces in zip(table["steps"], table["texts"], step_pieces(record, table["steps"])):
+        k = s["index"]
+        steps.append({**s, "text": text, "pieces": pieces, "top": set(tops[k]),
+                      "level": table["levels"][method][k] if method else None,
+                      "score": table["scores"][method][k] if method else None})
+    return _env().get_template("trace.html").render(
+        record=record, method=method, methods=methods, steps=steps, table=table,
+        token_levels=levels, oracle_steps=table["oracle"].get(oracle_set),
+        title=title or (f"Trace {record.id}" if record.id else "Trace"),
+        random_weights=random_weights, rows=step_rows(record, table))
+
+
+def _token_levels(record, method: str) -> dict[int, float]:
+    """Token display levels of `method` over the scored tokens (the gate's I^)."""
+    scored = list(record.scored)
+    values = [float(v) if scored[i] else None for i, v in enumerate(record.attributions[method].scores)]
+    return {i: v for i, v in enumerate(display_levels(values)) if v is not None}
+
+
+def export(record, kind: str, method: str | None = None, pool: str = STEP_POOL,
+           **html_options) -> tuple[str, str]:
+    """(text, media type) of one export kind of a TraceRecord (see EXPORT_KINDS)."""
+    from .errors import unknown_name
+
+    if kind == "view.html":
+        return render_html(record, method, pool=pool, **html_options), "text/html; charset=utf-8"
+    if kind not in EXPORT_KINDS:
+        raise unknown_name("export", kind, EXPORT_KINDS)
+    rows = token_rows(record) if kind.startswith("tokens") else step_rows(record, pool=pool)
+    if kind.endswith(".csv"):
+        return rows_csv(rows), "text/csv; charset=utf-8"
+    return rows_json(rows), "application/json"
+
+
+def write_html(attribution_or_record, path: str | Path, method: str | None = None) -> Path:
+    """Write the HTML view of a TraceAttribution (or TraceRecord) to `path`."""
+    from .store.records import TraceRecord
+
+    record = attribution_or_record
+    if not isinstance(record, TraceRecord):
+        record = TraceRecord.from_attribution(record)
+    path = Path(path)
+    path.write_text(render_html(record, method), encoding="utf-8")
+    return path

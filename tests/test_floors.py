@@ -1,0 +1,27 @@
+"""The versions CI installs as floors are the floors pyproject.toml declares."""
+import re
+from pathlib import Path
+
+import pytest
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_ci_floors_are_the_declared_floors():
+    declared = {}
+    for spec in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]:
+        match = re.match(r"([A-Za-z0-9_.-]+)\s*>=\s*([0-9.]+)", spec)
+        if match:
+            declared[match.group(1).lower()] = match.group(2)
+    pins = {}
+    for line in (ROOT / ".ci" / "floors.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[name.strip().lower()] = version.strip()
+    assert set(pins) == {"transformers", "trl", "accelerate", "datasets"}
+    for name, version in pins.items():
+        floor = declared[name].split(".")
+        assert version.split(".")[:len(floor)] == floor, (name, version, declared[name])
+        assert all(part == "0" for part in version.split(".")[len(floor):]), (name, version)

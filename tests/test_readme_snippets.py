@@ -1,0 +1,133 @@
+"""Every ```python and ```bash block of README.md and the training README runs as pasted.
+
+Python blocks run in a fresh interpreter in an empty working directory. Bash blocks run line by
+line with `set -e` in one, with `oar` and `python` being this interpreter's (`python -m
+oar_attrib.cli`), on the bundled model; `$OAR_TRAIN_OVERRIDES` (documented in the training
+README) makes each `oar train` a one-step run. A line that needs a GPU, ../shared, a large
+checkpoint or a long run is listed below with the reason, and the test fails if a listed line
+is no longer in the docs (the list cannot go stale) or if a block has a line neither run nor
+listed. Python blocks that are not run are still compiled.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ("README.md", "oar_attrib/training/README.md")
+SHORT_RUN = ("max_steps=1 eval_every=0 world_train_size=32 per_device_train_batch_size=8 "
+             "num_generations=4 max_completion_length=48 oar_store_samples=4 save_steps=1")
+
+GPU = "needs a GPU: the math-7b preset trains a 7B-class checkpoint in bf16"
+MULTI_GPU = "needs several GPUs (accelerate launch of DDP / DeepSpeed)"
+# A command line's beginning -> why the test does not run it.
+NOT_RUN = {
+    "bash scripts/setup.sh && .venv/bin/oar demo":
+        "creates the virtual environment and serves the demo until stopped",
+    "bash scripts/setup.sh && .venv/bin/python -m pytest":
+        "creates the virtual environment and runs this whole suite",
+    "oar train --preset math-7b": GPU,
+    "accelerate launch": MULTI_GPU,
+    "oar web --store runs/oar-1.5b/runs.db": "a web server that runs until stopped, on a 1.5B run's store",
+    "oar eval --model runs/oar-1.5b": "needs the trained 1.5B checkpoint of the commands above",
+    "python -m torch.distributed.run":
+        "two training processes over gloo; tests/test_training_ddp.py runs this path",
+    "oar train --preset arith-tiny --method oar_g --output-dir runs/curve-oar_g":
+        "the measured 300-step run (1010 s); the Run block's same command runs here",
+    "oar train --preset arith-tiny --method none  --output-dir runs/curve-none":
+        "the measured 300-step run (958 s); the Run block's same command runs here",
+    "oar experiment run arith-tiny-grid":
+        "18 training runs (6 methods x 3 seeds); tests/test_experiment.py runs the runner on a small grid",
+    "oar experiment report arith-tiny-grid": "reports the 18 runs of the command above",
+    "oar web --store runs/experiments.db": "a web server that runs until stopped, on the grid's store",
+    "oar experiment run my-grid.yaml": "a grid file of the user's own (my-grid.yaml), not in the repository",
+}
+# Python blocks that are compiled but not run, by a line they contain.
+PYTHON_NOT_RUN = {
+    'path = "/models/Qwen2.5-1.5B-Instruct"':
+        "needs a local 1.5B checkpoint and a GPU (bf16, 1024-token completions, 500 steps); the "
+        "block before it runs the same calls on the bundled model",
+}
+
+
+def code_blocks(doc: str) -> list[tuple[str, int, str]]:
+    """(language, line number, code) of each ```python / ```bash block of `doc`."""
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    found = []
+    for match in re.finditer(r"^```(python|bash)\n(.*?)^```", text, flags=re.M | re.S):
+        found.append((match.group(1), text[: match.start()].count("\n") + 1, match.group(2)))
+    return found
+
+
+def commands(code: str) -> list[str]:
+    """The shell commands of a block: continuation lines joined, comments and blanks dropped."""
+    joined = re.sub(r"\\\n\s*", " ", code)
+    return [line.strip() for line in joined.splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
+def reason_not_run(command: str) -> str | None:
+    for start, reason in NOT_RUN.items():
+        if command.startswith(start):
+            return reason
+    return None
+
+
+BLOCKS = [(doc, *block) for doc in DOCS for block in code_blocks(doc)]
+
+
+def _env() -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OAR_")}
+    return env | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "OAR_TRAIN_OVERRIDES": SHORT_RUN,
+                  "TQDM_DISABLE": "1"}
+
+
+def _run(argv: list[str], cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_docs_hold_the_blocks_this_test_knows():
+    kinds = [lang for _, lang, _, _ in BLOCKS]
+    assert kinds.count("python") >= 4 and kinds.count("bash") >= 5
+    every_command = [c for _, lang, _, code in BLOCKS if lang == "bash" for c in commands(code)]
+    for start in NOT_RUN:  # no stale entry: each one still names a documented command
+        assert any(c.startswith(start) for c in every_command), start
+    every_python = "\n".join(code for _, lang, _, code in BLOCKS if lang == "python")
+    assert all(line in every_python for line in PYTHON_NOT_RUN)
+
+
+@pytest.mark.parametrize("doc, lang, line, code", BLOCKS, ids=[f"{d}:{n}" for d, _, n, _ in BLOCKS])
+def test_block_runs_as_pasted(doc, lang, line, code, tmp_path):
+    where = f"{doc}:{line}"
+    if lang == "python":
+        compile(code, where, "exec")
+        if any(marker in code for marker in PYTHON_NOT_RUN):
+            return  # compiled above; the reason is in PYTHON_NOT_RUN
+        (tmp_path / "snippet.py").write_text(code)
+        done = _run([sys.executable, "snippet.py"], tmp_path)
+        assert done.returncode == 0, f"{where} failed:\n{done.stderr[-3000:]}"
+        return
+    script = ["set -euo pipefail",
+              f'oar() {{ "{sys.executable}" -m oar_attrib.cli "$@"; }}',
+              f'python() {{ "{sys.executable}" "$@"; }}']
+    ran = 0
+    for command in commands(code):
+        reason = reason_not_run(command)
+        if reason is None:
+            script.append(command)
+            ran += 1
+        else:
+            script.append(f": not run: {reason!r}")
+    syntax = _run(["bash", "-n", "-c", "\n".join(script)], tmp_path)
+    assert syntax.returncode == 0, f"{where}: {syntax.stderr}"
+    if not ran:
+        return  # every command is listed in NOT_RUN with its reason
+    done = _run(["bash", "-c", "\n".join(script)], tmp_path, timeout=600)
+    assert done.returncode == 0, f"{where} failed:\n{done.stderr[-3000:]}"
+    assert any(tmp_path.glob("runs/*/model.safetensors")) or "oar train" not in code
