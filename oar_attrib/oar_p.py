@@ -60,10 +60,23 @@ def oar_p_reference(model, batch: ScoringBatch, probe: str = "as_mean") -> torch
     Returns (B, L) float32 importances on the batch's device: >= 0 (or NaN) on scored
     positions of rows with an answer span, exactly 0 elsewhere.
     """
+    positions = torch.arange(batch.input_ids.shape[1], device=batch.input_ids.device).expand_as(batch.input_ids)
+    return masked_reference(model, batch, torch.where(batch.scored_mask, positions, -1), probe)
+
+
+def masked_reference(model, batch: ScoringBatch, groups: torch.Tensor, probe: str = "as_mean") -> torch.Tensor:
+    """The brute-force definition for any perturbation unit: for each row and group g, one full
+    forward with the pad token on every position of g; g's importance goes to all of them.
+
+    groups: (B, L) long, the group of each position (a token for OAR-P, a step for step-level
+    OAR-P), -1 where nothing is perturbed. Returns (B, L) float32 on the batch's device, 0 on
+    positions of no group and on rows without an answer span.
+    """
     check_probe(probe)
     check_positions(model, batch)
     work = batch.to(model_device(model))
     sites = probe_sites(work)
+    groups = groups.to(work.input_ids.device)
     out = torch.zeros(work.input_ids.shape, dtype=torch.float32, device=work.input_ids.device)
     with torch.no_grad(), eval_mode(model):
         for row in range(work.input_ids.shape[0]):
@@ -73,12 +86,13 @@ def oar_p_reference(model, batch: ScoringBatch, probe: str = "as_mean") -> torch
             ids, mask = work.input_ids[row:row + 1], work.attention_mask[row:row + 1]
             clean = probe_values(model(ids, attention_mask=mask).logits[:, row_sites.positions[0]],
                                  row_sites, probe)
-            for t in work.scored_mask[row].nonzero().flatten().tolist():
+            for g in sorted(set(groups[row].tolist()) - {-1}):
+                at = groups[row] == g
                 perturbed_ids = ids.clone()
-                perturbed_ids[0, t] = work.pad_token_id
+                perturbed_ids[0, at] = work.pad_token_id
                 logits = model(perturbed_ids, attention_mask=mask).logits  # (1, L, V)
                 value = probe_values(logits[:, row_sites.positions[0]], row_sites, probe)
-                out[row, t] = probe_importance(clean, value, probe)[0]
+                out[row, at] = probe_importance(clean, value, probe)[0]
     return out.to(batch.input_ids.device)
 
 

@@ -40,26 +40,8 @@ def oar_p_step_reference(model, batch: ScoringBatch, probe: str = "as_mean") -> 
     the step's importance on each of its tokens, 0 elsewhere and on rows without a span.
     """
     check_probe(probe)
-    check_positions(model, batch)
-    work = batch.to(model_device(model))
-    sites = probe_sites(work)
-    steps = _step_masks(work, engine._reachable(work, sites))
-    out = torch.zeros(work.input_ids.shape, dtype=torch.float32, device=work.input_ids.device)
-    with torch.no_grad(), eval_mode(model):
-        for row in range(work.input_ids.shape[0]):
-            if not bool(sites.has_answer[row]):
-                continue
-            row_sites = sites.select(torch.tensor([row], device=out.device))
-            ids, mask = work.input_ids[row:row + 1], work.attention_mask[row:row + 1]
-            clean = probe_values(model(ids, attention_mask=mask).logits[:, row_sites.positions[0]],
-                                 row_sites, probe)
-            for step in sorted(set(steps[row].tolist()) - {-1}):
-                perturbed = ids.clone()
-                perturbed[0, steps[row] == step] = work.pad_token_id
-                logits = model(perturbed, attention_mask=mask).logits
-                value = probe_values(logits[:, row_sites.positions[0]], row_sites, probe)
-                out[row, steps[row] == step] = probe_importance(clean, value, probe)[0]
-    return out.to(batch.input_ids.device)
+    return engine.masked_reference(model, batch, _step_masks(batch, engine._reachable(batch, probe_sites(batch))),
+                                   probe)
 
 
 @register_method("oar_p_step", token_budget=True)
