@@ -55,6 +55,7 @@ def worker(out_dir: str) -> None:
         "params": checksum, "logs": trainer.state.log_history[0], "threads": torch.get_num_threads(),
     }
     Path(out_dir, f"rank{result['rank']}.json").write_text(json.dumps(result))
+    trainer.accelerator.end_training()  # as `launch.train` does: no gloo teardown at exit
 
 
 @pytest.mark.slow

@@ -252,5 +252,8 @@ def train(run: RunConfig, args, resume: str | bool | None = None) -> dict:
     (Path(args.output_dir) / "run_settings.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
     result = trainer.train(resume_from_checkpoint=resume or None)
     trainer.save_model(args.output_dir)
+    # Tear the process group down before exit: a gloo group left to the interpreter's exit can
+    # abort a rank ("terminate called without an active exception") after the work is done.
+    trainer.accelerator.end_training()
     return {"global_step": trainer.state.global_step, "train_loss": result.training_loss,
             "output_dir": args.output_dir}
