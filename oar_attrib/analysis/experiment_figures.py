@@ -34,6 +34,15 @@ def _band(curve: dict, colour: str, name: str, show: bool, row: int, col: int, f
                              line=dict(color=colour), showlegend=show), row=row, col=col)
 
 
+
+def _curves(fig, report, keys, col: dict) -> None:
+    """Each method's curve of each key (mean over seeds, min-max band) in row 1, one column per key."""
+    for i, key in enumerate(keys):
+        for method in report.methods:
+            curve = report.curves.get(key, {}).get(method)
+            if curve:
+                _band(curve, col[method], method, i == 0, 1, i + 1, fig)
+
 def plotly_figure(report) -> go.Figure:
     """2 x 2 panels: two accuracy curves, paired differences, seconds per step."""
     keys = accuracy_keys(report)[:2]
@@ -41,11 +50,7 @@ def plotly_figure(report) -> go.Figure:
                                                        "(95% t-interval)", "seconds per step"]
     fig = make_subplots(rows=2, cols=2, subplot_titles=titles + [""] * (4 - len(titles)))
     col = colours(report)
-    for i, key in enumerate(keys):
-        for method in report.methods:
-            curve = report.curves.get(key, {}).get(method)
-            if curve:
-                _band(curve, col[method], method, i == 0, 1, i + 1, fig)
+    _curves(fig, report, keys, col)
     paired = report.paired.get(report.metric, {})
     names = [m for m in report.methods if m in paired and paired[m]["mean"] is not None]
     means = [paired[m]["mean"] for m in names]
@@ -64,11 +69,7 @@ def credit_figure(report, keys=("oar/ess_ratio", "oar/top10_mass", "oar/weight_m
     """Credit metrics and policy entropy per step (mean over seeds, min-max band)."""
     fig = make_subplots(rows=1, cols=len(keys), subplot_titles=list(keys))
     col = colours(report)
-    for i, key in enumerate(keys):
-        for method in report.methods:
-            curve = report.curves.get(key, {}).get(method)
-            if curve:
-                _band(curve, col[method], method, i == 0, 1, i + 1, fig)
+    _curves(fig, report, keys, col)
     fig.update_layout(height=340, margin=dict(l=40, r=20, t=40, b=30))
     return fig
 

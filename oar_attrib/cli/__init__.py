@@ -31,11 +31,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run_command(args: argparse.Namespace, name: str) -> int:
+    """Run a parsed command (`args.func`): an OARError becomes one line `oar NAME: error: ...`
+    on stderr and exit status 2, the same for every entry point."""
     try:
         return args.func(args)
     except OARError as err:
-        print(f"oar {args.command}: error: {err}", file=sys.stderr)
+        print(f"oar {name}: error: {err}", file=sys.stderr)
         return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_command(args, args.command)
 

@@ -14,7 +14,7 @@ import re
 import sys
 
 from oar_attrib.configs import DefaultsHelpFormatter
-from oar_attrib.errors import OARError
+from oar_attrib.cli import run_command
 
 EPILOG = """settings: key=value pairs (YAML values), anywhere among the flags, override the preset
 and --config; so does any setting in TRL's spelling, --key value or --key=value (--output_dir,
@@ -177,9 +177,4 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m oar_attrib.training", description=__doc__.split("\n\n")[0], epilog=EPILOG,
         formatter_class=DefaultsHelpFormatter,
     ))
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except OARError as err:
-        print(f"oar train: error: {err}", file=sys.stderr)
-        return 2
+    return run_command(parser.parse_args(argv), "train")

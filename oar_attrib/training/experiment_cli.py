@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from oar_attrib.errors import OARError
+from oar_attrib.cli import run_command
 
 EPILOG = """settings: key=value pairs after the experiment override it: experiment.KEY sets the
 experiment section (seeds, steps, eval_every, store, ...); other keys are `oar train` settings
@@ -88,12 +88,7 @@ def report_experiment(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = _configure(argparse.ArgumentParser(prog="oar experiment", description=__doc__.split("\n\n")[0]))
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except OARError as err:
-        print(f"oar experiment: error: {err}", file=sys.stderr)
-        return 2
+    return run_command(parser.parse_args(argv), "experiment")
 
 
 if __name__ == "__main__":
