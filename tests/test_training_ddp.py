@@ -20,12 +20,16 @@ VARIANTS = {0: ("right", "wrong", "no_answer", "right"), 1: ("right", "no_answer
 
 
 def worker(out_dir: str) -> None:
+    import gc
+
     import torch
     from datasets import concatenate_datasets
+    from torch.nn.parallel import DistributedDataParallel
 
     from oar_attrib.world import generate_problems
     from oar_attrib.training.config import OARConfig
     from oar_attrib.training.data import world_dataset
+    from oar_attrib.training.launch import end_distributed
     from oar_attrib.training.rewards import world_reward
     from oar_attrib.training.toy import ScriptedRollout, tiny_policy, world_tokenizer
     from oar_attrib.training.trainer import OARGRPOTrainer
@@ -55,7 +59,8 @@ def worker(out_dir: str) -> None:
         "params": checksum, "logs": trainer.state.log_history[0], "threads": torch.get_num_threads(),
     }
     Path(out_dir, f"rank{result['rank']}.json").write_text(json.dumps(result))
-    trainer.accelerator.end_training()  # as `launch.train` does: no gloo teardown at exit
+    end_distributed(trainer)  # as `launch.train` does
+    assert not [o for o in gc.get_objects() if isinstance(o, DistributedDataParallel)]
 
 
 @pytest.mark.slow

@@ -241,6 +241,25 @@ def build_trainer(run: RunConfig, args, rollout_func=None):
     return trainer
 
 
+def end_distributed(trainer) -> None:
+    """Free the trainer's DDP wrapper, then destroy the process group: in this order, and before
+    the interpreter exits.
+
+    A gloo group freed by the wrapper's reducer (the group's last owner once the group is
+    destroyed) joins its worker threads while holding the GIL; a worker still freeing its last
+    collective needs the GIL, and the rank hangs after its work is done (seen under CPU load).
+    Left to the interpreter's exit instead, the same worker can abort the rank. Freed while the
+    group is still registered, the reducer leaves the last reference to `destroy_process_group`,
+    whose binding releases the GIL before joining. The trainer keeps the unwrapped model.
+    """
+    import gc
+
+    trainer.model_wrapped = trainer.model
+    trainer.accelerator.free_memory()
+    gc.collect()
+    trainer.accelerator.end_training()
+
+
 def train(run: RunConfig, args, resume: str | bool | None = None) -> dict:
     """Train, save the final model (safetensors) and the resolved settings; return a summary."""
     trainer = build_trainer(run, args)
@@ -252,8 +271,6 @@ def train(run: RunConfig, args, resume: str | bool | None = None) -> dict:
     (Path(args.output_dir) / "run_settings.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
     result = trainer.train(resume_from_checkpoint=resume or None)
     trainer.save_model(args.output_dir)
-    # Tear the process group down before exit: a gloo group left to the interpreter's exit can
-    # abort a rank ("terminate called without an active exception") after the work is done.
-    trainer.accelerator.end_training()
+    end_distributed(trainer)
     return {"global_step": trainer.state.global_step, "train_loss": result.training_loss,
             "output_dir": args.output_dir}
