@@ -20,9 +20,7 @@ from . import codec, schema
 from .errors import NotFoundError, StoreError
 from .records import AttributionRecord, RunInfo, TraceRecord, TraceRow, json_safe, record_steps
 
-TraceSort = Literal["id", "step", "reward", "advantage", "n_tokens"]
-_SORT_SQL = {"id": "id", "step": "step", "reward": "reward", "advantage": "advantage",
-             "n_tokens": "n_tokens"}
+TraceSort = Literal[schema.SORT_KEYS]  # type: ignore[valid-type]
 _PREVIEW_CHARS = 120
 UNKNOWN = object()  # an explicit "correctness not known" (add_records: a null `correct`)
 _TRACE_COLUMNS = ("id, run_id, step, grp, reward, advantage, correct, answer_text, span_found, "
@@ -71,6 +69,36 @@ def _row(values: tuple) -> TraceRow:
         span_found=bool(span), n_tokens=n_tok, n_scored=n_sc, flags=json.loads(flags),
         preview=prev,
     )
+
+
+def trace_page_sql(
+    run_id: int, *, correct: bool | None = None, step: int | None = None,
+    min_reward: float | None = None, max_reward: float | None = None,
+    sort: TraceSort = "id", descending: bool = False,
+) -> tuple[str, str, list]:
+    """(count SQL, page SQL, args) of `Store.traces`; the page SQL takes args + [limit, offset].
+
+    The order is `sort ASC|DESC, id ASC` (SQLite puts NULL first ascending, last descending),
+    which is the order of the sort's index in `schema.SORT_INDEXES`.
+    """
+    if sort not in schema.SORT_KEYS:
+        raise StoreError(f"cannot sort traces by {sort!r}; choose one of {sorted(schema.SORT_KEYS)}")
+    # `+reward` when another key sorts: the unary plus keeps SQLite from picking the reward
+    # index for the range (then sorting every match); the sort's own index carries reward.
+    reward = "reward" if sort == "reward" else "+reward"
+    clauses, args = ["run_id = ?"], [run_id]
+    for sql, value in (("correct = ?", None if correct is None else int(correct)),
+                       ("step = ?", step), (f"{reward} >= ?", min_reward),
+                       (f"{reward} <= ?", max_reward)):
+        if value is not None:
+            clauses.append(sql)
+            args.append(value)
+    where = " AND ".join(clauses)
+    direction = "DESC" if descending else "ASC"
+    order = f"id {direction}" if sort == "id" else f"{sort} {direction}, id ASC"
+    return (f"SELECT count(*) FROM traces WHERE {where}",
+            f"SELECT {_TRACE_COLUMNS} FROM traces WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
+            args)
 
 
 class Store:
@@ -326,34 +354,19 @@ class Store:
         return RunInfo(id=got[0], name=got[1], model=got[2], config=json.loads(got[3]),
                        created=got[4], n_traces=n, methods=methods)
 
-    @staticmethod
-    def _where(run_id, correct, step, min_reward, max_reward) -> tuple[str, list]:
-        clauses, args = ["run_id = ?"], [run_id]
-        for sql, value in (("correct = ?", None if correct is None else int(correct)),
-                           ("step = ?", step), ("reward >= ?", min_reward),
-                           ("reward <= ?", max_reward)):
-            if value is not None:
-                clauses.append(sql)
-                args.append(value)
-        return " AND ".join(clauses), args
-
     def traces(
         self, run_id: int, *, correct: bool | None = None, step: int | None = None,
         min_reward: float | None = None, max_reward: float | None = None,
         sort: TraceSort = "id", descending: bool = False, limit: int = 100, offset: int = 0,
     ) -> tuple[list[TraceRow], int]:
-        """A page of a run's traces, filtered and sorted, and the number that match."""
-        if sort not in _SORT_SQL:
-            raise StoreError(f"cannot sort traces by {sort!r}; choose one of {sorted(_SORT_SQL)}")
-        where, args = self._where(run_id, correct, step, min_reward, max_reward)
-        order = f"{_SORT_SQL[sort]} {'DESC' if descending else 'ASC'}, id ASC"
+        """A page of a run's traces, filtered and sorted (ties by id), and the number that match."""
+        count_sql, page_sql, args = trace_page_sql(run_id, correct=correct, step=step,
+                                                   min_reward=min_reward, max_reward=max_reward,
+                                                   sort=sort, descending=descending)
         with self._transaction(write=False) as conn:
             self._require_run(conn, run_id)
-            total = conn.execute(f"SELECT count(*) FROM traces WHERE {where}", args).fetchone()[0]
-            rows = conn.execute(
-                f"SELECT {_TRACE_COLUMNS} FROM traces WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
-                [*args, int(limit), int(offset)],
-            ).fetchall()
+            total = conn.execute(count_sql, args).fetchone()[0]
+            rows = conn.execute(page_sql, [*args, int(limit), int(offset)]).fetchall()
         return [_row(r) for r in rows], int(total)
 
     def steps(self, run_id: int) -> list[int]:

@@ -3,6 +3,11 @@
 One file per store, in WAL mode: one writer and any number of readers work at the same time
 (readers see the last committed state and never block the writer). `PRAGMA user_version`
 holds SCHEMA_VERSION; a file written by a newer version is refused rather than misread.
+
+The run table's sort indexes (`SORT_INDEXES`) are made by every writable open that finds them
+missing, so a store written before they existed gains them the first time a writer opens it. They
+hold no data of their own, so they leave SCHEMA_VERSION alone: older readers still read the file,
+and a read-only open of a store without them works (its pages are sorted without an index).
 """
 from __future__ import annotations
 
@@ -103,6 +108,31 @@ CREATE TABLE agreement (
 """
 
 
+# The run table's sort keys (`Store.traces`) and filter columns. Each sort gets an index in the
+# table's exact order, `key ASC|DESC, id ASC` after run_id, so that a page is read in index order
+# and OFFSET skips index entries only; the filter columns ride along in every index so that a
+# filtered page is decided from the index too, without reading a trace's row (whose reward and
+# correct lie past its prompt and response text). id is unique: one index serves both directions.
+SORT_KEYS = ("id", "step", "reward", "advantage", "n_tokens")
+FILTER_COLUMNS = ("correct", "step", "reward")
+
+
+def _sort_indexes() -> dict[str, str]:
+    """Index name -> its `CREATE INDEX IF NOT EXISTS` statement, for every sort of SORT_KEYS."""
+    out = {"traces_sort_id": "CREATE INDEX IF NOT EXISTS traces_sort_id ON traces "
+                             f"(run_id, id, {', '.join(FILTER_COLUMNS)})"}
+    for key in SORT_KEYS[1:]:
+        carried = ", ".join(c for c in FILTER_COLUMNS if c != key)
+        for direction in ("ASC", "DESC"):
+            name = f"traces_sort_{key}_{direction.lower()}"
+            out[name] = (f"CREATE INDEX IF NOT EXISTS {name} ON traces "
+                         f"(run_id, {key} {direction}, id, {carried})")
+    return out
+
+
+SORT_INDEXES = _sort_indexes()
+
+
 def _open(path: Path, readonly: bool, timeout: float) -> sqlite3.Connection:
     """A writer's connection, or a reader's that never writes: `mode=ro`, and where that
     cannot open (a WAL store whose -shm file cannot be made beside it, in a folder this user
@@ -148,6 +178,8 @@ def connect(path: Path, *, readonly: bool, timeout: float) -> sqlite3.Connection
         )
     if version == 0:
         _create(conn, path, readonly)
+    if not readonly:
+        ensure_indexes(conn, path)
     if readonly:
         conn.execute("PRAGMA query_only = ON")
     else:
@@ -185,3 +217,25 @@ def _create(conn: sqlite3.Connection, path: Path, readonly: bool) -> None:
         conn.execute("ROLLBACK")
         conn.close()
         raise
+
+
+def ensure_indexes(conn: sqlite3.Connection, path: Path) -> None:
+    """Create the SORT_INDEXES this store lacks, in one transaction that reads every trace row
+    once; a single read of the schema when none is missing."""
+    have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    if have >= SORT_INDEXES.keys():
+        return
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # IF NOT EXISTS: another writer may have made them while this one waited for the lock.
+            for statement in SORT_INDEXES.values():
+                conn.execute(statement)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    except sqlite3.OperationalError as err:
+        conn.close()
+        raise StoreError(f"{path}: cannot add the run table's sort indexes ({err}); open it with "
+                         "readonly=True to read it, or wait for the writer that holds it") from None
