@@ -13,7 +13,8 @@ Two more parts, one client at a time against the same kind of server process:
   to the 1 s and 2 MB budgets;
 - `scale`: a run of --scale-traces traces (copies of the load part's traces, so that the
   store is built in seconds): the runs list and the run table's first, middle and last pages,
-  sorted and filtered.
+  sorted and filtered, over HTTP and through `Store.traces`, without the run table's sort
+  indexes and then with them, side by side with the ratio.
 
     python bench/bench_web.py                       # every part, stores built here
     python bench/bench_web.py --part long --long-store long.db   # scripts/build_long_store.py
@@ -187,23 +188,75 @@ def build_scale_store(path: Path, source: Path, n: int) -> int:
     return run_id
 
 
-def bench_scale(store: Path, n: int, repeats: int) -> None:
+def drop_sort_indexes(path: Path) -> None:
+    """The store as it was before the run table's sort indexes (its (run_id, step) index stays)."""
+    import sqlite3
+
+    from oar_attrib.store.schema import SORT_INDEXES
+
+    conn = sqlite3.connect(path)
+    for name in SORT_INDEXES:
+        conn.execute(f"DROP INDEX IF EXISTS {name}")
+    conn.commit()
+    conn.close()
+
+
+def store_page_times(path: Path, run: int, offset: int, repeats: int) -> list[tuple[str, float]]:
+    """(sort, median seconds of `Store.traces`) of the page at `offset`, every sort and order."""
+    from oar_attrib.store import Store
+    from oar_attrib.store.schema import SORT_KEYS
+
+    out = []
+    with Store(path, readonly=True) as s:
+        for sort in SORT_KEYS:
+            for desc in (False, True):
+                times = []
+                for _ in range(repeats + 1):  # the first one warms the page cache
+                    t0 = time.perf_counter()
+                    s.traces(run, sort=sort, descending=desc, limit=50, offset=offset)
+                    times.append(time.perf_counter() - t0)
+                out.append((f"{sort} {'desc' if desc else 'asc'}", statistics.median(times[1:])))
+    return out
+
+
+def print_side_by_side(title: str, without: list, with_: list) -> None:
+    print(f"  {title:<56} {'no index':>9} {'indexed':>9}  ratio")
+    for (name, before, *_), (_, after, *_) in zip(without, with_):
+        print(f"  {name:<56} {1000 * before:6.1f} ms {1000 * after:6.1f} ms  {before / after:5.1f}x")
+
+
+def bench_scale(store: Path, repeats: int) -> None:
+    """The runs list and the run table's pages, timed on the store without the sort indexes,
+    then again after a writable open has added them (as it does to any store without them)."""
     from oar_attrib.store import Store
 
     with Store(store, readonly=True) as s:
         run = s.runs()[0]
         pages = -(-run.n_traces // 50)
     print(f"scale: run {run.id} with {run.n_traces} traces ({pages} pages of 50); median of "
-          f"{repeats} requests, one client")
-    proc, base = start_server(store)
-    try:
-        print_timings(timed_gets(base, [
-            "/", "/api/runs", f"/runs/{run.id}", f"/runs/{run.id}?page={pages // 2}",
-            f"/runs/{run.id}?page={pages}", f"/runs/{run.id}?sort=reward&order=desc&page={pages // 2}",
-            f"/runs/{run.id}?correct=wrong&step=7", f"/api/runs/{run.id}/traces?page={pages}"], repeats))
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+          f"{repeats} requests, one client; first without the sort indexes, then with them")
+    paths = ["/", "/api/runs", f"/runs/{run.id}", f"/runs/{run.id}?page={pages // 2}",
+             f"/runs/{run.id}?page={pages}", f"/runs/{run.id}?sort=reward&order=desc&page={pages // 2}",
+             f"/runs/{run.id}?sort=reward&order=desc&page={pages}",
+             f"/runs/{run.id}?correct=wrong&step=7", f"/api/runs/{run.id}/traces?page={pages}"]
+    timings = {}
+    for phase in ("without", "with"):
+        if phase == "without":
+            drop_sort_indexes(store)
+        else:
+            t0 = time.perf_counter()
+            Store(store).close()
+            print(f"  a writable open added the sort indexes in {time.perf_counter() - t0:.2f} s")
+        proc, base = start_server(store)
+        try:
+            timings[phase] = (timed_gets(base, paths, repeats),
+                              store_page_times(store, run.id, (pages - 1) * 50, repeats))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    print_side_by_side("page (HTTP, loopback)", timings["without"][0], timings["with"][0])
+    print_side_by_side(f"last page, Store.traces(sort, offset={(pages - 1) * 50})",
+                       timings["without"][1], timings["with"][1])
 
 
 def bench_load(args, store: Path) -> list:
@@ -266,7 +319,7 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             build_scale_store(scale, store, args.scale_traces)
             print(f"built {scale.name}: {args.scale_traces} traces in {time.perf_counter() - t0:.1f} s")
-            bench_scale(scale, args.scale_traces, args.repeats)
+            bench_scale(scale, args.repeats)
     return 1 if errors else 0
 
 
