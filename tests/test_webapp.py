@@ -511,3 +511,31 @@ def test_demo_and_web_commands(tmp_path, monkeypatch, model_dir, capsys):
             _listen("127.0.0.1", busy.getsockname()[1])
     finally:
         busy.close()
+
+
+def test_served_connections_send_without_nagle_delay():
+    """The server's connections have TCP_NODELAY, as asyncio (and so uvicorn) sets it on the
+    sockets `_listen` accepts: keep-alive responses go out at once, not after a delayed ACK."""
+    import asyncio
+    import socket
+
+    from oar_attrib.webapp.cli import _listen
+
+    async def accepted_nodelay() -> int:
+        seen = asyncio.get_running_loop().create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport):
+                sock = transport.get_extra_info("socket")
+                seen.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+
+        server = await asyncio.get_running_loop().create_server(Probe, sock=_listen("127.0.0.1", 0))
+        _, writer = await asyncio.open_connection(*server.sockets[0].getsockname()[:2])
+        try:
+            return await asyncio.wait_for(seen, 10)
+        finally:
+            writer.close()
+            server.close()
+
+    assert asyncio.run(accepted_nodelay()) != 0

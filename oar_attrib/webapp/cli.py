@@ -21,7 +21,9 @@ def _listen(host: str, port: int) -> socket.socket:
     """A bound, listening socket, so that a busy port fails here with a clear message and
     the printed URL is the one being served (port 0 picks a free port)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto TCP, not 0: asyncio turns Nagle off (TCP_NODELAY) only on connections whose socket
+    # says TCP; with it on, every keep-alive response after the first waited ~40 ms for an ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
