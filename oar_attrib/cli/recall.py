@@ -34,7 +34,8 @@ def run_steps(args: argparse.Namespace, model, tokenizer) -> int:
 
     report = step_recall(model, tokenizer, n=args.n, seed=args.seed, preset=args.preset or "upstream",
                          methods=args.methods, probe=args.probe, pool=args.step_pool,
-                         progress=not args.no_progress, resample_samples=args.resample_samples)
+                         progress=not args.no_progress, resample_samples=args.resample_samples,
+                         intervention_samples=args.intervention_samples)
     if args.json:
         print(json.dumps(report.as_dict()))
         return 0
@@ -47,6 +48,10 @@ def run_steps(args: argparse.Namespace, model, tokenizer) -> int:
                  f"{stats[k]['mean']:.3f} [{stats[k]['ci95'][0]:.3f},{stats[k]['ci95'][1]:.3f}]"
                  for k in STEP_METRICS]
         print(f"{method:<20} " + " ".join(f"{cell:>22}" for cell in cells))
+    if report.intervention:
+        auc = report.intervention["upstream"]
+        cell = "n/a" if auc["mean"] is None else f"{auc['mean']:.3f} [{auc['ci95'][0]:.3f},{auc['ci95'][1]:.3f}]"
+        print(f"{'result-shift intervention (the model itself, no method)':<20} upstream {cell}")
     return 0
 
 
@@ -66,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.resample_samples < 1:
         print(f"oar recall: --resample-samples must be >= 1, got {args.resample_samples}", file=sys.stderr)
+        return 2
+    if args.intervention_samples < 0:
+        print(f"oar recall: --intervention-samples must be >= 0 (0: off), got {args.intervention_samples}",
+              file=sys.stderr)
         return 2
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
     if args.granularity == "step":
@@ -100,6 +109,10 @@ def add_parser(sub) -> None:
                     help="--granularity step: how a method's token scores pool into a step score")
     rc.add_argument("--resample-samples", type=int, default=8,
                     help="--granularity step, method resample: continuations per side and step")
+    rc.add_argument("--intervention-samples", type=int, default=0,
+                    help="--granularity step: also measure the upstream AUC of shifting each step's "
+                         "result and regenerating (how far the model itself carries upstream "
+                         "results), at this many continuations per side and step; 0: off")
     rc.add_argument("--methods", nargs="+", default=None, type=method_name,
                     help="methods (default: all registered)")
     rc.add_argument("--probe", default="as_mean", type=probe_name, help="outcome probe: lt, as_mean, as_joint")
