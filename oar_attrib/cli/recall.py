@@ -13,17 +13,18 @@ from .choices import method_name, probe_name
 RANDOM_DRAW, RANDOM_EXPECTED = "random (a draw)", "random expectation"
 
 
-def recall_table(report, sets) -> str:
+def stats_table(report, columns, value: str) -> str:
     """The text table of `oar recall`: one row per method, the random method's own draw
-    labelled as one, and the random-ranking expectation as its own last row (as README's)."""
+    labelled as one, and the random-ranking expectation as its own last row (as README's);
+    one cell per column, `value [lo,hi]` of its stats (`value`: the stats' key of the mean)."""
     rows = {(RANDOM_DRAW if m == "random" else m): v for m, v in report.methods.items()}
     rows[RANDOM_EXPECTED] = report.random
     width = max(len(m) for m in rows)
-    lines = [f"{'method':<{width}} " + " ".join(f"{name:>22}" for name in sets)]
+    lines = [f"{'method':<{width}} " + " ".join(f"{name:>22}" for name in columns)]
     for method, stats in rows.items():
-        cells = ["n/a" if stats[name]["recall"] is None else
-                 f"{stats[name]['recall']:.3f} [{stats[name]['ci95'][0]:.3f},{stats[name]['ci95'][1]:.3f}]"
-                 for name in sets]
+        cells = ["n/a" if stats[name][value] is None else
+                 f"{stats[name][value]:.3f} [{stats[name]['ci95'][0]:.3f},{stats[name]['ci95'][1]:.3f}]"
+                 for name in columns]
         lines.append(f"{method:<{width}} " + " ".join(f"{cell:>22}" for cell in cells))
     return "\n".join(lines)
 
@@ -38,15 +39,8 @@ def run_steps(args: argparse.Namespace, model, tokenizer) -> int:
     if args.json:
         print(json.dumps(report.as_dict()))
         return 0
-    print(f"preset={report.preset} n={report.n} scored={report.n_scored} accuracy={report.accuracy:.3f} "
-          f"skipped={report.skipped} step pool={report.pool}")
-    print(f"{'method':<20} " + " ".join(f"{name:>22}" for name in STEP_METRICS))
-    rows = {(RANDOM_DRAW if m == "random" else m): v for m, v in report.methods.items()}
-    for method, stats in {**rows, RANDOM_EXPECTED: report.random}.items():
-        cells = ["n/a" if stats[k]["mean"] is None else
-                 f"{stats[k]['mean']:.3f} [{stats[k]['ci95'][0]:.3f},{stats[k]['ci95'][1]:.3f}]"
-                 for k in STEP_METRICS]
-        print(f"{method:<20} " + " ".join(f"{cell:>22}" for cell in cells))
+    print(f"preset={report.preset} {report.counts_line()} step pool={report.pool}")
+    print(stats_table(report, STEP_METRICS, "mean"))
     return 0
 
 
@@ -77,8 +71,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.as_dict()))
         return 0
-    print(f"n={report.n} scored={report.n_scored} accuracy={report.accuracy:.3f} skipped={report.skipped}")
-    print(recall_table(report, args.sets))
+    print(report.counts_line())
+    print(stats_table(report, args.sets, "recall"))
     return 0
 
 
