@@ -6,7 +6,7 @@ import json
 import sys
 
 from ..analysis.sets import DEFAULT_SETS, RECALL_SETS
-from ..configs import add_budget_arg, add_dtype_arg
+from ..configs import add_model_args
 from .choices import method_name, probe_name
 
 
@@ -104,9 +104,7 @@ def add_parser(sub) -> None:
     rc.add_argument("--cf-positions", type=int, default=64,
                     help="counterfactual set: scored positions tested per trace (one greedy "
                          "regeneration each)")
-    rc.add_argument("--device", default=None, help="torch device (default: CPU)")
-    add_dtype_arg(rc)
-    add_budget_arg(rc)
+    add_model_args(rc)
     rc.add_argument("--json", action="store_true", help="print one JSON object")
     rc.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     rc.set_defaults(func=run)
