@@ -11,7 +11,9 @@ which hold the rest of the trace fixed, measure its direct effect alone.
 Removal `pad` (default) writes the pad token over the step's tokens, as OAR-P does, and lets
 the model continue after them; `drop` continues straight from the prefix before the step, so
 the model writes its own step i (Thought Anchors' resampling, which credits a step only as far
-as the model would not write it anyway).
+as the model would not write it anyway). A callable removal maps the step's token ids to the
+ids written in its place: an intervention on the step's content, such as the arithmetic
+world's `shift_result` (a step's result changed, the rest regenerated from it).
 
 Analysis only (2 N samples per step): registered as `resample`, never used to train.
 """
@@ -68,10 +70,13 @@ def js_divergence(a: Counter, b: Counter) -> float:
     return max(total / 2, 0.0)
 
 
-def _prefixes(ids: list[int], start: int, end: int, pad_id: int, removal: str) -> tuple[list[int], list[int]]:
+def _prefixes(ids: list[int], start: int, end: int, pad_id: int, removal) -> tuple[list[int], list[int]]:
     kept = ids[:end]
-    removed = ids[:start] + ([pad_id] * (end - start) if removal == "pad" else [])
-    return kept, removed
+    if callable(removal):
+        written = list(removal(ids[start:end]))
+    else:
+        written = [pad_id] * (end - start) if removal == "pad" else []
+    return kept, ids[:start] + written
 
 
 def _sample(model, rows: list[list[int]], n: int, *, pad_id: int, eos: list[int], max_new_tokens: int,
@@ -95,14 +100,15 @@ def _answer(tokenizer, tail: list[int], fmt: str):
     return None if location is None else text[location.start:location.end].strip()
 
 
-def resample_steps(model, tokenizer, batch: ScoringBatch, *, n_samples: int = 8, removal: str = "pad",
+def resample_steps(model, tokenizer, batch: ScoringBatch, *, n_samples: int = 8, removal="pad",
                    answers: Sequence[str | None] | None = None, answer_format: str = "auto",
                    temperature: float = 1.0, max_new_tokens: int | None = None,
                    max_rollouts: int = 4096, batch_size: int = 64, seed: int = 0,
                    progress: bool = False) -> list[list[StepResample]]:
     """Resampling importance of every step of every row with an answer span.
 
-    batch: B rows with step_ids (`encode_pairs` sets them). answers: B reference answers (or
+    batch: B rows with step_ids (`encode_pairs` sets them). removal: `pad`, `drop` or a
+    function of the step's token ids (module docstring). answers: B reference answers (or
     None) for the accuracies. max_new_tokens: default the row's length after the step + 16.
     max_rollouts: at most this many sampled continuations per row (2 * n_samples * steps);
     more is an error that says what to lower. Returns one list of StepResample per row
@@ -110,8 +116,9 @@ def resample_steps(model, tokenizer, batch: ScoringBatch, *, n_samples: int = 8,
     """
     from tqdm.auto import tqdm
 
-    if removal not in REMOVALS:
-        raise InputError(f"removal={removal!r}; choose one of {', '.join(REMOVALS)}")
+    if not callable(removal) and removal not in REMOVALS:
+        raise InputError(f"removal={removal!r}; choose one of {', '.join(REMOVALS)}, or pass a "
+                         "function from a step's token ids to the ids written in its place")
     if n_samples < 1:
         raise InputError(f"n_samples={n_samples} must be >= 1")
     if answers is not None and len(answers) != batch.input_ids.shape[0]:

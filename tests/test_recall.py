@@ -16,7 +16,7 @@ from models import world_policy
 N, SEED, METHODS = 10, 4, ["oar_p", "entropy", "random"]
 SUMMARY_KEYS = ["methods", "random", "n", "n_scored", "accuracy", "skipped"]  # `oar recall --json`, in order
 STEP_SUMMARY_KEYS = ["granularity", "preset", "pool", "methods", "random", "n", "n_scored", "accuracy",
-                     "skipped", "by_outcome", "resample"]  # `oar recall --granularity step --json`
+                     "skipped", "by_outcome", "resample", "intervention"]  # `oar recall --granularity step --json`
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def test_both_reports_give_their_own_summary_keys_in_order_and_no_trace_data():
     token = recall.RecallReport(**shared, texts=["t"] * 5, status=["scored"] * 5, **per_trace)
     assert list(token.as_dict()) == SUMMARY_KEYS and token.as_dict() == shared
     own = {"granularity": "step", "preset": "upstream", "pool": "max", "by_outcome": {"m": 3},
-           "resample": {}}
+           "resample": {}, "intervention": {}}
     step = StepRecallReport(**shared, **own, **per_trace)
     assert list(step.as_dict()) == STEP_SUMMARY_KEYS and step.as_dict() == {**shared, **own}
     assert token.counts_line() == step.counts_line() == \

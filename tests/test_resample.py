@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from oar_attrib.analysis.step_recall import pair_auc, step_sets, trace_step_recall
+from oar_attrib.analysis.step_recall import intervention_auc, pair_auc, step_sets, trace_step_recall
 from oar_attrib.attribution import attribute
 from oar_attrib.errors import InputError
 from oar_attrib.inputs import encode_pairs
 from oar_attrib.methods import method_spec
 from oar_attrib.models import load_model
 from oar_attrib.resample import js_divergence, resample, resample_steps
-from oar_attrib.world import generate_problems
+from oar_attrib.world import generate_problems, shift_result
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +68,42 @@ def test_resample_is_analysis_only_and_checks_its_inputs(bundled):
         resample_steps(model, tok, batch, removal="erase")
 
 
+def test_shift_result_changes_only_the_result():
+    assert shift_result(" o=3+4=7.") == " o=3+4=8."
+    assert shift_result("so x=2*-3=-6. ", -2) == "so x=2*-3=-8. "
+    assert shift_result("y=10-1=9.", by=5) == "y=10-1=14."
+    with pytest.raises(InputError, match="name=a op b=result"):
+        shift_result("#### 14")
+
+
+def test_callable_removal_equals_the_named_removals(bundled):
+    model, tok = bundled
+    problems = generate_problems(2, "upstream", seed=4, split="test")
+    batch, _ = encode_pairs(tok, [p.prompt for p in problems], [p.solution for p in problems])
+    pad = int(batch.pad_token_id)
+    for name, written in (("pad", lambda ids: [pad] * len(ids)), ("drop", lambda ids: [])):
+        named = resample_steps(model, tok, batch, n_samples=3, removal=name, seed=2)
+        assert resample_steps(model, tok, batch, n_samples=3, removal=written, seed=2) == named
+
+
+@pytest.mark.slow
+def test_intervention_auc_is_the_pair_auc_of_result_shift_divergences(bundled):
+    model, tok = bundled
+    problems = generate_problems(3, "upstream", seed=0, split="test")
+    prompts, texts = [p.prompt for p in problems], [p.solution for p in problems]
+    traces = attribute(model, tok, prompts, texts, methods=("random",))
+    oracles = [p.oracle(t) for p, t in zip(problems, texts)]
+    aucs = intervention_auc(model, tok, prompts, texts, traces, oracles, n_samples=4, seed=1)
+    assert len(aucs) == 3
+    for row, (auc, trace, oracle) in enumerate(zip(aucs, traces, oracles)):
+        batch, _ = encode_pairs(tok, [prompts[row]], [texts[row]])
+        steps = resample_steps(model, tok, batch, n_samples=4, seed=1 + row, removal=lambda ids: tok.encode(
+            shift_result(tok.decode(ids)), add_special_tokens=False))[0]
+        sets = step_sets(trace, oracle)
+        expected = pair_auc(np.array([s.divergence for s in steps]), sets["upstream"], sets["distractor"])
+        assert auc == expected and 0 <= auc <= 1
+
+
 def test_step_sets_and_step_recall_by_hand(bundled):
     model, tok = bundled
     # g=3+4=7. o=3+4=7. q=7+2=9. b=2*2=4. find q+b: q and b direct, o upstream, g distractor.
@@ -94,16 +130,24 @@ def test_step_sets_and_step_recall_by_hand(bundled):
 @pytest.mark.slow
 def test_cli_recall_at_step_granularity_json():
     out = subprocess.run([sys.executable, "-m", "oar_attrib.cli", "recall", "--granularity", "step",
-                          "--n", "6", "--methods", "oar_p_step", "random", "--json", "--no-progress"],
+                          "--n", "6", "--methods", "oar_p_step", "random", "--json", "--no-progress",
+                          "--intervention-samples", "2"],
                          capture_output=True, text=True, check=True)
     report = json.loads(out.stdout)
     assert list(report) == ["granularity", "preset", "pool", "methods", "random", "n", "n_scored",
-                            "accuracy", "skipped", "by_outcome", "resample"]
+                            "accuracy", "skipped", "by_outcome", "resample", "intervention"]
     assert report["granularity"] == "step" and report["preset"] == "upstream"
     assert set(report["methods"]) == {"oar_p_step", "random"}
     assert report["random"]["upstream"]["mean"] == 0.5
     for stats in report["methods"].values():
         assert 0 <= stats["direct"]["mean"] <= 1 and stats["direct"]["n"] == report["n_scored"]
+    shift = report["intervention"]
+    assert shift["n_samples"] == 2 and 0 < shift["upstream"]["n"] <= report["n_scored"]
+    assert 0 <= shift["upstream"]["mean"] <= 1
+    assert shift["by_outcome"]["right"]["n"] + shift["by_outcome"]["wrong"]["n"] == shift["upstream"]["n"]
     bad = subprocess.run([sys.executable, "-m", "oar_attrib.cli", "recall", "--granularity", "word"],
                          capture_output=True, text=True)
     assert bad.returncode == 2
+    bad = subprocess.run([sys.executable, "-m", "oar_attrib.cli", "recall", "--granularity", "step",
+                          "--intervention-samples", "-1"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--intervention-samples must be >= 0" in bad.stderr

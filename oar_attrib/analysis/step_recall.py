@@ -14,6 +14,13 @@ method's score is constant per step, so every pooling but `sum` gives it back).
   regenerates the later steps and should rank it above the distractor.
 Means over traces with 95% bootstrap intervals; `by_outcome` gives the upstream AUC on the
 traces the model got right and wrong apart.
+
+`intervention` (when asked for) is the same upstream AUC for the world's own intervention on
+the model: each step's result changed by one (`world.shift_result`), the rest of the trace
+sampled from it, the step scored by the JS divergence of the answers against the unchanged
+trace's (`resample_steps` with that removal). It is no attribution method: it asks the model
+directly how far an upstream step's result reaches its answer, which bounds what any method
+that measures this model can credit upstream.
 """
 from __future__ import annotations
 
@@ -25,10 +32,12 @@ import numpy as np
 from ..attribution import TraceAttribution, attribute
 from ..errors import InputError
 from ..generation import generate
+from ..inputs import encode_pairs
 from ..methods import available_methods
+from ..resample import resample_steps
 from ..metrics import mean_ci, random_recall, recall_at_k
 from ..steps import STEP_POOLS, pool_steps
-from ..world import Oracle, generate_problems
+from ..world import Oracle, generate_problems, shift_result
 from .report import RecallSummary
 
 STEP_SETS = ("direct", "upstream", "distractor")
@@ -84,25 +93,54 @@ class StepRecallReport(RecallSummary):
     """Summary of `step_recall` (`as_dict`, what `oar recall --granularity step --json`
     prints) and the per-trace data behind it (`per_trace[i]`: `trace_step_recall` of trace i).
     Its own fields: the granularity ("step"), world preset and step pool; by_outcome: {method:
-    {"right" | "wrong": upstream AUC stats}}; resample: the resample method's cost ({} without it)."""
+    {"right" | "wrong": upstream AUC stats}}; resample: the resample method's cost, intervention:
+    the result-shift intervention's upstream AUC (each {} when not run)."""
 
     SUMMARY_FIELDS: ClassVar[tuple[str, ...]] = (
-        "granularity", "preset", "pool", *RecallSummary.SUMMARY_FIELDS, "by_outcome", "resample")
+        "granularity", "preset", "pool", *RecallSummary.SUMMARY_FIELDS, "by_outcome", "resample",
+        "intervention")
     granularity: str
     preset: str
     pool: str
     by_outcome: dict
     resample: dict
+    intervention: dict
+
+
+def intervention_auc(model, tokenizer, prompts, texts, traces, oracles, *, n_samples: int,
+                     seed: int = 0, progress: bool = False) -> list[float]:
+    """Upstream AUC of the result-shift intervention (module docstring) per trace: NaN for a
+    trace without an answer span, steps or both upstream and distractor steps."""
+    def shift(ids: list[int]) -> list[int]:
+        return tokenizer.encode(shift_result(tokenizer.decode(ids)), add_special_tokens=False)
+
+    out = []
+    for row, (trace, oracle) in enumerate(zip(traces, oracles)):
+        sets = step_sets(trace, oracle) if trace.span_found and trace.steps else None
+        if sets is None or not (sets["upstream"].any() and sets["distractor"].any()):
+            out.append(float("nan"))
+            continue
+        batch, _ = encode_pairs(tokenizer, [prompts[row]], [texts[row]])
+        if len(batch.step_ranges(0)) != len(trace.steps):
+            raise InputError(f"trace {row}: {len(trace.steps)} steps in the trace, "
+                             f"{len(batch.step_ranges(0))} on re-encoding; attribute with the default steps")
+        steps = resample_steps(model, tokenizer, batch, n_samples=n_samples, removal=shift,
+                               seed=seed + row, progress=progress)[0]
+        scores = np.array([step.divergence for step in steps])
+        out.append(pair_auc(scores, sets["upstream"], sets["distractor"]))
+    return out
 
 
 def step_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "upstream", methods=None,
                 probe: str = "as_mean", pool: str = "max", progress: bool = False,
-                method_params: dict | None = None, resample_samples: int = 8) -> StepRecallReport:
+                method_params: dict | None = None, resample_samples: int = 8,
+                intervention_samples: int = 0) -> StepRecallReport:
     """Sample `n` held-out problems of `preset`, let the model answer greedily, attribute with
     every method (steps: auto, the world's clauses), and score each method at step level
     (module docstring). `resample` gets the tokenizer and `resample_samples` continuations per
-    side and step. Traces without an answer span or without both final quantities are
-    skipped and counted."""
+    side and step; `intervention_samples` > 0 adds the `intervention` row at that many
+    continuations per side and step. Traces without an answer span or without both final
+    quantities are skipped and counted."""
     if pool not in STEP_POOLS:
         raise InputError(f"pool={pool!r}; choose one of {', '.join(STEP_POOLS)}")
     methods = list(methods or available_methods())
@@ -134,9 +172,19 @@ def step_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "up
                                          if t is not None and ok == (outcome == "right")], seed)
                       for outcome in ("right", "wrong")} for m in methods}
     rand = {k: mean_ci([t["random_expectation"][k] for t in used], seed) for k in STEP_METRICS}
+    if intervention_samples > 0:
+        aucs = intervention_auc(model, tokenizer, [p.prompt for p in problems], texts, traces, oracles,
+                                n_samples=intervention_samples, seed=seed, progress=progress)
+        kept = [(a, ok) for a, t, ok in zip(aucs, per_trace, correct) if t is not None]
+        intervention = {"n_samples": intervention_samples,
+                        "upstream": mean_ci([a for a, _ in kept], seed),
+                        "by_outcome": {outcome: mean_ci([a for a, ok in kept if ok == (outcome == "right")], seed)
+                                       for outcome in ("right", "wrong")}}
+    else:
+        intervention = {}
     cost = {"n_samples": resample_samples,
             "seconds": sum(t.timings.get("resample", 0.0) for t in traces)} if "resample" in methods else {}
     return StepRecallReport(methods=summary, random=rand, n=n, n_scored=len(used), accuracy=sum(correct) / n,
                             skipped=skipped, granularity="step", preset=preset, pool=pool,
-                            by_outcome=by_outcome, resample=cost, traces=traces, oracles=oracles,
-                            per_trace=per_trace)
+                            by_outcome=by_outcome, resample=cost, intervention=intervention,
+                            traces=traces, oracles=oracles, per_trace=per_trace)

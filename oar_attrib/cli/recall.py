@@ -13,18 +13,23 @@ from .choices import method_name, probe_name
 RANDOM_DRAW, RANDOM_EXPECTED = "random (a draw)", "random expectation"
 
 
+def stats_cell(stats: dict, value: str) -> str:
+    """`mean [lo,hi]` of `mean_ci` stats (`value`: the key of the mean), or n/a without one."""
+    if stats[value] is None:
+        return "n/a"
+    return f"{stats[value]:.3f} [{stats['ci95'][0]:.3f},{stats['ci95'][1]:.3f}]"
+
+
 def stats_table(report, columns, value: str) -> str:
     """The text table of `oar recall`: one row per method, the random method's own draw
     labelled as one, and the random-ranking expectation as its own last row (as README's);
-    one cell per column, `value [lo,hi]` of its stats (`value`: the stats' key of the mean)."""
+    one `stats_cell` per column."""
     rows = {(RANDOM_DRAW if m == "random" else m): v for m, v in report.methods.items()}
     rows[RANDOM_EXPECTED] = report.random
     width = max(len(m) for m in rows)
     lines = [f"{'method':<{width}} " + " ".join(f"{name:>22}" for name in columns)]
     for method, stats in rows.items():
-        cells = ["n/a" if stats[name][value] is None else
-                 f"{stats[name][value]:.3f} [{stats[name]['ci95'][0]:.3f},{stats[name]['ci95'][1]:.3f}]"
-                 for name in columns]
+        cells = [stats_cell(stats[name], value) for name in columns]
         lines.append(f"{method:<{width}} " + " ".join(f"{cell:>22}" for cell in cells))
     return "\n".join(lines)
 
@@ -35,12 +40,16 @@ def run_steps(args: argparse.Namespace, model, tokenizer) -> int:
 
     report = step_recall(model, tokenizer, n=args.n, seed=args.seed, preset=args.preset or "upstream",
                          methods=args.methods, probe=args.probe, pool=args.step_pool,
-                         progress=not args.no_progress, resample_samples=args.resample_samples)
+                         progress=not args.no_progress, resample_samples=args.resample_samples,
+                         intervention_samples=args.intervention_samples)
     if args.json:
         print(json.dumps(report.as_dict()))
         return 0
     print(f"preset={report.preset} {report.counts_line()} step pool={report.pool}")
     print(stats_table(report, STEP_METRICS, "mean"))
+    if report.intervention:
+        cell = stats_cell(report.intervention["upstream"], "mean")
+        print(f"{'result-shift intervention (the model itself, no method)':<20} upstream {cell}")
     return 0
 
 
@@ -60,6 +69,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.resample_samples < 1:
         print(f"oar recall: --resample-samples must be >= 1, got {args.resample_samples}", file=sys.stderr)
+        return 2
+    if args.intervention_samples < 0:
+        print(f"oar recall: --intervention-samples must be >= 0 (0: off), got {args.intervention_samples}",
+              file=sys.stderr)
         return 2
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
     if args.granularity == "step":
@@ -94,6 +107,10 @@ def add_parser(sub) -> None:
                     help="--granularity step: how a method's token scores pool into a step score")
     rc.add_argument("--resample-samples", type=int, default=8,
                     help="--granularity step, method resample: continuations per side and step")
+    rc.add_argument("--intervention-samples", type=int, default=0,
+                    help="--granularity step: also measure the upstream AUC of shifting each step's "
+                         "result and regenerating (how far the model itself carries upstream "
+                         "results), at this many continuations per side and step; 0: off")
     rc.add_argument("--methods", nargs="+", default=None, type=method_name,
                     help="methods (default: all registered)")
     rc.add_argument("--probe", default="as_mean", type=probe_name, help="outcome probe: lt, as_mean, as_joint")

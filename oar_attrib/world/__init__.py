@@ -7,8 +7,8 @@ which tokens are causal (see `oracle` for the sets).
 """
 from .answers import ANSWER_FORMATS, extract_answer, format_answer, reward
 from .generator import NAMES, PRESETS, Operand, Problem, Step, WorldConfig, generate_problems, get_config, split_of
-from .oracle import DEFAULT_SETS, FILLERS, KNOWN_SETS, SPAN_SETS, STEP_RE, Oracle, oracle_spans
+from .oracle import DEFAULT_SETS, FILLERS, KNOWN_SETS, SPAN_SETS, STEP_RE, Oracle, oracle_spans, shift_result
 
 __all__ = ["ANSWER_FORMATS", "DEFAULT_SETS", "FILLERS", "KNOWN_SETS", "NAMES", "PRESETS", "SPAN_SETS", "STEP_RE",
            "Operand", "Oracle", "Problem", "Step", "WorldConfig", "extract_answer", "format_answer",
-           "generate_problems", "get_config", "oracle_spans", "reward", "split_of"]
+           "generate_problems", "get_config", "oracle_spans", "reward", "shift_result", "split_of"]

@@ -37,6 +37,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..errors import InputError
+
 if TYPE_CHECKING:
     from .generator import Problem, Step
 
@@ -116,3 +118,17 @@ def oracle_spans(problem: "Problem", trace: str) -> Oracle:
         complete=u in last and v in last,
         names=tuple(names),
     )
+
+
+def shift_result(step: str, by: int = 1) -> str:
+    """The written step `name=a op b=result` with its result changed by `by`: an intervention on
+    what the step hands to later steps, its arithmetic left as written. Used as a `resample`
+    removal (the rest of the trace regenerated from the changed result), it measures how much
+    the model's answer depends on that result. Raises InputError when `step` holds no such
+    clause."""
+    match = STEP_RE.search(step)
+    if match is None:
+        raise InputError(f"no step of the form name=a op b=result in {step!r}; shift_result "
+                         "edits the arithmetic world's written steps only")
+    start, end = match.span("res")
+    return step[:start] + str(int(match["res"]) + by) + step[end:]
