@@ -1,5 +1,5 @@
 """Command lines built from dataclasses (every field becomes a flag with its help text), and the
-flags several commands share (`--dtype`, `--max-batch-tokens`)."""
+flags several commands share (`add_model_args`: `--device`, `--dtype`, `--max-batch-tokens`)."""
 from __future__ import annotations
 
 import argparse
@@ -64,8 +64,12 @@ def add_dtype_arg(parser: argparse.ArgumentParser) -> None:
                              "probe arithmetic stays float32)")
 
 
-def add_budget_arg(parser: argparse.ArgumentParser) -> None:
-    """`--max-batch-tokens N`: OAR-P's token budget per forward (default: auto)."""
-    parser.add_argument("--max-batch-tokens", type=int, default=None,
-                        help="OAR-P: tokens in one forward (default: sized from the device's free "
-                             "memory and the model's shape; 16384 on CPU)")
+def add_model_args(parser: argparse.ArgumentParser, budget: bool = True) -> None:
+    """`--device`, `--dtype` and, with `budget`, `--max-batch-tokens N` (OAR-P's token budget
+    per forward, default: auto): where and how a command loads its model and runs it."""
+    parser.add_argument("--device", default=None, help="torch device (default: CPU)")
+    add_dtype_arg(parser)
+    if budget:
+        parser.add_argument("--max-batch-tokens", type=int, default=None,
+                            help="OAR-P: tokens in one forward (default: sized from the device's "
+                                 "free memory and the model's shape; 16384 on CPU)")

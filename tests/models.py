@@ -1,4 +1,6 @@
-"""Tiny random causal LMs (Qwen2 from the package's `random_qwen2`) and scoring batches built in code, for the importance-method tests.
+"""Tiny random causal LMs (Qwen2 from the package's `random_qwen2`) and scoring batches built in
+code, for the importance-method tests; and the tiny GRPO trainer of the training tests
+(`tiny_trainer`).
 
 Models are seeded and in eval mode; batches hold rows of different lengths, right-padded, each
 laid out as prompt | scored reasoning | bridge | answer span (1-3 tokens) | tail.
@@ -100,3 +102,62 @@ def with_steps(batch: ScoringBatch, seed: int = 0, max_len: int = 5) -> ScoringB
             left -= 1
     return ScoringBatch(batch.input_ids, batch.attention_mask, batch.scored_mask,
                         batch.answer_mask, batch.pad_token_id, step_ids)
+
+
+# The tiny GRPO setup of the training tests: TRAIN_PROMPTS world problems (preset default,
+# seed 1) in groups of GROUP scripted completions, one CPU step of a tiny random policy. The
+# training modules (TRL) are imported on call, so that the tests above do not load them.
+TRAIN_PROMPTS, GROUP = 4, 4
+TRAIN_ARGS = dict(
+    per_device_train_batch_size=8, num_generations=GROUP, max_completion_length=48, max_steps=1,
+    learning_rate=1e-2, logging_steps=1, report_to=[], bf16=False,
+    use_cpu=True, save_strategy="no", disable_tqdm=True, seed=0, dataloader_num_workers=0,
+)
+
+
+def train_world(n: int = TRAIN_PROMPTS) -> tuple[list, object]:
+    """(problems, dataset): `n` default-preset world problems of seed 1, and the same problems
+    as a TRL prompt dataset."""
+    from oar_attrib.training.data import world_dataset
+    from oar_attrib.world import generate_problems
+
+    return generate_problems(n, "default", seed=1), world_dataset(n, "default", seed=1)
+
+
+def record_loss_inputs(trainer):
+    """`trainer`, with `trainer.loss_inputs` receiving a detached copy of the inputs of every
+    loss call (tensors cloned)."""
+    trainer.loss_inputs = []
+    compute = trainer._compute_loss
+
+    def _compute_loss(model, inputs):
+        trainer.loss_inputs.append({k: v.detach().clone() if torch.is_tensor(v) else v
+                                    for k, v in inputs.items()})
+        return compute(model, inputs)
+
+    trainer._compute_loss = _compute_loss
+    return trainer
+
+
+def tiny_trainer(tmp_path, tok, world, cls=None, sample_tokens: int = 0, record: bool = False,
+                 rollout=None, reward=None, **overrides):
+    """An OARGRPOTrainer (or `cls`, e.g. TRL's GRPOTrainer, which gets a GRPOConfig) over
+    `tiny_policy(tok)`, writing under tmp_path/out; `overrides` replace TRAIN_ARGS or set
+    OARConfig fields. `world` = `train_world()`; `rollout` defaults to its `ScriptedRollout`,
+    which also samples `sample_tokens` tokens from the model; `reward` to the world reward.
+    `record`: `record_loss_inputs`."""
+    from trl import GRPOConfig
+
+    from oar_attrib.training.config import OARConfig
+    from oar_attrib.training.rewards import world_reward
+    from oar_attrib.training.toy import ScriptedRollout, tiny_policy
+    from oar_attrib.training.trainer import OARGRPOTrainer
+
+    problems, dataset = world
+    cls = cls or OARGRPOTrainer
+    config_cls = OARConfig if issubclass(cls, OARGRPOTrainer) else GRPOConfig
+    args = config_cls(output_dir=str(tmp_path / "out"), **{**TRAIN_ARGS, **overrides})
+    rollout = rollout or ScriptedRollout(problems, tok, generate_tokens=sample_tokens)
+    trainer = cls(model=tiny_policy(tok), reward_funcs=[reward or world_reward], args=args,
+                  train_dataset=dataset, processing_class=tok, rollout_func=rollout)
+    return record_loss_inputs(trainer) if record else trainer

@@ -28,3 +28,26 @@ def test_help_shows_every_default(command, capsys):
         assert f"(default: {rendered})" in text or "default" in (action.help or ""), action.dest
         shown += 1
     assert shown > 0 or command in ("train",)
+
+
+def _model_flags(parser: argparse.ArgumentParser) -> dict:
+    keep = ("option_strings", "default", "type", "choices", "help", "nargs")
+    return {a.dest: {k: getattr(a, k) for k in keep} for a in parser._actions
+            if a.dest in ("device", "dtype", "max_batch_tokens")}
+
+
+@pytest.mark.parametrize("command, budget", [("attribute", True), ("recall", True), ("eval", False),
+                                             ("web", None)])
+def test_model_flags_are_one_shape_across_commands(command, budget):
+    """--device, --dtype and --max-batch-tokens mean the same (default, type, choices, help)
+    in every command that has them: those of `configs.add_model_args`. `oar web` loads its live
+    model on the CPU (dtype only); `oar demo` takes its dtype from DemoConfig."""
+    from oar_attrib.configs import add_model_args
+
+    reference = argparse.ArgumentParser()
+    add_model_args(reference, budget=bool(budget))
+    want = _model_flags(reference)
+    if budget is None:
+        want = {"dtype": want["dtype"]}
+    assert _model_flags(_subparsers()[command]) == want
+    assert set(want) >= {"dtype"} and ("max_batch_tokens" in want) == bool(budget)

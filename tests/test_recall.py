@@ -14,7 +14,9 @@ from oar_attrib.world.tokenizer import build_tokenizer
 from models import world_policy
 
 N, SEED, METHODS = 10, 4, ["oar_p", "entropy", "random"]
-SUMMARY_KEYS = {"methods", "random", "n", "n_scored", "accuracy", "skipped"}
+SUMMARY_KEYS = ["methods", "random", "n", "n_scored", "accuracy", "skipped"]  # `oar recall --json`, in order
+STEP_SUMMARY_KEYS = ["granularity", "preset", "pool", "methods", "random", "n", "n_scored", "accuracy",
+                     "skipped", "by_outcome", "resample", "intervention"]  # `oar recall --granularity step --json`
 
 
 @pytest.fixture(scope="module")
@@ -64,10 +66,30 @@ def report(scripted, model, tokenizer):
 
 def test_summary_json_keeps_its_keys(report):
     data = report.as_dict()
-    assert set(data) == SUMMARY_KEYS
+    assert list(data) == SUMMARY_KEYS
     assert json.loads(json.dumps(data)) == data
     assert report.skipped == {"no_answer_span": 1, "incomplete_trace": 1}
     assert report.n_scored == N - 2 and set(data["methods"]) == set(METHODS)
+
+
+def test_both_reports_give_their_own_summary_keys_in_order_and_no_trace_data():
+    """Token and step reports share their summary fields (`analysis.report.RecallSummary`):
+    each `as_dict` is exactly its JSON's keys, in order, whatever per-trace data it holds."""
+    from oar_attrib.analysis.step_recall import StepRecallReport
+
+    shared = {"methods": {"m": 1}, "random": {"r": 2}, "n": 5, "n_scored": 4, "accuracy": 0.25,
+              "skipped": {"no_answer_span": 1}}
+    per_trace = {"oracles": ["o"] * 5, "per_trace": [None] * 5}
+    token = recall.RecallReport(**shared, texts=["t"] * 5, status=["scored"] * 5, **per_trace)
+    assert list(token.as_dict()) == SUMMARY_KEYS and token.as_dict() == shared
+    own = {"granularity": "step", "preset": "upstream", "pool": "max", "by_outcome": {"m": 3},
+           "resample": {}, "intervention": {}}
+    step = StepRecallReport(**shared, **own, **per_trace)
+    assert list(step.as_dict()) == STEP_SUMMARY_KEYS and step.as_dict() == {**shared, **own}
+    assert token.counts_line() == step.counts_line() == \
+        "n=5 scored=4 accuracy=0.250 skipped={'no_answer_span': 1}"
+    with pytest.raises(TypeError):  # per-trace data is passed by name only
+        recall.RecallReport(*shared.values(), ["problem"])
 
 
 def test_per_trace_data_lines_up_with_the_problems(report, problems):
@@ -110,7 +132,9 @@ def test_cli_recall_json_has_the_summary_keys_only(scripted, tmp_path, model, to
     assert cli.main(["recall", "--model", str(folder), "--n", str(N), "--seed", str(SEED),
                      "--methods", *METHODS, "--json", "--no-progress"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert set(data) == SUMMARY_KEYS and data["n_scored"] == N - 2
+    assert list(data) == SUMMARY_KEYS and data["n_scored"] == N - 2
+    assert data == json.loads(json.dumps(recall.oracle_recall(
+        model, tokenizer, n=N, seed=SEED, methods=METHODS).as_dict()))
 
 
 def test_names_and_results_can_be_scored_beside_direct(scripted, model, tokenizer, problems, capsys):

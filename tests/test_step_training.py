@@ -7,12 +7,9 @@ from oar_attrib.gating import bilevel_weights
 from oar_attrib.step_gating import pool_step_tensor, step_weights
 from oar_attrib.steps import pool_steps
 from oar_attrib.training.config import OARConfig
-from oar_attrib.training.data import world_dataset
 from oar_attrib.training.errors import TrainingConfigError
-from oar_attrib.training.rewards import world_reward
-from oar_attrib.training.toy import ScriptedRollout, tiny_policy, world_tokenizer
-from oar_attrib.training.trainer import OARGRPOTrainer
-from oar_attrib.world import generate_problems
+from oar_attrib.training.toy import world_tokenizer
+from models import TRAIN_ARGS, tiny_trainer, train_world
 
 STEP_IDS = torch.tensor([[0, 0, 1, 1, 1, 2, -1, -1], [-1, 0, 0, 1, 2, 2, 2, -1]])
 IMPORTANCE = torch.tensor([[1.0, 3.0, 0.5, 0.5, 2.0, 4.0, 9.0, 9.0],
@@ -44,33 +41,10 @@ def test_step_weights_by_hand():
     assert w[0, 5] > w[0, 2]  # the step of larger importance weighs more
 
 
-N_PROMPTS, GROUP = 4, 4
-COMMON = dict(
-    per_device_train_batch_size=8, num_generations=GROUP, max_completion_length=48, max_steps=1,
-    learning_rate=1e-2, logging_steps=1, report_to=[], bf16=False, activation_checkpointing=False,
-    use_cpu=True, save_strategy="no", disable_tqdm=True, seed=0, dataloader_num_workers=0,
-)
-
-
-class Capture(OARGRPOTrainer):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.loss_inputs = []
-
-    def _compute_loss(self, model, inputs):
-        self.loss_inputs.append({k: v.detach().clone() if torch.is_tensor(v) else v for k, v in inputs.items()})
-        return super()._compute_loss(model, inputs)
-
-
 @pytest.mark.parametrize("method", ["oar_p_step", "oar_g"])
 def test_a_grpo_step_at_step_granularity(tmp_path, method):
-    tok = world_tokenizer()
-    problems = generate_problems(N_PROMPTS, "default", seed=1)
-    args = OARConfig(output_dir=str(tmp_path / "out"), oar_method=method, oar_granularity="step",
-                     **COMMON)
-    trainer = Capture(model=tiny_policy(tok), reward_funcs=[world_reward], args=args,
-                      train_dataset=world_dataset(N_PROMPTS, "default", seed=1), processing_class=tok,
-                      rollout_func=ScriptedRollout(problems, tok))
+    trainer = tiny_trainer(tmp_path, world_tokenizer(), train_world(), record=True, oar_method=method,
+                           oar_granularity="step", activation_checkpointing=False)
     before = [p.detach().clone() for p in trainer.model.parameters()]
     trainer.train()
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
@@ -101,6 +75,6 @@ def test_a_grpo_step_at_step_granularity(tmp_path, method):
 
 def test_granularity_is_checked(tmp_path):
     with pytest.raises(TrainingConfigError, match="oar_granularity"):
-        OARConfig(output_dir=str(tmp_path), oar_granularity="word", **COMMON)
+        OARConfig(output_dir=str(tmp_path), oar_granularity="word", **TRAIN_ARGS)
     with pytest.raises(TrainingConfigError, match="oar_step_pool"):
-        OARConfig(output_dir=str(tmp_path), oar_step_pool="median", **COMMON)
+        OARConfig(output_dir=str(tmp_path), oar_step_pool="median", **TRAIN_ARGS)

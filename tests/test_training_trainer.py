@@ -9,29 +9,21 @@ from pathlib import Path
 
 import pytest
 import torch
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOTrainer
 
 from oar_attrib.gating import bilevel_weights
 from oar_attrib.inputs import encode_pairs
 from oar_attrib.methods import get_method, register_method, unregister_method
 from oar_attrib.methods import method_spec as get_method_spec
 from oar_attrib.weightings import weighting_spec
-from oar_attrib.world import generate_problems
 from oar_attrib.training import trainer as trainer_module
 from oar_attrib.training.config import OARConfig, oar_method_choices
-from oar_attrib.training.data import world_dataset
 from oar_attrib.training.errors import TrainingConfigError
 from oar_attrib.training.rewards import world_reward
 from oar_attrib.training.run_store_hook import RunStoreHook
 from oar_attrib.training.toy import ScriptedRollout, tiny_policy, world_tokenizer
 from oar_attrib.training.trainer import OARGRPOTrainer
-
-N_PROMPTS, GROUP = 4, 4
-COMMON = dict(
-    per_device_train_batch_size=8, num_generations=GROUP, max_completion_length=48, max_steps=1,
-    learning_rate=1e-2, logging_steps=1, report_to=[], bf16=False,
-    use_cpu=True, save_strategy="no", disable_tqdm=True, seed=0, dataloader_num_workers=0,
-)
+from models import GROUP, TRAIN_ARGS, record_loss_inputs, tiny_trainer, train_world
 
 
 @pytest.fixture(scope="module")
@@ -41,29 +33,7 @@ def tok():
 
 @pytest.fixture(scope="module")
 def world():
-    problems = generate_problems(N_PROMPTS, "default", seed=1)
-    return problems, world_dataset(N_PROMPTS, "default", seed=1)
-
-
-def make_trainer(tmp_path, tok, world, cls=OARGRPOTrainer, sample_tokens=0, **overrides):
-    problems, dataset = world
-    config_cls = OARConfig if issubclass(cls, OARGRPOTrainer) else GRPOConfig
-    args = config_cls(output_dir=str(tmp_path / "out"), **{**COMMON, **overrides})
-    rollout = ScriptedRollout(problems, tok, generate_tokens=sample_tokens)
-    return cls(model=tiny_policy(tok), reward_funcs=[world_reward], args=args, train_dataset=dataset,
-               processing_class=tok, rollout_func=rollout)
-
-
-class Capture(OARGRPOTrainer):
-    """Records the inputs of every loss call."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.loss_inputs = []
-
-    def _compute_loss(self, model, inputs):
-        self.loss_inputs.append({k: v.detach().clone() if torch.is_tensor(v) else v for k, v in inputs.items()})
-        return super()._compute_loss(model, inputs)
+    return train_world()
 
 
 def logged(trainer) -> dict:
@@ -72,7 +42,7 @@ def logged(trainer) -> dict:
 
 
 def test_loss_sees_sequence_advantage_times_weight(tmp_path, tok, world):
-    trainer = make_trainer(tmp_path, tok, world, cls=Capture, oar_method="oar_p", oar_probe="as_mean")
+    trainer = tiny_trainer(tmp_path, tok, world, record=True, oar_method="oar_p", oar_probe="as_mean")
     # The policy before the step, built again from the same seed (a deepcopy of trainer.model
     # would share the forward accelerate wraps around the original).
     before = tiny_policy(tok).eval()
@@ -107,10 +77,10 @@ def test_loss_sees_sequence_advantage_times_weight(tmp_path, tok, world):
 def test_none_matches_plain_grpo(tmp_path, tok, world):
     # The rollouts also sample 8 tokens from the model, so both runs draw from the global RNG.
     # Each trainer is built right before it trains: building one reseeds the global RNG.
-    plain = make_trainer(tmp_path / "a", tok, world, cls=GRPOTrainer, sample_tokens=8)
+    plain = tiny_trainer(tmp_path / "a", tok, world, cls=GRPOTrainer, sample_tokens=8)
     start = [p.detach().clone() for p in plain.model.parameters()]
     plain.train()
-    oar = make_trainer(tmp_path / "b", tok, world, sample_tokens=8, oar_method="none")
+    oar = tiny_trainer(tmp_path / "b", tok, world, sample_tokens=8, oar_method="none")
     oar.train()
     assert any(not torch.equal(a, b) for a, b in zip(start, plain.model.parameters()))
     for (name, p), q in zip(plain.model.named_parameters(), oar.model.parameters()):
@@ -120,7 +90,7 @@ def test_none_matches_plain_grpo(tmp_path, tok, world):
 
 
 def test_parameters_change_after_a_step(tmp_path, tok, world):
-    trainer = make_trainer(tmp_path, tok, world, oar_method="oar_g")
+    trainer = tiny_trainer(tmp_path, tok, world, oar_method="oar_g")
     before = [p.detach().clone() for p in trainer.model.parameters()]
     trainer.train()
     changed = [not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters())]
@@ -134,7 +104,7 @@ def test_weights_are_computed_once_per_generation_batch(tmp_path, tok, world, mo
                         lambda *a, **k: calls.append(1) or original(*a, **k))
     # 2 micro-steps per optimizer step, each generation reused for 2 iterations: 2 optimizer
     # steps are 4 micro-steps and 4 loss calls, all from one generation batch.
-    trainer = make_trainer(tmp_path, tok, world, cls=Capture, oar_method="oar_g", max_steps=2,
+    trainer = tiny_trainer(tmp_path, tok, world, record=True, oar_method="oar_g", max_steps=2,
                            per_device_train_batch_size=4, gradient_accumulation_steps=2, num_iterations=2)
     trainer.train()
     assert len(trainer.loss_inputs) == 4
@@ -146,7 +116,7 @@ def test_weights_are_computed_once_per_generation_batch(tmp_path, tok, world, mo
 def test_every_method_runs_and_logs(tmp_path, tok, world, method):
     name, _, mode = method.partition("-")
     extra = {"oar_weighting": mode} if mode else {}
-    trainer = make_trainer(tmp_path, tok, world, oar_method=name, **extra)
+    trainer = tiny_trainer(tmp_path, tok, world, oar_method=name, **extra)
     trainer.train()
     tw = trainer.last_token_weights
     assert torch.isfinite(tw.weights).all() and not tw.nonfinite.any()
@@ -175,7 +145,7 @@ def test_a_method_registered_in_a_test_trains_with_no_other_change(tmp_path, tok
 
     try:
         assert "test_position" in oar_method_choices()
-        trainer = make_trainer(tmp_path, tok, world, oar_method="test_position")
+        trainer = tiny_trainer(tmp_path, tok, world, oar_method="test_position")
         trainer.train()
         tw = trainer.last_token_weights
         assert calls and tw.attributed.any()
@@ -194,13 +164,13 @@ def test_an_analysis_only_method_is_refused_by_the_config(tmp_path):
     register_method("test_explain_only", analysis_only=True)(lambda model, batch, **kw: None)
     try:
         with pytest.raises(TrainingConfigError, match="analysis-only"):
-            OARConfig(output_dir=str(tmp_path), **{**COMMON, "oar_method": "test_explain_only"})
+            OARConfig(output_dir=str(tmp_path), **{**TRAIN_ARGS, "oar_method": "test_explain_only"})
     finally:
         unregister_method("test_explain_only")
 
 
 def test_response_without_answer_span_gets_weight_one_and_is_counted(tmp_path, tok, world):
-    trainer = make_trainer(tmp_path, tok, world, cls=Capture, oar_method="oar_g")
+    trainer = tiny_trainer(tmp_path, tok, world, record=True, oar_method="oar_g")
     trainer.train()
     tw = trainer.last_token_weights
     missing = ~tw.span_found
@@ -212,7 +182,7 @@ def test_response_without_answer_span_gets_weight_one_and_is_counted(tmp_path, t
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"])
 def test_every_loss_type_takes_token_advantages(tmp_path, tok, world, loss_type):
     level = {"importance_sampling_level": "sequence"} if loss_type == "luspo" else {}
-    trainer = make_trainer(tmp_path, tok, world, cls=Capture, oar_method="random", loss_type=loss_type, **level)
+    trainer = tiny_trainer(tmp_path, tok, world, record=True, oar_method="random", loss_type=loss_type, **level)
     trainer.train()
     (inputs,) = trainer.loss_inputs
     assert inputs["advantages"].shape == inputs["completion_ids"].shape
@@ -224,7 +194,7 @@ def test_probe_warmup_uses_lt_first(tmp_path, tok, world, monkeypatch):
     original = trainer_module.token_weights
     monkeypatch.setattr(trainer_module, "token_weights",
                         lambda *a, **k: probes.append(a[5].probe) or original(*a, **k))
-    trainer = make_trainer(tmp_path, tok, world, oar_method="oar_g", max_steps=2, oar_probe_warmup_steps=1)
+    trainer = tiny_trainer(tmp_path, tok, world, oar_method="oar_g", max_steps=2, oar_probe_warmup_steps=1)
     trainer.train()
     assert probes == ["lt", "as_mean"]
 
@@ -239,7 +209,7 @@ def check_record(rec, answers):
 
 
 def test_run_store_gets_a_sample_with_the_oracle(tmp_path, tok, world):
-    trainer = make_trainer(tmp_path, tok, world, oar_method="oar_g", oar_store_every=1, oar_store_samples=8)
+    trainer = tiny_trainer(tmp_path, tok, world, oar_method="oar_g", oar_store_every=1, oar_store_samples=8)
     trainer.train()
     answers = {p.prompt: str(p.answer) for p in world[0]}
     store_path = tmp_path / "out" / "runs.db"  # the default: the web app's run store
@@ -277,7 +247,7 @@ def test_run_store_gets_a_sample_with_the_oracle(tmp_path, tok, world):
 def test_checkpoint_is_safetensors_and_resumes(tmp_path, tok, world, capfd):
     import warnings
 
-    first = make_trainer(tmp_path, tok, world, oar_method="oar_g", save_strategy="steps", save_steps=1,
+    first = tiny_trainer(tmp_path, tok, world, oar_method="oar_g", save_strategy="steps", save_steps=1,
                          activation_checkpointing=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -292,7 +262,7 @@ def test_checkpoint_is_safetensors_and_resumes(tmp_path, tok, world, capfd):
     assert "[None]" not in card and "oar_g importances, probe as_mean" in card
     assert "| `oar_tau` | `0.4` |" in card and "| `answer_format` | `auto` |" in card
     capfd.readouterr()
-    second = make_trainer(tmp_path, tok, world, oar_method="oar_g", save_strategy="no", max_steps=2)
+    second = tiny_trainer(tmp_path, tok, world, oar_method="oar_g", save_strategy="no", max_steps=2)
     second.train(resume_from_checkpoint=str(ckpt))
     assert second.state.global_step == 2 and second.oar_batches == 1
     assert "missing keys" not in capfd.readouterr().err  # lm_head.weight is tied, not missing
@@ -328,11 +298,12 @@ def test_chat_prompts_with_a_real_tokenizer_and_math_verify(tmp_path):
                        for i, a in enumerate(answers)]
         return {"prompt_ids": prompt_ids, "completion_ids": completions, "logprobs": None}
 
-    args = OARConfig(output_dir=str(tmp_path / "out"), **{**COMMON, "max_completion_length": 32},
+    args = OARConfig(output_dir=str(tmp_path / "out"), **{**TRAIN_ARGS, "max_completion_length": 32},
                      oar_method="oar_g", answer_format="boxed")
     model = tiny_policy(qwen, vocab_size=len(qwen))
-    trainer = Capture(model=model, reward_funcs=[math_verify_reward], args=args, train_dataset=dataset,
-                      processing_class=qwen, rollout_func=rollout)
+    trainer = record_loss_inputs(OARGRPOTrainer(
+        model=model, reward_funcs=[math_verify_reward], args=args, train_dataset=dataset,
+        processing_class=qwen, rollout_func=rollout))
     trainer.train()
     tw = trainer.last_token_weights
     assert tw.span_found.tolist() == [True, True, False, True] * 2
@@ -344,13 +315,10 @@ def test_chat_prompts_with_a_real_tokenizer_and_math_verify(tmp_path):
 
 @pytest.mark.parametrize("skip", [True, False])
 def test_completions_with_zero_advantage_are_not_attributed(tmp_path, tok, world, skip):
-    problems, dataset = world
-    args = OARConfig(output_dir=str(tmp_path / "out"), **COMMON, oar_method="oar_g",
-                     oar_skip_zero_advantage=skip)
     # Group 1 mixes right, wrong and unanswered completions; group 2 is all right (A_i = 0).
-    rollout = ScriptedRollout(problems, tok, variants=("right", "wrong", "no_answer", "right") + ("right",) * 4)
-    trainer = Capture(model=tiny_policy(tok), reward_funcs=[world_reward], args=args, train_dataset=dataset,
-                      processing_class=tok, rollout_func=rollout)
+    rollout = ScriptedRollout(world[0], tok, variants=("right", "wrong", "no_answer", "right") + ("right",) * 4)
+    trainer = tiny_trainer(tmp_path, tok, world, record=True, rollout=rollout, oar_method="oar_g",
+                           oar_skip_zero_advantage=skip)
     trainer.train()
     tw = trainer.last_token_weights
     zero = torch.tensor([False] * 4 + [True] * 4)
@@ -375,18 +343,15 @@ def test_default_run_store_records_correctness_by_the_rewards_notion(tmp_path, t
 
     if declared is not None:
         monkeypatch.setattr(_partial_credit, "correct_threshold", declared, raising=False)
-    problems, dataset = world
-    args = OARConfig(output_dir=str(tmp_path / "out"), **{**COMMON, "oar_method": "oar_g"},
-                     oar_correct_threshold=threshold)  # oar_store_every left at its default
-    trainer = OARGRPOTrainer(model=tiny_policy(tok), reward_funcs=[_partial_credit], args=args,
-                             train_dataset=dataset, processing_class=tok,
-                             rollout_func=ScriptedRollout(problems, tok))
+    problems = world[0]
+    trainer = tiny_trainer(tmp_path, tok, world, reward=_partial_credit, oar_method="oar_g",
+                           oar_correct_threshold=threshold)  # oar_store_every left at its default
     trainer.train()
     answers = {p.prompt: p.answer for p in problems}
     with Store(tmp_path / "out" / "runs.db", readonly=True) as store:  # written by default
         (run,) = store.runs()
         rows, total = store.traces(run.id)
-        assert total == args.oar_store_samples and {r.step for r in rows} == {0}
+        assert total == trainer.args.oar_store_samples and {r.step for r in rows} == {0}
         rewards = {r.reward for r in rows}
         assert rewards == {0.5, 1.0}  # the scripted rollout has right and wrong answers
         for row in rows:
@@ -404,7 +369,7 @@ def test_a_low_span_found_rate_warns_once_naming_the_formats(tmp_path, tok, worl
     from oar_attrib.training.errors import LowSpanRateWarning
 
     # The scripted completions end with "#### N": `boxed` finds no span, `auto` finds most.
-    trainer = make_trainer(tmp_path, tok, world, oar_method="oar_g", answer_format=answer_format,
+    trainer = tiny_trainer(tmp_path, tok, world, oar_method="oar_g", answer_format=answer_format,
                            max_steps=2, oar_store_every=0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -12,13 +12,12 @@ have no recall for it (the summary's `n` counts the rest).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import ClassVar
+from dataclasses import KW_ONLY, dataclass, field
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..attribution import AttributionBatch, TraceAttribution, attribute
+from ..attribution import TraceAttribution, attribute
 from .counterfactual import counterfactual_oracle
 from ..generation import generate
 from ..errors import InputError
@@ -26,6 +25,7 @@ from ..methods import available_methods
 from ..metrics import average_precision, mean_ci, random_recall, recall_at_k
 from ..store.codec import span_mask
 from ..world import Oracle, Problem, extract_answer, generate_problems
+from .report import RecallSummary
 from .sets import COUNTERFACTUAL, DEFAULT_SETS, RECALL_SETS
 EXPECTED = "random_expectation"
 
@@ -95,35 +95,21 @@ def counterfactual_masks(model, tokenizer, problem: Problem, trace: TraceAttribu
 
 
 @dataclass
-class RecallReport:
-    """Summary of an `oracle_recall` run, and the per-trace data it was computed from.
+class RecallReport(RecallSummary):
+    """Summary of an `oracle_recall` run (`RecallSummary`: what `as_dict` and `oar recall
+    --json` give), and the per-trace data it was computed from.
 
-    The summary fields are what `as_dict` (and `oar recall --json`) give. The rest, one entry
-    per problem in sampling order, are kept so that a notebook can look at single traces:
-    `per_trace[i]` is `trace_recall` of trace i, or None when it was skipped, and
-    `status[i]` says why ("scored", "no_answer_span", "incomplete_trace").
+    Besides the shared traces, oracles and per_trace (`per_trace[i]` is `trace_recall` of
+    trace i), one entry per problem in sampling order: the problem, its text, whether it was
+    right, and `status[i]`, why it was or was not scored ("scored", "no_answer_span",
+    "incomplete_trace").
     """
 
-    SUMMARY_FIELDS: ClassVar[tuple[str, ...]] = (
-        "methods", "random", "n", "n_scored", "accuracy", "skipped")
-
-    methods: dict
-    random: dict
-    n: int
-    n_scored: int
-    accuracy: float
-    skipped: dict
+    _: KW_ONLY
     problems: list = field(default_factory=list, repr=False)
     texts: list[str] = field(default_factory=list, repr=False)
-    traces: AttributionBatch = field(default_factory=AttributionBatch, repr=False)
-    oracles: list[Oracle] = field(default_factory=list, repr=False)
     correct: list[bool] = field(default_factory=list, repr=False)
     status: list[str] = field(default_factory=list, repr=False)
-    per_trace: list[dict | None] = field(default_factory=list, repr=False)
-
-    def as_dict(self) -> dict:
-        """The summary only: JSON-ready, without the traces."""
-        return {name: getattr(self, name) for name in self.SUMMARY_FIELDS}
 
     def to_frame(self):
         """pandas DataFrame, one row per scored trace x method x oracle set: recall@|O|, AP

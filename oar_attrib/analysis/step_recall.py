@@ -24,12 +24,12 @@ that measures this model can credit upstream.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
-from ..attribution import AttributionBatch, TraceAttribution, attribute
+from ..attribution import TraceAttribution, attribute
 from ..errors import InputError
 from ..generation import generate
 from ..inputs import encode_pairs
@@ -38,6 +38,7 @@ from ..resample import resample_steps
 from ..metrics import mean_ci, random_recall, recall_at_k
 from ..steps import STEP_POOLS, pool_steps
 from ..world import Oracle, generate_problems, shift_result
+from .report import RecallSummary
 
 STEP_SETS = ("direct", "upstream", "distractor")
 STEP_METRICS = ("direct", "upstream")
@@ -88,31 +89,22 @@ def trace_step_recall(trace: TraceAttribution, oracle: Oracle, pool: str = "max"
 
 
 @dataclass
-class StepRecallReport:
+class StepRecallReport(RecallSummary):
     """Summary of `step_recall` (`as_dict`, what `oar recall --granularity step --json`
-    prints) and the per-trace data behind it."""
+    prints) and the per-trace data behind it (`per_trace[i]`: `trace_step_recall` of trace i).
+    Its own fields: the granularity ("step"), world preset and step pool; by_outcome: {method:
+    {"right" | "wrong": upstream AUC stats}}; resample: the resample method's cost, intervention:
+    the result-shift intervention's upstream AUC (each {} when not run)."""
 
     SUMMARY_FIELDS: ClassVar[tuple[str, ...]] = (
-        "granularity", "preset", "pool", "methods", "random", "n", "n_scored", "accuracy", "skipped",
-        "by_outcome", "resample", "intervention")
+        "granularity", "preset", "pool", *RecallSummary.SUMMARY_FIELDS, "by_outcome", "resample",
+        "intervention")
     granularity: str
     preset: str
     pool: str
-    methods: dict
-    random: dict
-    n: int
-    n_scored: int
-    accuracy: float
-    skipped: dict
     by_outcome: dict
     resample: dict
     intervention: dict
-    traces: AttributionBatch = field(default_factory=AttributionBatch, repr=False)
-    oracles: list = field(default_factory=list, repr=False)
-    per_trace: list = field(default_factory=list, repr=False)
-
-    def as_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self.SUMMARY_FIELDS}
 
 
 def intervention_auc(model, tokenizer, prompts, texts, traces, oracles, *, n_samples: int,
@@ -192,5 +184,7 @@ def step_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "up
         intervention = {}
     cost = {"n_samples": resample_samples,
             "seconds": sum(t.timings.get("resample", 0.0) for t in traces)} if "resample" in methods else {}
-    return StepRecallReport("step", preset, pool, summary, rand, n, len(used), sum(correct) / n, skipped,
-                            by_outcome, cost, intervention, traces, oracles, per_trace)
+    return StepRecallReport(methods=summary, random=rand, n=n, n_scored=len(used), accuracy=sum(correct) / n,
+                            skipped=skipped, granularity="step", preset=preset, pool=pool,
+                            by_outcome=by_outcome, resample=cost, intervention=intervention,
+                            traces=traces, oracles=oracles, per_trace=per_trace)

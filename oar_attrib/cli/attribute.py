@@ -21,7 +21,7 @@ from typing import Iterator
 from ..errors import InputError, OARError, TokenizerError
 from ..jsonl import NotJSON, iter_jsonl
 from . import outputs
-from ..configs import OldSpelling, add_budget_arg, add_dtype_arg
+from ..configs import OldSpelling, add_model_args
 from .choices import method_name, probe_name
 
 
@@ -296,8 +296,6 @@ def add_parser(sub) -> None:
     at.add_argument("--batch-size", type=int, default=16,
                     help="lines attributed (and then written) together; each record's `timings` is "
                          "its batch's seconds per trace (1: each trace timed on its own)")
-    at.add_argument("--device", default=None, help="torch device (default: CPU)")
-    add_dtype_arg(at)
-    add_budget_arg(at)
+    add_model_args(at)
     at.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     at.set_defaults(func=run)

@@ -6,24 +6,30 @@ import json
 import sys
 
 from ..analysis.sets import DEFAULT_SETS, RECALL_SETS
-from ..configs import add_budget_arg, add_dtype_arg
+from ..configs import add_model_args
 from .choices import method_name, probe_name
 
 
 RANDOM_DRAW, RANDOM_EXPECTED = "random (a draw)", "random expectation"
 
 
-def recall_table(report, sets) -> str:
+def stats_cell(stats: dict, value: str) -> str:
+    """`mean [lo,hi]` of `mean_ci` stats (`value`: the key of the mean), or n/a without one."""
+    if stats[value] is None:
+        return "n/a"
+    return f"{stats[value]:.3f} [{stats['ci95'][0]:.3f},{stats['ci95'][1]:.3f}]"
+
+
+def stats_table(report, columns, value: str) -> str:
     """The text table of `oar recall`: one row per method, the random method's own draw
-    labelled as one, and the random-ranking expectation as its own last row (as README's)."""
+    labelled as one, and the random-ranking expectation as its own last row (as README's);
+    one `stats_cell` per column."""
     rows = {(RANDOM_DRAW if m == "random" else m): v for m, v in report.methods.items()}
     rows[RANDOM_EXPECTED] = report.random
     width = max(len(m) for m in rows)
-    lines = [f"{'method':<{width}} " + " ".join(f"{name:>22}" for name in sets)]
+    lines = [f"{'method':<{width}} " + " ".join(f"{name:>22}" for name in columns)]
     for method, stats in rows.items():
-        cells = ["n/a" if stats[name]["recall"] is None else
-                 f"{stats[name]['recall']:.3f} [{stats[name]['ci95'][0]:.3f},{stats[name]['ci95'][1]:.3f}]"
-                 for name in sets]
+        cells = [stats_cell(stats[name], value) for name in columns]
         lines.append(f"{method:<{width}} " + " ".join(f"{cell:>22}" for cell in cells))
     return "\n".join(lines)
 
@@ -39,18 +45,10 @@ def run_steps(args: argparse.Namespace, model, tokenizer) -> int:
     if args.json:
         print(json.dumps(report.as_dict()))
         return 0
-    print(f"preset={report.preset} n={report.n} scored={report.n_scored} accuracy={report.accuracy:.3f} "
-          f"skipped={report.skipped} step pool={report.pool}")
-    print(f"{'method':<20} " + " ".join(f"{name:>22}" for name in STEP_METRICS))
-    rows = {(RANDOM_DRAW if m == "random" else m): v for m, v in report.methods.items()}
-    for method, stats in {**rows, RANDOM_EXPECTED: report.random}.items():
-        cells = ["n/a" if stats[k]["mean"] is None else
-                 f"{stats[k]['mean']:.3f} [{stats[k]['ci95'][0]:.3f},{stats[k]['ci95'][1]:.3f}]"
-                 for k in STEP_METRICS]
-        print(f"{method:<20} " + " ".join(f"{cell:>22}" for cell in cells))
+    print(f"preset={report.preset} {report.counts_line()} step pool={report.pool}")
+    print(stats_table(report, STEP_METRICS, "mean"))
     if report.intervention:
-        auc = report.intervention["upstream"]
-        cell = "n/a" if auc["mean"] is None else f"{auc['mean']:.3f} [{auc['ci95'][0]:.3f},{auc['ci95'][1]:.3f}]"
+        cell = stats_cell(report.intervention["upstream"], "mean")
         print(f"{'result-shift intervention (the model itself, no method)':<20} upstream {cell}")
     return 0
 
@@ -86,8 +84,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.as_dict()))
         return 0
-    print(f"n={report.n} scored={report.n_scored} accuracy={report.accuracy:.3f} skipped={report.skipped}")
-    print(recall_table(report, args.sets))
+    print(report.counts_line())
+    print(stats_table(report, args.sets, "recall"))
     return 0
 
 
@@ -123,9 +121,7 @@ def add_parser(sub) -> None:
     rc.add_argument("--cf-positions", type=int, default=64,
                     help="counterfactual set: scored positions tested per trace (one greedy "
                          "regeneration each)")
-    rc.add_argument("--device", default=None, help="torch device (default: CPU)")
-    add_dtype_arg(rc)
-    add_budget_arg(rc)
+    add_model_args(rc)
     rc.add_argument("--json", action="store_true", help="print one JSON object")
     rc.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     rc.set_defaults(func=run)

@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 
-from oar_attrib.configs import add_dtype_arg
+from oar_attrib.configs import add_model_args
 
 
 def _print(result: dict, as_json: bool) -> None:
@@ -87,8 +87,7 @@ def add_parser(sub) -> None:
     ev.add_argument("--temperature", type=float, default=1.0, help="--data: sampling temperature")
     ev.add_argument("--max-new-tokens", type=int, default=1024, help="--data: tokens per answer")
     ev.add_argument("--batch-size", type=int, default=16, help="--data: records generated together")
-    ev.add_argument("--device", default=None, help="torch device (default: CPU)")
-    add_dtype_arg(ev)
+    add_model_args(ev, budget=False)
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     ev.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     ev.set_defaults(func=run)
