@@ -1,4 +1,6 @@
 """The fast OAR-P engine against the brute-force reference, and its contract."""
+import contextlib
+
 import pytest
 import torch
 
@@ -138,13 +140,10 @@ def _forward_shapes(monkeypatch):
     return chunks_seen, tokens_seen
 
 
-def test_budget_bounds_every_forward_and_packing_happens(models, monkeypatch):
-    model, batch = models["qwen2"], make_batch(lengths=(30, 26, 21, 17))
-    # Two positions per row, at different places: chunks small enough to share forwards.
-    sparse = torch.zeros_like(batch.scored_mask)
-    for row in range(4):
-        sparse[row, 4 + 3 * row:6 + 3 * row] = True
-    chunks_seen, _ = _forward_shapes(monkeypatch)
+@contextlib.contextmanager
+def _forward_tokens(model):
+    """A list that gets, for every forward of `model` in the block, the tokens it attends over:
+    rows x (new tokens + cached tokens)."""
     tokens = []
 
     def count(module, args, kwargs):
@@ -153,6 +152,19 @@ def test_budget_bounds_every_forward_and_packing_happens(models, monkeypatch):
 
     handle = model.register_forward_pre_hook(count, with_kwargs=True)
     try:
+        yield tokens
+    finally:
+        handle.remove()
+
+
+def test_budget_bounds_every_forward_and_packing_happens(models, monkeypatch):
+    model, batch = models["qwen2"], make_batch(lengths=(30, 26, 21, 17))
+    # Two positions per row, at different places: chunks small enough to share forwards.
+    sparse = torch.zeros_like(batch.scored_mask)
+    for row in range(4):
+        sparse[row, 4 + 3 * row:6 + 3 * row] = True
+    chunks_seen, _ = _forward_shapes(monkeypatch)
+    with _forward_tokens(model) as tokens:
         for budget in (29, 200):
             for scored in (batch.scored_mask, sparse):
                 tokens.clear()
@@ -167,8 +179,6 @@ def test_budget_bounds_every_forward_and_packing_happens(models, monkeypatch):
         n_scored = int(batch.scored_mask.sum())
         assert sum(len(c.positions) for chunks in chunks_seen for c in chunks) == n_scored
         assert len(chunks_seen) == n_scored  # a budget of one row: one copy per forward
-    finally:
-        handle.remove()
 
 
 def test_logits_at_equals_full_logits_with_and_without_logits_to_keep(models):
@@ -289,17 +299,8 @@ def test_auto_budget_obeys_a_stated_free_memory(models, monkeypatch):
     sites = probe_sites(batch)
     ends = (sites.last + 1).tolist()
     assert oar_p_module.batch_budget(model, sites, ends, None) == expected == 59
-    tokens = []
-
-    def count(module, args, kwargs):
-        ids, cache_kv = kwargs["input_ids"], kwargs.get("past_key_values")
-        tokens.append(ids.shape[0] * (ids.shape[1] + (cache_kv.get_seq_length() if cache_kv else 0)))
-
-    handle = model.register_forward_pre_hook(count, with_kwargs=True)
-    try:
+    with _forward_tokens(model) as tokens:
         fast = oar_p(model, batch, probe="as_mean", packing="padded")
-    finally:
-        handle.remove()
     assert max(tokens) <= expected and len(tokens) > 1
     torch.testing.assert_close(fast, oar_p_reference(model, batch, "as_mean"), atol=1e-4, rtol=1e-4)
     # Less memory than one copy of the longest row needs: the budget is that row, not less.
