@@ -168,18 +168,19 @@ def step_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "up
     summary = {m: {k: mean_ci([t[m][k] for t in used], seed) for k in STEP_METRICS} for m in methods}
     # The oracle's dependency path is the problem's; on a wrong trace the model may not have
     # followed it, so the upstream AUC is also given on right and wrong traces apart.
-    by_outcome = {m: {outcome: mean_ci([t[m]["upstream"] for t, ok in zip(per_trace, correct)
-                                         if t is not None and ok == (outcome == "right")], seed)
-                      for outcome in ("right", "wrong")} for m in methods}
+    def split(values) -> dict:  # mean_ci of the scored traces' values, right and wrong apart
+        return {outcome: mean_ci([v for v, t, ok in zip(values, per_trace, correct)
+                                  if t is not None and ok == (outcome == "right")], seed)
+                for outcome in ("right", "wrong")}
+
+    by_outcome = {m: split([t and t[m]["upstream"] for t in per_trace]) for m in methods}
     rand = {k: mean_ci([t["random_expectation"][k] for t in used], seed) for k in STEP_METRICS}
     if intervention_samples > 0:
         aucs = intervention_auc(model, tokenizer, [p.prompt for p in problems], texts, traces, oracles,
                                 n_samples=intervention_samples, seed=seed, progress=progress)
-        kept = [(a, ok) for a, t, ok in zip(aucs, per_trace, correct) if t is not None]
         intervention = {"n_samples": intervention_samples,
-                        "upstream": mean_ci([a for a, _ in kept], seed),
-                        "by_outcome": {outcome: mean_ci([a for a, ok in kept if ok == (outcome == "right")], seed)
-                                       for outcome in ("right", "wrong")}}
+                        "upstream": mean_ci([a for a, t in zip(aucs, per_trace) if t is not None], seed),
+                        "by_outcome": split(aucs)}
     else:
         intervention = {}
     cost = {"n_samples": resample_samples,
