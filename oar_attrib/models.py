@@ -22,9 +22,23 @@ def bundled_path(name: str = "arith-tiny") -> Path:
     return Path(str(resources.files("oar_attrib") / "assets" / name))
 
 
+def cache_dir() -> Path:
+    """Where converted real models are kept: $OAR_CACHE, else $XDG_CACHE_HOME/oar-attrib, else
+    ~/.cache/oar-attrib."""
+    import os
+
+    if os.environ.get("OAR_CACHE"):
+        return Path(os.environ["OAR_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "oar-attrib"
+
+
 def resolve(name_or_path: str | Path) -> Path:
     if str(name_or_path) in BUNDLED:
         return bundled_path(str(name_or_path))
+    cached = cache_dir() / "models" / str(name_or_path)
+    if str(name_or_path) == "smollm2-135m" and (cached / "config.json").is_file():
+        return cached  # provisional: the catalogue (issue 26) fetches and converts it
     path = Path(name_or_path).expanduser()
     if not (path / "config.json").is_file():
         raise ModelLoadError(
