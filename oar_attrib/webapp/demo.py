@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..configs import DTYPES
+from ..catalogue import cache_dir
 from ..errors import OARError
 
 
@@ -56,19 +57,6 @@ class DemoConfig:
                            f"candidates={self.candidates} must be >= 1")
         if self.temperature <= 0:
             raise DemoConfigError(f"temperature={self.temperature} must be > 0 (the demo samples)")
-
-
-def cache_dir() -> Path:
-    """Where built demo stores live: $OAR_CACHE_DIR, else the platform's user cache."""
-    if os.environ.get("OAR_CACHE_DIR"):
-        return Path(os.environ["OAR_CACHE_DIR"]).expanduser()
-    if sys.platform == "win32":
-        base = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
-    elif sys.platform == "darwin":
-        base = Path.home() / "Library" / "Caches"
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "oar-attrib"
 
 
 def _model_folder(name: str) -> Path:
