@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import socket
 import sys
-import threading
 import time
 
 from oar_attrib.configs import add_dataclass_args, add_dtype_arg, dataclass_from_args
@@ -69,53 +68,34 @@ def _settings(host: str):
     return WebSettings(allowed_hosts=("*",))
 
 
-def _complete_pending(path, model_name: str, stop: threading.Event, dtype: str = "float32") -> None:
-    """Compute the demo store's deferred methods (a thread beside the server)."""
-    from oar_attrib.webapp.demo import complete_pending
-    from oar_attrib.models import load_model
-    from oar_attrib.store import Store
-
-    try:
-        # Its own copy of the model: IG hooks the embedding layer, which must not touch the
-        # live-attribution model that requests use meanwhile.
-        model, tokenizer = load_model(model_name, dtype=dtype)
-        with Store(path) as store:
-            done = all([complete_pending(store, model, tokenizer, run.id, progress=True, stop=stop)
-                        for run in store.runs()])
-        if done:
-            print("demo store complete: reload a page to see every method", file=sys.stderr)
-    except Exception as err:  # noqa: BLE001 - a background failure must not stop the server
-        print(f"oar demo: the background attribution failed ({err}); the app still serves "
-              "what is stored; `oar demo --rebuild` starts over", file=sys.stderr)
-
-
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from oar_attrib.webapp.demo import DEFERRED_METHODS, DemoConfig, ensure_demo_store, pending_methods
+    from oar_attrib.webapp.demo import DemoConfig, demo_complete, ensure_demo_store, prepare_demo_store
+    from oar_attrib.webapp.demo_fill import start_fill
+    from oar_attrib.webapp.progress import Progress
 
     started = time.perf_counter()
     args.methods = tuple(args.methods)
     config = dataclass_from_args(DemoConfig, args)
-    path, built = ensure_demo_store(config, rebuild=args.rebuild, progress=not args.no_progress,
-                                    defer=DEFERRED_METHODS)
-    state = f"built in {time.perf_counter() - started:.0f} s" if built else "cached"
-    pending = pending_methods(path)
-    later = f"; {', '.join(pending)} will be added in the background" if pending else ""
-    print(f"demo store: {path} ({state}{later})", file=sys.stderr)
-    stop = threading.Event()
     if args.build_only:
-        if pending:
-            _complete_pending(path, config.model, stop, config.dtype)
+        path, built = ensure_demo_store(config, rebuild=args.rebuild, progress=not args.no_progress)
+        state = f"built in {time.perf_counter() - started:.0f} s" if built else "cached"
+        print(f"demo store: {path} ({state})", file=sys.stderr)
         return 0
+    path = prepare_demo_store(config, rebuild=args.rebuild)
+    complete = demo_complete(path)
+    later = "" if complete else "; it is filled in the background, the pages show how far"
+    print(f"demo store: {path}{later}", file=sys.stderr)
     from .main import create_app
 
-    app = create_app(path, model=config.model, settings=_settings(args.host), dtype=config.dtype)
-    worker = threading.Thread(target=_complete_pending, args=(path, config.model, stop, config.dtype),
-                              daemon=True)
+    app = create_app(path, model=config.model, settings=_settings(args.host), dtype=config.dtype,
+                     progress=Progress.of_store(path))
+    filler = None if complete else start_fill(path, config)
     try:
-        serve(app, args.host, args.port, started=started,
-              on_ready=worker.start if pending else None)
+        serve(app, args.host, args.port, started=started)
     finally:
-        stop.set()
+        if filler is not None and filler.poll() is None:
+            filler.terminate()
+            filler.wait(timeout=30)
     return 0
 
 
