@@ -197,7 +197,7 @@ def test_cli_attribute_accepts_exactly_the_registered_methods(tmp_path, model, t
 
 def test_cli_unknown_model_folder_is_a_clear_error(tmp_path, capsys):
     assert cli.main(["eval", "--model", str(tmp_path / "nope"), "--no-progress"]) == 2
-    assert "neither a bundled model" in capsys.readouterr().err
+    assert "is neither a catalogue model" in capsys.readouterr().err
 
 
 def test_cli_attribute_into_a_store(tmp_path, model, tokenizer, problems):
