@@ -318,6 +318,7 @@ def test_math_preset_starts_on_a_cpu_without_overrides(capsys):
     assert main(["--preset", "math-7b", "--dry-run"]) == 0
 
 
+@pytest.mark.slow  # 140 s on 2 shared CPU cores, most of it TRL's generation
 def test_smollm2_preset_trains_a_step_with_oar_on_and_reloads(smollm2, tmp_path):
     """One step of the smollm2-gsm8k preset at its smallest (2 completions) on the real model:
     OAR finds the answer span in some completion, the reward reads the same span, and the saved
@@ -327,10 +328,13 @@ def test_smollm2_preset_trains_a_step_with_oar_on_and_reloads(smollm2, tmp_path)
     from oar_attrib.models import load_model
     from oar_attrib.training.launch import build_trainer
 
-    sample = Path(__file__).parent / "data" / "gsm8k_test_sample.jsonl"
+    # A one-step question keeps the completions short (a GSM8K answer of this model runs to
+    # 150+ tokens; generating them is most of a step's time on a CPU).
+    sample = tmp_path / "easy.jsonl"
+    sample.write_text(json.dumps({"question": "What is 2 + 3?", "answer": "5"}) + "\n")
     run, args = build_configs(resolve("smollm2-gsm8k", None, [
-        f"data={sample}", "data_limit=1", "max_steps=1", "num_generations=2",
-        "per_device_train_batch_size=2", "max_completion_length=128", "temperature=0.3",
+        f"data={sample}", "max_steps=1", "num_generations=2",
+        "per_device_train_batch_size=2", "max_completion_length=64", "temperature=0.3",
         f"output_dir={tmp_path}", "save_strategy=no", "learning_rate=1e-4"]))
     trainer = build_trainer(run, args)
     trainer.train()
