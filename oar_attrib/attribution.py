@@ -141,7 +141,7 @@ def attribute(
         for start in starts:
             stop = start + batch_size
             batch, pairs = encode_pairs(tokenizer, prompts[start:stop], responses[start:stop],
-                                        fmt=answer_format, pattern=answer_pattern, chat=chat,
+                                        answer_format=answer_format, answer_pattern=answer_pattern, chat=chat,
                                         step_unit=step_unit)
             scores, seconds = _score(model, tokenizer, batch, methods, probe, params, seed + start)
             for row, pair in enumerate(pairs):

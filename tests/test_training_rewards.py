@@ -81,7 +81,7 @@ def test_math_verify_equivalences_and_failures():
 def test_get_reward():
     assert get_reward("world") is world_reward and get_reward("math_verify") is math_verify_reward
     assert get_reward("oar_attrib.training.rewards:gsm8k_reward") is gsm8k_reward
-    with pytest.raises(Exception, match="gsm8k, math_verify"):
+    with pytest.raises(Exception, match="gsm8k, gsm8k_lenient, math_verify"):
         get_reward("exact")
     with pytest.raises(TrainingConfigError, match="cannot import"):
         get_reward("no_such_module:fn")

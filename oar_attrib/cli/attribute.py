@@ -22,7 +22,7 @@ from ..errors import InputError, OARError, TokenizerError
 from ..jsonl import NotJSON, iter_jsonl
 from . import outputs
 from ..configs import OldSpelling, add_model_args
-from .choices import method_name, probe_name
+from .choices import add_method_knobs, method_name, method_params_from, probe_name
 
 
 class Skip(str):
@@ -71,7 +71,7 @@ def judge_record(record) -> tuple | Skip:
     return prompt, response
 
 
-def judge_tokens(tokenizer, prompt, response, fmt: str) -> Skip | None:
+def judge_tokens(tokenizer, prompt, response, answer_format: str, chat: bool | None = None) -> Skip | None:
     """A Skip when the pair cannot be encoded as one scoring row (too long, chat without a
     template, ...), else None. Tokenizing here costs little next to attribution."""
     import logging
@@ -83,7 +83,7 @@ def judge_tokens(tokenizer, prompt, response, fmt: str) -> Skip | None:
     level = quiet.level
     quiet.setLevel(logging.ERROR)
     try:
-        pair = encode_pair(tokenizer, prompt, response, fmt=fmt)
+        pair = encode_pair(tokenizer, prompt, response, answer_format=answer_format, chat=chat)
     except (InputError, TokenizerError) as err:
         return Skip(str(err), "unscorable")
     finally:
@@ -96,8 +96,8 @@ def judge_tokens(tokenizer, prompt, response, fmt: str) -> Skip | None:
     return None
 
 
-def read_pairs(path: Path, tokenizer, fmt: str, skip_line, counts: Counter,
-               report=print) -> Iterator[tuple[int, object, str]]:
+def read_pairs(path: Path, tokenizer, answer_format: str, skip_line, counts: Counter,
+               report=print, chat: bool | None = None) -> Iterator[tuple[int, object, str]]:
     """(line number, prompt, response) of the good lines of `path` for which `skip_line(n)` is
     false; each bad one is reported (`report`, one line naming file and line) and counted."""
     for number, record in iter_jsonl(path):
@@ -105,7 +105,7 @@ def read_pairs(path: Path, tokenizer, fmt: str, skip_line, counts: Counter,
             continue
         got = judge_record(record)
         if not isinstance(got, Skip):
-            got = judge_tokens(tokenizer, *got, fmt) or got
+            got = judge_tokens(tokenizer, *got, answer_format, chat) or got
         if isinstance(got, Skip):
             counts[got.kind] += 1
             report(f"{path}:{number}: skipped ({got.kind}): {got}")
@@ -126,7 +126,8 @@ def attribute_lines(model, tokenizer, pairs, output: outputs.Output, args, on_wr
         traces = attribute(model, tokenizer, list(prompts), list(responses), args.methods,
                            probe=args.probe, answer_format=args.answer_format, tau=args.tau,
                            beta=args.beta, w_min=args.w_min, batch_size=len(batch), seed=lines[0],
-                           max_batch_tokens=args.max_batch_tokens)
+                           max_batch_tokens=args.max_batch_tokens, chat=args.chat,
+                           method_params=method_params_from(args))
         output.write([{"line": n, **t.to_dict()} for n, t in zip(lines, traces)])
         if on_written is not None:
             on_written(len(batch))
@@ -178,6 +179,16 @@ def _summary(out: str, written: int, flagged: int, resumed: int, counts: Counter
     return text + f"); {skipped} bad lines skipped" + (f" ({kinds})" if kinds else "")
 
 
+def chat_choice(chat: bool | None, tokenizer) -> bool | None:
+    """--chat/--no-chat, or when neither is given: plain-string prompts get the tokenizer's chat
+    template when it has one, said once on stderr (not once per line)."""
+    if chat is None and getattr(tokenizer, "chat_template", None) is not None:
+        print("oar attribute: plain-string prompts get the model's chat template (as one user "
+              "message); --no-chat scores them as plain text", file=sys.stderr)
+        return True
+    return chat
+
+
 def run(args: argparse.Namespace) -> int:
     from ..models import load_model
 
@@ -209,7 +220,8 @@ def run(args: argparse.Namespace) -> int:
         bar.update(1)
         bar.write(line, file=sys.stderr)
 
-    pairs = read_pairs(source, tokenizer, args.answer_format, skip_line, counts, report=report)
+    args.chat = chat_choice(args.chat, tokenizer)
+    pairs = read_pairs(source, tokenizer, args.answer_format, skip_line, counts, report=report, chat=args.chat)
     with bar:
         written = attribute_lines(model, tokenizer, pairs, _Flagged(writer, flagged, bar), args)
     if dist is not None:
@@ -296,6 +308,11 @@ def add_parser(sub) -> None:
     at.add_argument("--batch-size", type=int, default=16,
                     help="lines attributed (and then written) together; each record's `timings` is "
                          "its batch's seconds per trace (1: each trace timed on its own)")
+    at.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
+                    help="wrap plain-string prompts in the model's chat template as one user message "
+                         "(default: yes when the tokenizer has a chat template; chat-message "
+                         "prompts always get it)")
+    add_method_knobs(at)
     add_model_args(at)
     at.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     at.set_defaults(func=run)

@@ -254,3 +254,31 @@ class OARConfig(GRPOConfig):
     def probe_at(self, step: int) -> str:
         """The probe used at optimizer step `step` (warm-up with 'lt')."""
         return "lt" if step < self.oar_probe_warmup_steps else self.oar_probe
+
+
+HALF_DTYPES = ("bfloat16", "float16")
+
+
+def fit_to_device(settings: dict, cuda: bool | None = None) -> list[str]:
+    """Make merged {'run', 'trainer'} settings start on this machine, in place, and say what
+    changed (one line each; the caller prints them). Without CUDA: use_cpu on, bf16/fp16 off
+    (TRL stops with "doesn't support bf16/gpu", or runs every step under a slow CPU autocast)
+    and a half-precision weights dtype becomes float32 (it would train and save in bf16 where
+    the preset meant mixed precision on a GPU). With CUDA nothing changes."""
+    if cuda is None:
+        cuda = _cuda()
+    run, trainer = settings["run"], settings["trainer"]
+    if cuda and not trainer.get("use_cpu"):
+        return []
+    said = []
+    for name in ("bf16", "fp16"):
+        if trainer.get(name):
+            trainer[name] = False
+            said.append(f"{name}=true needs a GPU; training on the CPU in float32 ({name}=false)")
+    if run.get("dtype") in HALF_DTYPES:
+        said.append(f"dtype={run['dtype']} on the CPU would train and save in {run['dtype']}; "
+                    "loading the model in float32 (set dtype on a GPU machine)")
+        run["dtype"] = "float32"
+    if not trainer.get("use_cpu"):
+        trainer["use_cpu"] = True
+    return said

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ class RunConfig:
     world_train_size: int = field(default=20000, metadata={"help": "Number of world training problems."})
     world_answer_format: str = field(default="gsm8k", metadata={"help": "World answer marker: gsm8k or boxed."})
     data_limit: int | None = field(default=None, metadata={"help": "Use only the first N JSONL records."})
-    prompt_template: str = field(default="boxed", metadata={"help": "JSONL prompt template: boxed, gsm8k, plain."})
+    prompt_template: str = field(default="boxed", metadata={"help": "JSONL prompt template: boxed, gsm8k, answer_is, plain."})
     system_prompt: str | None = field(default=None, metadata={"help": "Optional system message (chat models)."})
     reward: list[str] = field(default_factory=lambda: ["world"],
                               metadata={"help": "Rewards: world, gsm8k, math_verify or module:function."})
@@ -142,7 +143,7 @@ def parse_value(text: str):
 
 def resolve(preset: str | None, config_file: str | None, overrides: list[str]) -> dict:
     """The merged {'run': ..., 'trainer': ...} settings (not yet validated)."""
-    from .config import OARConfig
+    from .config import OARConfig, fit_to_device
 
     merged = {"run": {}, "trainer": {}}
     for path in [preset_path(preset) if preset else None, Path(config_file) if config_file else None]:
@@ -155,6 +156,8 @@ def resolve(preset: str | None, config_file: str | None, overrides: list[str]) -
         merged["trainer"].update(new_names(data["trainer"]))
     merged = apply_overrides(merged, overrides, _field_names(OARConfig))
     merged["trainer"] = new_names(merged["trainer"])  # an old spelling among the overrides wins
+    for line in fit_to_device(merged):
+        print(f"oar train: {line}", file=sys.stderr)
     return merged
 
 
@@ -215,16 +218,24 @@ def build_datasets(run: RunConfig, tokenizer, seed: int, temperature: float = 1.
     return train, evaluator
 
 
-def build_rewards(run: RunConfig) -> list:
-    from .rewards import get_reward
+def build_rewards(run: RunConfig, args=None, stop: list[int] | None = None) -> list:
+    """The run's reward functions; given the trainer's settings, each grades the answer in the
+    trainer's answer_format (the span OAR reshapes around), and given the stop ids (EOS, pad)
+    a completion cut off at the length limit earns 0 (`rewards.bind_reward`)."""
+    from .rewards import bind_reward, get_reward
 
-    return [get_reward(name) for name in run.reward]
+    fns = [get_reward(name) for name in run.reward]
+    if args is None:
+        return fns
+    settings = {"answer_format": args.answer_format, "answer_pattern": args.answer_pattern, "stop_ids": stop}
+    return [bind_reward(fn, **settings) for fn in fns]
 
 
 def build_trainer(run: RunConfig, args, rollout_func=None):
     """The OARGRPOTrainer of a run (model loaded from safetensors, offline)."""
     import torch
 
+    from oar_attrib.generation import stop_ids
     from oar_attrib.models import load_model
 
     from .callbacks import AccuracyCallback
@@ -234,7 +245,8 @@ def build_trainer(run: RunConfig, args, rollout_func=None):
         torch.set_num_threads(run.threads)
     model, tokenizer = load_model(run.model, dtype=run.dtype)
     train, evaluator = build_datasets(run, tokenizer, args.seed, args.temperature)
-    trainer = OARGRPOTrainer(model=model, reward_funcs=build_rewards(run), args=args,
+    stop = sorted({*stop_ids(model, tokenizer), tokenizer.pad_token_id} - {None})
+    trainer = OARGRPOTrainer(model=model, reward_funcs=build_rewards(run, args, stop), args=args,
                              train_dataset=train, processing_class=tokenizer, rollout_func=rollout_func)
     if evaluator is not None:
         AccuracyCallback(evaluator, run.eval_every, args.output_dir).attach(trainer)

@@ -110,18 +110,19 @@ def unpad_rows(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_i
     return prompts, completions
 
 
-def encode_row(tokenizer, prompt_ids: list[int], completion_ids: list[int], fmt: str = "auto",
-               pattern: str | None = None) -> EncodedPair:
+def encode_row(tokenizer, prompt_ids: list[int], completion_ids: list[int], answer_format: str = "auto",
+               answer_pattern: str | None = None) -> EncodedPair:
     """One row as an EncodedPair: the completion's offsets come from its ids, so the segments
     match the tokens that were sampled (no re-tokenization)."""
-    return encode_rows(tokenizer, [prompt_ids], [completion_ids], fmt, pattern)[0]
+    return encode_rows(tokenizer, [prompt_ids], [completion_ids], answer_format, answer_pattern)[0]
 
 
 def encode_rows(tokenizer, prompt_rows: Sequence[list[int]], completion_rows: Sequence[list[int]],
-                fmt: str = "auto", pattern: str | None = None) -> list[EncodedPair]:
+                answer_format: str = "auto", answer_pattern: str | None = None) -> list[EncodedPair]:
     """`encode_row` of every row, the completions decoded in one tokenizer call."""
     decoded = offsets_from_ids_batch(tokenizer, completion_rows)
-    return [pair_from_offsets(prompt_ids, completion_ids, offsets, text, fmt=fmt, pattern=pattern)
+    return [pair_from_offsets(prompt_ids, completion_ids, offsets, text, answer_format=answer_format,
+                              answer_pattern=answer_pattern)
             for prompt_ids, completion_ids, (offsets, text) in zip(prompt_rows, completion_rows, decoded)]
 
 

@@ -58,14 +58,15 @@ def serve(app, host: str, port: int, *, started: float | None = None, on_ready=N
         sock.close()
 
 
-def _settings(host: str):
+def _settings(host: str, max_live_tokens: int | None = None):
     from .settings import LOOPBACK_HOSTS, WebSettings
 
+    live = {} if max_live_tokens is None else {"max_live_tokens": max_live_tokens}
     if host in LOOPBACK_HOSTS:
-        return WebSettings()
+        return WebSettings(**live)
     print(f"warning: serving on {host}: anyone who can reach this machine can read the store",
           file=sys.stderr)
-    return WebSettings(allowed_hosts=("*",))
+    return WebSettings(allowed_hosts=("*",), **live)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -87,8 +88,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     print(f"demo store: {path}{later}", file=sys.stderr)
     from .main import create_app
 
-    app = create_app(path, model=config.model, settings=_settings(args.host), dtype=config.dtype,
-                     progress=Progress.of_store(path))
+    app = create_app(path, model=config.model, settings=_settings(args.host, args.max_live_tokens),
+                     dtype=config.dtype, progress=Progress.of_store(path))
     filler = None if complete else start_fill(path, config)
     try:
         serve(app, args.host, args.port, started=started)
@@ -103,7 +104,7 @@ def _cmd_web(args: argparse.Namespace) -> int:
     from .main import create_app
 
     started = time.perf_counter()
-    app = create_app(args.store, model=args.model, settings=_settings(args.host), dtype=args.dtype)
+    app = create_app(args.store, model=args.model, settings=_settings(args.host, args.max_live_tokens), dtype=args.dtype)
     serve(app, args.host, args.port, started=started)
     return 0
 
@@ -113,6 +114,11 @@ def _add_serve_args(parser: argparse.ArgumentParser) -> None:
                         help=f"address to listen on (default: {DEFAULT_HOST}, this machine only)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help=f"port to listen on, 0 for any free one (default: {DEFAULT_PORT})")
+    from .settings import WebSettings
+
+    cap = WebSettings.__dataclass_fields__["max_live_tokens"]
+    parser.add_argument("--max-live-tokens", type=int, default=None,
+                        help=f"{cap.metadata['help']} (default: {cap.default})")
 
 
 def add_web_commands(subparsers) -> None:
