@@ -31,17 +31,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+INTERRUPTED = 130  # the shell's status of a command ended by Ctrl-C (128 + SIGINT)
+
+
 def run_command(args: argparse.Namespace, name: str) -> int:
-    """Run a parsed command (`args.func`): an OARError becomes one line `oar NAME: error: ...`
-    on stderr and exit status 2, the same for every entry point."""
+    """Run a parsed command (`args.func`), the same for every entry point: an OARError becomes
+    one line `oar NAME: error: ...` on stderr and exit status 2; Ctrl-C one line
+    `oar NAME: interrupted...` (what was kept, when the command says) and exit status 130."""
     try:
         return args.func(args)
     except OARError as err:
         print(f"oar {name}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as err:
+        print(f"oar {name}: {err or 'interrupted'}", file=sys.stderr)
+        return INTERRUPTED
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:  # while the plugins' commands were imported
+        print("oar: interrupted", file=sys.stderr)
+        return INTERRUPTED
     return run_command(args, args.command)
 

@@ -161,13 +161,14 @@ def _process_group(world: int):
     return dist
 
 
-def open_output(args) -> outputs.Output:
-    """The `--out` JsonlOutput or StoreOutput, checked and with the lines it already holds."""
+def open_output(args, lock: bool = True) -> outputs.Output:
+    """The `--out` JsonlOutput or StoreOutput, checked, with the lines it already holds, and
+    (with `lock`: every process but the ranks > 0 of a sharded run) its writer lock."""
     if str(args.out).endswith(".db"):
         config = {"methods": list(args.methods), "probe": args.probe, "input": str(args.input),
                   "answer_format": args.answer_format, "tau": args.tau, "beta": args.beta, "w_min": args.w_min}
-        return outputs.StoreOutput(args.out, f"attribute {args.input}", args.model, config)
-    return outputs.JsonlOutput(args.out, args.methods, args.probe)
+        return outputs.StoreOutput(args.out, f"attribute {args.input}", args.model, config, lock=lock)
+    return outputs.JsonlOutput(args.out, args.methods, args.probe, lock=lock)
 
 
 def _summary(out: str, written: int, flagged: int, resumed: int, counts: Counter) -> str:
@@ -197,7 +198,20 @@ def run(args: argparse.Namespace) -> int:
     source = check_input(args.input)
     rank, world = _ranks()
     dist = _process_group(world)
-    final = open_output(args)  # every check of --out happens here, before the model loads
+    final = open_output(args, lock=rank == 0)  # every check of --out, before the model loads
+    try:
+        return _attribute_into(final, source, args, rank, world, dist)
+    except KeyboardInterrupt:
+        final.close(finish=False)  # every finished batch is kept; the lock is released
+        raise outputs.interrupted(args.out, len(final.done)) from None
+    except BaseException:
+        final.close(finish=False)
+        raise
+
+
+def _attribute_into(final: outputs.Output, source: Path, args, rank: int, world: int, dist) -> int:
+    from ..models import load_model
+
     done = final.done | outputs.parts_done(args.out)
     writer = final
     if world > 1:

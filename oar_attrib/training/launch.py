@@ -272,8 +272,56 @@ def end_distributed(trainer) -> None:
     trainer.accelerator.end_training()
 
 
+def check_checkpoint(folder: str | Path) -> None:
+    """TrainingConfigError naming the file and what is wrong when a checkpoint folder cannot
+    be resumed: trainer_state.json or config.json missing or not a JSON object, weights
+    missing, damaged or of other shapes than config.json, a torch file (optimizer, scheduler,
+    random states) that weights-only loading cannot read (damaged, or a pickle of code: never
+    run). Reads what `Trainer` reads on resuming, the same way, before any model loads."""
+    import json
+
+    import torch
+    from transformers import AutoConfig
+    from transformers.trainer_pt_utils import safe_globals
+
+    from oar_attrib.errors import ModelLoadError
+    from oar_attrib.models import check_weights
+
+    folder = Path(folder)
+
+    def bad(name: str, why: str) -> TrainingConfigError:
+        why = " ".join(str(why).split())[:200]  # one line, whatever the loader said
+        return TrainingConfigError(f"--resume {folder}: {name} {why}; pass --resume another "
+                                   "checkpoint, or train without --resume to start fresh")
+
+    for name in ("trainer_state.json", "config.json"):
+        try:
+            value = json.loads((folder / name).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise bad(name, "is missing") from None
+        except (OSError, UnicodeDecodeError, ValueError) as err:
+            raise bad(name, f"is not valid JSON ({err})") from None
+        if not isinstance(value, dict):
+            raise bad(name, "is not a JSON object")
+    if not any(folder.glob("*.safetensors")):
+        raise bad("model.safetensors", "is missing")
+    try:
+        check_weights(folder, AutoConfig.from_pretrained(folder))
+    except (ModelLoadError, ValueError, OSError) as err:
+        raise bad("the model", f"cannot be loaded ({err})") from None
+    for path in sorted([*folder.glob("*.pt"), *folder.glob("*.pth")]):
+        try:
+            with safe_globals():  # the numpy types of the random states, as Trainer allows them
+                torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:  # torch raises many types here: each means "cannot be read"
+            raise bad(path.name, f"cannot be read by weights-only loading ({err})") from None
+
+
 def train(run: RunConfig, args, resume: str | bool | None = None) -> dict:
-    """Train, save the final model (safetensors) and the resolved settings; return a summary."""
+    """Train, save the final model (safetensors) and the resolved settings; return a summary.
+    A `resume` checkpoint folder is checked first (`check_checkpoint`)."""
+    if isinstance(resume, (str, Path)):
+        check_checkpoint(resume)
     trainer = build_trainer(run, args)
     Path(args.output_dir).mkdir(parents=True, exist_ok=True)
     settings = {"run": dataclasses.asdict(run), "trainer": {

@@ -58,12 +58,22 @@ def serve(app, host: str, port: int, *, started: float | None = None, on_ready=N
         sock.close()
 
 
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a name: only localhost is known to be this machine
+        return host == "localhost"
+
+
 def _settings(host: str, max_live_tokens: int | None = None):
     from .settings import LOOPBACK_HOSTS, WebSettings
 
     live = {} if max_live_tokens is None else {"max_live_tokens": max_live_tokens}
-    if host in LOOPBACK_HOSTS:
-        return WebSettings(**live)
+    if _is_loopback(host):  # 127.0.0.0/8 and ::1: the Host check stays, with this address too
+        shown = f"[{host.strip('[]')}]" if ":" in host else host
+        return WebSettings(allowed_hosts=tuple(dict.fromkeys((*LOOPBACK_HOSTS, shown))), **live)
     print(f"warning: serving on {host}: anyone who can reach this machine can read the store",
           file=sys.stderr)
     return WebSettings(allowed_hosts=("*",), **live)
