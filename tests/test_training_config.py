@@ -279,12 +279,13 @@ def test_math_dataset_takes_trl_prompt_formats(tmp_path):
         math_dataset(path)
 
 
-def test_old_knob_names_still_work_with_a_deprecation_message(tmp_path):
-    with pytest.warns(FutureWarning, match="oar_min_weight=...\\) is now oar_w_min"):
-        old = OARConfig(output_dir=str(tmp_path), oar_min_weight=0.3)
-    assert old.oar_w_min == 0.3 == old.oar_min_weight
+def test_old_knob_names_are_refused_naming_the_new_one(tmp_path):
+    """0.1.0 removed oar_min_weight (CHANGELOG.md); oar_w_min is the one name."""
+    with pytest.raises(TypeError, match="oar_min_weight"):
+        OARConfig(output_dir=str(tmp_path), oar_min_weight=0.3)
     new = OARConfig(output_dir=str(tmp_path), oar_w_min=0.2)
     assert new.oar_w_min == 0.2 and OARConfig(output_dir=str(tmp_path)).oar_w_min == 0.1
-    with pytest.warns(FutureWarning, match="oar_min_weight is now oar_w_min"):
-        run, args = build_configs(resolve("arith-tiny", None, ["oar_min_weight=0.05"]))
+    with pytest.raises(TrainingConfigError, match="unknown setting .oar_min_weight.; did you mean .*oar_w_min"):
+        build_configs(resolve("arith-tiny", None, ["oar_min_weight=0.05"]))
+    run, args = build_configs(resolve("arith-tiny", None, ["oar_w_min=0.05"]))
     assert args.oar_w_min == 0.05
