@@ -13,7 +13,6 @@ from tqdm.auto import tqdm
 
 from .errors import InputError
 from .inputs import EncodedPair, encode_pairs
-from .lm import eval_mode
 from .methods import method_spec
 from .steps import AUTO
 from .traces import AttributionBatch, TraceAttribution, build_trace
@@ -124,7 +123,7 @@ def attribute(
     starts = range(0, len(prompts), batch_size)
     bar = tqdm(total=len(prompts), desc="attribute", unit="trace", disable=not progress)
     positions = 0  # scored positions so far, beside the traces
-    with eval_mode(model), bar:
+    with bar:  # the pipeline puts the model in eval mode while it scores
         for start in starts:
             stop = start + batch_size
             batch, pairs = encode_pairs(tokenizer, prompts[start:stop], responses[start:stop],
