@@ -48,7 +48,7 @@ NOT_RUN = {
     "oar experiment report arith-tiny-grid": "reports the 18 runs of the command above",
     "oar web --store runs/experiments.db": "a web server that runs until stopped, on the grid's store",
     "oar experiment run my-grid.yaml": "a grid file of the user's own (my-grid.yaml), not in the repository",
-    "OAR_STORE=runs/train-arith-tiny/runs.db OAR_MODEL=arith-tiny uvicorn":
+    "OAR_STORE=runs/train-arith-tiny/runs.db OAR_MODEL=arith-tiny":
         "a web server that runs until stopped; tests/test_root_folders.py builds the app from the factory",
 }
 # Python blocks that are compiled but not run, by a line they contain.
