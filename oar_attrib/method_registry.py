@@ -105,11 +105,14 @@ def get_method(name: str) -> ImportanceFn:
     return method_spec(name).fn
 
 
-def available_methods() -> list[str]:
-    """Every registered method, analysis-only ones included (what `attribute` can run)."""
-    return sorted(_METHODS)
+def available_methods(uniform: bool = False) -> list[str]:
+    """Every registered importance method, analysis-only ones included (what `attribute`,
+    recall and the web app list); with `uniform`, also the uniform ones (`none`), which have no
+    importances to explain but which `attribute` and the trainer accept."""
+    return sorted(n for n, spec in _METHODS.items() if uniform or not spec.uniform)
 
 
 def trainable_methods() -> list[str]:
-    """Registered methods the trainer can reshape advantages with (not analysis-only)."""
+    """Registered methods the trainer can reshape advantages with (not analysis-only), `none`
+    (plain GRPO) included."""
     return sorted(n for n, spec in _METHODS.items() if not spec.analysis_only)

@@ -115,9 +115,9 @@ def test_01_attribution_recall(bundled):
 
     cf = s["counterfactual"]
     assert cf["traces"] and 0 < cf["tested"] <= 10 * len(cf["traces"])
-    assert 0 <= cf["causal"] <= cf["tested"]
+    assert 0 < cf["causal"] <= cf["tested"]  # some causal tokens, so every recall is defined
     assert set(cf["recall"]) == set(methods)
-    assert all(not finite(r) or 0.0 <= r <= 1.0 for r in cf["recall"].values())
+    assert all(finite(r) and 0.0 <= r <= 1.0 for r in cf["recall"].values()), cf["recall"]
 
     figures = plotly_outputs(nb)
     assert len(figures) == 3

@@ -88,7 +88,7 @@ class ReshapeSettings:
         "this and the row's token ids (`weights.row_seed`).", "seed"))
 
     def __post_init__(self) -> None:
-        _choice("method", self.method, available_methods())
+        _choice("method", self.method, available_methods(uniform=True))
         _choice("probe", self.probe, PROBES)
         if self.weighting is not None:
             _choice("weighting", self.weighting, available_weightings())
