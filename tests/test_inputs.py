@@ -7,18 +7,17 @@ import torch
 from oar_attrib.errors import InputError, TokenizerError
 from oar_attrib.inputs import encode_pairs
 
-QWEN = Path(__file__).resolve().parents[2] / "shared" / "tokenizers" / "Qwen2.5-7B-Instruct"
+from shared_data import qwen_dir
+
 WORDS = ["[UNK]", "<eos>", "<pad>", "so", "the", "answer", "is", "x", "=", "+", "####",
          "\\boxed{", "}", "what", "?"] + [str(i) for i in range(10)]
 
 
 @pytest.fixture(scope="module")
 def qwen():
-    if not QWEN.is_dir():
-        pytest.skip(f"Qwen2.5 tokenizer files not found at {QWEN}")
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(QWEN))
+    return AutoTokenizer.from_pretrained(str(qwen_dir()))
 
 
 def word_tokenizer(pad=True):

@@ -13,8 +13,7 @@ from oar_attrib.training.data import format_prompt, math_dataset, problem_from_j
 from oar_attrib.training.errors import DataError, TrainingConfigError, UnsupportedTRLError
 from oar_attrib.training.launch import build_configs, parse_value, resolve
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-QWEN = Path(__file__).resolve().parents[2] / "shared" / "tokenizers" / "Qwen2.5-7B-Instruct"
+from shared_data import data_file, qwen_dir
 CPU = dict(output_dir="unused", use_cpu=True, bf16=False, report_to=[], per_device_train_batch_size=8,
            num_generations=4)
 
@@ -135,12 +134,11 @@ def test_math_dataset_prompts(tmp_path):
     ds = math_dataset(path)
     assert ds["answer"] == ["4", "6"] and ds["id"] == ["0", "q"]
     assert ds["prompt"][0].startswith("What is 2+2?\n") and "\\boxed{}" in ds["prompt"][0]
-    if QWEN.is_dir():
-        from transformers import AutoTokenizer
+    from transformers import AutoTokenizer
 
-        chat = math_dataset(path, AutoTokenizer.from_pretrained(str(QWEN)), system="Be brief.")
-        assert chat["prompt"][1] == [{"role": "system", "content": "Be brief."},
-                                     {"role": "user", "content": format_prompt("And 3+3?")}]
+    chat = math_dataset(path, AutoTokenizer.from_pretrained(str(qwen_dir())), system="Be brief.")
+    assert chat["prompt"][1] == [{"role": "system", "content": "Be brief."},
+                                 {"role": "user", "content": format_prompt("And 3+3?")}]
 
 
 def test_data_errors_name_file_and_line(tmp_path):
@@ -157,10 +155,9 @@ def test_data_errors_name_file_and_line(tmp_path):
         format_prompt("x", template="latex")
 
 
-@pytest.mark.skipif(not DATA.is_dir(), reason="shared math data not present")
 def test_shared_math_sets_load():
     for name in ("gsm8k_test", "math500_test", "aime24", "aime25", "amc23"):
-        ds = math_dataset(DATA / f"{name}.jsonl", limit=5)
+        ds = math_dataset(data_file(name), limit=5)
         assert len(ds) == 5 and all(ds["answer"])
 
 
@@ -279,14 +276,15 @@ def test_math_dataset_takes_trl_prompt_formats(tmp_path):
         math_dataset(path)
 
 
-def test_old_knob_names_still_work_with_a_deprecation_message(tmp_path):
-    with pytest.warns(FutureWarning, match="oar_min_weight=...\\) is now oar_w_min"):
-        old = OARConfig(output_dir=str(tmp_path), oar_min_weight=0.3)
-    assert old.oar_w_min == 0.3 == old.oar_min_weight
+def test_old_knob_names_are_refused_naming_the_new_one(tmp_path):
+    """0.1.0 removed oar_min_weight (CHANGELOG.md); oar_w_min is the one name."""
+    with pytest.raises(TypeError, match="oar_min_weight"):
+        OARConfig(output_dir=str(tmp_path), oar_min_weight=0.3)
     new = OARConfig(output_dir=str(tmp_path), oar_w_min=0.2)
     assert new.oar_w_min == 0.2 and OARConfig(output_dir=str(tmp_path)).oar_w_min == 0.1
-    with pytest.warns(FutureWarning, match="oar_min_weight is now oar_w_min"):
-        run, args = build_configs(resolve("arith-tiny", None, ["oar_min_weight=0.05"]))
+    with pytest.raises(TrainingConfigError, match="unknown setting .oar_min_weight.; did you mean .*oar_w_min"):
+        build_configs(resolve("arith-tiny", None, ["oar_min_weight=0.05"]))
+    run, args = build_configs(resolve("arith-tiny", None, ["oar_w_min=0.05"]))
     assert args.oar_w_min == 0.05
 
 

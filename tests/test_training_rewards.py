@@ -10,14 +10,11 @@ from oar_attrib.training.errors import TrainingConfigError
 from oar_attrib.training.rewards import (extract_number, get_reward, gsm8k_reward, math_verify_reward,
                               world_reward)
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from shared_data import data_file
 
 
 def records(name):
-    path = DATA / f"{name}.jsonl"
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in data_file(name).read_text().splitlines() if line.strip()]
 
 
 def perturb(answer: str) -> str:

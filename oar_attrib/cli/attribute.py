@@ -21,7 +21,8 @@ from typing import Iterator
 from ..errors import InputError, OARError, TokenizerError
 from ..jsonl import NotJSON, iter_jsonl
 from . import outputs
-from ..configs import OldSpelling, add_model_args
+from ..configs import add_dataclass_args, add_model_args
+from ..weights.settings import ReshapeSettings
 from .choices import add_method_knobs, method_name, method_params_from, probe_name
 
 
@@ -113,6 +114,11 @@ def read_pairs(path: Path, tokenizer, answer_format: str, skip_line, counts: Cou
         yield number, *got
 
 
+# The gating flags of `oar attribute`, one per ReshapeSettings field (the same names as
+# attribute()'s keywords and OARConfig's oar_* fields).
+GATING_FLAGS = ("tau", "beta", "w_min", "weighting", "rho", "granularity", "step_pool")
+
+
 def attribute_lines(model, tokenizer, pairs, output: outputs.Output, args, on_written=None) -> int:
     """Attribute `pairs` ((line, prompt, response) tuples) in batches of `args.batch_size`,
     writing each batch to `output` as soon as it is done. Returns the number written;
@@ -124,10 +130,10 @@ def attribute_lines(model, tokenizer, pairs, output: outputs.Output, args, on_wr
     def flush() -> int:
         lines, prompts, responses = zip(*batch)
         traces = attribute(model, tokenizer, list(prompts), list(responses), args.methods,
-                           probe=args.probe, answer_format=args.answer_format, tau=args.tau,
-                           beta=args.beta, w_min=args.w_min, batch_size=len(batch), seed=lines[0],
-                           max_batch_tokens=args.max_batch_tokens, chat=args.chat,
-                           method_params=method_params_from(args))
+                           probe=args.probe, answer_format=args.answer_format,
+                           **{name: getattr(args, name) for name in GATING_FLAGS},
+                           batch_size=len(batch), max_batch_tokens=args.max_batch_tokens,
+                           chat=args.chat, method_params=method_params_from(args))
         output.write([{"line": n, **t.to_dict()} for n, t in zip(lines, traces)])
         if on_written is not None:
             on_written(len(batch))
@@ -312,13 +318,8 @@ def add_parser(sub) -> None:
     at.add_argument("--methods", nargs="+", default=["oar_p", "oar_g"], type=method_name,
                     help="registered importance methods (oar_attrib.available_methods())")
     at.add_argument("--probe", default="as_mean", type=probe_name, help="outcome probe: lt, as_mean, as_joint")
-    at.add_argument("--answer-format", "--format", default="auto", action=OldSpelling,
-                    help="answer format: auto, boxed, gsm8k, answer_is (--format: the old spelling)")
-    at.add_argument("--tau", type=float, default=0.4, help="gating quantile level")
-    at.add_argument("--beta", type=float, default=2.0, help="gating boost strength")
-    at.add_argument("--w-min", type=float, default=0.1,
-                    help="floor of the suppression gate, applied before the mass-preserving rescale "
-                         "to mean 1, so final weights can be below it (OARConfig: oar_w_min)")
+    at.add_argument("--answer-format", default="auto", help="answer format: auto, boxed, gsm8k, answer_is")
+    add_dataclass_args(at, ReshapeSettings, GATING_FLAGS)  # generated from ReshapeSettings: defaults and help text
     at.add_argument("--batch-size", type=int, default=16,
                     help="lines attributed (and then written) together; each record's `timings` is "
                          "its batch's seconds per trace (1: each trace timed on its own)")

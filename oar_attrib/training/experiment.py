@@ -51,7 +51,9 @@ from oar_attrib.store.schema import identify
 from .errors import TrainingConfigError
 from .launch import _field_names, apply_overrides, build_configs, parse_value, resolve
 
-EXPERIMENT_DIR = Path(__file__).resolve().parent / "experiments"
+# The named grids live in the repository's training/experiments/ (a checkout); an installed
+# wheel has none, and takes a grid's .yaml path.
+EXPERIMENT_DIR = Path(__file__).resolve().parents[2] / "training" / "experiments"
 # Train metrics kept per step (TRL's names); the report reads these.
 TRAIN_KEYS = ("reward", "entropy", "loss", "oar/ess_ratio", "oar/top10_mass", "oar/weight_max",
               "oar/time_s", "oar/attributed_rate", "completions/mean_length")
@@ -97,7 +99,7 @@ class ExperimentSpec:
 
 
 def experiment_path(name: str) -> Path:
-    """An experiment by name (oar_attrib/training/experiments/<name>.yaml) or a YAML path."""
+    """An experiment by name (training/experiments/<name>.yaml of a checkout) or a YAML path."""
     path = Path(name)
     if path.suffix in (".yaml", ".yml"):
         if not path.is_file():
@@ -106,7 +108,8 @@ def experiment_path(name: str) -> Path:
     found = EXPERIMENT_DIR / f"{name}.yaml"
     if not found.is_file():
         known = sorted(p.stem for p in EXPERIMENT_DIR.glob("*.yaml"))
-        raise TrainingConfigError(f"unknown experiment {name!r}; known: {', '.join(known)} (or a .yaml path)")
+        raise TrainingConfigError(f"unknown experiment {name!r}; known: {', '.join(known) or 'none here'} "
+                                  "(named grids are in a checkout's training/experiments/; or pass a .yaml path)")
     return found
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import sys
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -153,26 +152,11 @@ def resolve(preset: str | None, config_file: str | None, overrides: list[str]) -
             raise TrainingConfigError(f"config file {path} does not exist")
         data = read_yaml(path)
         merged["run"].update(data["run"])
-        merged["trainer"].update(new_names(data["trainer"]))
+        merged["trainer"].update(data["trainer"])
     merged = apply_overrides(merged, overrides, _field_names(OARConfig))
-    merged["trainer"] = new_names(merged["trainer"])  # an old spelling among the overrides wins
     for line in fit_to_device(merged):
         print(f"oar train: {line}", file=sys.stderr)
     return merged
-
-
-def new_names(section: dict) -> dict:
-    """Trainer settings with renamed keys (OARConfig.RENAMED) under their new names, the old
-    key's value winning (it came later)."""
-    from .config import RENAMED
-
-    out = dict(section)
-    for old, new in RENAMED.items():
-        if old in out:
-            warnings.warn(f"setting {old} is now {new}; the old name still works", FutureWarning,
-                          stacklevel=2)
-            out[new] = out.pop(old)
-    return out
 
 
 def build_configs(settings: dict):
