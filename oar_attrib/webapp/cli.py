@@ -80,8 +80,8 @@ def _settings(host: str, max_live_tokens: int | None = None):
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from oar_attrib.webapp.demo import DemoConfig, demo_complete, ensure_demo_store, prepare_demo_store
-    from oar_attrib.webapp.demo_fill import start_fill
+    from oar_attrib.webapp.demo import DemoConfig, demo_complete, prepare_demo_store
+    from oar_attrib.webapp.demo_fill import ensure_demo_store, start_fill
     from oar_attrib.webapp.progress import Progress
 
     started = time.perf_counter()

@@ -249,19 +249,6 @@ def demo_complete(path: str | Path) -> bool:
     return Progress.of_store(path).read().finished
 
 
-def ensure_demo_store(config: DemoConfig = DemoConfig(), *, rebuild: bool = False,
-                      progress: bool = True) -> tuple[Path, bool]:
-    """The demo store of `config`, filled here (in this process) when it is not complete;
-    (path, filled now). `oar demo` serves first and fills in the background instead."""
-    from .demo_fill import fill_demo_store
-
-    path = prepare_demo_store(config, rebuild=rebuild)
-    if demo_complete(path):
-        return path, False
-    fill_demo_store(path, config, progress=progress)
-    return path, True
-
-
 def pending_methods(path: str | Path) -> list[str]:
     """Methods still to be computed in the demo store at `path` (its one run)."""
     from ..store import Store

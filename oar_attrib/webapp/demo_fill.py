@@ -16,7 +16,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from .demo import DEFERRED_METHODS, DemoConfig, complete_pending, sample_world, write_problem_run
+from .demo import (DEFERRED_METHODS, DemoConfig, complete_pending, demo_complete, prepare_demo_store,
+                   sample_world, write_problem_run)
 from .progress import Progress
 
 WORLD_RUN = "arith-tiny: arithmetic world (with the oracle)"
@@ -65,6 +66,18 @@ def fill_demo_store(path: str | Path, config: DemoConfig = DemoConfig(), *, mode
     status.stage(WORLD_STAGE)
     with Store(path) as store:
         return fill_world(store, config, status, model=model, stop=stop, progress=progress)
+
+
+def ensure_demo_store(config: DemoConfig | None = None, *, rebuild: bool = False,
+                      progress: bool = True) -> tuple[Path, bool]:
+    """The demo store of `config`, filled here (in this process) when it is not complete;
+    (path, filled now). `oar demo` serves first and fills in the background instead."""
+    config = config or DemoConfig()
+    path = prepare_demo_store(config, rebuild=rebuild)
+    if demo_complete(path):
+        return path, False
+    fill_demo_store(path, config, progress=progress)
+    return path, True
 
 
 def _end_with_parent() -> None:
