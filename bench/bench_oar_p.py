@@ -35,8 +35,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from oar_attrib.batch import ScoringBatch  # noqa: E402
-from oar_attrib.oar_p import oar_p, oar_p_reference  # noqa: E402
+from oar_attrib.inputs.batch import ScoringBatch  # noqa: E402
+from oar_attrib.methods.oar_p import oar_p, oar_p_reference  # noqa: E402
 
 PROBE = "as_joint"
 # Wall time by default; `--clock cpu` times this process's CPU seconds instead, which other
@@ -65,8 +65,8 @@ def build_model(shape: str, layers: int | None, device: str, dtype: torch.dtype)
 
 def exact_flops(model, batch: ScoringBatch) -> float:
     """FLOPs of the exact windowed method on `batch` (see the module docstring)."""
-    from oar_attrib.oar_p import _reachable
-    from oar_attrib.probes import probe_sites
+    from oar_attrib.methods.oar_p import _reachable
+    from oar_attrib.methods.probes import probe_sites
 
     config = model.config
     decoder = sum(p.numel() for p in model.get_decoder().layers.parameters())
@@ -215,7 +215,7 @@ def run(args, shape: str, rate: float) -> list[dict]:
     model = build_model(shape, args.layers, args.device, dtype)
     with torch.no_grad():  # warm-up: thread pools and allocator, charged to no method
         model(torch.zeros((1, 64), dtype=torch.long, device=args.device))
-    from oar_attrib.oar_p_packed import mask_kind
+    from oar_attrib.methods.oar_p_packed import mask_kind
 
     packings = ["padded"] + (["packed"] if mask_kind(model) else [])
     rows = []

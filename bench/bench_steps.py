@@ -24,9 +24,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from oar_attrib.batch import ScoringBatch, step_ids_from_ranges  # noqa: E402
-from oar_attrib.oar_p import oar_p  # noqa: E402
-from oar_attrib.oar_p_step import oar_p_step  # noqa: E402
+from oar_attrib.inputs.batch import ScoringBatch, step_ids_from_ranges  # noqa: E402
+from oar_attrib.methods.oar_p import oar_p  # noqa: E402
+from oar_attrib.methods.oar_p_step import oar_p_step  # noqa: E402
 
 PAD_ID = 0
 

@@ -12,11 +12,11 @@ import torch
 from tqdm.auto import tqdm
 
 from .errors import InputError
-from .inputs import EncodedPair, encode_pairs
+from .inputs.encoding import EncodedPair, encode_pairs
 from .methods import method_spec
-from .steps import AUTO
-from .traces import AttributionBatch, TraceAttribution, build_trace
-from .weightings import get_weighting
+from .inputs.steps import AUTO
+from .records.traces import AttributionBatch, TraceAttribution, build_trace
+from .weights.weightings import get_weighting
 from .weights import pipeline
 from .weights.pipeline import Weighed, for_method
 from .weights.settings import ReshapeSettings

@@ -13,7 +13,7 @@ from typing import Iterator
 
 import torch
 
-from .batch import ScoringBatch
+from .inputs.batch import ScoringBatch
 from .errors import InputError
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2ForCausalLM
 
-from oar_attrib.batch import ScoringBatch
+from oar_attrib.inputs.batch import ScoringBatch
 from oar_attrib.models import random_qwen2
 
 VOCAB = 128

@@ -9,7 +9,7 @@ import oar_attrib as oa
 from oar_attrib import cli
 from oar_attrib.attribution import AttributionBatch, attribute, compute_weights
 from oar_attrib.errors import InputError, TokenizerError, UnknownNameError
-from oar_attrib.inputs import encode_pairs
+from oar_attrib.inputs.encoding import encode_pairs
 from oar_attrib.methods import available_methods, get_method
 from oar_attrib.models import random_qwen2
 from oar_attrib.analysis.recall import EXPECTED, oracle_token_mask, summarize, trace_recall

@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from oar_attrib.batch import ScoringBatch
+from oar_attrib.inputs.batch import ScoringBatch
 from oar_attrib.methods import get_method
-from oar_attrib.probes import probe_sites, probe_values
+from oar_attrib.methods.probes import probe_sites, probe_values
 from models import PAD_ID, make_batch, tiny_llama, tiny_qwen2
 
 BASELINES = ("entropy", "ig", "grail", "random")

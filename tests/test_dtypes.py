@@ -9,7 +9,7 @@ import oar_attrib.models as models_module
 from oar_attrib import load_model
 from oar_attrib.attribution import attribute
 from oar_attrib.cli import main
-from oar_attrib.metrics import spearman
+from oar_attrib.weights.metrics import spearman
 from oar_attrib.world import generate_problems
 
 
@@ -40,7 +40,7 @@ def test_bf16_ranks_tokens_like_float32_on_the_bundled_model(problems):
 
 
 def test_oar_g_default_noise_is_relative_per_row():
-    from oar_attrib.oar_g import RELATIVE_NOISE, noise_sigma
+    from oar_attrib.methods.oar_g import RELATIVE_NOISE, noise_sigma
 
     embeds = torch.zeros(2, 4, 3)
     embeds[0] = 2.0  # RMS 2 over the scored positions

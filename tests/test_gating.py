@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from oar_attrib.errors import InputError
-from oar_attrib.gating import (
+from oar_attrib.weights.gating import (
     bilevel_weights,
     entropy_topk_mask,
     gate,
@@ -161,7 +161,7 @@ def test_reshape_advantages():
 
 
 def test_display_normalisation_equals_the_gates_on_random_rows():
-    from oar_attrib.normalise import log1p_minmax
+    from oar_attrib.weights.normalise import log1p_minmax
 
     gen = torch.Generator().manual_seed(7)
     imp = torch.rand(6, 12, generator=gen) * 10

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from oar_attrib.grading import NO_ANSWER, TRUNCATED, UNPARSABLE, Grade, grade
-from oar_attrib.spans import locate_answer
+from oar_attrib.inputs.grading import NO_ANSWER, TRUNCATED, UNPARSABLE, Grade, grade
+from oar_attrib.inputs.spans import locate_answer
 from oar_attrib.training.rewards import (bind_reward, gsm8k_lenient_reward, gsm8k_reward,
                                          math_verify_lenient_reward, math_verify_reward)
 
@@ -44,7 +44,7 @@ def test_format_is_the_one_asked():
 
 
 def test_unparsable_answer_and_bad_reason(monkeypatch):
-    import oar_attrib.grading as grading
+    import oar_attrib.inputs.grading as grading
 
     monkeypatch.setattr(grading, "parse_answer", lambda answer: ())  # math-verify reads nothing
     assert grading.grade("The answer is 18.", "18").why == UNPARSABLE

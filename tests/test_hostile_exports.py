@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from oar_attrib.attribution import TraceAttribution
-from oar_attrib.export import (FORMULA_STARTS, csv_cell, render_html, rows_csv, step_rows,
+from oar_attrib.records.export import (FORMULA_STARTS, csv_cell, render_html, rows_csv, step_rows,
                                token_rows, visible_text)
 from oar_attrib.store.records import TraceRecord
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from oar_attrib.errors import InputError, TokenizerError
-from oar_attrib.inputs import encode_pairs
+from oar_attrib.inputs.encoding import encode_pairs
 
 from shared_data import qwen_dir
 
@@ -167,7 +167,7 @@ def test_plain_prompt_gets_the_chat_template_with_a_warning(smollm2):
     was trained on), said in one warning line naming chat=False; chat=False keeps it plain."""
     import warnings
 
-    from oar_attrib.inputs import PlainPromptWarning
+    from oar_attrib.inputs.encoding import PlainPromptWarning
 
     _, tok = smollm2
     prompt, response = "What is 2 + 3?", "2 + 3 = 5.\nThe answer is 5."

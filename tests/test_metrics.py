@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from oar_attrib.errors import InputError
-from oar_attrib.metrics import (
+from oar_attrib.weights.metrics import (
     average_precision,
     bootstrap_ci,
     mean_ci,

@@ -4,8 +4,8 @@ import torch
 
 from oar_attrib.errors import InputError
 from oar_attrib.lm import logits_at
-from oar_attrib.oar_g import oar_g
-from oar_attrib.probes import PROBES, probe_divergence, probe_sites, probe_values
+from oar_attrib.methods.oar_g import oar_g
+from oar_attrib.methods.probes import PROBES, probe_divergence, probe_sites, probe_values
 from models import make_batch, tiny_llama, tiny_qwen2
 
 
@@ -44,7 +44,7 @@ def test_prompt_prefixes_equal_whole_row_forwards(make, probe, monkeypatch):
     model = make(seed=6)
     batch = make_batch(lengths=(21, 16, 5, 18), prompt_len=(7, 9, 2, 7), no_answer_rows=(2,))
     batch.input_ids[3, :7] = batch.input_ids[0, :7]
-    from oar_attrib import oar_g as module
+    from oar_attrib.methods import oar_g as module
 
     calls = []
     forward = type(model).forward

@@ -4,12 +4,12 @@ import contextlib
 import pytest
 import torch
 
-import oar_attrib.oar_p as oar_p_module
-from oar_attrib.batch import ScoringBatch
+import oar_attrib.methods.oar_p as oar_p_module
+from oar_attrib.inputs.batch import ScoringBatch
 from oar_attrib.errors import InputError
 from oar_attrib.lm import logits_at
-from oar_attrib.oar_p import oar_p, oar_p_reference
-from oar_attrib.probes import PROBES, probe_sites
+from oar_attrib.methods.oar_p import oar_p, oar_p_reference
+from oar_attrib.methods.probes import PROBES, probe_sites
 from models import PAD_ID, make_batch, tiny_llama, tiny_qwen2
 
 BUILDERS = {"qwen2": tiny_qwen2, "llama": tiny_llama}

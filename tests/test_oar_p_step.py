@@ -2,13 +2,13 @@
 import pytest
 import torch
 
-import oar_attrib.oar_p as engine
-from oar_attrib.batch import ScoringBatch
+import oar_attrib.methods.oar_p as engine
+from oar_attrib.inputs.batch import ScoringBatch
 from oar_attrib.errors import InputError
 from oar_attrib.methods import get_method
-from oar_attrib.oar_p import oar_p_reference
-from oar_attrib.oar_p_step import oar_p_step, oar_p_step_reference
-from oar_attrib.probes import PROBES
+from oar_attrib.methods.oar_p import oar_p_reference
+from oar_attrib.methods.oar_p_step import oar_p_step, oar_p_step_reference
+from oar_attrib.methods.probes import PROBES
 from models import PAD_ID, make_batch, tiny_llama, tiny_qwen2, with_steps
 
 BUILDERS = {"qwen2": tiny_qwen2, "llama": tiny_llama}

@@ -4,10 +4,10 @@ import math
 import pytest
 import torch
 
-from oar_attrib.batch import ScoringBatch
+from oar_attrib.inputs.batch import ScoringBatch
 from oar_attrib.errors import UnknownNameError
 from oar_attrib.methods import available_methods, get_method
-from oar_attrib.probes import (PROBES, ProbeSites, check_probe, padded_positions,
+from oar_attrib.methods.probes import (PROBES, ProbeSites, check_probe, padded_positions,
                                probe_divergence, probe_importance, probe_sites, probe_values)
 
 

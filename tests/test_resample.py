@@ -12,10 +12,10 @@ import torch
 from oar_attrib.analysis.step_recall import intervention_auc, pair_auc, step_sets, trace_step_recall
 from oar_attrib.attribution import attribute
 from oar_attrib.errors import InputError
-from oar_attrib.inputs import encode_pairs
+from oar_attrib.inputs.encoding import encode_pairs
 from oar_attrib.methods import method_spec
 from oar_attrib.models import load_model
-from oar_attrib.resample import js_divergence, resample, resample_steps
+from oar_attrib.methods.resample import js_divergence, resample, resample_steps
 from oar_attrib.world import generate_problems, shift_result
 
 

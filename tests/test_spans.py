@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from oar_attrib.errors import InputError, UnknownNameError
-from oar_attrib.spans import (
+from oar_attrib.inputs.spans import (
     AnswerLocation,
     find_answer_span,
     locate_answer,

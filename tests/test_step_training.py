@@ -3,9 +3,9 @@ oar_granularity='step'."""
 import pytest
 import torch
 
-from oar_attrib.gating import bilevel_weights
-from oar_attrib.step_gating import pool_step_tensor, step_weights
-from oar_attrib.steps import pool_steps
+from oar_attrib.weights.gating import bilevel_weights
+from oar_attrib.weights.step_gating import pool_step_tensor, step_weights
+from oar_attrib.inputs.steps import pool_steps
 from oar_attrib.training.config import OARConfig
 from oar_attrib.training.errors import TrainingConfigError
 from oar_attrib.training.toy import world_tokenizer

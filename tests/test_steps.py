@@ -8,8 +8,8 @@ import pytest
 
 import oar_attrib as oar
 from oar_attrib.errors import InputError, UnknownNameError
-from oar_attrib.inputs import encode_pairs
-from oar_attrib.steps import check_steps, resolve_unit, response_steps, token_steps
+from oar_attrib.inputs.encoding import encode_pairs
+from oar_attrib.inputs.steps import check_steps, resolve_unit, response_steps, token_steps
 from oar_attrib.world import generate_problems
 
 TEXT = "First, add.\n\nThen 3.5 + 1 = 4.5! Done?\nYes.\n#### 4.5"
@@ -61,7 +61,7 @@ def test_token_steps_cover_the_reasoning_in_order():
 
 
 def test_pool_steps_sum_mean_max_by_hand():
-    from oar_attrib.steps import pool_steps
+    from oar_attrib.inputs.steps import pool_steps
 
     scores = [1.0, 2.0, 6.0, 0.5, 0.5]
     ranges = [(0, 3), (3, 5)]

@@ -19,7 +19,7 @@ import pytest
 
 from oar_attrib.attribution import attribute
 from oar_attrib.analysis.recall import EXPECTED, oracle_token_mask, summarize, trace_recall
-from oar_attrib.spans import SEGMENT_LABELS
+from oar_attrib.inputs.spans import SEGMENT_LABELS
 from oar_attrib.store import (
     SCHEMA_VERSION,
     NotFoundError,

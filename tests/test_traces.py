@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from oar_attrib.inputs import encode_pairs
-from oar_attrib.traces import TraceAttribution, build_trace, scored_positions
+from oar_attrib.inputs.encoding import encode_pairs
+from oar_attrib.records.traces import TraceAttribution, build_trace, scored_positions
 from oar_attrib.training.reshaping import TokenWeights
 from oar_attrib.training.run_store_hook import trace_record
 from test_inputs import word_tokenizer

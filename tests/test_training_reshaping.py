@@ -141,7 +141,7 @@ def test_gating_follows_the_method(model, tok, rows):
 
 @pytest.mark.parametrize("method", ["oar_g", "random"])
 def test_random_methods_batched_with_one_generator_per_row_match_each_row_alone(model, tok, rows, method):
-    from oar_attrib.inputs import pairs_to_batch
+    from oar_attrib.inputs.encoding import pairs_to_batch
     from oar_attrib.methods import method_spec
 
     fn = method_spec(method).fn

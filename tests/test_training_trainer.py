@@ -11,11 +11,11 @@ import pytest
 import torch
 from trl import GRPOTrainer
 
-from oar_attrib.gating import bilevel_weights
-from oar_attrib.inputs import encode_pairs
+from oar_attrib.weights.gating import bilevel_weights
+from oar_attrib.inputs.encoding import encode_pairs
 from oar_attrib.methods import get_method, register_method, unregister_method
 from oar_attrib.methods import method_spec as get_method_spec
-from oar_attrib.weightings import weighting_spec
+from oar_attrib.weights.weightings import weighting_spec
 from oar_attrib.training import trainer as trainer_module
 from oar_attrib.training.config import OARConfig, oar_method_choices
 from oar_attrib.training.errors import TrainingConfigError

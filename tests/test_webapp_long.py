@@ -13,9 +13,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from oar_attrib.attribution import TraceAttribution
-from oar_attrib.export import EXPORT_KINDS, render_html, rows_csv, step_rows, token_rows
-from oar_attrib.step_view import display_levels, step_table, trace_steps
-from oar_attrib.steps import pool_steps
+from oar_attrib.records import write_html
+from oar_attrib.records.export import EXPORT_KINDS, render_html, rows_csv, step_rows, token_rows
+from oar_attrib.records.step_view import display_levels, step_table, trace_steps
+from oar_attrib.inputs.steps import pool_steps
 from oar_attrib.store import Store
 from oar_attrib.store.records import TraceRecord
 from oar_attrib.webapp import create_app
@@ -146,7 +147,7 @@ def test_step_scores_pool_their_tokens_and_levels_span_0_1(long_record, pool, re
 def test_display_levels_are_the_gates_normalisation():
     import torch
 
-    from oar_attrib.gating import normalise_importance
+    from oar_attrib.weights.gating import normalise_importance
 
     values = [0.5, None, 3.0, float("nan"), 0.0, 12.0]
     ok = torch.tensor([True, False, True, False, True, True])
@@ -254,7 +255,7 @@ def test_the_html_view_is_self_contained_and_shows_the_step_scores(long_client, 
 
 def test_trace_attribution_to_html_writes_the_same_view(tmp_path, long_record):
     attribution = long_record.to_attribution()
-    path = attribution.to_html(tmp_path / "trace.html", method="ig")
+    path = write_html(attribution, tmp_path / "trace.html", method="ig")
     expected = render_html(TraceRecord.from_attribution(attribution), "ig")
     assert "<title>Trace · oar-attrib</title>" in expected
     assert path.read_text(encoding="utf-8") == expected

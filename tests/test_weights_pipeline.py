@@ -11,14 +11,14 @@ import torch
 from oar_attrib import cli
 from oar_attrib.attribution import attribute, compute_weights
 from oar_attrib.errors import InputError, UnknownNameError
-from oar_attrib.gating import bilevel_weights, entropy_topk_mask, gate
+from oar_attrib.weights.gating import bilevel_weights, entropy_topk_mask, gate
 from oar_attrib.methods import method_spec
-from oar_attrib.step_gating import pool_step_tensor, step_weights
+from oar_attrib.weights.step_gating import pool_step_tensor, step_weights
 from oar_attrib.training.config import OARConfig
 from oar_attrib.training.reshaping import token_weights
 from oar_attrib.training.toy import ScriptedRollout, tiny_policy, world_tokenizer
 from oar_attrib.webapp.live import LiveAttributor
-from oar_attrib.weightings import WeightingParams
+from oar_attrib.weights.weightings import WeightingParams
 from oar_attrib.weights import defaults, pipeline
 from oar_attrib.weights.settings import ReshapeSettings, SettingError, generated_fields
 from oar_attrib.world import generate_problems

@@ -4,7 +4,7 @@ import re
 import pytest
 
 from oar_attrib.errors import UnknownNameError, WorldConfigError
-from oar_attrib.spans import find_answer_span
+from oar_attrib.inputs.spans import find_answer_span
 from oar_attrib.world import (
     PRESETS,
     Problem,

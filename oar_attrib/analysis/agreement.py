@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from ..metrics import spearman
+from ..weights.metrics import spearman
 
 if TYPE_CHECKING:
-    from ..traces import TraceAttribution
+    from ..records.traces import TraceAttribution
 
 
 def agreement_matrix(traces: Sequence[TraceAttribution], methods: Sequence[str] | None = None):

@@ -13,7 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..normalise import log1p_minmax
+from ..weights.normalise import log1p_minmax
 from .agreement import agreement_matrix
 
 if TYPE_CHECKING:

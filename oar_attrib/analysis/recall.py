@@ -22,7 +22,7 @@ from .counterfactual import counterfactual_oracle
 from ..generation import generate
 from ..errors import InputError
 from ..methods import available_methods
-from ..metrics import average_precision, mean_ci, random_recall, recall_at_k
+from ..weights.metrics import average_precision, mean_ci, random_recall, recall_at_k
 from ..store.codec import span_mask
 from ..world import Oracle, Problem, extract_answer, generate_problems
 from .report import RecallSummary

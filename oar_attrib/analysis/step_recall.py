@@ -32,11 +32,11 @@ import numpy as np
 from ..attribution import TraceAttribution, attribute
 from ..errors import InputError
 from ..generation import generate
-from ..inputs import encode_pairs
+from ..inputs.encoding import encode_pairs
 from ..methods import available_methods
-from ..resample import resample_steps
-from ..metrics import mean_ci, random_recall, recall_at_k
-from ..steps import STEP_POOLS, pool_steps
+from ..methods.resample import resample_steps
+from ..weights.metrics import mean_ci, random_recall, recall_at_k
+from ..inputs.steps import STEP_POOLS, pool_steps
 from ..world import Oracle, generate_problems, shift_result
 from .report import RecallSummary
 

@@ -77,7 +77,7 @@ def judge_tokens(tokenizer, prompt, response, answer_format: str, chat: bool | N
     template, ...), else None. Tokenizing here costs little next to attribution."""
     import logging
 
-    from ..inputs import _default_max_length, encode_pair
+    from ..inputs.encoding import _default_max_length, encode_pair
 
     # transformers warns of a text longer than the model here; the skip report says it instead.
     quiet = logging.getLogger("transformers.tokenization_utils_base")

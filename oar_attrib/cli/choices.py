@@ -20,8 +20,8 @@ def method_name(name: str) -> str:
 
 
 def probe_name(name: str) -> str:
-    """An outcome probe (`oar_attrib.probes.PROBES`)."""
-    from ..probes import check_probe
+    """An outcome probe (`oar_attrib.methods.probes.PROBES`)."""
+    from ..methods.probes import check_probe
 
     try:
         check_probe(name)

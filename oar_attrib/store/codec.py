@@ -9,9 +9,8 @@ from typing import Sequence
 
 import numpy as np
 
-# spans.SEGMENT_LABELS, in its order (the codes are stored): copied so that reading a store
-# never imports torch; tests/test_store.py checks the two stay equal.
-SEGMENT_LABELS = ("reasoning", "bridge", "answer", "tail")
+from ..records.record import SEGMENT_LABELS, span_mask  # noqa: F401  (the store's codes and masks)
+
 _SEGMENT_CODE = {label: code for code, label in enumerate(SEGMENT_LABELS)}
 
 
@@ -54,11 +53,3 @@ def unpack_segments(blob: bytes) -> list[str]:
     return [SEGMENT_LABELS[code] for code in blob]
 
 
-def span_mask(offsets: Sequence[tuple[int, int]], spans) -> np.ndarray:
-    """(T,) bool: tokens whose non-empty character span overlaps any of `spans`."""
-    starts = np.array([o[0] for o in offsets], dtype=np.int64)
-    ends = np.array([o[1] for o in offsets], dtype=np.int64)
-    mask = np.zeros(len(offsets), dtype=bool)
-    for s, e in spans:
-        mask |= (starts < e) & (s < ends)
-    return mask & (ends > starts)

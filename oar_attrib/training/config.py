@@ -15,7 +15,7 @@ from packaging.version import Version
 from trl import GRPOConfig
 
 from oar_attrib.methods import trainable_methods
-from oar_attrib.spans import ANSWER_FORMATS
+from oar_attrib.inputs.spans import ANSWER_FORMATS
 from oar_attrib.weights.settings import ReshapeSettings, SettingError, config_fields, config_name
 
 from .errors import TrainingConfigError, UnsupportedTRLError

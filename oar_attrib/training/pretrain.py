@@ -30,7 +30,7 @@ from oar_attrib.configs import add_dataclass_args, dataclass_from_args
 from oar_attrib.models import random_qwen2
 from oar_attrib.world.evaluation import evaluate_world
 from oar_attrib.world import PRESETS, WorldConfig, generate_problems
-from oar_attrib.spans import ANSWER, REASONING, locate_answer, segment_tokens
+from oar_attrib.inputs.spans import ANSWER, REASONING, locate_answer, segment_tokens
 from oar_attrib.world.tokenizer import build_tokenizer
 
 

@@ -19,8 +19,8 @@ from typing import Sequence
 
 import torch
 
-from oar_attrib.inputs import EncodedPair, pair_from_offsets, pairs_to_batch
-from oar_attrib.spans import offsets_from_ids_batch
+from oar_attrib.inputs.encoding import EncodedPair, pair_from_offsets, pairs_to_batch
+from oar_attrib.inputs.spans import offsets_from_ids_batch
 from oar_attrib.weights import pipeline
 from oar_attrib.weights.settings import ReshapeSettings
 

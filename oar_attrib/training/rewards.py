@@ -13,8 +13,8 @@ import re
 from typing import Callable
 
 from oar_attrib.errors import unknown_name
-from oar_attrib.grading import Grade, grade
-from oar_attrib.spans import locate_answer
+from oar_attrib.inputs.grading import Grade, grade
+from oar_attrib.inputs.spans import locate_answer
 from oar_attrib.world import reward as world_answer_reward
 
 from .errors import TrainingConfigError
@@ -56,7 +56,7 @@ def world_reward(prompts, completions, answer=None, answer_format=None, **kwargs
 
 # ------------------------------------------------------------------ GSM8K, MATH, AIME, AMC
 #
-# Both rewards grade the answer the span finder finds (`oar_attrib.grading.grade`), in the
+# Both rewards grade the answer the span finder finds (`oar_attrib.inputs.grading.grade`), in the
 # format the trainer reads (`answer_format`, a keyword `bind_reward` supplies, or a dataset
 # column), so the reward pays for exactly the span OAR treats as the answer. A completion cut
 # off at the length limit earns 0 when the reward is told the stop ids (`stop_ids`, from
@@ -109,7 +109,7 @@ def truncated_rows(completion_ids, stop_ids, n: int) -> list[bool]:
 def grade_completions(completions, answer, *, answer_format=None, answer_pattern=None,
                       completion_ids=None, stop_ids=None, lenient: bool = False,
                       compare=None) -> list[Grade]:
-    """The `Grade` of each completion (`oar_attrib.grading.grade`), with TRL's columns."""
+    """The `Grade` of each completion (`oar_attrib.inputs.grading.grade`), with TRL's columns."""
     golds = _answers(answer, len(completions))
     fmts = _per_row(answer_format, len(completions), "auto")
     patterns = _per_row(answer_pattern, len(completions), None)

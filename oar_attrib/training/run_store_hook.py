@@ -1,6 +1,6 @@
 """Run store hook: every N steps, a sample of the generation batch goes to the run store.
 
-Each record is a trace record (`oar_attrib.traces.build_trace`, the same as `attribute` makes)
+Each record is a trace record (`oar_attrib.records.traces.build_trace`, the same as `attribute` makes)
 as its dict, plus the training fields `reward`, `correct` (None: not known), `step`, `group`,
 `extra` and, for arithmetic-world prompts, the structural `oracle` of the generated trace
 (character spans per set): the records `oar_attrib.store.Store.add_records` takes. A path
@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from oar_attrib.methods import method_spec
-from oar_attrib.traces import build_trace
+from oar_attrib.records.traces import build_trace
 
 from .reshaping import TokenWeights
 

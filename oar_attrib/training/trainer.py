@@ -18,10 +18,10 @@ import torch
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
-from oar_attrib.gating import reshape_advantages
+from oar_attrib.weights.gating import reshape_advantages
 from oar_attrib.methods import method_spec
-from oar_attrib.metrics import ess_ratio, top_mass
-from oar_attrib.spans import ANSWER_FORMATS
+from oar_attrib.weights.metrics import ess_ratio, top_mass
+from oar_attrib.inputs.spans import ANSWER_FORMATS
 
 from .config import OARConfig, check_trl_version
 from .errors import LowSpanRateWarning, TrainingConfigError

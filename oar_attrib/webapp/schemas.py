@@ -51,7 +51,7 @@ class AttributeRequest(BaseModel):
     @field_validator("probe")
     @classmethod
     def _known_probe(cls, value: str) -> str:
-        from ..probes import check_probe  # the probe list lives with the probes (loads torch)
+        from ..methods.probes import check_probe  # the probe list lives with the probes (loads torch)
 
         check_probe(value)  # UnknownNameError (a ValueError) lists the probes: a 422
         return value

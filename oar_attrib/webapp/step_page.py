@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from oar_attrib.step_view import STEP_POOL, step_table
+from oar_attrib.records.step_view import STEP_POOL, step_table
 from oar_attrib.store import TraceRecord
 
 from .views import heat_colour

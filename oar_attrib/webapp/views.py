@@ -11,14 +11,14 @@ import math
 
 import numpy as np
 
-from oar_attrib.step_view import text_pieces as _pieces
+from oar_attrib.records.step_view import text_pieces as _pieces
 from oar_attrib.store import TraceRecord
-from oar_attrib.normalise import log1p_minmax
+from oar_attrib.weights.normalise import log1p_minmax
 from oar_attrib.world import DEFAULT_SETS, SPAN_SETS
 from oar_attrib.store.records import json_float, json_floats
 # One heat scale and number format with the exported view; the page script (static/app.js,
 # `heatColour`) draws the same colour from the same level.
-from oar_attrib.export import fmt_number as _fmt, heat_style as heat_colour
+from oar_attrib.records.export import fmt_number as _fmt, heat_style as heat_colour
 
 # The oracle sets a trace page can outline: those the store keeps as spans (`names` and
 # `results` are parts of `direct`/`chain` and would only repeat them).

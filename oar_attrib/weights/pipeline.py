@@ -25,12 +25,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ..batch import ScoringBatch
+from ..inputs.batch import ScoringBatch
 from ..budget import CPU_BATCH_TOKENS
 from ..lm import eval_mode
 from ..methods import MethodSpec, method_spec
-from ..step_gating import step_weights
-from ..weightings import get_weighting
+from .step_gating import step_weights
+from .weightings import get_weighting
 from .settings import ReshapeSettings
 
 

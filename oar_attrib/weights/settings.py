@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 from ..errors import InputError, UnknownNameError
 from ..methods import available_methods
-from ..probes import PROBES
-from ..spans import ANSWER_FORMATS
-from ..steps import STEP_POOLS
-from ..weightings import WeightingParams, available_weightings
+from ..methods.probes import PROBES
+from ..inputs.spans import ANSWER_FORMATS
+from ..inputs.steps import STEP_POOLS
+from .weightings import WeightingParams, available_weightings
 from . import defaults
 
 

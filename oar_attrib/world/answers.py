@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from ..errors import unknown_name
-from ..spans import locate_answer
+from ..inputs.spans import locate_answer
 
 ANSWER_FORMATS = ("gsm8k", "boxed")
 _INTEGER = re.compile(r"-?\d+")

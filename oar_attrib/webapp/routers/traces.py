@@ -6,9 +6,9 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
-from oar_attrib.export import EXPORT_KINDS, export
-from oar_attrib.step_view import STEP_POOL
-from oar_attrib.steps import STEP_POOLS
+from oar_attrib.records.export import EXPORT_KINDS, export
+from oar_attrib.records.step_view import STEP_POOL
+from oar_attrib.inputs.steps import STEP_POOLS
 
 from ..deps import StoreDep, TemplatesDep, TraceId
 from ..step_page import LONG_TRACE, compact_payload, step_view, token_pieces

@@ -14,10 +14,10 @@ from typing import Callable
 
 import torch
 
-from .errors import InputError, unknown_name
+from ..errors import InputError, unknown_name
 from .gating import bilevel_weights
-from .steps import STEP_POOLS
-from .weights.defaults import STEP_POOL
+from ..inputs.steps import STEP_POOLS
+from .defaults import STEP_POOL
 
 Weighting = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 

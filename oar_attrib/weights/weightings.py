@@ -16,9 +16,9 @@ from typing import Callable
 
 import torch
 
-from .errors import unknown_name
+from ..errors import unknown_name
 from .gating import bilevel_weights, entropy_topk_mask, grail_weights
-from .weights import defaults
+from . import defaults
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from ..batch import ScoringBatch
-from ..lm import (check_positions, eval_mode, input_embeddings, keep_scoreable, logits_at,
+from ...inputs.batch import ScoringBatch
+from ...lm import (check_positions, eval_mode, input_embeddings, keep_scoreable, logits_at,
                   model_device)
-from ..method_registry import register_method
+from ..registry import register_method
 from ..probes import check_probe, probe_sites, probe_values
 
 

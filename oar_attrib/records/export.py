@@ -197,7 +197,7 @@ def _token_levels(record, method: str) -> dict[int, float]:
 def export(record, kind: str, method: str | None = None, pool: str = STEP_POOL,
            **html_options) -> tuple[str, str]:
     """(text, media type) of one export kind of a TraceRecord (see EXPORT_KINDS)."""
-    from .errors import unknown_name
+    from ..errors import unknown_name
 
     if kind == "view.html":
         return render_html(record, method, pool=pool, **html_options), "text/html; charset=utf-8"
@@ -211,7 +211,7 @@ def export(record, kind: str, method: str | None = None, pool: str = STEP_POOL,
 
 def write_html(attribution_or_record, path: str | Path, method: str | None = None) -> Path:
     """Write the HTML view of a TraceAttribution (or TraceRecord) to `path`."""
-    from .store.records import TraceRecord
+    from .record import TraceRecord
 
     record = attribution_or_record
     if not isinstance(record, TraceRecord):

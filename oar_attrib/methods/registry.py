@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import unknown_name
+from ..errors import unknown_name
 
 ImportanceFn = Callable[..., "torch.Tensor"]  # noqa: F821
 

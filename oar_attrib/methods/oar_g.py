@@ -21,11 +21,11 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from .batch import ScoringBatch
-from .errors import InputError
-from .lm import (accepts_logits_to_keep, check_positions, draw_normal, eval_mode,
+from ..inputs.batch import ScoringBatch
+from ..errors import InputError
+from ..lm import (accepts_logits_to_keep, check_positions, draw_normal, eval_mode,
                  input_embeddings, keep_scoreable, logits_at, model_device, scoreable)
-from .method_registry import register_method
+from .registry import register_method
 from .probes import check_probe, probe_divergence, probe_sites, probe_values
 
 

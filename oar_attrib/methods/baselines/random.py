@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from ..batch import ScoringBatch
-from ..errors import InputError
-from ..lm import keep_scoreable
-from ..method_registry import register_method
+from ...inputs.batch import ScoringBatch
+from ...errors import InputError
+from ...lm import keep_scoreable
+from ..registry import register_method
 from ..probes import check_probe
 
 

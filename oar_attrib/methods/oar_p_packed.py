@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from .budget import text_config
-from .lm import logits_at
+from ..budget import text_config
+from ..lm import logits_at
 from .probes import probe_importance, probe_values
 
 _PACKABLE_ATTENTION = {"sdpa": "bool", "eager": "additive"}

@@ -1,5 +1,6 @@
-"""The catalogue of importance methods: the registry (`method_registry`) with every built-in
-method registered, the one module callers read names from.
+"""The importance methods: the registry (`methods.registry`) with every built-in method
+registered (probes, OAR-P token and step, OAR-G, resampling, baselines), the one module
+callers read names from.
 
 Importing this module imports the built-in members, each of which registers itself with the
 registry; the registry imports none of them, so the import graph has no cycle. `none` is
@@ -12,8 +13,8 @@ import torch
 
 from . import oar_g, oar_p, oar_p_step, resample  # noqa: F401  (registration)
 from .baselines import entropy, grail, ig, random  # noqa: F401  (registration)
-from .batch import ScoringBatch
-from .method_registry import (ImportanceFn, MethodSpec, available_methods, get_method, method_spec,
+from ..inputs.batch import ScoringBatch
+from .registry import (ImportanceFn, MethodSpec, available_methods, get_method, method_spec,
                               register_method, trainable_methods, unregister_method)
 
 __all__ = ["ImportanceFn", "MethodSpec", "available_methods", "get_method", "method_spec",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from .errors import InputError, unknown_name
+from ..errors import InputError, unknown_name
 
 STEP_UNITS = ("line", "paragraph", "sentence")
 

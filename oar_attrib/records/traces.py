@@ -13,11 +13,11 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .errors import InputError
-from .gating import reshape_advantages
-from .inputs import EncodedPair
-from .metrics import ess_ratio, top_mass
-from .steps import STEP_POOLS, check_steps, pool_steps
+from ..errors import InputError
+from ..weights.gating import reshape_advantages
+from ..inputs.encoding import EncodedPair
+from ..weights.metrics import ess_ratio, top_mass
+from ..inputs.steps import STEP_POOLS, check_steps, pool_steps
 
 
 @dataclass
@@ -109,13 +109,6 @@ class TraceAttribution:
             for how in STEP_POOLS:
                 frame[f"score_{method}_{how}"] = self.step_scores(method, how)
         return frame
-
-    def to_html(self, path, method: str | None = None):
-        """Write this trace's view (steps, tokens, step x method table) as ONE self-contained
-        HTML file that loads nothing when opened; returns its path (`export.write_html`)."""
-        from .export import write_html
-
-        return write_html(self, path, method)
 
     def to_frame(self):
         """pandas DataFrame, one row per response token."""

@@ -17,10 +17,10 @@ from __future__ import annotations
 import torch
 
 from . import oar_p as engine
-from .batch import ScoringBatch
-from .errors import InputError
-from .lm import check_positions, eval_mode, logits_at, model_device
-from .method_registry import register_method
+from ..inputs.batch import ScoringBatch
+from ..errors import InputError
+from ..lm import check_positions, eval_mode, logits_at, model_device
+from .registry import register_method
 from .probes import check_probe, probe_importance, probe_sites, probe_values
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from ..batch import ScoringBatch
-from ..lm import check_positions, eval_mode, keep_scoreable, logits_at, model_device, scoreable
-from ..method_registry import register_method
+from ...inputs.batch import ScoringBatch
+from ...lm import check_positions, eval_mode, keep_scoreable, logits_at, model_device, scoreable
+from ..registry import register_method
 from ..probes import check_probe, padded_positions
 
 

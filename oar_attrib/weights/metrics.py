@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from .errors import InputError
+from ..errors import InputError
 
 
 def _np(x, dtype=None) -> np.ndarray:

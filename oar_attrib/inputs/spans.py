@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from .errors import InputError, TokenizerError, renamed_keyword, unknown_name
+from ..errors import InputError, TokenizerError, renamed_keyword, unknown_name
 
 REASONING, BRIDGE, ANSWER, TAIL = "reasoning", "bridge", "answer", "tail"
 SEGMENT_LABELS = (REASONING, BRIDGE, ANSWER, TAIL)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .normalise import log1p_minmax
-from .steps import STEP_POOLS, pool_steps
+from ..weights.normalise import log1p_minmax
+from ..inputs.steps import STEP_POOLS, pool_steps
 
 STEP_POOL = "max"
 TOP_TOKENS = 3  # tokens emphasised per step
@@ -116,7 +116,7 @@ def _top_tokens(scores: np.ndarray, steps: list[Step], k: int) -> list[list[int]
 
 def _agreement(scores: dict[str, list], n_reasoning_steps: int) -> dict:
     """Spearman rank correlation of every two methods' reasoning-step scores."""
-    from .metrics import spearman
+    from ..weights.metrics import spearman
 
     methods = list(scores)
     matrix = [[None] * len(methods) for _ in methods]
@@ -133,7 +133,7 @@ def _agreement(scores: dict[str, list], n_reasoning_steps: int) -> dict:
 def step_table(record, pool: str = STEP_POOL, top: int = TOP_TOKENS) -> dict:
     """The steps of a TraceRecord with every method's step scores pooled by `pool` (None for
     the answer step and where a score is NaN), levels, top tokens, oracle steps, agreement."""
-    from .errors import unknown_name
+    from ..errors import unknown_name
 
     if pool not in STEP_POOLS:
         raise unknown_name("step pooling", pool, STEP_POOLS)

@@ -13,7 +13,7 @@ from typing import Sequence, Union
 import torch
 
 from .batch import ScoringBatch, step_ids_from_ranges
-from .errors import InputError, TokenizerError, renamed_keyword
+from ..errors import InputError, TokenizerError, renamed_keyword
 from .spans import AnswerLocation, locate_answer, offsets_from_ids, segment_tokens
 from .steps import AUTO, reasoning_steps
 

@@ -26,12 +26,12 @@ from typing import Sequence
 
 import torch
 
-from .generation import continue_rows, cut_at_stop, stop_ids
-from .batch import ScoringBatch
-from .errors import InputError
-from .lm import eval_mode
-from .method_registry import register_method
-from .spans import locate_answer
+from ..generation import continue_rows, cut_at_stop, stop_ids
+from ..inputs.batch import ScoringBatch
+from ..errors import InputError
+from ..lm import eval_mode
+from .registry import register_method
+from ..inputs.spans import locate_answer
 
 REMOVALS = ("pad", "drop")
 

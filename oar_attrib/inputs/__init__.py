@@ -1,0 +1,1 @@
+"""The inputs: answer spans, steps, encoding prompt/response pairs into a ScoringBatch."""
