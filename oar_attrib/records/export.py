@@ -28,7 +28,7 @@ import markupsafe
 from .step_view import STEP_POOL, display_levels, step_pieces, step_table, trace_steps
 
 EXPORT_KINDS = ("view.html", "tokens.csv", "steps.csv", "tokens.json", "steps.json")
-_TEMPLATES = Path(__file__).resolve().parent / "assets" / "export"
+_TEMPLATES = Path(__file__).resolve().parents[1] / "assets" / "export"
 _HEAT_RGB = (230, 85, 13)  # the heat colour of the web app too (its views use heat_style; static/app.js)
 
 
