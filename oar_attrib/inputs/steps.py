@@ -136,12 +136,19 @@ def response_steps(text: str, offsets: Sequence[tuple[int, int]], n_reasoning: i
     return token_steps(offsets, step_spans(text, unit, end), n_reasoning)
 
 
+def scored_set(labels: Sequence[str], span_found: bool) -> list[bool]:
+    """Whether each response token is in the scored set S: labelled `reasoning` by
+    `spans.segment_tokens`, in a trace whose answer span was found (else nothing is scored).
+    The one spelling of S for records, steps and the store (torch-free, as they are)."""
+    return [span_found and label == "reasoning" for label in labels]
+
+
 def reasoning_steps(text: str, offsets: Sequence[tuple[int, int]], labels: Sequence[str],
                     span_found: bool, unit: str | re.Pattern = AUTO) -> list[tuple[int, int]]:
     """Token ranges of the steps over a response's scored reasoning tokens, those labelled
     `reasoning` by `spans.segment_tokens` (`response_steps`); empty when no answer span was
     found, since then nothing is scored."""
-    n_reasoning = sum(label == "reasoning" for label in labels) if span_found else 0
+    n_reasoning = sum(scored_set(labels, span_found))
     return response_steps(text, offsets, n_reasoning, unit)
 
 

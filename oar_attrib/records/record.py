@@ -9,6 +9,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ..inputs.steps import scored_set
+
 # spans.SEGMENT_LABELS, in its order (the codes are stored): copied so that reading a store
 # never imports torch; tests/test_store.py checks the two stay equal.
 SEGMENT_LABELS = ("reasoning", "bridge", "answer", "tail")
@@ -130,7 +132,7 @@ class TraceRecord:
         """An unsaved record of a `TraceAttribution` (or its dict), e.g. to draw it."""
         d = attribution.to_dict() if hasattr(attribution, "to_dict") else dict(attribution)
         span_found = bool(d["span_found"])
-        n_scored = sum(s == REASONING for s in d["segments"]) if span_found else 0
+        n_scored = sum(scored_set(d["segments"], span_found))
         adv, metrics = d.get("token_advantages") or {}, d.get("metrics") or {}
         timings = d.get("timings") or {}
         row = TraceRow(id=trace_id, run_id=0, step=None, group=None, reward=None,
@@ -161,7 +163,7 @@ class TraceRecord:
     @property
     def scored(self) -> np.ndarray:
         """(T,) bool: the scored reasoning positions S."""
-        return np.array([self.row.span_found and s == REASONING for s in self.segments], dtype=bool)
+        return np.array(scored_set(self.segments, self.row.span_found), dtype=bool)
 
     def oracle_mask(self, name: str) -> np.ndarray:
         """(T,) bool: tokens overlapping the oracle set `name` (all False when absent)."""

@@ -17,7 +17,7 @@ from ..errors import InputError
 from ..weights.gating import reshape_advantages
 from ..inputs.encoding import EncodedPair
 from ..weights.metrics import ess_ratio, top_mass
-from ..inputs.steps import STEP_POOLS, check_steps, pool_steps
+from ..inputs.steps import STEP_POOLS, check_steps, pool_steps, scored_set
 
 
 @dataclass
@@ -70,7 +70,7 @@ class TraceAttribution:
     @property
     def scored(self) -> list[bool]:
         """Whether each response token is in the scored set S."""
-        return [self.span_found and s == "reasoning" for s in self.segments]
+        return scored_set(self.segments, self.span_found)
 
     def to_dict(self) -> dict:
         return asdict(self)
