@@ -38,6 +38,7 @@ from ..methods.resample import resample_steps
 from ..weights.metrics import mean_ci, random_recall, recall_at_k
 from ..inputs.steps import STEP_POOLS, pool_steps
 from ..world import Oracle, generate_problems, shift_result
+from ..weights.defaults import VIEW_STEP_POOL
 from .report import RecallSummary
 
 STEP_SETS = ("direct", "upstream", "distractor")
@@ -69,7 +70,7 @@ def pair_auc(scores: np.ndarray, positive: np.ndarray, negative: np.ndarray) -> 
     return float(((diff > 0) + 0.5 * (diff == 0)).mean())
 
 
-def trace_step_recall(trace: TraceAttribution, oracle: Oracle, pool: str = "max") -> dict:
+def trace_step_recall(trace: TraceAttribution, oracle: Oracle, pool: str = VIEW_STEP_POOL) -> dict:
     """{method: {"direct": recall@|D|, "upstream": AUC}} for one trace, plus the random
     expectation under "random_expectation"."""
     sets = step_sets(trace, oracle)
@@ -132,7 +133,7 @@ def intervention_auc(model, tokenizer, prompts, texts, traces, oracles, *, n_sam
 
 
 def step_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "upstream", methods=None,
-                probe: str = "as_mean", pool: str = "max", progress: bool = False,
+                probe: str = "as_mean", pool: str = VIEW_STEP_POOL, progress: bool = False,
                 method_params: dict | None = None, resample_samples: int = 8,
                 intervention_samples: int = 0) -> StepRecallReport:
     """Sample `n` held-out problems of `preset`, let the model answer greedily, attribute with

@@ -18,8 +18,9 @@ import numpy as np
 
 from ..weights.normalise import log1p_minmax
 from ..inputs.steps import STEP_POOLS, pool_steps
+from ..weights.defaults import VIEW_STEP_POOL
 
-STEP_POOL = "max"
+STEP_POOL = VIEW_STEP_POOL  # the view's pooling (`weights.defaults`)
 TOP_TOKENS = 3  # tokens emphasised per step
 
 

@@ -11,9 +11,8 @@ import math
 
 import numpy as np
 
-from oar_attrib.records.step_view import text_pieces as _pieces
+from oar_attrib.records.step_view import display_levels, text_pieces as _pieces
 from oar_attrib.store import TraceRecord
-from oar_attrib.weights.normalise import log1p_minmax
 from oar_attrib.world import DEFAULT_SETS, SPAN_SETS
 from oar_attrib.store.records import json_float, json_floats
 # One heat scale and number format with the exported view; the page script (static/app.js,
@@ -26,10 +25,9 @@ OUTLINE_SETS = SPAN_SETS
 
 
 def importance_levels(scores: np.ndarray, scored: np.ndarray) -> list[float | None]:
-    """(T,) display levels in [0, 1]: log(1 + I) min-max normalised over S, as the gate's
-    I^ (METHOD.md section 6, steps 1-2); None outside S or where the score is not finite."""
-    levels = log1p_minmax(scores, scored)
-    return [None if np.isnan(v) else float(v) for v in levels]
+    """(T,) display levels in [0, 1] over S (`step_view.display_levels`, the gate's I^);
+    None outside S or where the score is not finite."""
+    return display_levels([float(v) if m else None for v, m in zip(scores, scored)])
 
 
 def token_title(token: str, score, weight, advantage) -> str:

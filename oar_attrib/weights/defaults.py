@@ -10,6 +10,10 @@ TAU = 0.4  # quantile level that splits suppression from boosting (METHOD.md 6)
 BETA = 2.0  # boost strength above the tau-quantile
 W_MIN = 0.1  # floor of the suppression gate, before the mass-preserving rescale
 RHO = 0.2  # kept fraction of the top-rho weighting
-STEP_POOL = "mean"  # how step granularity pools a step's token importances
+STEP_POOL = "mean"  # how step granularity pools a step's token importances before gating
+# How pages, exports and step recall rank steps: a step is as important as its top token, so a
+# long step of filler with one decisive token is not averaged away. Gating pools with the mean
+# (above) so that a step's weight does not grow with the single largest score.
+VIEW_STEP_POOL = "max"
 GRANULARITY = "token"
 GRANULARITIES = ("token", "step")
