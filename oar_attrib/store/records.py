@@ -137,6 +137,8 @@ class TraceRecord:
     oracle: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     # Token ranges of the steps over the scored reasoning tokens (`oar_attrib.steps`).
     steps: list[tuple[int, int]] = field(default_factory=list)
+    # The policy's (T,) float32 "logprob" and "entropy" of each response token, when stored.
+    token_stats: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def from_attribution(cls, attribution, trace_id: int = 0) -> "TraceRecord":
@@ -223,4 +225,5 @@ class TraceRecord:
             "oracle": {k: [list(s) for s in v] for k, v in self.oracle.items()},
             "steps": [list(r) for r in self.steps],
             "attributions": {m: r.to_dict() for m, r in self.attributions.items()},
+            "token_stats": {k: json_floats(v) for k, v in self.token_stats.items()},
         }
