@@ -6,63 +6,44 @@ progress shows and memory stays bounded; every method sees the same batch.
 """
 from __future__ import annotations
 
-import time
 from typing import Sequence
 
 import torch
 from tqdm.auto import tqdm
 
-from .batch import ScoringBatch
-from .errors import InputError, renamed_keyword
+from .errors import InputError
 from .inputs import EncodedPair, encode_pairs
-from .lm import eval_mode, model_device
-from .methods import get_method, method_spec
-from .probes import check_probe
+from .methods import method_spec
 from .steps import AUTO
-from .traces import AttributionBatch, TraceAttribution, build_trace, scored_positions
-from .weightings import WeightingParams, get_weighting
+from .traces import AttributionBatch, TraceAttribution, build_trace
+from .weightings import get_weighting
+from .weights import pipeline
+from .weights.pipeline import Weighed, for_method
+from .weights.settings import ReshapeSettings
 
 __all__ = ["AttributionBatch", "TraceAttribution", "attribute", "compute_weights"]  # records: traces
 
+_D = ReshapeSettings  # the defaults below are the settings' own objects
+
 
 def compute_weights(method: str, importance: torch.Tensor, mask: torch.Tensor,
-                    tau: float = 0.4, beta: float = 2.0, w_min: float = 0.1, *,
-                    weighting: str | None = None, rho: float = 0.2) -> torch.Tensor:
+                    tau: float = _D.tau, beta: float = _D.beta, w_min: float = _D.w_min, *,
+                    weighting: str | None = None, rho: float = _D.rho) -> torch.Tensor:
     """(B, L) weights from (B, L) importances over the (B, L) bool scored mask, through
     `weighting` (default: the one `method` registered with; `weightings.available_weightings()`)."""
     fn = get_weighting(weighting or method_spec(method).weighting)
-    return fn(importance, mask, WeightingParams(tau=tau, beta=beta, w_min=w_min, rho=rho))
+    settings = ReshapeSettings(method=method, tau=tau, beta=beta, w_min=w_min, rho=rho)
+    return fn(importance, mask, settings.weighting_params())
 
 
-def _score(model, tokenizer, batch: ScoringBatch, methods, probe, params, seed) -> tuple[dict, dict]:
-    """Importances (B, L) float32 on CPU and seconds, per method."""
-    scores, seconds = {}, {}
-    for method in methods:
-        spec = method_spec(method)
-        kwargs = dict(params.get(method, {}))
-        if spec.needs_tokenizer:
-            kwargs.setdefault("tokenizer", tokenizer)
-        generator = torch.Generator(device=model_device(model)).manual_seed(seed)
-        start = time.perf_counter()
-        scores[method] = spec.fn(model, batch, probe=probe, generator=generator, **kwargs).float().cpu()
-        seconds[method] = time.perf_counter() - start
-    return scores, seconds
-
-
-def _trace(pair: EncodedPair, prompt, scores, seconds, row, probe, params, gating, advantage):
-    """The trace record of the batch's row `row` (weights through the method's weighting;
-    weight 1 where the method's scores on S are not finite)."""
+def _trace(pair: EncodedPair, prompt, weighed: dict[str, Weighed], row: int, probe, params, gating,
+           advantage, n_rows: int):
+    """The trace record of the batch's row `row` from each method's pipeline output."""
     s, e = pair.response_start, pair.length
-    scored = scored_positions(pair)
-    row_scores = {m: v[row, s:e] for m, v in scores.items()}
-    weights = {}
-    for method, values in row_scores.items():
-        if torch.isfinite(values[scored]).all():
-            clean = torch.where(scored, values, torch.zeros_like(values))
-            weights[method] = compute_weights(method, clean, scored, **gating)
-        else:
-            weights[method] = torch.ones_like(values)
-    return build_trace(pair, prompt, probe=probe, scores=row_scores, weights=weights,
+    scores = {m: w.importances[row, s:e] for m, w in weighed.items()}
+    weights = {m: w.weights[row, s:e] for m, w in weighed.items()}
+    seconds = {m: w.seconds / n_rows for m, w in weighed.items()}
+    return build_trace(pair, prompt, probe=probe, scores=scores, weights=weights,
                        advantage=advantage, params={**gating, "methods": params}, timings=seconds)
 
 
@@ -78,16 +59,18 @@ def attribute(
     answer_pattern=None,
     chat: bool | None = None,
     advantages: Sequence[float] | None = None,
-    tau: float = 0.4,
-    beta: float = 2.0,
-    w_min: float = 0.1,
+    tau: float = _D.tau,
+    beta: float = _D.beta,
+    w_min: float = _D.w_min,
+    weighting: str | None = _D.weighting,
+    rho: float = _D.rho,
+    granularity: str = _D.granularity,
+    step_pool: str = _D.step_pool,
     method_params: dict[str, dict] | None = None,
     batch_size: int = 16,
     seed: int = 0,
     progress: bool = False,
     step_unit=AUTO,
-    fmt: str | None = None,
-    pattern=None,
     max_batch_tokens: int | None = None,
 ) -> AttributionBatch:
     """Token importances, weights and credit metrics of each response.
@@ -97,11 +80,14 @@ def attribute(
     probe: outcome probe, `lt`, `as_mean` or `as_joint` (METHOD.md section 3).
     answer_format, answer_pattern: where the final answer is (`spans.locate_answer`: auto,
         boxed, gsm8k, answer_is, regex with answer_pattern); OARConfig and `oar attribute
-        --answer-format` use the same names. `fmt` and `pattern` are their old spellings.
+        --answer-format` use the same names.
     advantages: optional B sequence advantages A_i; adds token advantages A_i * w_t and the
         top-10% advantage mass per method.
     tau, beta, w_min: bi-level gating (METHOD.md section 6); w_min floors the suppression gate
         before the mass-preserving rescale, so a final weight can be below it.
+    weighting, rho: the weighting (default each method's own) and top_rho's kept fraction.
+    granularity, step_pool: 'step' gates pooled step importances and gives each step's weight
+        to its tokens, as a step-granularity trainer does (`ReshapeSettings`).
     method_params: extra keyword arguments per method, e.g. {"oar_g": {"n_noise": 4}}.
     progress: a progress bar counting traces, with the scored positions so far.
     step_unit: how reasoning splits into steps (`steps.step_spans`: line, paragraph,
@@ -116,8 +102,6 @@ def attribute(
     the answer) is treated the same, flagged `no_predicting_position`. Non-finite importances
     are flagged, never silently gated.
     """
-    answer_format = renamed_keyword("fmt", fmt, "answer_format", answer_format, "auto")
-    answer_pattern = renamed_keyword("pattern", pattern, "answer_pattern", answer_pattern, None)
     if isinstance(prompts, (str, dict)) or (prompts and isinstance(prompts[0], dict)):
         prompts = [prompts]
     if isinstance(responses, str):
@@ -126,29 +110,31 @@ def attribute(
         raise InputError(f"{len(prompts)} prompts but {len(responses)} responses; pass one per response")
     if advantages is not None and len(advantages) != len(responses):
         raise InputError(f"{len(advantages)} advantages for {len(responses)} responses")
-    check_probe(probe)
-    for method in methods:
-        get_method(method)
+    settings = ReshapeSettings(
+        method=methods[0] if methods else _D.method, probe=probe, tau=tau, beta=beta, w_min=w_min,
+        weighting=weighting, rho=rho, granularity=granularity, step_pool=step_pool,
+        max_batch_tokens=max_batch_tokens, answer_format=answer_format, answer_pattern=answer_pattern,
+        seed=seed)
+    per_method = {m: for_method(settings, m) for m in methods}  # checks every name
     params, gating = method_params or {}, {"tau": tau, "beta": beta, "w_min": w_min}
-    if max_batch_tokens is not None:
-        params = {**params, **{m: {"max_batch_tokens": max_batch_tokens, **params.get(m, {})}
-                               for m in methods if method_spec(m).token_budget}}
+    if granularity != _D.granularity or weighting is not None:
+        gating |= {"granularity": granularity, "step_pool": step_pool, "weighting": weighting}
     out = AttributionBatch()
     starts = range(0, len(prompts), batch_size)
     bar = tqdm(total=len(prompts), desc="attribute", unit="trace", disable=not progress)
     positions = 0  # scored positions so far, beside the traces
-    with eval_mode(model), bar:
+    with bar:  # the pipeline puts the model in eval mode while it scores
         for start in starts:
             stop = start + batch_size
             batch, pairs = encode_pairs(tokenizer, prompts[start:stop], responses[start:stop],
-                                        fmt=answer_format, pattern=answer_pattern, chat=chat,
+                                        answer_format=answer_format, answer_pattern=answer_pattern, chat=chat,
                                         step_unit=step_unit)
-            scores, seconds = _score(model, tokenizer, batch, methods, probe, params, seed + start)
+            weighed = {m: pipeline.score_and_weight(model, batch, per_method[m], params=params.get(m),
+                                                    tokenizer=tokenizer) for m in methods}
             for row, pair in enumerate(pairs):
                 adv = None if advantages is None else float(advantages[start + row])
-                out.append(_trace(pair, prompts[start + row], scores,
-                                  {m: t / len(pairs) for m, t in seconds.items()},
-                                  row, probe, params, gating, adv))
+                out.append(_trace(pair, prompts[start + row], weighed, row, probe, params, gating,
+                                  adv, len(pairs)))
             positions += sum(sum(t.scored) for t in out[-len(pairs):])
             bar.update(len(pairs))
             bar.set_postfix(positions=positions)

@@ -19,26 +19,19 @@ class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
-class OldSpelling(argparse._StoreAction):
-    """A store action whose option strings after the first are old spellings: using one
-    works and prints a one-line deprecation note naming the new one."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        if option_string is not None and option_string != self.option_strings[0]:
-            import sys
-
-            print(f"{parser.prog}: {option_string} is now {self.option_strings[0]} (the old "
-                  "spelling still works)", file=sys.stderr)
-        super().__call__(parser, namespace, values, option_string)
-
-
-def add_dataclass_args(parser: argparse.ArgumentParser, cls) -> None:
+def add_dataclass_args(parser: argparse.ArgumentParser, cls, names=None) -> None:
+    """`--field-name` flags of the dataclass `cls` (only `names`, when given), with each field's
+    default and help text; an optional field (`T | None`) takes a T."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
+        if names is not None and f.name not in names:
+            continue
         flag = "--" + f.name.replace("_", "-")
         help_text = f.metadata.get("help", "")
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         kind = hints[f.name]
+        if type(None) in typing.get_args(kind):
+            kind = next(t for t in typing.get_args(kind) if t is not type(None))
         if kind is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)
         elif typing.get_origin(kind) in (list, tuple):

@@ -5,7 +5,13 @@ writes the HTML view from Python.
 The HTML view has no script and loads nothing: styles are inline, colours are computed here,
 a step's tokens open with <details>, and a Content-Security-Policy meta tag forbids every
 request. Every text of the trace (prompt, tokens, step texts, method names) goes through
-Jinja's autoescaping, so model output can only ever be text.
+Jinja's autoescaping, so model output can only ever be text; invisible and bidi control
+characters in it are shown as a visible marker (`visible_text`, also the web app's `visible`
+filter) so that they can neither hide text nor reorder what is shown around them.
+
+The CSV tables are safe to open in a spreadsheet: every text cell is quoted (a CR, LF or TAB
+inside a cell can never start a row), and a cell a spreadsheet would run as a formula gets a
+leading `'` (`csv_cell`).
 """
 from __future__ import annotations
 
@@ -13,9 +19,11 @@ import csv
 import io
 import json
 import math
+import unicodedata
 from pathlib import Path
 
 import jinja2
+import markupsafe
 
 from .step_view import STEP_POOL, display_levels, step_pieces, step_table, trace_steps
 
@@ -29,7 +37,37 @@ def _env() -> jinja2.Environment:
                              undefined=jinja2.StrictUndefined)
     env.filters["heat"] = heat_style
     env.filters["num"] = fmt_number
+    env.filters["visible"] = visible_text
     return env
+
+
+# Characters that draw nothing or move the text around them: C0/C1 controls (but for tab and
+# newline, which the views lay out), format characters (bidi embeddings, overrides and
+# isolates U+202A-202E, U+2066-2069, marks U+200E/F, zero-width space and joiners, BOM) and
+# the line and paragraph separators.
+_SHOWN_CONTROLS = {"\t", "\n"}
+
+
+def is_invisible(char: str) -> bool:
+    """Whether `char` is a control or format character that a view must show as a marker."""
+    return char not in _SHOWN_CONTROLS and unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp")
+
+
+def visible_text(text) -> markupsafe.Markup:
+    """HTML of untrusted text: escaped, and each invisible or bidi control character replaced
+    by a visible marker whose title names its code point (the character itself is dropped,
+    so it cannot reorder the page). The one helper of the exports and the web app's pages;
+    static/app.js's `visibleText` does the same in the browser."""
+    text = "" if text is None else str(text)
+    out = []
+    for char in text:
+        if is_invisible(char):
+            name = unicodedata.name(char, "control")
+            out.append(markupsafe.Markup('<span class="ctl" title="U+{:04X} {}">\u25c7</span>')
+                       .format(ord(char), name))
+        else:
+            out.append(markupsafe.escape(char))
+    return markupsafe.Markup("").join(out)
 
 
 def heat_style(level) -> str:
@@ -91,17 +129,33 @@ def step_rows(record, table: dict | None = None, pool: str = STEP_POOL) -> list[
     return rows
 
 
+# What starts a formula in a spreadsheet (OWASP's list): a cell beginning with one of these,
+# also after leading whitespace, is guarded by a leading quote.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value):
+    """A value as a CSV cell: None as empty; a text a spreadsheet would run as a formula
+    with a leading `'`; numbers unchanged."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and (value[:1] in FORMULA_STARTS
+                                   or value.lstrip()[:1] in FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 def rows_csv(rows: list[dict]) -> str:
-    """CSV text of rows (header from the first row). Text cells are quoted as needed; a cell
-    that a spreadsheet would run as a formula (=, +, -, @ first) gets a leading quote."""
+    """CSV text of rows (header from the first row). Every text cell is quoted, so a CR, LF,
+    TAB or comma inside one stays inside it, and formula cells are guarded (`csv_cell`)."""
     out = io.StringIO()
     if not rows:
         return ""
-    writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n",
+                            quoting=csv.QUOTE_NONNUMERIC)
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: ("'" + v if isinstance(v, str) and v[:1] in ("=", "+", "-", "@")
-                             else ("" if v is None else v)) for k, v in row.items()})
+        writer.writerow({k: csv_cell(v) for k, v in row.items()})
     return out.getvalue()
 
 

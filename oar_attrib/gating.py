@@ -11,6 +11,7 @@ import math
 import torch
 
 from .errors import InputError
+from .weights.defaults import BETA, RHO, TAU, W_MIN
 
 # Guards denominators in branches that torch.where evaluates but then discards.
 _TINY = 1e-12
@@ -100,7 +101,7 @@ def masked_quantile(values: torch.Tensor, mask: torch.Tensor, q: float) -> torch
     return torch.where(n > 0, out, torch.zeros_like(out))
 
 
-def gate(ihat: torch.Tensor, tau_q: torch.Tensor, beta: float = 2.0, w_min: float = 0.1):
+def gate(ihat: torch.Tensor, tau_q: torch.Tensor, beta: float = BETA, w_min: float = W_MIN):
     """Steps 3-4 on normalised importances, before mass preservation.
 
     ihat: (B, T) in [0, 1]; tau_q: (B, 1) or scalar threshold. Below tau_q the weight is
@@ -118,9 +119,9 @@ def gate(ihat: torch.Tensor, tau_q: torch.Tensor, beta: float = 2.0, w_min: floa
 def bilevel_weights(
     importance: torch.Tensor,
     mask: torch.Tensor | None = None,
-    tau: float = 0.4,
-    beta: float = 2.0,
-    w_min: float = 0.1,
+    tau: float = TAU,
+    beta: float = BETA,
+    w_min: float = W_MIN,
 ) -> torch.Tensor:
     """OAR's token weights from importances, steps 1-6 of METHOD.md section 6.
 
@@ -144,7 +145,7 @@ def bilevel_weights(
     return weights.squeeze(0) if one_d else weights
 
 
-def entropy_topk_mask(entropy: torch.Tensor, mask: torch.Tensor | None = None, rho: float = 0.2):
+def entropy_topk_mask(entropy: torch.Tensor, mask: torch.Tensor | None = None, rho: float = RHO):
     """High-entropy-minority reshaper: 1 on the top-rho entropy tokens of the batch, else 0.
 
     entropy: (B, T) (or (T,)) policy entropies; mask: same shape, bool, the scored tokens.

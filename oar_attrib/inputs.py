@@ -13,7 +13,7 @@ from typing import Sequence, Union
 import torch
 
 from .batch import ScoringBatch, step_ids_from_ranges
-from .errors import InputError, TokenizerError
+from .errors import InputError, TokenizerError, renamed_keyword
 from .spans import AnswerLocation, locate_answer, offsets_from_ids, segment_tokens
 from .steps import AUTO, reasoning_steps
 
@@ -67,8 +67,28 @@ def _as_ids(value) -> list[int]:
     return [int(i) for i in value]
 
 
+class PlainPromptWarning(UserWarning):
+    """A plain-string prompt was wrapped in the tokenizer's chat template (chat=None)."""
+
+
+def _templated(tokenizer, prompt: Prompt, chat: bool | None) -> bool:
+    """Whether a string prompt goes through the chat template: chat=True, or chat=None with a
+    tokenizer that has one (a chat model scored on a bare string sees a text it was never
+    trained on; its rankings then differ from the same trace's chat version), with a warning."""
+    if not isinstance(prompt, str) or chat is not None:
+        return bool(chat) or not isinstance(prompt, str)
+    if getattr(tokenizer, "chat_template", None) is None:
+        return False
+    import warnings
+
+    warnings.warn("a plain-string prompt was wrapped in the tokenizer's chat template as one user "
+                  "message; pass chat=False (CLI: --no-chat) to score it as plain text",
+                  PlainPromptWarning, stacklevel=4)
+    return True
+
+
 def _encode_prompt(tokenizer, prompt: Prompt, chat: bool | None, row: int) -> list[int]:
-    if isinstance(prompt, str) and not chat:
+    if isinstance(prompt, str) and not _templated(tokenizer, prompt, chat):
         return _as_ids(tokenizer(prompt)["input_ids"])
     if not isinstance(prompt, (str, list, tuple)):
         raise InputError(
@@ -142,17 +162,18 @@ def _check_inputs(tokenizer, prompts, responses, response_ids, pad_token_id) -> 
 
 
 def encode_pair(
-    tokenizer, prompt: Prompt, response: str | None, *, row: int = 0, fmt: str = "auto",
-    pattern=None, chat: bool | None = None, response_ids=None, step_unit=AUTO,
+    tokenizer, prompt: Prompt, response: str | None, *, row: int = 0, answer_format: str = "auto",
+    answer_pattern=None, chat: bool | None = None, response_ids=None, step_unit=AUTO,
 ) -> EncodedPair:
     """Encode one pair (see `encode_pairs`); `row` only names the pair in error messages."""
     prompt_ids = _encode_prompt(tokenizer, prompt, chat, row)
     ids, offsets, text = _encode_response(tokenizer, response, response_ids)
-    return pair_from_offsets(prompt_ids, ids, offsets, text, fmt=fmt, pattern=pattern, step_unit=step_unit)
+    return pair_from_offsets(prompt_ids, ids, offsets, text, answer_format=answer_format,
+                             answer_pattern=answer_pattern, step_unit=step_unit)
 
 
 def pair_from_offsets(prompt_ids: Sequence[int], response_ids: Sequence[int], offsets, text: str, *,
-                      fmt: str = "auto", pattern=None, step_unit=AUTO) -> EncodedPair:
+                      answer_format: str = "auto", answer_pattern=None, step_unit=AUTO) -> EncodedPair:
     """The EncodedPair of token ids, the response tokens' (start, end) character `offsets` into
     `text`: the answer located (`spans.locate_answer`), each token labelled by segment, the
     reasoning cut into steps. `attribute()` (texts) and training (sampled ids) both build
@@ -163,7 +184,7 @@ def pair_from_offsets(prompt_ids: Sequence[int], response_ids: Sequence[int], of
     scored, the trace is flagged) rather than an error, since training meets such rows in
     sampled batches and a user's batch should not fail for one row.
     """
-    location = locate_answer(text, fmt, pattern)
+    location = locate_answer(text, answer_format, answer_pattern)
     segments = segment_tokens(offsets, location)
     unpredicted = segments.span_found and not prompt_ids and segments.labels[0] == "answer"
     found = segments.span_found and not unpredicted
@@ -208,22 +229,26 @@ def encode_pairs(
     prompts: Sequence[Prompt],
     responses: Sequence[str] | None,
     *,
-    fmt: str = "auto",
-    pattern=None,
+    answer_format: str = "auto",
+    answer_pattern=None,
     chat: bool | None = None,
     max_length: int | None = None,
     response_ids: Sequence[Sequence[int]] | None = None,
     pad_token_id: int | None = None,
     step_unit=AUTO,
+    fmt: str | None = None,
+    pattern=None,
 ) -> tuple[ScoringBatch, list[EncodedPair]]:
     """Tokenize prompt/response pairs into a ScoringBatch of B rows, and describe each pair.
 
-    prompts: B strings or chat message lists. chat=None templates message lists and
-        tokenizes strings plainly; chat=True also wraps a string as one user message.
+    prompts: B strings or chat message lists. chat=None templates message lists, and strings
+        too (as one user message, with a `PlainPromptWarning`) when the tokenizer has a chat
+        template; chat=True always wraps a string; chat=False tokenizes strings plainly.
     responses: B response texts; or None with response_ids (B id lists, e.g. sampled in
         training), whose offsets and text then come from decoding (`offsets_from_ids`).
         When response_ids are given they are used and `responses` is ignored.
-    fmt, pattern: the answer format (see `spans.locate_answer`).
+    answer_format, answer_pattern: the answer format (see `spans.locate_answer`; `fmt` and
+        `pattern` are their old spellings).
     max_length: longest allowed row; default the tokenizer's model_max_length when set.
     step_unit: how the reasoning splits into steps (`steps.step_spans` units, a regex, or
         `auto`: lines, or sentences for a one-line reasoning); sets each pair's `steps` and
@@ -231,6 +256,8 @@ def encode_pairs(
     Rows without an answer span, with an empty reasoning, or whose answer starts the response
     after an empty prompt (`no_predicting_position`) have no scored positions.
     """
+    answer_format = renamed_keyword("fmt", fmt, "answer_format", answer_format, "auto")
+    answer_pattern = renamed_keyword("pattern", pattern, "answer_pattern", answer_pattern, None)
     pad_token_id = _check_inputs(tokenizer, prompts, responses, response_ids, pad_token_id)
     if max_length is None:
         max_length = _default_max_length(tokenizer)
@@ -239,7 +266,8 @@ def encode_pairs(
         text = None if responses is None else responses[row]
         ids = None if response_ids is None else response_ids[row]
         pair = encode_pair(
-            tokenizer, prompt, text, row=row, fmt=fmt, pattern=pattern, chat=chat, response_ids=ids,
+            tokenizer, prompt, text, row=row, answer_format=answer_format, answer_pattern=answer_pattern,
+            chat=chat, response_ids=ids,
             step_unit=step_unit,
         )
         if max_length is not None and pair.length > max_length:

@@ -1,113 +1,29 @@
-"""Registry of importance methods, found by name: the one list every caller reads.
+"""The catalogue of importance methods: the registry (`method_registry`) with every built-in
+method registered, the one module callers read names from.
 
-An importance method is a plain function
-
-    fn(model, batch: ScoringBatch, *, probe: str = "as_mean", generator=None, **params)
-        -> torch.Tensor  # (B, L) float32, >= 0 on batch.scored_mask, exactly 0 elsewhere
-
-Rows with no answer span (batch.has_answer False) get all zeros. A method registers with
-`@register_method("name", ...)`, declaring what the attribution and the trainer need to run it:
-
-- weighting:      the weighting (`weightings.register_weighting`) its importances go through
-                  unless the caller picks another (METHOD.md 6-7);
-- random:         it draws random numbers and, given a list of B generators, draws row b's
-                  numbers from generators[b] exactly as it would for row b alone (so a row's
-                  scores do not depend on the rows batched with it; the trainer relies on this);
-- token_budget:   it takes `max_batch_tokens`, the size of one forward in tokens;
-- train_params:   other keyword arguments the trainer fills from its settings of the same
-                  name (e.g. `noise_std`);
-- analysis_only:  it explains a trace but cannot reshape training (too slow, or needs data a
-                  training step does not have): `attribute` runs it, the trainer refuses it;
-- needs_tokenizer: it reads text (e.g. sampled answers): `attribute` passes its tokenizer as
-                  `tokenizer=` unless the caller's method_params give one.
-
-`get_method` / `method_spec` raise an error that lists the known names.
+Importing this module imports the built-in members, each of which registers itself with the
+registry; the registry imports none of them, so the import graph has no cycle. `none` is
+registered here: uniform weights without any model call (plain GRPO), so callers ask its spec
+(`MethodSpec.uniform`) rather than compare the name.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+import torch
 
-from .errors import unknown_name
+from . import oar_g, oar_p, oar_p_step, resample  # noqa: F401  (registration)
+from .baselines import entropy, grail, ig, random  # noqa: F401  (registration)
+from .batch import ScoringBatch
+from .method_registry import (ImportanceFn, MethodSpec, available_methods, get_method, method_spec,
+                              register_method, trainable_methods, unregister_method)
 
-ImportanceFn = Callable[..., "torch.Tensor"]  # noqa: F821
+__all__ = ["ImportanceFn", "MethodSpec", "available_methods", "get_method", "method_spec",
+           "register_method", "trainable_methods", "unregister_method"]
 
-
-@dataclass(frozen=True)
-class MethodSpec:
-    """A registered importance method and what running it needs (see the module docstring)."""
-
-    name: str
-    fn: ImportanceFn
-    weighting: str = "bilevel"
-    random: bool = False
-    token_budget: bool = False
-    train_params: tuple[str, ...] = ()
-    analysis_only: bool = False
-    needs_tokenizer: bool = False
-
-    def kwargs(self, settings, longest: int = 0, generators=None) -> dict:
-        """Keyword arguments of `fn` from an object with the trainer's settings
-        (`max_batch_tokens` and the `train_params` names): a row of `longest` tokens is scored
-        alone rather than failing on the budget; `generators` go in when the method is random."""
-        out = {name: getattr(settings, name) for name in self.train_params}
-        if self.token_budget:
-            budget = settings.max_batch_tokens  # None: the method sizes it (OAR-P: auto)
-            out["max_batch_tokens"] = None if budget is None else max(int(budget), longest)
-        if self.random and generators is not None:
-            out["generator"] = list(generators)
-        return out
+NO_METHOD = "none"
 
 
-_METHODS: dict[str, MethodSpec] = {}
-
-
-def register_method(name: str, *, weighting: str = "bilevel", random: bool = False,
-                    token_budget: bool = False, train_params: tuple[str, ...] = (),
-                    analysis_only: bool = False,
-                    needs_tokenizer: bool = False) -> Callable[[ImportanceFn], ImportanceFn]:
-    """Decorator: register `fn` as importance method `name` (see the module docstring)."""
-
-    def wrap(fn: ImportanceFn) -> ImportanceFn:
-        if name in _METHODS:
-            raise ValueError(f"importance method {name!r} is registered twice; pick another name")
-        _METHODS[name] = MethodSpec(name, fn, weighting, random, token_budget, tuple(train_params),
-                                    analysis_only, needs_tokenizer)
-        return fn
-
-    return wrap
-
-
-def unregister_method(name: str) -> None:
-    """Remove a registered method (for tests and notebooks that register their own)."""
-    _METHODS.pop(name, None)
-
-
-def _load_builtin() -> None:
-    # Imported for their registration side effect; kept lazy so that importing this module
-    # stays cheap and free of cycles.
-    from . import oar_p, oar_g, oar_p_step, resample  # noqa: F401
-    from .baselines import entropy, grail, ig, random  # noqa: F401
-
-
-def method_spec(name: str) -> MethodSpec:
-    _load_builtin()
-    if name not in _METHODS:
-        raise unknown_name("importance method", name, _METHODS)
-    return _METHODS[name]
-
-
-def get_method(name: str) -> ImportanceFn:
-    return method_spec(name).fn
-
-
-def available_methods() -> list[str]:
-    """Every registered method, analysis-only ones included (what `attribute` can run)."""
-    _load_builtin()
-    return sorted(_METHODS)
-
-
-def trainable_methods() -> list[str]:
-    """Registered methods the trainer can reshape advantages with (not analysis-only)."""
-    _load_builtin()
-    return sorted(n for n, spec in _METHODS.items() if not spec.analysis_only)
+@register_method(NO_METHOD, weighting="uniform", uniform=True)
+def none(model, batch: ScoringBatch, *, probe: str = "as_mean", generator=None) -> torch.Tensor:
+    """No importance: (B, L) float32 zeros on the batch's device; the model is not run (it may
+    be None). Its weighting gives weight 1 everywhere, so advantages are GRPO's."""
+    return torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=batch.input_ids.device)

@@ -1,49 +1,33 @@
-"""Loading models (the bundled `arith-tiny` checkpoint or any local Hugging Face folder) and
-building seeded random Qwen2 models in code (tests, benches, pretraining from scratch)."""
+"""Loading models (a catalogue name such as the bundled `arith-tiny` or `smollm2-135m`, a
+.gguf file, or any local Hugging Face folder) and building seeded random Qwen2 models in code (tests, benches, pretraining from scratch)."""
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from .catalogue import CATALOGUE, bundled_path, entry_folder, gguf_folder
 from .errors import ModelLoadError
 
-BUNDLED = ("arith-tiny",)
+BUNDLED = tuple(name for name, entry in CATALOGUE.items() if entry.bundled)
 # A folder holds a tokenizer when it has one of these (fast, sentencepiece or BPE files).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
 
 
-def bundled_path(name: str = "arith-tiny") -> Path:
-    """Folder of a checkpoint shipped inside the package."""
-    if name not in BUNDLED:
-        raise ModelLoadError(f"no bundled model {name!r}; bundled: {', '.join(BUNDLED)}")
-    return Path(str(resources.files("oar_attrib") / "assets" / name))
-
-
-def cache_dir() -> Path:
-    """Where converted real models are kept: $OAR_CACHE, else $XDG_CACHE_HOME/oar-attrib, else
-    ~/.cache/oar-attrib."""
-    import os
-
-    if os.environ.get("OAR_CACHE"):
-        return Path(os.environ["OAR_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "oar-attrib"
-
-
 def resolve(name_or_path: str | Path) -> Path:
-    if str(name_or_path) in BUNDLED:
-        return bundled_path(str(name_or_path))
-    cached = cache_dir() / "models" / str(name_or_path)
-    if str(name_or_path) == "smollm2-135m" and (cached / "config.json").is_file():
-        return cached  # provisional: the catalogue (issue 26) fetches and converts it
+    """The local folder of a catalogue name (`catalogue.CATALOGUE`: fetched and converted on
+    first use), a `.gguf` file (converted once) or a Hugging Face checkpoint folder."""
+    if str(name_or_path) in CATALOGUE:
+        return entry_folder(CATALOGUE[str(name_or_path)])
     path = Path(name_or_path).expanduser()
+    if path.suffix == ".gguf":
+        return gguf_folder(path)
     if not (path / "config.json").is_file():
         raise ModelLoadError(
-            f"{name_or_path!r} is neither a bundled model ({', '.join(BUNDLED)}) nor a folder with "
-            "a config.json; pass a local Hugging Face checkpoint folder (nothing is downloaded)"
+            f"{name_or_path!r} is neither a catalogue model ({', '.join(CATALOGUE)}; `oar models` "
+            "lists them), a .gguf file nor a folder with a config.json; pass a local Hugging Face "
+            "checkpoint folder"
         )
     if not any(path.glob("*.safetensors")):
         raise ModelLoadError(
@@ -122,9 +106,11 @@ def check_device(device: str | None) -> torch.device | None:
 
 
 def load_model(name_or_path: str | Path = "arith-tiny", device: str | None = None, dtype=None):
-    """(model, tokenizer) from a bundled name or a local folder; model in eval mode.
+    """(model, tokenizer) from a catalogue name (`oar models`), a .gguf file or a local
+    folder; model in eval mode.
 
-    Weights load from safetensors only, offline. The device, the weights' files and shapes
+    Weights load from safetensors only; a catalogue model not yet on this machine is fetched
+    once (see `catalogue`). The device, the weights' files and shapes
     and the tokenizer's fit to the embedding are checked first (`ModelLoadError` saying what
     to do, never a traceback deep in transformers). `dtype` is a torch dtype or its name
     ("float32", "bfloat16"); default float32.

@@ -25,7 +25,7 @@ from .batch import ScoringBatch
 from .errors import InputError
 from .lm import (accepts_logits_to_keep, check_positions, draw_normal, eval_mode,
                  input_embeddings, keep_scoreable, logits_at, model_device, scoreable)
-from .methods import register_method
+from .method_registry import register_method
 from .probes import check_probe, probe_divergence, probe_sites, probe_values
 
 

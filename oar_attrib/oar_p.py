@@ -31,7 +31,7 @@ from .batch import ScoringBatch
 from .budget import auto_batch_tokens
 from .errors import InputError
 from .lm import check_positions, eval_mode, logits_at, model_device
-from .methods import register_method
+from .method_registry import register_method
 from .oar_p_packed import mask_kind, pack_copies, packed_key_limit, plan_copies, score_packed
 from .probes import ProbeSites, check_probe, probe_importance, probe_sites, probe_values
 

@@ -20,7 +20,7 @@ from . import oar_p as engine
 from .batch import ScoringBatch
 from .errors import InputError
 from .lm import check_positions, eval_mode, logits_at, model_device
-from .methods import register_method
+from .method_registry import register_method
 from .probes import check_probe, probe_importance, probe_sites, probe_values
 
 

@@ -30,7 +30,7 @@ from .generation import continue_rows, cut_at_stop, stop_ids
 from .batch import ScoringBatch
 from .errors import InputError
 from .lm import eval_mode
-from .methods import register_method
+from .method_registry import register_method
 from .spans import locate_answer
 
 REMOVALS = ("pad", "drop")

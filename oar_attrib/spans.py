@@ -46,13 +46,42 @@ class AnswerLocation:
 
 
 # --------------------------------------------------------------------------- formats
+#
+# Every format lists its candidate answers (marker start, raw answer region); `_value` then cuts
+# a raw region to its value or refuses it, whatever the format:
+# - an expression `45 x 18 = 756` is cut to what follows its last top-level `=`;
+# - prose after a marker (`$18 per day`, `0 hours`) is cut to its first number or `$...$`
+#   expression, and refused without one (`Here is a short example of how I performed`);
+# - a region with no letter or digit (`"`), a template placeholder (`<answer>`) or unbalanced
+#   brackets (an expression cut off) is refused.
+# The located answer is the last candidate that keeps a value (`auto`: over all formats).
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _GSM8K = re.compile(r"####[ \t]*\$?[ \t]*")
-_GSM8K_NUMBER = re.compile(r"[-+]?(?:\d[\d,]*(?:\.\d+)?|\.\d+)")
-_ANSWER_IS = re.compile(r"(?:\bthe\s+(?:final\s+)?answer\s+is\b\s*:?|\banswer\s*:)[ \t]*", re.I)
+_ANSWER_IS = re.compile(
+    r"(?:\bthe\s+(?:final\s+)?answer\s+is\b(?!['\u2019])\s*:?|\banswer\s*:)[ \t]*", re.I)
 # A period ends the answer only when a space or the end of the text follows it: "72.5" stays.
 _ANSWER_IS_END = re.compile(r"\n|\.(?=\s|$)")
+_NUMBER = re.compile(r"[-+]?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:\s*/\s*\d+)?")
+_MATH = re.compile(r"\$([^$]+)\$")
+_PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}")
+_PLACEHOLDER = re.compile(r"<[^<>]*>")
+_EDGE = " \t\r\n$*\"'`"
+_ARITHMETIC = re.compile(r"[\s\d.,+\-*/^()\[\]x\u00d7\u00f7\u2212:]*\d[\s\d.,+\-*/^()\[\]x\u00d7\u00f7\u2212:]*|"
+                         r"(?:[\s\d.,+\-*/^(){}]|\\(?:times|cdot|div|frac|left|right))*\d"
+                         r"(?:[\s\d.,+\-*/^(){}]|\\(?:times|cdot|div|frac|left|right))*")
+_VARIABLE = re.compile(r"\s*[A-Za-z](?:_\{?\w+\}?)?\s*")
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """A marker and the raw region after it, before `_value` cuts it."""
+
+    marker_start: int
+    start: int
+    end: int
+    fmt: str
+    prose: bool  # the region may be prose (answer_is, a `####` line): cut it to its value
 
 
 def _trim(text: str, start: int, end: int, chars: str = " \t\r\n") -> tuple[int, int]:
@@ -90,48 +119,100 @@ def _closing_brace(text: str, open_at: int) -> int | None:
     return None
 
 
-def _locate_boxed(text: str) -> AnswerLocation | None:
-    # "Last" is the box whose closing brace comes last: the outer one of nested boxes.
-    best = None
+def _balanced(value: str) -> bool:
+    depth = {"{": 0, "(": 0, "[": 0}
+    closing = {"}": "{", ")": "(", "]": "["}
+    i = 0
+    while i < len(value):
+        ch = value[i]
+        if ch == "\\" and i + 1 < len(value) and value[i + 1] in "{}":
+            i += 2
+            continue
+        if ch in depth:
+            depth[ch] += 1
+        elif ch in closing:
+            depth[closing[ch]] -= 1
+        i += 1
+    # Half-open intervals ("[0, 1)") close a bracket with the other kind: count them as one.
+    return depth["{"] == 0 and depth["("] + depth["["] == 0
+
+
+def _result_start(value: str) -> int:
+    """Where the result of a calculation `45 x 18 = 756` or an assignment `x = 5` starts: just
+    after the last top-level `=` when what stands between it and the `=` before it is
+    arithmetic on numbers or one variable; else 0 (an equation such as `5x - 7y + 4 = 0` is
+    the answer itself). `<=`, `>=`, `!=`, `==` are not `=`."""
+    depth, cuts = 0, [-1]
+    for i, ch in enumerate(value):
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+        elif ch == "=" and depth == 0 and value[i - 1 : i] not in ("<", ">", "!", "=") \
+                and value[i + 1 : i + 2] != "=":
+            cuts.append(i)
+    if len(cuts) < 2:
+        return 0
+    left = value[cuts[-2] + 1 : cuts[-1]]
+    return cuts[-1] + 1 if _ARITHMETIC.fullmatch(left) or _VARIABLE.fullmatch(left) else 0
+
+
+def _value(text: str, cand: _Candidate) -> tuple[int, int] | None:
+    """The value's span inside the candidate's region, or None when the region has none."""
+    if cand.fmt == "answer_is" and _BOXED.search(text, cand.start, cand.end):
+        return None  # the box is the boxed format's answer; this sentence is its bridge
+    start, end = _trim(text, cand.start, cand.end, _EDGE)
+    cut = _result_start(text[start:end])
+    if cut:
+        start, end = _trim(text, start + cut, end, _EDGE)
+    value = text[start:end]
+    if cand.prose and _PROSE_WORD.search(value) and " " in value.strip():
+        inner = _MATH.search(text, cand.start, cand.end) or _NUMBER.search(value)
+        if inner is None:
+            return None
+        if inner.re is _MATH:
+            start, end = _trim(text, inner.start(1), inner.end(1), _EDGE)
+        else:
+            start, end = start + inner.start(), start + inner.end()
+        value = text[start:end]
+    if value.endswith(","):
+        end -= 1
+        value = value[:-1]
+    if not any(ch.isalnum() for ch in value) or _PLACEHOLDER.search(value) or not _balanced(value):
+        return None
+    return start, end
+
+
+def _boxed(text: str) -> list[_Candidate]:
+    out = []
     for m in _BOXED.finditer(text):
         close = _closing_brace(text, m.end() - 1)
-        if close is not None and (best is None or close > best[2]):
-            best = (m.start(), m.end(), close)
-    if best is None:
-        return None
-    start, end = _trim(text, best[1], best[2])
-    return AnswerLocation(best[0], start, end, "boxed") if end > start else None
+        if close is not None:
+            out.append(_Candidate(m.start(), m.end(), close, "boxed", False))
+    return out
 
 
-def _locate_gsm8k(text: str) -> AnswerLocation | None:
-    matches = list(_GSM8K.finditer(text))
-    if not matches:
-        return None
-    m = matches[-1]
-    number = _GSM8K_NUMBER.match(text, m.end())
-    if number:
-        start, end = number.start(), number.end()
-        if text[end - 1] == ",":  # "#### 5, so" : the comma is punctuation, not a digit group
-            end -= 1
-    else:  # not a number: the rest of the line, as GSM8K's own extractor reads it
+def _gsm8k(text: str) -> list[_Candidate]:
+    # The rest of the line, as GSM8K's own extractor reads it; `_value` cuts it to its value.
+    out = []
+    for m in _GSM8K.finditer(text):
         line_end = text.find("\n", m.end())
-        start, end = _trim(text, m.end(), len(text) if line_end < 0 else line_end)
-    return AnswerLocation(m.start(), start, end, "gsm8k") if end > start else None
+        out.append(_Candidate(m.start(), m.end(), len(text) if line_end < 0 else line_end, "gsm8k", True))
+    return out
 
 
-def _locate_answer_is(text: str) -> AnswerLocation | None:
-    matches = list(_ANSWER_IS.finditer(text))
-    if not matches:
-        return None
-    m = matches[-1]
-    stop = _ANSWER_IS_END.search(text, m.end())
-    start, end = _trim(text, m.end(), len(text) if stop is None else stop.start(), " \t$*")
-    return AnswerLocation(m.start(), start, end, "answer_is") if end > start else None
+def _answer_is(text: str) -> list[_Candidate]:
+    out = []
+    for m in _ANSWER_IS.finditer(text):
+        stop = _ANSWER_IS_END.search(text, m.end())
+        end = len(text) if stop is None else stop.start()
+        out.append(_Candidate(m.start(), m.end(), end, "answer_is", True))
+    return out
 
 
-def _locate_regex(text: str, pattern) -> AnswerLocation | None:
+def _regex(pattern):
     if pattern is None:
-        raise InputError("fmt='regex' needs `pattern`, a regex with one capturing group")
+        raise InputError("answer_format='regex' needs `answer_pattern`, a regex with one capturing group")
     try:
         regex = re.compile(pattern) if isinstance(pattern, str) else pattern
     except re.error as exc:
@@ -142,43 +223,66 @@ def _locate_regex(text: str, pattern) -> AnswerLocation | None:
             f"the answer regex must have exactly one capturing group (the answer), got {got}; "
             "write other groups as non-capturing (?:...)"
         )
-    matches = list(regex.finditer(text))
-    if not matches or matches[-1].start(1) < 0:
-        return None
-    m = matches[-1]
-    start, end = _trim(text, m.start(1), m.end(1))
-    return AnswerLocation(m.start(), start, end, "regex") if end > start else None
+
+    def candidates(text: str) -> list[_Candidate]:
+        return [_Candidate(m.start(), m.start(1), m.end(1), "regex", False)
+                for m in regex.finditer(text) if m.start(1) >= 0]
+
+    return candidates
 
 
-_FORMATS: dict[str, Callable[[str], AnswerLocation | None]] = {
-    "boxed": _locate_boxed,
-    "gsm8k": _locate_gsm8k,
-    "answer_is": _locate_answer_is,
+_FORMATS: dict[str, Callable[[str], list[_Candidate]]] = {
+    "boxed": _boxed,
+    "gsm8k": _gsm8k,
+    "answer_is": _answer_is,
 }
 ANSWER_FORMATS = ("auto", *_FORMATS, "regex")
 
 
-def locate_answer(text: str, fmt: str = "auto", pattern=None) -> AnswerLocation | None:
-    """Find the final answer of `text`; None when there is none or it is empty.
+def _candidates(text: str, answer_format: str, answer_pattern) -> list[_Candidate]:
+    if answer_format == "regex" or (answer_format == "auto" and answer_pattern is not None):
+        return _regex(answer_pattern)(text)
+    if answer_pattern is not None:
+        raise InputError("`answer_pattern` is only used with answer_format='regex' (or 'auto'), "
+                         f"got answer_format={answer_format!r}")
+    if answer_format == "auto":
+        return [c for find in _FORMATS.values() for c in find(text)]
+    if answer_format not in _FORMATS:
+        raise unknown_name("answer format", answer_format, ANSWER_FORMATS)
+    return _FORMATS[answer_format](text)
 
-    fmt: "boxed" (last balanced `\\boxed{...}` / `\\fbox{...}`), "gsm8k" (last `#### N`),
-    "answer_is" (last `The answer is N` / `Answer: N`, to the end of the line or sentence),
-    "regex" (last match of `pattern`, whose single group is the answer), or "auto": boxed,
-    else gsm8k, else answer_is. With fmt="auto" a given `pattern` selects "regex".
+
+def _restated_before(text: str, at: int, value: str, valued: list[tuple[_Candidate, tuple[int, int]]]) -> int:
+    """Start of the run of statements of the same answer `value` that end right before `at`
+    (only whitespace between), else `at`: a restatement is not reasoning."""
+    while True:
+        before = text[:at].rstrip()
+        match = next((c for c, (s, e) in valued if c.marker_start < at and text[s:e] == value
+                      and e <= len(before) and text[e:len(before)].strip(" \t.\"'`$*}") == ""), None)
+        if match is None:
+            return at
+        at = match.marker_start
+
+
+def locate_answer(text: str, answer_format: str = "auto", answer_pattern=None) -> AnswerLocation | None:
+    """Find the final answer of `text`; None when there is none or none keeps a value.
+
+    answer_format: "boxed" (a balanced `\\boxed{...}` / `\\fbox{...}`), "gsm8k" (`#### N`),
+    "answer_is" (`The answer is N` / `Answer: N`, to the end of the line or sentence), "regex"
+    (a match of `answer_pattern`, whose single group is the answer), or "auto": any of the
+    three. The last candidate that keeps a value wins (the one whose value ends last; the outer
+    of nested boxes). A marker whose sentence holds the box (`The answer is $\\boxed{5}$`) and
+    restatements of the same answer just before the marker join the bridge.
     """
-    if fmt == "regex" or (fmt == "auto" and pattern is not None):
-        return _locate_regex(text, pattern)
-    if pattern is not None:
-        raise InputError(f"`pattern` is only used with fmt='regex' (or 'auto'), got fmt={fmt!r}")
-    if fmt == "auto":
-        for locate in _FORMATS.values():
-            found = locate(text)
-            if found is not None:
-                return found
+    cands = _candidates(text, answer_format, answer_pattern)
+    valued = [(c, v) for c in cands if (v := _value(text, c)) is not None]
+    if not valued:
         return None
-    if fmt not in _FORMATS:
-        raise unknown_name("answer format", fmt, ANSWER_FORMATS)
-    return _FORMATS[fmt](text)
+    best, (start, end) = max(valued, key=lambda cv: (cv[1][1], cv[0].marker_start))
+    marker_start = min([best.marker_start] + [c.marker_start for c in cands
+                                              if c.marker_start < best.marker_start and c.end >= best.end])
+    marker_start = _restated_before(text, marker_start, text[start:end], valued)
+    return AnswerLocation(marker_start, start, end, best.fmt)
 
 
 def find_answer_span(text: str, answer_format: str = "auto", answer_pattern=None, *,

@@ -18,6 +18,7 @@ import torch
 
 from .errors import unknown_name
 from .gating import bilevel_weights, entropy_topk_mask, grail_weights
+from .weights import defaults
 
 
 @dataclass(frozen=True)
@@ -28,10 +29,10 @@ class WeightingParams:
     rho: kept fraction of the top-rho weighting.
     """
 
-    tau: float = 0.4
-    beta: float = 2.0
-    w_min: float = 0.1
-    rho: float = 0.2
+    tau: float = defaults.TAU
+    beta: float = defaults.BETA
+    w_min: float = defaults.W_MIN
+    rho: float = defaults.RHO
 
 
 WeightingFn = Callable[[torch.Tensor, torch.Tensor, WeightingParams], torch.Tensor]
@@ -92,3 +93,9 @@ def top_rho(importance: torch.Tensor, mask: torch.Tensor, params: WeightingParam
     """1 on the top-rho fraction of the batch's scored tokens, 0 on the rest
     (`gating.entropy_topk_mask`, the high-entropy-minority baseline)."""
     return entropy_topk_mask(importance, mask, params.rho)
+
+
+@register_weighting("uniform", preserves_mass=True)
+def uniform(importance: torch.Tensor, mask: torch.Tensor, params: WeightingParams) -> torch.Tensor:
+    """Weight 1 everywhere (plain GRPO: the `none` method's weighting); reads no importance."""
+    return torch.ones(importance.shape, dtype=torch.float32, device=importance.device)

@@ -1,6 +1,8 @@
 """The package's shape, read from the source with `ast` (nothing is imported): the core never
 imports training or the web app, the store sits below the analysis and the attribution, the
-pipeline modules know nothing of the world or the analysis, no import cycle, no long file."""
+pipeline modules know nothing of the world or the analysis, the wings along the data flow
+(inputs -> methods -> weights -> records) import only downward and records never the store, no
+import cycle counting every import (function-level ones too), no long file."""
 import ast
 from pathlib import Path
 
@@ -27,12 +29,31 @@ def _resolve(module: str, path: Path, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+def _type_checking(node: ast.AST) -> bool:
+    """An `if TYPE_CHECKING:` block: read by type checkers only, never imported at run time."""
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+
+
+def _walk(nodes):
+    """Every node under `nodes`, function bodies included, except `if TYPE_CHECKING:` blocks."""
+    for node in nodes:
+        if _type_checking(node):
+            yield from _walk(node.orelse)
+            continue
+        yield node
+        yield from _walk(ast.iter_child_nodes(node))
+
+
 def _imports(module: str, top_level_only: bool = False) -> set[str]:
     """Every oar_attrib module `module` imports (a `from x import y` counts x.y when y is a
-    module), anywhere in the file or, with `top_level_only`, at module level."""
+    module), anywhere in the file (inside functions too) or, with `top_level_only`, at module
+    level; imports under `if TYPE_CHECKING:` never run and do not count."""
     path = MODULES[module]
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    nodes = tree.body if top_level_only else ast.walk(tree)
+    nodes = [n for n in tree.body if not _type_checking(n)] if top_level_only else _walk(tree.body)
     found = set()
     for node in nodes:
         if isinstance(node, ast.Import):
@@ -51,7 +72,7 @@ def _inside(module: str, package: str) -> bool:
 def test_the_module_list_is_read():
     assert {"oar_attrib.attribution", "oar_attrib.store.core", "oar_attrib.training.trainer"} <= set(MODULES)
     assert "oar_attrib.traces" in _imports("oar_attrib.attribution")
-    assert "oar_attrib.methods" in _imports("oar_attrib.training.reshaping")
+    assert "oar_attrib.weights.pipeline" in _imports("oar_attrib.training.reshaping")
 
 
 def test_the_core_imports_neither_training_nor_the_web_app():
@@ -101,13 +122,85 @@ def test_cycle_finder_finds_a_known_cycle():
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
-def test_no_import_cycle_among_module_level_imports():
-    graph = {}
-    for module in MODULES:
-        # A package's __init__ runs before its modules: importing a sub-module imports it too.
-        graph[module] = {i for i in _imports(module, top_level_only=True)
-                         if not _inside(module, i)}
-    assert _cycle(graph) is None
+def _graph() -> dict[str, set[str]]:
+    # A package's __init__ runs before its modules: importing a sub-module imports it too, so
+    # an edge from a module to its own package is no cycle.
+    return {module: {i for i in _imports(module) if not _inside(module, i)} for module in MODULES}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Cycles of `graph`, found one by one (each found cycle's closing edge removed)."""
+    graph = {k: set(v) for k, v in graph.items()}
+    found = []
+    while (cycle := _cycle(graph)) is not None:
+        found.append(cycle)
+        graph[cycle[-2]].discard(cycle[-1])
+    return found
+
+
+# A cycle another change removes (the HTML export of a trace goes through the store's record
+# type); listed so that this test fails both on a new cycle and once this one is gone.
+PENDING_CYCLES = [{"oar_attrib.export", "oar_attrib.store.records", "oar_attrib.traces"}]
+
+
+def test_imports_inside_functions_are_followed():
+    assert "oar_attrib.export" in _imports("oar_attrib.traces")  # `to_html` imports it lazily
+    assert "oar_attrib.export" not in _imports("oar_attrib.traces", top_level_only=True)
+    assert "oar_attrib.world.generator" not in _imports("oar_attrib.world.oracle")  # TYPE_CHECKING only
+
+
+def test_no_import_cycle_counting_every_import():
+    assert _cycles({"a": {"b"}, "b": {"a", "c"}, "c": {"b"}}) == [["a", "b", "a"], ["b", "c", "b"]]
+    assert [set(cycle) for cycle in _cycles(_graph())] == PENDING_CYCLES
+
+
+def test_the_method_registry_imports_none_of_its_members():
+    assert _imports("oar_attrib.method_registry") <= {"oar_attrib.errors"}
+    members = {"oar_attrib.oar_p", "oar_attrib.oar_g", "oar_attrib.baselines.random"}
+    assert all("oar_attrib.method_registry" in _imports(m) and "oar_attrib.methods" not in _imports(m)
+               for m in members)
+
+
+# The wings along the data flow, lowest first; a module belongs to the first wing whose name
+# (a module, or a package with everything under it) it falls under. Today's flat modules are
+# named one by one; the wing packages (oar_attrib.inputs, .methods, .weights, .records) cover
+# them once they move.
+WINGS = {
+    "base": ["errors", "jsonl"],
+    "inputs": ["spans", "steps", "inputs", "batch", "grading"],
+    "methods": ["method_registry", "methods", "probes", "oar_p", "oar_p_packed", "oar_p_step", "oar_g",
+                "resample", "baselines", "lm", "budget", "generation"],
+    "weights": ["gating", "weightings", "step_gating", "normalise", "metrics", "weights"],
+    "records": ["traces", "export", "step_view", "records"],
+}
+ORDER = list(WINGS)
+
+
+def _wing(module: str) -> str | None:
+    for wing, names in WINGS.items():
+        if any(_inside(module, f"oar_attrib.{name}") for name in names):
+            return wing
+    return None
+
+
+def test_the_wings_cover_the_pipeline_modules():
+    assert _wing("oar_attrib.weights.pipeline") == "weights" and _wing("oar_attrib.baselines.ig") == "methods"
+    assert _wing("oar_attrib.store.core") is None and _wing("oar_attrib.training.trainer") is None
+    unplaced = [m for m, p in MODULES.items()
+                if p.parent == PACKAGE and p.name != "__init__.py" and _wing(m) is None]
+    assert set(unplaced) == {"oar_attrib.attribution", "oar_attrib.configs", "oar_attrib.models", "oar_attrib.catalogue"}
+
+
+def test_no_wing_imports_a_higher_one():
+    upward = [(m, i) for m in MODULES if _wing(m) for i in _imports(m)
+              if _wing(i) and ORDER.index(_wing(i)) > ORDER.index(_wing(m))]
+    assert upward == []
+
+
+def test_records_import_nothing_from_the_store_but_the_pending_export():
+    found = [(m, i) for m in MODULES if _wing(m) == "records" for i in _imports(m)
+             if _inside(i, "oar_attrib.store")]
+    assert found == [("oar_attrib.export", "oar_attrib.store.records")]  # PENDING_CYCLES
 
 
 SOURCES = sorted(p for p in ROOT.rglob("*.py")

@@ -197,7 +197,7 @@ def test_cli_attribute_accepts_exactly_the_registered_methods(tmp_path, model, t
 
 def test_cli_unknown_model_folder_is_a_clear_error(tmp_path, capsys):
     assert cli.main(["eval", "--model", str(tmp_path / "nope"), "--no-progress"]) == 2
-    assert "neither a bundled model" in capsys.readouterr().err
+    assert "is neither a catalogue model" in capsys.readouterr().err
 
 
 def test_cli_attribute_into_a_store(tmp_path, model, tokenizer, problems):
@@ -222,10 +222,13 @@ def test_cli_attribute_into_a_store(tmp_path, model, tokenizer, problems):
 
 
 def test_public_api_names_resolve():
+    import importlib
+
     import oar_attrib
 
     for name in oar_attrib.__all__:
-        assert getattr(oar_attrib, name) is not None
+        home = importlib.import_module(f"oar_attrib.{oar_attrib._EXPORTS[name]}")
+        assert getattr(oar_attrib, name) is getattr(home, name), name  # the module's own object
     with pytest.raises(AttributeError):
         oar_attrib.no_such_name
 
@@ -270,27 +273,24 @@ def test_python_attribute_progress_counts_traces(model, tokenizer, problems, cap
     assert "5/5 [" in err and f"positions={sum(sum(t.scored) for t in res)}" in err
 
 
-def test_old_spellings_of_renamed_knobs_still_work(model, tokenizer, problems, tmp_path, capsys):
+def test_old_spellings_are_gone_and_the_new_ones_work(model, tokenizer, problems, tmp_path, capsys):
+    """0.1.0 removed fmt=, pattern= and --format (CHANGELOG.md): the old names are refused."""
     p = problems[0]
     new = attribute(model, tokenizer, p.prompt, p.solution, ["entropy"], answer_format="gsm8k")
-    with pytest.warns(FutureWarning, match=r"fmt= is now answer_format="):
-        old = attribute(model, tokenizer, p.prompt, p.solution, ["entropy"], fmt="gsm8k")
-    assert old[0].answer_span == new[0].answer_span and old[0].scores == new[0].scores
-    with pytest.raises(InputError, match="old spelling of answer_format"):
-        attribute(model, tokenizer, p.prompt, p.solution, ["entropy"], fmt="boxed", answer_format="gsm8k")
-    with pytest.warns(FutureWarning, match="fmt= is now answer_format="):
-        assert oa.find_answer_span(p.solution, fmt="gsm8k") == oa.find_answer_span(p.solution, "gsm8k")
+    assert new[0].answer_span is not None and new[0].answer_text == str(p.answer)
+    for old in ("fmt", "pattern"):
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{old}'"):
+            attribute(model, tokenizer, p.prompt, p.solution, ["entropy"], **{old: "gsm8k"})
     folder = tmp_path / "ckpt"
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
     src = tmp_path / "in.jsonl"
     src.write_text(json.dumps({"prompt": p.prompt, "response": p.solution}) + "\n")
-    outs = {}
-    for flag in ("--answer-format", "--format"):
-        out = tmp_path / f"out{flag}.jsonl"
-        assert cli.main(["attribute", "--model", str(folder), "--input", str(src), "--out", str(out),
-                         "--methods", "entropy", flag, "gsm8k", "--no-progress"]) == 0
-        outs[flag] = json.loads(out.read_text())
-        err = capsys.readouterr().err
-        assert ("--format is now --answer-format" in err) == (flag == "--format")
-    assert outs["--format"]["answer_span"] == outs["--answer-format"]["answer_span"] is not None
+    out = tmp_path / "out.jsonl"
+    assert cli.main(["attribute", "--model", str(folder), "--input", str(src), "--out", str(out),
+                     "--methods", "entropy", "--answer-format", "gsm8k", "--no-progress"]) == 0
+    assert json.loads(out.read_text())["answer_span"] == list(new[0].answer_span)
+    with pytest.raises(SystemExit):
+        cli.main(["attribute", "--model", str(folder), "--input", str(src), "--out", str(tmp_path / "o2.jsonl"),
+                  "--methods", "entropy", "--format", "gsm8k"])
+    assert "unrecognized arguments: --format" in capsys.readouterr().err

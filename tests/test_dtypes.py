@@ -87,6 +87,7 @@ def test_attribute_recall_and_eval_load_in_the_given_dtype(tmp_path, loads, prob
 
 def test_demo_and_web_load_in_the_given_dtype(tmp_path, monkeypatch, loads):
     import oar_attrib.webapp.demo as demo
+    import oar_attrib.webapp.demo_fill as demo_fill
     from oar_attrib.store import Store
     from oar_attrib.webapp.main import create_app
     from fastapi.testclient import TestClient
@@ -94,11 +95,11 @@ def test_demo_and_web_load_in_the_given_dtype(tmp_path, monkeypatch, loads):
     class Stop(Exception):
         pass
 
-    def stop_after_load(store, model, tokenizer, config, **kwargs):
+    def stop_after_load(model, tokenizer, config, **kwargs):
         assert model.dtype == torch.float16
         raise Stop
 
-    monkeypatch.setattr(demo, "write_demo_run", stop_after_load)
+    monkeypatch.setattr(demo_fill, "sample_world", stop_after_load)
     monkeypatch.setattr(demo, "cache_dir", lambda: tmp_path)
     with pytest.raises(Stop):
         main(["demo", "--build-only", "--rebuild", "--dtype", "float16", "--no-progress"])

@@ -7,18 +7,17 @@ import torch
 from oar_attrib.errors import InputError, TokenizerError
 from oar_attrib.inputs import encode_pairs
 
-QWEN = Path(__file__).resolve().parents[2] / "shared" / "tokenizers" / "Qwen2.5-7B-Instruct"
+from shared_data import qwen_dir
+
 WORDS = ["[UNK]", "<eos>", "<pad>", "so", "the", "answer", "is", "x", "=", "+", "####",
          "\\boxed{", "}", "what", "?"] + [str(i) for i in range(10)]
 
 
 @pytest.fixture(scope="module")
 def qwen():
-    if not QWEN.is_dir():
-        pytest.skip(f"Qwen2.5 tokenizer files not found at {QWEN}")
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(QWEN))
+    return AutoTokenizer.from_pretrained(str(qwen_dir()))
 
 
 def word_tokenizer(pad=True):
@@ -58,7 +57,7 @@ def test_chat_prompt_then_response(qwen):
 
 def test_string_prompts_plain_or_wrapped(qwen):
     prompt, response = "Compute 2+3.", "2+3=5 #### 5"
-    plain, _ = encode_pairs(qwen, [prompt], [response])
+    plain, _ = encode_pairs(qwen, [prompt], [response], chat=False)
     ids = qwen(prompt)["input_ids"]
     assert plain.input_ids[0, : len(ids)].tolist() == ids
     wrapped, (pair,) = encode_pairs(qwen, [prompt], [response], chat=True)
@@ -150,7 +149,7 @@ def test_answer_first_after_an_empty_prompt_has_no_predicting_position():
     tok = word_tokenizer()
     digit = r"(\d)"  # the last digit is the answer, with no marker before it
     batch, (first, later, prompted) = encode_pairs(tok, ["", "", "what ?"], ["7 so x", "so x = 7", "7 so x"],
-                                                   fmt="regex", pattern=digit)
+                                                   answer_format="regex", answer_pattern=digit)
     assert first.labels == ["answer", "tail", "tail"]
     assert not first.span_found and first.no_predicting_position and first.steps == []
     assert later.span_found and not later.no_predicting_position  # position 2 predicts the 7
@@ -161,3 +160,24 @@ def test_answer_first_after_an_empty_prompt_has_no_predicting_position():
     (trace,) = attribute(model, tok, [""], ["7 so x"], ["oar_p"], answer_format="regex", answer_pattern=digit)
     assert trace.flags[0] == "no_predicting_position" and not trace.span_found
     assert trace.weights["oar_p"] == [1.0, 1.0, 1.0]
+
+
+def test_plain_prompt_gets_the_chat_template_with_a_warning(smollm2):
+    """SmolLM2 has a chat template: a plain string is scored as one user message (what the model
+    was trained on), said in one warning line naming chat=False; chat=False keeps it plain."""
+    import warnings
+
+    from oar_attrib.inputs import PlainPromptWarning
+
+    _, tok = smollm2
+    prompt, response = "What is 2 + 3?", "2 + 3 = 5.\nThe answer is 5."
+    with pytest.warns(PlainPromptWarning, match="chat=False") as caught:
+        plain, _ = encode_pairs(tok, [prompt], [response])
+    assert len(caught) == 1 and "\n" not in str(caught[0].message)
+    as_chat, _ = encode_pairs(tok, [[{"role": "user", "content": prompt}]], [response])
+    assert torch.equal(plain.input_ids, as_chat.input_ids)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bare, _ = encode_pairs(tok, [prompt], [response], chat=False)
+    assert bare.input_ids.shape[1] < plain.input_ids.shape[1]
+    assert tok.decode(bare.input_ids[0]).startswith(prompt)

@@ -21,7 +21,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ("README.md", "oar_attrib/training/README.md")
+DOCS = ("README.md", "training/README.md", "webapp/README.md")
 SHORT_RUN = ("max_steps=1 eval_every=0 world_train_size=32 per_device_train_batch_size=8 "
              "num_generations=4 max_completion_length=48 oar_store_samples=4 save_steps=1")
 
@@ -48,6 +48,8 @@ NOT_RUN = {
     "oar experiment report arith-tiny-grid": "reports the 18 runs of the command above",
     "oar web --store runs/experiments.db": "a web server that runs until stopped, on the grid's store",
     "oar experiment run my-grid.yaml": "a grid file of the user's own (my-grid.yaml), not in the repository",
+    "OAR_STORE=runs/train-arith-tiny/runs.db OAR_MODEL=arith-tiny":
+        "a web server that runs until stopped; tests/test_root_folders.py builds the app from the factory",
 }
 # Python blocks that are compiled but not run, by a line they contain.
 PYTHON_NOT_RUN = {

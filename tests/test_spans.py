@@ -15,25 +15,20 @@ from oar_attrib.spans import (
     segment_tokens,
 )
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-QWEN = SHARED / "tokenizers" / "Qwen2.5-7B-Instruct"
+from shared_data import VENDORED_GSM8K, data_file, is_vendored, qwen_dir
+
 ORDER = {"reasoning": 0, "bridge": 1, "answer": 2, "tail": 3}
 
 
 @pytest.fixture(scope="module")
 def qwen():
-    if not QWEN.is_dir():
-        pytest.skip(f"Qwen2.5 tokenizer files not found at {QWEN}")
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(QWEN))
+    return AutoTokenizer.from_pretrained(str(qwen_dir()))
 
 
 def _records(name):
-    path = SHARED / "data" / f"{name}.jsonl"
-    if not path.is_file():
-        pytest.skip(f"data file not found: {path}")
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return [json.loads(line) for line in data_file(name).read_text().splitlines()]
 
 
 def parts(text, fmt="auto", pattern=None):
@@ -72,7 +67,7 @@ def test_boxed(text, expected):
         ("#### $1,000.", ("#### $", "1,000")),
         ("#### 5, so done", ("#### ", "5")),
         ("#### .5", ("#### ", ".5")),
-        ("#### seven apples\nmore", ("#### ", "seven apples")),
+        ("#### Paris\nmore", ("#### ", "Paris")),
     ],
 )
 def test_gsm8k(text, expected):
@@ -84,7 +79,7 @@ def test_gsm8k(text, expected):
     "text, expected",
     [
         ("So 8 * 9 = 72. The answer is 72.", ("The answer is ", "72")),
-        ("THE ANSWER IS -3.5 because", ("THE ANSWER IS ", "-3.5 because")),
+        ("THE ANSWER IS -3.5 because", ("THE ANSWER IS ", "-3.5")),
         ("the answer is 3.14. Done.", ("the answer is ", "3.14")),
         ("Answer: 12\nthat is all", ("Answer: ", "12")),
         ("The answer is 1. Then the final answer is: $\\frac{1}{2}$.", None),
@@ -116,9 +111,9 @@ def test_regex_needs_exactly_one_group(pattern):
 
 
 def test_format_errors():
-    with pytest.raises(InputError, match="needs `pattern`"):
+    with pytest.raises(InputError, match="needs `answer_pattern`"):
         locate_answer("x", "regex")
-    with pytest.raises(InputError, match="only used with fmt='regex'"):
+    with pytest.raises(InputError, match="only used with answer_format='regex'"):
         locate_answer("x", "boxed", r"(x)")
     with pytest.raises(UnknownNameError, match="boxed.*gsm8k"):
         locate_answer("x", "latex")
@@ -212,7 +207,7 @@ def _answer_tokens(qwen, texts):
 @pytest.mark.slow
 def test_every_gsm8k_answer_found_and_tokenised(qwen):
     records = _records("gsm8k_test")
-    assert len(records) == 1319
+    assert len(records) == (VENDORED_GSM8K if is_vendored() else 1319)
     texts = [r["solution"] for r in records]
     for rec, (text, loc, ids, _) in zip(records, _answer_tokens(qwen, texts)):
         assert loc is not None, rec["id"]
@@ -285,3 +280,108 @@ def test_offsets_from_ids_batch_equals_one_row_at_a_time(qwen):
     for (offsets, text), ids in zip(batched, rows):
         enc = qwen(text, add_special_tokens=False, return_offsets_mapping=True)
         assert offsets[: len(enc["input_ids"])] == [tuple(o) for o in enc["offset_mapping"]]
+
+
+# ----------------------------------------------------------------------------- hostile prose
+# The rules hold for a class of texts, not the examples: a region without a value is refused,
+# an expression is cut to its result, prose to its value; the last statement wins whatever its
+# format; a restatement of the answer just before the marker is bridge, not reasoning.
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'The final line ends with "####".',                      # punctuation only
+        "The answer is: Here is a short example of how I performed",  # a sentence, no value
+        "The final line is \"#### <answer>\".",                  # the instruction echoed
+        "The answer isn't exact, so we go on",                   # not a statement
+        "The answer is within \\boxed{}.",                       # an empty box
+        "The final answer is $f(x) = \\frac{x-2}{x",             # an expression cut off
+        "#### seven apples\nmore",                               # words, no value
+    ],
+)
+def test_no_value_is_refused(text):
+    assert locate_answer(text) is None
+    for fmt in ("boxed", "gsm8k", "answer_is"):
+        assert find_answer_span(text, fmt) is None
+
+
+@pytest.mark.parametrize(
+    "text, answer",
+    [
+        ("The answer is 45 x 18 = 756.", "756"),
+        ("#### 3 + 4 = 7", "7"),
+        ("\\boxed{x = 5}", "5"),
+        ("The answer is $18 per day.", "18"),
+        ("So the answer is 0 hours.", "0"),
+        ("The final answer is 126 inches.", "126"),
+        ('The final line is "The answer is 20."', "20"),
+        ("The answer is $\\frac{3}{4}$ of the cake.", "\\frac{3}{4}"),
+        ("The answer is x \\le 3.", "x \\le 3"),
+        ("The answer is (C).", "(C)"),
+        ("The answer is $20,000.\n\nThe final line is \"#### <answer>\".", "20,000"),
+    ],
+)
+def test_value_is_cut_from_expressions_and_prose(text, answer):
+    loc = locate_answer(text)
+    assert text[loc.start : loc.end] == answer
+
+
+@pytest.mark.parametrize(
+    "text, fmt",
+    [
+        ("#### 5\nWait, let me check.\nThe answer is 7.", "answer_is"),
+        ("The answer is 5.\nNo: \\boxed{7}", "boxed"),
+        ("\\boxed{5} hmm\n#### 7", "gsm8k"),
+        ("#### 5\nAnswer: 7", "answer_is"),
+    ],
+)
+def test_auto_takes_the_last_statement_whatever_its_format(text, fmt):
+    loc = locate_answer(text)
+    assert (text[loc.start : loc.end], loc.fmt) == ("7", fmt)
+
+
+@pytest.mark.parametrize(
+    "text, bridge",
+    [
+        ("2 + 0 = 2.\nThe answer is 2.\n#### 2", "The answer is 2.\n#### "),
+        ("x = 480\n\n#### 480\n\nThe answer is 480.", "#### 480\n\nThe answer is "),
+        ("So 22.4.\nThe answer is 22.4.\n\nThe answer is 22.4.", "The answer is 22.4.\n\nThe answer is "),
+        ("The answer is $\\boxed{25}$.", "The answer is $\\boxed{"),
+    ],
+)
+def test_restatement_and_holding_sentence_are_bridge(text, bridge):
+    loc = locate_answer(text)
+    assert text[loc.marker_start : loc.start] == bridge
+
+
+def test_a_different_earlier_answer_stays_reasoning():
+    text = "The answer is 3.\n#### 4"
+    loc = locate_answer(text)
+    assert text[loc.marker_start : loc.start] == "#### "
+    # on tokens: the restated answer is bridge (not scored), the earlier claim is reasoning
+    restated = "Thus 2.\nThe answer is 2.\n#### 2"
+    offsets = [(m.start(), m.end()) for m in re.finditer(r"\S+", restated)]
+    labels = segment_tokens(offsets, locate_answer(restated)).labels
+    assert labels == ("reasoning", "reasoning", "bridge", "bridge", "bridge", "bridge", "bridge", "answer")
+
+
+# ----------------------------------------------------------------------------- SmolLM2's own text
+
+SMOLLM2_OUTPUTS = Path(__file__).parent / "data" / "smollm2_outputs.jsonl"
+
+
+def _smollm2_outputs():
+    return [json.loads(line) for line in SMOLLM2_OUTPUTS.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("record", _smollm2_outputs(), ids=lambda r: f"{r['source']}-{r['id']}-{r['template']}-{r['decoding']}")
+def test_spans_on_smollm2_outputs_match_hand_labels(record):
+    """Each sampled SmolLM2-135M answer against its hand label: the answer span's text and
+    where it ends (or no answer), in `auto` and in the format the prompt asked for."""
+    text, label = record["text"], record["label"]
+    for fmt in ("auto", record["asked_format"]):
+        loc = locate_answer(text, fmt)
+        got = None if loc is None else {"answer": text[loc.start : loc.end], "end": loc.end}
+        want = label if fmt == "auto" else record["label_asked"]
+        assert got == want, fmt

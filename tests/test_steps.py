@@ -76,18 +76,7 @@ def test_pool_steps_sum_mean_max_by_hand():
 
 # ------------------------------------------------------------------ steps over real tokens
 
-def _find_shared() -> Path:
-    """$OAR_SHARED, or the first `shared/` with tokenizers above this file (as notebook 03)."""
-    if os.environ.get("OAR_SHARED"):
-        return Path(os.environ["OAR_SHARED"])
-    for parent in Path(__file__).resolve().parents:
-        if (parent / "shared" / "tokenizers").is_dir():
-            return parent / "shared"
-    return Path(__file__).resolve().parents[2] / "shared"
-
-
-SHARED = _find_shared()
-QWEN = SHARED / "tokenizers" / "Qwen2.5-7B-Instruct"
+from shared_data import data_file, qwen_dir  # noqa: E402
 
 
 def _check_cover(pair, unit):
@@ -110,18 +99,14 @@ def _check_cover(pair, unit):
 
 @pytest.fixture(scope="module")
 def qwen():
-    if not QWEN.is_dir():
-        pytest.skip(f"Qwen2.5 tokenizer files not found at {QWEN}")
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(QWEN))
+    return AutoTokenizer.from_pretrained(str(qwen_dir()))
 
 
 @pytest.mark.parametrize("name", ["gsm8k_test", "math500_test"])
 def test_steps_cover_real_solutions_with_qwen_tokenizer(qwen, name):
-    path = SHARED / "data" / f"{name}.jsonl"
-    if not path.is_file():
-        pytest.skip(f"data file not found: {path}")
+    path = data_file(name)
     records = [json.loads(line) for line in path.read_text().splitlines()[:150]]
     texts = [r["solution"] for r in records]
     _, pairs = encode_pairs(qwen, ["Q:"] * len(texts), texts)

@@ -13,8 +13,7 @@ from oar_attrib.training.data import format_prompt, math_dataset, problem_from_j
 from oar_attrib.training.errors import DataError, TrainingConfigError, UnsupportedTRLError
 from oar_attrib.training.launch import build_configs, parse_value, resolve
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-QWEN = Path(__file__).resolve().parents[2] / "shared" / "tokenizers" / "Qwen2.5-7B-Instruct"
+from shared_data import data_file, qwen_dir
 CPU = dict(output_dir="unused", use_cpu=True, bf16=False, report_to=[], per_device_train_batch_size=8,
            num_generations=4)
 
@@ -90,7 +89,7 @@ def test_overrides_fail_clearly():
         resolve("arith-tiny", None, ["oar_taux=1"])
     with pytest.raises(TrainingConfigError, match="key=value"):
         resolve("arith-tiny", None, ["oar_tau"])
-    with pytest.raises(TrainingConfigError, match="arith-tiny, math-7b"):
+    with pytest.raises(TrainingConfigError, match="arith-tiny, math-7b, smollm2-gsm8k"):
         resolve("no-such-preset", None, [])
     with pytest.raises(TrainingConfigError, match="eval_samples"):
         build_configs(resolve("arith-tiny", None, ["eval_samples=-1"]))
@@ -135,12 +134,11 @@ def test_math_dataset_prompts(tmp_path):
     ds = math_dataset(path)
     assert ds["answer"] == ["4", "6"] and ds["id"] == ["0", "q"]
     assert ds["prompt"][0].startswith("What is 2+2?\n") and "\\boxed{}" in ds["prompt"][0]
-    if QWEN.is_dir():
-        from transformers import AutoTokenizer
+    from transformers import AutoTokenizer
 
-        chat = math_dataset(path, AutoTokenizer.from_pretrained(str(QWEN)), system="Be brief.")
-        assert chat["prompt"][1] == [{"role": "system", "content": "Be brief."},
-                                     {"role": "user", "content": format_prompt("And 3+3?")}]
+    chat = math_dataset(path, AutoTokenizer.from_pretrained(str(qwen_dir())), system="Be brief.")
+    assert chat["prompt"][1] == [{"role": "system", "content": "Be brief."},
+                                 {"role": "user", "content": format_prompt("And 3+3?")}]
 
 
 def test_data_errors_name_file_and_line(tmp_path):
@@ -153,14 +151,13 @@ def test_data_errors_name_file_and_line(tmp_path):
         math_dataset(path)
     with pytest.raises(DataError, match="does not exist"):
         read_jsonl(tmp_path / "missing.jsonl")
-    with pytest.raises(DataError, match="boxed, gsm8k, plain"):
+    with pytest.raises(DataError, match="boxed, gsm8k, answer_is, plain"):
         format_prompt("x", template="latex")
 
 
-@pytest.mark.skipif(not DATA.is_dir(), reason="shared math data not present")
 def test_shared_math_sets_load():
     for name in ("gsm8k_test", "math500_test", "aime24", "aime25", "amc23"):
-        ds = math_dataset(DATA / f"{name}.jsonl", limit=5)
+        ds = math_dataset(data_file(name), limit=5)
         assert len(ds) == 5 and all(ds["answer"])
 
 
@@ -279,12 +276,73 @@ def test_math_dataset_takes_trl_prompt_formats(tmp_path):
         math_dataset(path)
 
 
-def test_old_knob_names_still_work_with_a_deprecation_message(tmp_path):
-    with pytest.warns(FutureWarning, match="oar_min_weight=...\\) is now oar_w_min"):
-        old = OARConfig(output_dir=str(tmp_path), oar_min_weight=0.3)
-    assert old.oar_w_min == 0.3 == old.oar_min_weight
+def test_old_knob_names_are_refused_naming_the_new_one(tmp_path):
+    """0.1.0 removed oar_min_weight (CHANGELOG.md); oar_w_min is the one name."""
+    with pytest.raises(TypeError, match="oar_min_weight"):
+        OARConfig(output_dir=str(tmp_path), oar_min_weight=0.3)
     new = OARConfig(output_dir=str(tmp_path), oar_w_min=0.2)
     assert new.oar_w_min == 0.2 and OARConfig(output_dir=str(tmp_path)).oar_w_min == 0.1
-    with pytest.warns(FutureWarning, match="oar_min_weight is now oar_w_min"):
-        run, args = build_configs(resolve("arith-tiny", None, ["oar_min_weight=0.05"]))
+    with pytest.raises(TrainingConfigError, match="unknown setting .oar_min_weight.; did you mean .*oar_w_min"):
+        build_configs(resolve("arith-tiny", None, ["oar_min_weight=0.05"]))
+    run, args = build_configs(resolve("arith-tiny", None, ["oar_w_min=0.05"]))
     assert args.oar_w_min == 0.05
+
+
+# ------------------------------------------------------------------ presets follow the device
+
+
+def test_fit_to_device_on_cpu_says_what_it_changes():
+    from oar_attrib.training.config import fit_to_device
+
+    settings = {"run": {"dtype": "bfloat16"}, "trainer": {"bf16": True}}
+    said = fit_to_device(settings, cuda=False)
+    assert settings == {"run": {"dtype": "float32"}, "trainer": {"bf16": False, "use_cpu": True}}
+    assert len(said) == 2 and all("\n" not in line for line in said)
+    assert any("bf16=true needs a GPU" in line for line in said)
+    gpu = {"run": {"dtype": "bfloat16"}, "trainer": {"bf16": True}}
+    assert fit_to_device(gpu, cuda=True) == [] and gpu["run"]["dtype"] == "bfloat16"
+    fp32 = {"run": {"dtype": "float32"}, "trainer": {"bf16": False, "use_cpu": True}}
+    assert fit_to_device(fp32, cuda=False) == []
+
+
+def test_math_preset_starts_on_a_cpu_without_overrides(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU path")
+    run, args = build_configs(resolve("math-7b", None, []))
+    assert (run.dtype, args.bf16, args.use_cpu) == ("float32", False, True)
+    assert "bf16=true needs a GPU" in capsys.readouterr().err
+    assert main(["--preset", "math-7b", "--dry-run"]) == 0
+
+
+@pytest.mark.slow  # 140 s on 2 shared CPU cores, most of it TRL's generation
+def test_smollm2_preset_trains_a_step_with_oar_on_and_reloads(smollm2, tmp_path):
+    """One step of the smollm2-gsm8k preset at its smallest (2 completions) on the real model:
+    OAR finds the answer span in some completion, the reward reads the same span, and the saved
+    checkpoint loads back through load_model with the trained weights."""
+    import torch
+
+    from oar_attrib.models import load_model
+    from oar_attrib.training.launch import build_trainer
+
+    # A one-step question keeps the completions short (a GSM8K answer of this model runs to
+    # 150+ tokens; generating them is most of a step's time on a CPU).
+    sample = tmp_path / "easy.jsonl"
+    sample.write_text(json.dumps({"question": "What is 2 + 3?", "answer": "5"}) + "\n")
+    run, args = build_configs(resolve("smollm2-gsm8k", None, [
+        f"data={sample}", "max_steps=1", "num_generations=2",
+        "per_device_train_batch_size=2", "max_completion_length=64", "temperature=0.3",
+        f"output_dir={tmp_path}", "save_strategy=no", "learning_rate=1e-4"]))
+    trainer = build_trainer(run, args)
+    trainer.train()
+    logs = {k: v for entry in trainer.state.log_history for k, v in entry.items()}
+    assert logs["oar/span_found_rate"] > 0
+    trainer.save_model(str(tmp_path))
+    model, tok = load_model(str(tmp_path))
+    assert tok.chat_template is not None
+    trained = dict(trainer.model.named_parameters())
+    for name, p in model.named_parameters():
+        assert torch.equal(p, trained[name].detach().cpu()), name
+    base = smollm2[0].model.layers[0].self_attn.q_proj.weight
+    assert not torch.equal(model.model.layers[0].self_attn.q_proj.weight, base)  # it did train

@@ -1,6 +1,8 @@
-"""Two CPU processes (gloo, launched with `torch.distributed.run`) run one reshaped GRPO step;
-the same samples get the same weights on both ranks. (`accelerate launch --cpu` starts several
-CPU processes only through mpirun; torchrun is the launcher that needs nothing else.)
+"""Two CPU processes (gloo), launched as the README launches training, with
+`accelerate launch --config_file training/accelerate/ddp.yaml` (its multi-GPU launcher is
+torchrun's, which runs gloo on CPU; `accelerate launch --cpu` would need mpirun), run one
+reshaped GRPO step: `training/train.py` trains from a preset, and the worker below checks that
+the same samples get the same weights on both ranks.
 
 Both ranks receive the same prompt and the same four completions, in a different order per
 rank, so equal weights need per-sample seeding (OAR-G draws noise) and a batch-independent
@@ -63,16 +65,33 @@ def worker(out_dir: str) -> None:
     assert not [o for o in gc.get_objects() if isinstance(o, DistributedDataParallel)]
 
 
-@pytest.mark.slow
-def test_two_process_step_gives_equal_weights_for_equal_samples(tmp_path):
+def launch(script: str, *args: str) -> subprocess.CompletedProcess:
+    """`accelerate launch --config_file training/accelerate/ddp.yaml` of `script` on 2 CPU processes."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1",
            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     with socket.socket() as sock:  # a free port for the rendezvous
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--master_addr", "127.0.0.1", "--master_port", str(port), __file__, str(tmp_path)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+           str(ROOT / "training" / "accelerate" / "ddp.yaml"), "--num_processes", "2",
+           "--mixed_precision", "no", "--main_process_port", str(port), script, *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+
+
+@pytest.mark.slow
+def test_training_entry_script_trains_on_two_processes(tmp_path):
+    proc = launch("training/train.py", "--preset", "arith-tiny", "max_steps=1", "eval_every=0",
+                  "world_train_size=32", "per_device_train_batch_size=4", "num_generations=4",
+                  "max_completion_length=32", "oar_store_every=0", "save_strategy=no", "use_cpu=true",
+                  f"output_dir={tmp_path}")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summaries = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"global_step"')]
+    assert [s["global_step"] for s in summaries] == [1, 1]  # one summary per rank
+
+
+@pytest.mark.slow
+def test_two_process_step_gives_equal_weights_for_equal_samples(tmp_path):
+    proc = launch(__file__, str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["world"] for r in ranks] == [2, 2]

@@ -10,14 +10,11 @@ from oar_attrib.training.errors import TrainingConfigError
 from oar_attrib.training.rewards import (extract_number, get_reward, gsm8k_reward, math_verify_reward,
                               world_reward)
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from shared_data import data_file
 
 
 def records(name):
-    path = DATA / f"{name}.jsonl"
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in data_file(name).read_text().splitlines() if line.strip()]
 
 
 def perturb(answer: str) -> str:
@@ -81,7 +78,7 @@ def test_math_verify_equivalences_and_failures():
 def test_get_reward():
     assert get_reward("world") is world_reward and get_reward("math_verify") is math_verify_reward
     assert get_reward("oar_attrib.training.rewards:gsm8k_reward") is gsm8k_reward
-    with pytest.raises(Exception, match="gsm8k, math_verify"):
+    with pytest.raises(Exception, match="gsm8k, gsm8k_lenient, math_verify"):
         get_reward("exact")
     with pytest.raises(TrainingConfigError, match="cannot import"):
         get_reward("no_such_module:fn")

@@ -23,6 +23,7 @@ from oar_attrib.training.rewards import world_reward
 from oar_attrib.training.run_store_hook import RunStoreHook
 from oar_attrib.training.toy import ScriptedRollout, tiny_policy, world_tokenizer
 from oar_attrib.training.trainer import OARGRPOTrainer
+from shared_data import qwen_dir
 from models import GROUP, TRAIN_ARGS, record_loss_inputs, tiny_trainer, train_world
 
 
@@ -270,10 +271,6 @@ def test_checkpoint_is_safetensors_and_resumes(tmp_path, tok, world, capfd):
     assert head.data_ptr() == second.model.get_input_embeddings().weight.data_ptr()
 
 
-QWEN = Path(__file__).resolve().parents[2] / "shared" / "tokenizers" / "Qwen2.5-7B-Instruct"
-
-
-@pytest.mark.skipif(not QWEN.is_dir(), reason="Qwen2.5 tokenizer files not found")
 def test_chat_prompts_with_a_real_tokenizer_and_math_verify(tmp_path):
     """Chat-templated math prompts, Qwen's byte-level BPE, `\\boxed{}` spans, math-verify rewards."""
     from transformers import AutoTokenizer
@@ -281,7 +278,7 @@ def test_chat_prompts_with_a_real_tokenizer_and_math_verify(tmp_path):
     from oar_attrib.training.data import math_dataset
     from oar_attrib.training.rewards import math_verify_reward
 
-    qwen = AutoTokenizer.from_pretrained(str(QWEN))
+    qwen = AutoTokenizer.from_pretrained(str(qwen_dir()))
     data = tmp_path / "set.jsonl"
     data.write_text("\n".join(json.dumps(r) for r in [
         {"question": "What is 6 times 7?", "answer": "42"}, {"problem": "Half of 1/3?", "answer": "\\frac{1}{6}"}]))

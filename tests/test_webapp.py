@@ -431,18 +431,20 @@ def _demo_config(model_dir):
 
 
 def test_demo_store_builds_once_then_comes_from_the_cache(tmp_path, monkeypatch, model_dir):
-    from oar_attrib.webapp import demo
+    from oar_attrib.webapp import demo, demo_fill
 
     monkeypatch.setenv("OAR_CACHE_DIR", str(tmp_path / "cache"))
     config = _demo_config(model_dir)
-    path, built = demo.ensure_demo_store(config, progress=False)
+    path, built = demo_fill.ensure_demo_store(config, progress=False)
     assert built and path.parent == tmp_path / "cache" and path.is_file()
-    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no partial files left
+    # The store and its progress file; no partial or temporary files left.
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name, path.name + ".progress.json"]
     with Store(path, readonly=True) as store:
         (run,) = store.runs()
         assert run.n_traces == 4 and run.methods == ["entropy", "ig", "oar_p"]
+        assert run.config["pending_methods"] == [] and run.config["complete"] is True
         assert store.report(run.id)["summary"] is not None
-    assert demo.ensure_demo_store(config, progress=False) == (path, False)
+    assert demo_fill.ensure_demo_store(config, progress=False) == (path, False)
     assert demo.demo_path(DemoConfig(model=str(model_dir), n_problems=3)) != path
 
 

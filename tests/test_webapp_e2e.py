@@ -209,10 +209,6 @@ def _serve(store_path):
 
 @pytest.fixture(scope="module")
 def long_server(request):
-    from test_webapp_long import SHARED
-
-    if SHARED is None:
-        pytest.skip("shared data and tokenizer not present (set OAR_SHARED)")
     store = request.getfixturevalue("long_store")
     server, thread, sock, url = _serve(store)
     yield url

@@ -19,15 +19,11 @@ from oar_attrib.steps import pool_steps
 from oar_attrib.store import Store
 from oar_attrib.store.records import TraceRecord
 from oar_attrib.webapp import create_app
-from oar_attrib.webapp.longtrace import long_responses, qwen_tokenizer, shared_dir
+from oar_attrib.webapp.longtrace import long_responses, qwen_tokenizer
+from shared_data import shared_folder
 
-try:
-    SHARED = shared_dir()
-except FileNotFoundError:
-    SHARED = None
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(SHARED is None, reason=(
-    "shared data and tokenizer not present (set OAR_SHARED to the folder with data/ and "
-    "tokenizers/)"))]
+SHARED = shared_folder()  # ../shared, or the trimmed copy vendored under tests/data
+pytestmark = [pytest.mark.slow]
 # The fast token methods: OAR-P, step-level OAR-P and the full-vocabulary entropy each cost
 # minutes at 4000 tokens on a CPU (scripts/build_long_store.py runs them all); what the pages
 # draw does not depend on which methods filled the store.
@@ -48,7 +44,7 @@ def long_store(tmp_path_factory):
 
     if "path" not in _BUILT:
         path = tmp_path_factory.mktemp("long") / "long.db"
-        build_long_store(path, n_traces=1, methods=LONG_METHODS)
+        build_long_store(path, shared=SHARED, n_traces=1, methods=LONG_METHODS)
         _BUILT["path"] = path
     return _BUILT["path"]
 

@@ -6,7 +6,7 @@ import torch
 
 from ..batch import ScoringBatch
 from ..lm import check_positions, eval_mode, keep_scoreable, logits_at, model_device, scoreable
-from ..methods import register_method
+from ..method_registry import register_method
 from ..probes import check_probe, padded_positions
 
 

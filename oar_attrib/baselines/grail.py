@@ -8,7 +8,7 @@ import torch
 from ..batch import ScoringBatch
 from ..lm import (check_positions, eval_mode, input_embeddings, keep_scoreable, logits_at,
                   model_device)
-from ..methods import register_method
+from ..method_registry import register_method
 from ..probes import check_probe, probe_sites, probe_values
 
 

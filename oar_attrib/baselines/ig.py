@@ -11,7 +11,7 @@ import torch
 
 from ..batch import ScoringBatch
 from ..lm import check_positions, eval_mode, keep_scoreable, logits_at, model_device, scoreable
-from ..methods import register_method
+from ..method_registry import register_method
 from ..probes import ProbeSites, check_probe, probe_sites, probe_values
 
 

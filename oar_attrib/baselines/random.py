@@ -7,7 +7,7 @@ import torch
 from ..batch import ScoringBatch
 from ..errors import InputError
 from ..lm import keep_scoreable
-from ..methods import register_method
+from ..method_registry import register_method
 from ..probes import check_probe
 
 

@@ -7,7 +7,11 @@ import sys
 
 from ..configs import DefaultsHelpFormatter
 from ..errors import OARError
+<<<<<<< HEAD
 from . import attribute, importing, recall
+=======
+from . import attribute, models, recall
+>>>>>>> main
 
 
 def _add_plugin_commands(sub) -> None:
@@ -25,23 +29,38 @@ def build_parser() -> argparse.ArgumentParser:
     # Every subcommand's --help shows the defaults.
     sub = parser.add_subparsers(dest="command", required=True, parser_class=functools.partial(
         argparse.ArgumentParser, formatter_class=DefaultsHelpFormatter))
+<<<<<<< HEAD
     for command in (attribute, importing, recall):
+=======
+    for command in (attribute, models, recall):
+>>>>>>> main
         command.add_parser(sub)
     _add_plugin_commands(sub)
     return parser
 
 
+INTERRUPTED = 130  # the shell's status of a command ended by Ctrl-C (128 + SIGINT)
+
+
 def run_command(args: argparse.Namespace, name: str) -> int:
-    """Run a parsed command (`args.func`): an OARError becomes one line `oar NAME: error: ...`
-    on stderr and exit status 2, the same for every entry point."""
+    """Run a parsed command (`args.func`), the same for every entry point: an OARError becomes
+    one line `oar NAME: error: ...` on stderr and exit status 2; Ctrl-C one line
+    `oar NAME: interrupted...` (what was kept, when the command says) and exit status 130."""
     try:
         return args.func(args)
     except OARError as err:
         print(f"oar {name}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as err:
+        print(f"oar {name}: {err or 'interrupted'}", file=sys.stderr)
+        return INTERRUPTED
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:  # while the plugins' commands were imported
+        print("oar: interrupted", file=sys.stderr)
+        return INTERRUPTED
     return run_command(args, args.command)
 

@@ -21,8 +21,9 @@ from typing import Iterator
 from ..errors import InputError, OARError, TokenizerError
 from ..jsonl import NotJSON, iter_jsonl
 from . import outputs
-from ..configs import OldSpelling, add_model_args
-from .choices import method_name, probe_name
+from ..configs import add_dataclass_args, add_model_args
+from ..weights.settings import ReshapeSettings
+from .choices import add_method_knobs, method_name, method_params_from, probe_name
 
 
 class Skip(str):
@@ -71,7 +72,7 @@ def judge_record(record) -> tuple | Skip:
     return prompt, response
 
 
-def judge_tokens(tokenizer, prompt, response, fmt: str) -> Skip | None:
+def judge_tokens(tokenizer, prompt, response, answer_format: str, chat: bool | None = None) -> Skip | None:
     """A Skip when the pair cannot be encoded as one scoring row (too long, chat without a
     template, ...), else None. Tokenizing here costs little next to attribution."""
     import logging
@@ -83,7 +84,7 @@ def judge_tokens(tokenizer, prompt, response, fmt: str) -> Skip | None:
     level = quiet.level
     quiet.setLevel(logging.ERROR)
     try:
-        pair = encode_pair(tokenizer, prompt, response, fmt=fmt)
+        pair = encode_pair(tokenizer, prompt, response, answer_format=answer_format, chat=chat)
     except (InputError, TokenizerError) as err:
         return Skip(str(err), "unscorable")
     finally:
@@ -96,8 +97,8 @@ def judge_tokens(tokenizer, prompt, response, fmt: str) -> Skip | None:
     return None
 
 
-def read_pairs(path: Path, tokenizer, fmt: str, skip_line, counts: Counter,
-               report=print) -> Iterator[tuple[int, object, str]]:
+def read_pairs(path: Path, tokenizer, answer_format: str, skip_line, counts: Counter,
+               report=print, chat: bool | None = None) -> Iterator[tuple[int, object, str]]:
     """(line number, prompt, response) of the good lines of `path` for which `skip_line(n)` is
     false; each bad one is reported (`report`, one line naming file and line) and counted."""
     for number, record in iter_jsonl(path):
@@ -105,12 +106,17 @@ def read_pairs(path: Path, tokenizer, fmt: str, skip_line, counts: Counter,
             continue
         got = judge_record(record)
         if not isinstance(got, Skip):
-            got = judge_tokens(tokenizer, *got, fmt) or got
+            got = judge_tokens(tokenizer, *got, answer_format, chat) or got
         if isinstance(got, Skip):
             counts[got.kind] += 1
             report(f"{path}:{number}: skipped ({got.kind}): {got}")
             continue
         yield number, *got
+
+
+# The gating flags of `oar attribute`, one per ReshapeSettings field (the same names as
+# attribute()'s keywords and OARConfig's oar_* fields).
+GATING_FLAGS = ("tau", "beta", "w_min", "weighting", "rho", "granularity", "step_pool")
 
 
 def attribute_lines(model, tokenizer, pairs, output: outputs.Output, args, on_written=None) -> int:
@@ -124,9 +130,10 @@ def attribute_lines(model, tokenizer, pairs, output: outputs.Output, args, on_wr
     def flush() -> int:
         lines, prompts, responses = zip(*batch)
         traces = attribute(model, tokenizer, list(prompts), list(responses), args.methods,
-                           probe=args.probe, answer_format=args.answer_format, tau=args.tau,
-                           beta=args.beta, w_min=args.w_min, batch_size=len(batch), seed=lines[0],
-                           max_batch_tokens=args.max_batch_tokens)
+                           probe=args.probe, answer_format=args.answer_format,
+                           **{name: getattr(args, name) for name in GATING_FLAGS},
+                           batch_size=len(batch), max_batch_tokens=args.max_batch_tokens,
+                           chat=args.chat, method_params=method_params_from(args))
         output.write([{"line": n, **t.to_dict()} for n, t in zip(lines, traces)])
         if on_written is not None:
             on_written(len(batch))
@@ -160,13 +167,14 @@ def _process_group(world: int):
     return dist
 
 
-def open_output(args) -> outputs.Output:
-    """The `--out` JsonlOutput or StoreOutput, checked and with the lines it already holds."""
+def open_output(args, lock: bool = True) -> outputs.Output:
+    """The `--out` JsonlOutput or StoreOutput, checked, with the lines it already holds, and
+    (with `lock`: every process but the ranks > 0 of a sharded run) its writer lock."""
     if str(args.out).endswith(".db"):
         config = {"methods": list(args.methods), "probe": args.probe, "input": str(args.input),
                   "answer_format": args.answer_format, "tau": args.tau, "beta": args.beta, "w_min": args.w_min}
-        return outputs.StoreOutput(args.out, f"attribute {args.input}", args.model, config)
-    return outputs.JsonlOutput(args.out, args.methods, args.probe)
+        return outputs.StoreOutput(args.out, f"attribute {args.input}", args.model, config, lock=lock)
+    return outputs.JsonlOutput(args.out, args.methods, args.probe, lock=lock)
 
 
 def _summary(out: str, written: int, flagged: int, resumed: int, counts: Counter) -> str:
@@ -178,6 +186,16 @@ def _summary(out: str, written: int, flagged: int, resumed: int, counts: Counter
     return text + f"); {skipped} bad lines skipped" + (f" ({kinds})" if kinds else "")
 
 
+def chat_choice(chat: bool | None, tokenizer) -> bool | None:
+    """--chat/--no-chat, or when neither is given: plain-string prompts get the tokenizer's chat
+    template when it has one, said once on stderr (not once per line)."""
+    if chat is None and getattr(tokenizer, "chat_template", None) is not None:
+        print("oar attribute: plain-string prompts get the model's chat template (as one user "
+              "message); --no-chat scores them as plain text", file=sys.stderr)
+        return True
+    return chat
+
+
 def run(args: argparse.Namespace) -> int:
     from ..models import load_model
 
@@ -186,7 +204,20 @@ def run(args: argparse.Namespace) -> int:
     source = check_input(args.input)
     rank, world = _ranks()
     dist = _process_group(world)
-    final = open_output(args)  # every check of --out happens here, before the model loads
+    final = open_output(args, lock=rank == 0)  # every check of --out, before the model loads
+    try:
+        return _attribute_into(final, source, args, rank, world, dist)
+    except KeyboardInterrupt:
+        final.close(finish=False)  # every finished batch is kept; the lock is released
+        raise outputs.interrupted(args.out, len(final.done)) from None
+    except BaseException:
+        final.close(finish=False)
+        raise
+
+
+def _attribute_into(final: outputs.Output, source: Path, args, rank: int, world: int, dist) -> int:
+    from ..models import load_model
+
     done = final.done | outputs.parts_done(args.out)
     writer = final
     if world > 1:
@@ -209,7 +240,8 @@ def run(args: argparse.Namespace) -> int:
         bar.update(1)
         bar.write(line, file=sys.stderr)
 
-    pairs = read_pairs(source, tokenizer, args.answer_format, skip_line, counts, report=report)
+    args.chat = chat_choice(args.chat, tokenizer)
+    pairs = read_pairs(source, tokenizer, args.answer_format, skip_line, counts, report=report, chat=args.chat)
     with bar:
         written = attribute_lines(model, tokenizer, pairs, _Flagged(writer, flagged, bar), args)
     if dist is not None:
@@ -286,16 +318,16 @@ def add_parser(sub) -> None:
     at.add_argument("--methods", nargs="+", default=["oar_p", "oar_g"], type=method_name,
                     help="registered importance methods (oar_attrib.available_methods())")
     at.add_argument("--probe", default="as_mean", type=probe_name, help="outcome probe: lt, as_mean, as_joint")
-    at.add_argument("--answer-format", "--format", default="auto", action=OldSpelling,
-                    help="answer format: auto, boxed, gsm8k, answer_is (--format: the old spelling)")
-    at.add_argument("--tau", type=float, default=0.4, help="gating quantile level")
-    at.add_argument("--beta", type=float, default=2.0, help="gating boost strength")
-    at.add_argument("--w-min", type=float, default=0.1,
-                    help="floor of the suppression gate, applied before the mass-preserving rescale "
-                         "to mean 1, so final weights can be below it (OARConfig: oar_w_min)")
+    at.add_argument("--answer-format", default="auto", help="answer format: auto, boxed, gsm8k, answer_is")
+    add_dataclass_args(at, ReshapeSettings, GATING_FLAGS)  # generated from ReshapeSettings: defaults and help text
     at.add_argument("--batch-size", type=int, default=16,
                     help="lines attributed (and then written) together; each record's `timings` is "
                          "its batch's seconds per trace (1: each trace timed on its own)")
+    at.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
+                    help="wrap plain-string prompts in the model's chat template as one user message "
+                         "(default: yes when the tokenizer has a chat template; chat-message "
+                         "prompts always get it)")
+    add_method_knobs(at)
     add_model_args(at)
     at.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     at.set_defaults(func=run)

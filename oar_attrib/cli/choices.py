@@ -28,3 +28,54 @@ def probe_name(name: str) -> str:
     except UnknownNameError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
     return name
+
+
+# Method knobs reachable from the command line: (method, keyword of its function, type, help).
+# Each becomes `--<method>-<keyword>` (underscores as dashes) and lands in
+# method_params[method][keyword] only when given, so the method's own default stays the one
+# default; tests/test_cli_knobs.py holds every row to the method's signature.
+METHOD_KNOBS: tuple[tuple[str, str, type, str], ...] = (
+    ("ig", "n_steps", int, "integrated gradients: points on the path from the baseline"),
+    ("ig", "internal_batch_size", int, "integrated gradients: path points per forward (memory)"),
+    ("oar_g", "n_noise", int, "OAR-G: noise draws averaged"),
+    ("oar_g", "noise_std", float, "OAR-G: noise scale (default: 0.1 x the RMS of the row's embeddings)"),
+    ("resample", "n_samples", int, "resample: continuations per side and step"),
+)
+
+
+def knob_flag(method: str, param: str) -> str:
+    return f"--{method}-{param}".replace("_", "-")
+
+
+def _positive(kind: type):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def add_method_knobs(parser: argparse.ArgumentParser, methods: tuple[str, ...] | None = None) -> None:
+    """One flag per row of METHOD_KNOBS (of `methods`, default all), default: the method's."""
+    group = parser.add_argument_group("method settings (default: each method's own)")
+    for method, param, kind, help_text in METHOD_KNOBS:
+        if methods is None or method in methods:
+            group.add_argument(knob_flag(method, param), dest=f"knob__{method}__{param}",
+                               type=_positive(kind), default=None, metavar=kind.__name__.upper(),
+                               help=help_text)
+
+
+def method_params_from(args: argparse.Namespace, base: dict | None = None) -> dict | None:
+    """`method_params` of the knobs given on the command line, merged into `base`."""
+    params = {m: dict(p) for m, p in (base or {}).items()}
+    for method, param, _, _ in METHOD_KNOBS:
+        value = getattr(args, f"knob__{method}__{param}", None)
+        if value is not None:
+            params.setdefault(method, {})[param] = value
+    return params or None

@@ -9,9 +9,16 @@ it already holds, so a rerun skips them; a JSONL line cut short by a kill is dro
 Several processes (`torchrun`, `accelerate launch`) each write a part file next to the output,
 `<out>.rank<r>-of-<n>.part` (JSONL, resumable the same way); rank 0 merges the parts into the
 output at the end, in line order and without duplicates, and deletes them.
+
+One writer per output: opening one takes its writer lock (`store.lock`, a `<out>.lock` file
+beside it); a second writer is refused with the first one's pid, and the lock of a killed
+writer is free at once. A store is judged read-only before anything is written, so another
+application's SQLite file is refused unchanged. A full disk or a read-only place ends the run
+with one line; every batch written before is kept, and a rerun resumes.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -19,10 +26,28 @@ from typing import Iterable, Iterator, Protocol
 
 from ..errors import OARError
 from ..jsonl import iter_jsonl, parse_line
+from ..store.lock import WriterLock
 
 
 class OutputError(OARError, OSError):
-    """An `--out` that cannot be written (missing folder, a folder, no permission)."""
+    """An `--out` that cannot be written (missing folder, a folder, no permission, a full disk)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, with the line that says what was kept (`oar` prints it and exits 130)."""
+
+
+def interrupted(out, kept: int) -> Interrupted:
+    return Interrupted(f"interrupted; {kept} lines kept in {out}, rerun the same command to resume")
+
+
+def _write_failed(path: Path, err: OSError, kept: int) -> OutputError:
+    """The one-line OutputError of a failed write (the lines before it are kept)."""
+    why = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
+           errno.EROFS: "the file system is read-only", errno.EACCES: "no permission"}.get(
+        err.errno, err.strerror or str(err))
+    return OutputError(f"--out {path} cannot be written ({why}); {kept} lines kept; free space or "
+                       "fix the place, then rerun the same command to resume")
 
 
 class Output(Protocol):
@@ -89,48 +114,74 @@ def _check_same_job(path: Path, record: dict, methods, probe: str) -> None:
 
 
 class JsonlOutput:
-    """Appends records to a JSON Lines file, flushed and synced per batch."""
+    """Appends records to a JSON Lines file, flushed and synced per batch; holds the file's
+    writer lock (unless `lock` is false) until closed."""
 
-    def __init__(self, path: str | Path, methods, probe: str):
+    def __init__(self, path: str | Path, methods, probe: str, lock: bool = True):
         self.path = Path(path)
         check_writable(self.path)
+        self._lock = WriterLock(self.path, "--out") if lock else None
         self.done: set[int] = set()
-        if self.path.exists():
-            _drop_partial_tail(self.path)
-            for record in read_records(self.path):
-                if not self.done:
-                    _check_same_job(self.path, record, methods, probe)
-                self.done.add(record["line"])
         try:
+            if self.path.exists():
+                _drop_partial_tail(self.path)
+                for record in read_records(self.path):
+                    if not self.done:
+                        _check_same_job(self.path, record, methods, probe)
+                    self.done.add(record["line"])
             self._handle = open(self.path, "a", encoding="utf-8")
         except OSError as err:
+            self._release()
+            if isinstance(err, OARError):
+                raise
             raise OutputError(f"--out {self.path} cannot be written ({err.strerror}); pass a "
                               "path in a folder you can write") from None
+        except BaseException:
+            self._release()
+            raise
 
     def write(self, records: list[dict]) -> None:
-        for record in records:
-            self._handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-            self.done.add(record["line"])
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
+        try:
+            for record in records:
+                self._handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+        except OSError as err:  # a line cut short here is dropped when the run is resumed
+            raise _write_failed(self.path, err, len(self.done)) from None
+        self.done.update(r["line"] for r in records)
 
     def close(self, finish: bool = True) -> None:
-        self._handle.close()
+        try:
+            self._handle.close()
+        except OSError:  # a full disk again on the last flush: every batch was synced already
+            pass
+        self._release()
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
 
 
 class StoreOutput:
     """Adds records to a run of a store, one transaction per batch. The run is the newest one
     with the same `config` (a resumed job) or a new one, made at the first write."""
 
-    def __init__(self, path: str | Path, name: str, model: str, config: dict):
+    def __init__(self, path: str | Path, name: str, model: str, config: dict, lock: bool = True):
         from ..store import Store
+        from ..store.schema import identify
 
         self.path = Path(path)
         check_writable(self.path)
-        self.store = Store(self.path)  # a newer schema or a non-store file fails here
-        self.name, self.model, self.config = name, model, config
-        self.run_id = next((r.id for r in self.store.runs() if r.config == config), None)
-        self.done = set() if self.run_id is None else set(self._lines(self.run_id))
+        identify(self.path)  # read-only: a newer schema or another program's file fails unchanged
+        self._lock = WriterLock(self.path, "--out") if lock else None
+        try:
+            self.store = Store(self.path)
+            self.name, self.model, self.config = name, model, config
+            self.run_id = next((r.id for r in self.store.runs() if r.config == config), None)
+            self.done = set() if self.run_id is None else set(self._lines(self.run_id))
+        except BaseException:
+            self._release()
+            raise
 
     def _lines(self, run_id: int) -> list[int]:
         with self.store._transaction(write=False) as conn:
@@ -149,11 +200,18 @@ class StoreOutput:
 
     def close(self, finish: bool = True) -> None:
         """Close; with `finish`, first recompute the run's summaries (rank 0's job)."""
-        if finish and self.run_id is not None:
-            from ..analysis.run_summary import summarise
+        try:
+            if finish and self.run_id is not None:
+                from ..analysis.run_summary import summarise
 
-            summarise(self.store, self.run_id)
-        self.store.close()
+                summarise(self.store, self.run_id)
+        finally:
+            self.store.close()
+            self._release()
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
 
 
 def part_path(out: str | Path, rank: int, world: int) -> Path:

@@ -7,7 +7,10 @@ import sys
 
 from ..analysis.sets import DEFAULT_SETS, RECALL_SETS
 from ..configs import add_model_args
-from .choices import method_name, probe_name
+from .choices import add_method_knobs, method_name, method_params_from, probe_name
+
+# `oar recall` runs the methods on knobs from the table (resample: --resample-samples).
+RECALL_KNOB_METHODS = ("ig", "oar_g")
 
 
 RANDOM_DRAW, RANDOM_EXPECTED = "random (a draw)", "random expectation"
@@ -40,6 +43,7 @@ def run_steps(args: argparse.Namespace, model, tokenizer) -> int:
 
     report = step_recall(model, tokenizer, n=args.n, seed=args.seed, preset=args.preset or "upstream",
                          methods=args.methods, probe=args.probe, pool=args.step_pool,
+                         method_params=method_params_from(args),
                          progress=not args.no_progress, resample_samples=args.resample_samples,
                          intervention_samples=args.intervention_samples)
     if args.json:
@@ -63,6 +67,25 @@ def budget_params(max_batch_tokens: int | None) -> dict | None:
             if method_spec(m).token_budget}
 
 
+def check_servable(model: str) -> None:
+    """InputError, before the weights load, for a model `oar recall` cannot serve: its oracle
+    sets come from world problems the world's tokenizer writes, and the counterfactual set
+    regenerates them with the model, so a model with another tokenizer has nothing to be
+    recalled (and a large one fills memory regenerating). The one place this is decided."""
+    from transformers import AutoTokenizer
+
+    from ..errors import InputError
+    from ..models import resolve
+    from ..world.tokenizer import not_the_worlds
+
+    why = not_the_worlds(AutoTokenizer.from_pretrained(str(resolve(model))))
+    if why is not None:
+        raise InputError(
+            f"--model {model}: its tokenizer {why}, so it is not an arithmetic-world model and "
+            "`oar recall` has no oracle for it; attribute its own traces with `oar attribute` "
+            "(or evaluate it with `oar eval --data`)")
+
+
 def run(args: argparse.Namespace) -> int:
     from ..models import load_model
     from ..analysis.recall import oracle_recall
@@ -74,13 +97,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"oar recall: --intervention-samples must be >= 0 (0: off), got {args.intervention_samples}",
               file=sys.stderr)
         return 2
+    check_servable(args.model)
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
     if args.granularity == "step":
         return run_steps(args, model, tokenizer)
     report = oracle_recall(model, tokenizer, n=args.n, seed=args.seed, preset=args.preset or "recall",
                            methods=args.methods, probe=args.probe, progress=not args.no_progress,
                            sets=args.sets, cf_positions=args.cf_positions,
-                           method_params=budget_params(args.max_batch_tokens))
+                           method_params=method_params_from(args, budget_params(args.max_batch_tokens)))
     if args.json:
         print(json.dumps(report.as_dict()))
         return 0
@@ -121,6 +145,7 @@ def add_parser(sub) -> None:
     rc.add_argument("--cf-positions", type=int, default=64,
                     help="counterfactual set: scored positions tested per trace (one greedy "
                          "regeneration each)")
+    add_method_knobs(rc, RECALL_KNOB_METHODS)
     add_model_args(rc)
     rc.add_argument("--json", action="store_true", help="print one JSON object")
     rc.add_argument("--no-progress", action="store_true", help="hide the progress bar")

@@ -130,13 +130,18 @@ class Store:
         if write and self.readonly:
             raise StoreError(f"{self.path} is open read-only; open it with Store(path) to write")
         conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:  # SQLite may have rolled back itself (a full disk)
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        except sqlite3.OperationalError as err:
+            # A full disk or a read-only place: the batch is rolled back, the rest is kept.
+            raise schema.explain(err, self.path) or err from None
 
     def close(self) -> None:
         """Close every connection this Store opened (in any thread)."""

@@ -14,3 +14,12 @@ class SchemaVersionError(StoreError):
 
 class NotFoundError(StoreError, LookupError):
     """A run or trace id that is not in the store."""
+
+
+class WriterBusyError(StoreError):
+    """An output (store or JSONL file) that another live process is writing."""
+
+
+class StoreWriteError(StoreError):
+    """A store that cannot be written where it lies: a full disk, a read-only folder or file
+    system. Nothing committed before is lost."""

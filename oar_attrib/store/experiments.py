@@ -92,7 +92,7 @@ class ExperimentStore:
             have = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             if "experiments" not in have:
                 self.conn.close()
-                raise StoreError(f"{self.path} holds no experiments; run one with `oar experiment run`")
+                raise NotFoundError(f"{self.path} holds no experiments; run one with `oar experiment run`")
         else:
             self._write(lambda c: [c.execute(s) for s in _DDL.split(";") if s.strip()])
 
@@ -108,13 +108,17 @@ class ExperimentStore:
     def _write(self, work):
         if self.readonly:
             raise StoreError(f"{self.path} is open read-only")
-        self.conn.execute("BEGIN IMMEDIATE")
         try:
-            result = work(self.conn)
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(self.conn)
+            except BaseException:
+                if self.conn.in_transaction:  # SQLite may have rolled back itself (a full disk)
+                    self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+        except sqlite3.OperationalError as err:
+            raise schema.explain(err, self.path) or err from None
         return result
 
     # ------------------------------------------------------------------ writing

@@ -3,6 +3,10 @@
 One file per store, in WAL mode: one writer and any number of readers work at the same time
 (readers see the last committed state and never block the writer). `PRAGMA user_version`
 holds SCHEMA_VERSION; a file written by a newer version is refused rather than misread.
+`PRAGMA application_id` holds APPLICATION_ID, so a store is known by its header; stores made
+before it was set are known by their tables. An existing file is judged through a read-only
+connection before any writer opens it (`identify`): another application's SQLite file is
+refused unchanged, whatever its user_version.
 
 The run table's sort indexes (`SORT_INDEXES`) are made by every writable open that finds them
 missing, so a store written before they existed gains them the first time a writer opens it. They
@@ -20,9 +24,11 @@ import os
 import sqlite3
 from pathlib import Path
 
-from .errors import SchemaVersionError, StoreError
+from .errors import SchemaVersionError, StoreError, StoreWriteError
 
 SCHEMA_VERSION = 2
+APPLICATION_ID = 0x4F415231  # "OAR1" in the file header's application id field
+_STORE_TABLES = {"runs", "traces", "tokens", "attributions"}  # a store made before APPLICATION_ID
 
 # Per-token lists are blobs (see codec.py); JSON text columns hold dicts and lists that are
 # read whole. Every child row cascades from its run.
@@ -170,51 +176,94 @@ def _open(path: Path, readonly: bool, timeout: float) -> sqlite3.Connection:
     return sqlite3.connect(uri + "&immutable=1", uri=True, **options)
 
 
+def explain(err: sqlite3.Error, path: Path) -> StoreError | None:
+    """The StoreWriteError of an SQLite error that says the file's place cannot be written
+    (a full disk, a read-only folder or file system), else None."""
+    text = str(err).lower()
+    if "disk is full" in text:
+        return StoreWriteError(f"{path}: the disk is full; nothing already committed is lost; free "
+                               "some space and rerun the same command")
+    if "readonly database" in text or "read-only file system" in text:
+        return StoreWriteError(f"{path} cannot be written here (a read-only file, folder or file "
+                               "system); pass a path you can write")
+    return None
+
+
+def _unreadable(err: sqlite3.Error, path: Path) -> StoreError:
+    return explain(err, path) or StoreError(
+        f"{path} is not a readable SQLite store ({err}); pass the path of a store")
+
+
+def identify(path: Path, timeout: float = 30.0) -> int:
+    """Judge an existing file through a read-only connection, writing nothing: its store
+    schema version (0: an empty SQLite file, or no file, which a writer may make a store), or
+    StoreError (not SQLite) / SchemaVersionError (another application's file, a newer store)."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return 0
+    try:
+        conn = _open(path, True, timeout)
+        try:
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            # Both read from the header; the schema's pages only for files without our id
+            # (a damaged page further on is then the pages' error, not the open's).
+            tables = set() if app_id == APPLICATION_ID else {
+                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as err:
+        raise _unreadable(err, path) from None
+    if app_id == 0 and version == 0 and not tables:
+        return 0
+    ours = app_id == APPLICATION_ID or (
+        app_id == 0 and ((0 < version <= SCHEMA_VERSION and _STORE_TABLES <= tables)
+                         or (version > SCHEMA_VERSION and "runs" in tables)))
+    if not ours:
+        raise SchemaVersionError(
+            f"{path} is an SQLite file not written by oar-attrib (not a run store); it was left "
+            "unchanged; pass the path of a store, or a new file name to make one")
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{path} has store schema v{version}, newer than this oar-attrib's v{SCHEMA_VERSION}; "
+            "upgrade oar-attrib to read it")
+    return version
+
+
 def connect(path: Path, *, readonly: bool, timeout: float) -> sqlite3.Connection:
     """A connection in autocommit mode (transactions are explicit), schema checked.
 
-    The writer creates the file and the schema; a reader refuses a missing file.
+    The writer creates the file and the schema; a reader refuses a missing file. Either judges
+    an existing file read-only first (`identify`).
     """
     if readonly and not path.is_file():
         raise StoreError(f"no store at {path}; build one with `oar demo` or `oar attribute --out`")
+    version = identify(path, timeout)
+    if readonly and version == 0:
+        raise StoreError(f"{path} is empty, not a store; build one with `oar demo`")
     if not readonly:
         path.parent.mkdir(parents=True, exist_ok=True)
     try:
         conn = _open(path, readonly, timeout)
         conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
         conn.execute("PRAGMA foreign_keys = ON")
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
+            _create(conn, path)
+        elif version < SCHEMA_VERSION and not readonly:
+            _migrate(conn, path)
+        if not readonly:
+            ensure_indexes(conn, path)
+            # FULL: a committed trace survives even an OS crash, not only a killed process; the
+            # cost is one fsync per commit, and writers commit per batch of traces.
+            conn.execute("PRAGMA synchronous = FULL")
+        else:
+            conn.execute("PRAGMA query_only = ON")
     except sqlite3.DatabaseError as err:
-        raise StoreError(f"{path} is not a readable SQLite store: {err}") from None
-    if version > SCHEMA_VERSION:
-        conn.close()
-        raise SchemaVersionError(
-            f"{path} has store schema v{version}, newer than this oar-attrib's v{SCHEMA_VERSION}; "
-            "upgrade oar-attrib to read it"
-        )
-    if version == 0:
-        _create(conn, path, readonly)
-    elif version < SCHEMA_VERSION and not readonly:
-        _migrate(conn, path)
-    if not readonly:
-        ensure_indexes(conn, path)
-    if readonly:
-        conn.execute("PRAGMA query_only = ON")
-    else:
-        # FULL: a committed trace survives even an OS crash, not only a killed process; the
-        # cost is one fsync per commit, and writers commit per batch of traces.
-        conn.execute("PRAGMA synchronous = FULL")
+        raise _unreadable(err, path) from None
     return conn
 
 
-def _create(conn: sqlite3.Connection, path: Path, readonly: bool) -> None:
-    if readonly:
-        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-        conn.close()
-        raise StoreError(
-            f"{path} is not an oar-attrib store (no schema version)" if tables
-            else f"{path} is empty, not a store; build one with `oar demo`"
-        )
+def _create(conn: sqlite3.Connection, path: Path) -> None:
+    """Make the schema in a new (or empty) file: WAL mode, the tables, the header's ids."""
     # WAL is a property of the file: set once here, every later connection uses it.
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("BEGIN IMMEDIATE")
@@ -223,12 +272,12 @@ def _create(conn: sqlite3.Connection, path: Path, readonly: bool) -> None:
         if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
             if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
                 raise SchemaVersionError(
-                    f"{path} is an SQLite file with tables but no store schema version; it was "
-                    "not written by oar-attrib (pass the path of a store)"
-                )
+                    f"{path} is an SQLite file not written by oar-attrib (not a run store); "
+                    "pass the path of a store, or a new file name to make one")
             for statement in _DDL.split(";"):
                 if statement.strip():
                     conn.execute(statement)
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
@@ -284,5 +333,5 @@ def ensure_indexes(conn: sqlite3.Connection, path: Path) -> None:
             raise
     except sqlite3.OperationalError as err:
         conn.close()
-        raise StoreError(f"{path}: cannot add the run table's sort indexes ({err}); open it with "
+        raise explain(err, path) or StoreError(f"{path}: cannot add the run table's sort indexes ({err}); open it with "
                          "readonly=True to read it, or wait for the writer that holds it") from None

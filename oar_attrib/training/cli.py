@@ -2,7 +2,7 @@
 
     oar train --preset arith-tiny --method oar_g
     oar train --preset math-7b model=/models/Qwen2.5-7B max_steps=500
-    accelerate launch --config_file oar_attrib/training/accelerate/ddp.yaml -m oar_attrib.training --preset math-7b
+    accelerate launch --config_file training/accelerate/ddp.yaml training/train.py --preset math-7b
 
 `add_train_command(subparsers)` registers the subcommand on an existing `oar` parser.
 """
@@ -21,7 +21,7 @@ and --config; so does any setting in TRL's spelling, --key value or --key=value 
 --learning_rate 1e-6, --bf16 alone means true). A bare key is a field of the run section (model, data, reward, eval_every, ...) or of
 OARConfig (learning_rate, oar_tau, num_generations, ...); run.KEY / trainer.KEY name the section.
 $OAR_TRAIN_OVERRIDES (key=value pairs) is applied last, e.g. for a short trial of a command.
-Multi-GPU: accelerate launch --config_file oar_attrib/training/accelerate/{ddp,zero2,zero3}.yaml -m oar_attrib.training ..."""
+Multi-GPU, from a checkout: accelerate launch --config_file training/accelerate/{ddp,zero2,zero3}.yaml training/train.py ..."""
 
 
 _OVERRIDE = re.compile(r"^[A-Za-z_][\w.]*=")

@@ -9,15 +9,14 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, make_dataclass
 
 from packaging.version import Version
 from trl import GRPOConfig
 
-from oar_attrib.methods import available_methods, trainable_methods
-from oar_attrib.probes import PROBES
+from oar_attrib.methods import trainable_methods
 from oar_attrib.spans import ANSWER_FORMATS
-from oar_attrib.weightings import available_weightings
+from oar_attrib.weights.settings import ReshapeSettings, SettingError, config_fields, config_name
 
 from .errors import TrainingConfigError, UnsupportedTRLError
 
@@ -26,17 +25,18 @@ from .errors import TrainingConfigError, UnsupportedTRLError
 TRL_MIN, TRL_MAX = Version("1.16.0"), Version("1.17.0")
 TRL_OVERRIDE_ENV = "OAR_ALLOW_UNTESTED_TRL"
 
-# Old spellings of OARConfig fields -> their names now (accepted, with a FutureWarning).
-RENAMED = {"oar_min_weight": "oar_w_min"}
-
-NO_METHOD = "none"
-
 
 def oar_method_choices() -> list[str]:
-    """Allowed `oar_method` values: 'none' (plain GRPO) and every registered method that is not
-    analysis-only, read from the registry when called (so methods registered later count)."""
-    return [NO_METHOD, *trainable_methods()]
-OAR_GRANULARITIES = ("token", "step")
+    """Allowed `oar_method` values: every registered method that is not analysis-only ('none',
+    plain GRPO, among them), read from the registry when called (so methods registered later
+    count)."""
+    return trainable_methods()
+
+
+# The reshaping knobs, generated from `ReshapeSettings` (defaults and help text are written
+# there once): oar_method, oar_probe, oar_tau, oar_beta, oar_w_min, oar_entropy_rho,
+# oar_weighting, oar_granularity, oar_step_pool, oar_noise_std, oar_max_batch_tokens.
+ReshapeFields = make_dataclass("ReshapeFields", config_fields())
 
 
 def check_trl_version(version: str | None = None) -> None:
@@ -77,71 +77,13 @@ def _choice(name: str, value, allowed) -> None:
 
 
 @dataclass
-class OARConfig(GRPOConfig):
+class OARConfig(GRPOConfig, ReshapeFields):
     """GRPOConfig with Outcome-grounded Advantage Reshaping: the per-token advantage is A_i * w_t."""
 
-    oar_method: str = field(
-        default="oar_g",
-        metadata={"help": "Importance method whose weights reshape the advantages: a registered "
-                          "method that is not analysis-only (oar_p, oar_g, entropy, grail, ig, random, "
-                          "or one registered with oar_attrib.register_method), or 'none' for plain GRPO "
-                          "(weights are not computed)."},
-    )
-    oar_probe: str = field(
-        default="as_mean",
-        metadata={"help": f"Outcome probe after the warm-up: one of {', '.join(PROBES)} (METHOD.md 3)."},
-    )
     oar_probe_warmup_steps: int = field(
         default=0,
         metadata={"help": "Optimizer steps that use the 'lt' probe before switching to oar_probe "
                           "(the paper warms up with LT-Logits)."},
-    )
-    oar_tau: float = field(
-        default=0.4, metadata={"help": "Quantile level in [0, 1] that splits suppression from boosting."}
-    )
-    oar_beta: float = field(default=2.0, metadata={"help": "Boost strength (>= 0) above the tau-quantile."})
-    oar_w_min: float | None = field(
-        default=None,
-        metadata={"help": "w_min in [0, 1], 0.1 when unset: the floor of the suppression gate below "
-                          "the tau-quantile, applied BEFORE the mass-preserving rescale to mean 1 over "
-                          "the scored tokens, so final weights can be below it (METHOD.md 6). "
-                          "attribute(w_min=...) and `oar attribute --w-min` are the same knob."},
-    )
-    oar_min_weight: float | None = field(
-        default=None, metadata={"help": "Deprecated spelling of oar_w_min (still accepted)."}
-    )
-    oar_noise_std: float | None = field(
-        default=None,
-        metadata={"help": "OAR-G: std (>= 0) of the embedding noise on scored positions; None: 0.1 x "
-                          "the RMS of the row's scored embeddings (the same in bf16 and fp32)."},
-    )
-    oar_max_batch_tokens: int | None = field(
-        default=None,
-        metadata={"help": "Token budget of one attribution forward: rows are grouped so that their "
-                          "total length stays under it, and OAR-P sizes its perturbation batches by it. "
-                          "None: OAR-P sizes it from the device's free memory (16384 on CPU, also "
-                          "the row grouping's budget)."},
-    )
-    oar_weighting: str | None = field(
-        default=None,
-        metadata={"help": "How importances become weights: a registered weighting ('bilevel' gates "
-                          "like OAR; 'grail' is GRAIL's transform; 'top_rho' keeps the top-rho tokens "
-                          "of the local batch at weight 1 and zeroes the rest). Default: the method's own."},
-    )
-    oar_entropy_rho: float = field(
-        default=0.2, metadata={"help": "Kept fraction in (0, 1] for oar_weighting='top_rho'."}
-    )
-    oar_granularity: str = field(
-        default="token",
-        metadata={"help": "'token' gates each token's importance; 'step' pools the importances per "
-                          "step (lines, or sentences of a one-line reasoning), gates the steps and "
-                          "gives each step's weight to its tokens, mean 1 over the scored tokens."},
-    )
-    oar_step_pool: str = field(
-        default="mean",
-        metadata={"help": "oar_granularity='step': how a step's token importances pool into one: "
-                          "mean, sum or max (oar_p_step's are constant per step: all three agree "
-                          "up to sum's length factor)."},
     )
     oar_skip_zero_advantage: bool = field(
         default=True,
@@ -189,34 +131,24 @@ class OARConfig(GRPOConfig):
         if not _NATIVE_ACTIVATION_CHECKPOINTING:
             self.gradient_checkpointing = self.gradient_checkpointing or self.activation_checkpointing
         self._quiet_defaults()
-        self._renamed_fields()
         super().__post_init__()
-        if self.oar_method in available_methods() and self.oar_method not in trainable_methods():
+        self.reshape_settings()  # checks the generated fields, answer_format and answer_pattern
+        if self.oar_method not in trainable_methods():  # registered (checked above), analysis-only
             raise TrainingConfigError(
                 f"oar_method={self.oar_method!r} is analysis-only (it can explain traces with "
                 f"attribute() but not reshape training); choose one of {', '.join(oar_method_choices())}")
-        _choice("oar_method", self.oar_method, oar_method_choices())
-        _choice("oar_probe", self.oar_probe, PROBES)
-        if self.oar_weighting is not None:
-            _choice("oar_weighting", self.oar_weighting, available_weightings())
-        _choice("oar_granularity", self.oar_granularity, OAR_GRANULARITIES)
-        _choice("oar_step_pool", self.oar_step_pool, ("mean", "sum", "max"))
-        _choice("answer_format", self.answer_format, ANSWER_FORMATS)
         self._check_ranges()
         if self.answer_format == "regex" and not self.answer_pattern:
             raise TrainingConfigError("answer_format='regex' needs answer_pattern, a regex with one group")
 
-    def _renamed_fields(self) -> None:
-        """Old spellings, used only when the new name is unset (with a FutureWarning); then the
-        old name mirrors the new one, so code that reads it and copies of the config agree."""
-        if self.oar_w_min is None and self.oar_min_weight is not None:
-            warnings.warn("OARConfig(oar_min_weight=...) is now oar_w_min (the same knob as "
-                          "attribute(w_min=...) and --w-min); the old name still works", FutureWarning,
-                          stacklevel=4)
-            self.oar_w_min = self.oar_min_weight
-        if self.oar_w_min is None:
-            self.oar_w_min = 0.1
-        self.oar_min_weight = self.oar_w_min
+    def reshape_settings(self, probe: str | None = None) -> ReshapeSettings:
+        """The `ReshapeSettings` of this config (`probe`: the warm-up's, else oar_probe); an
+        invalid value is a TrainingConfigError naming the config field and the allowed values."""
+        try:
+            return ReshapeSettings.from_config(self, probe)
+        except SettingError as err:
+            name = config_name(err.field)
+            raise TrainingConfigError(str(err).replace(f"{err.field}=", f"{name}=", 1)) from None
 
     def _quiet_defaults(self) -> None:
         """Defaults that work where the config is built. bf16 left unset is bf16 only on a CUDA
@@ -235,15 +167,7 @@ class OARConfig(GRPOConfig):
 
     def _check_ranges(self) -> None:
         checks = [
-            ("oar_tau", self.oar_tau, 0.0 <= self.oar_tau <= 1.0, "in [0, 1]"),
-            ("oar_beta", self.oar_beta, self.oar_beta >= 0 and math.isfinite(self.oar_beta), "finite, >= 0"),
-            ("oar_w_min", self.oar_w_min, 0.0 <= self.oar_w_min <= 1.0, "in [0, 1]"),
-            ("oar_noise_std", self.oar_noise_std, self.oar_noise_std is None or self.oar_noise_std >= 0,
-             "None or >= 0"),
-            ("oar_max_batch_tokens", self.oar_max_batch_tokens,
-             self.oar_max_batch_tokens is None or self.oar_max_batch_tokens >= 1, "None or >= 1"),
             ("oar_probe_warmup_steps", self.oar_probe_warmup_steps, self.oar_probe_warmup_steps >= 0, ">= 0"),
-            ("oar_entropy_rho", self.oar_entropy_rho, 0.0 < self.oar_entropy_rho <= 1.0, "in (0, 1]"),
             ("oar_store_every", self.oar_store_every, self.oar_store_every >= 0, ">= 0"),
             ("oar_store_samples", self.oar_store_samples, self.oar_store_samples >= 1, ">= 1"),
         ]
@@ -254,3 +178,31 @@ class OARConfig(GRPOConfig):
     def probe_at(self, step: int) -> str:
         """The probe used at optimizer step `step` (warm-up with 'lt')."""
         return "lt" if step < self.oar_probe_warmup_steps else self.oar_probe
+
+
+HALF_DTYPES = ("bfloat16", "float16")
+
+
+def fit_to_device(settings: dict, cuda: bool | None = None) -> list[str]:
+    """Make merged {'run', 'trainer'} settings start on this machine, in place, and say what
+    changed (one line each; the caller prints them). Without CUDA: use_cpu on, bf16/fp16 off
+    (TRL stops with "doesn't support bf16/gpu", or runs every step under a slow CPU autocast)
+    and a half-precision weights dtype becomes float32 (it would train and save in bf16 where
+    the preset meant mixed precision on a GPU). With CUDA nothing changes."""
+    if cuda is None:
+        cuda = _cuda()
+    run, trainer = settings["run"], settings["trainer"]
+    if cuda and not trainer.get("use_cpu"):
+        return []
+    said = []
+    for name in ("bf16", "fp16"):
+        if trainer.get(name):
+            trainer[name] = False
+            said.append(f"{name}=true needs a GPU; training on the CPU in float32 ({name}=false)")
+    if run.get("dtype") in HALF_DTYPES:
+        said.append(f"dtype={run['dtype']} on the CPU would train and save in {run['dtype']}; "
+                    "loading the model in float32 (set dtype on a GPU machine)")
+        run["dtype"] = "float32"
+    if not trainer.get("use_cpu"):
+        trainer["use_cpu"] = True
+    return said

@@ -22,6 +22,7 @@ from .errors import DataError
 PROMPT_TEMPLATES = {
     "boxed": "{question}\nPlease reason step by step, and put your final answer within \\boxed{{}}.",
     "gsm8k": "{question}\nPlease reason step by step, and end with a final line '#### <answer>'.",
+    "answer_is": "{question}\nPlease reason step by step, and end with a final line 'The answer is <answer>.'",
     "plain": "{question}",
 }
 QUESTION_KEYS = ("question", "problem")

@@ -25,6 +25,10 @@ sampling seed. What the seed changes: the completions sampled during training, r
 and OAR-G's noise. A cell runs as its own process (`python -m oar_attrib.training.experiment_cell`)
 and writes its curve to the store as it trains; a cell counts as finished when its stored
 curve is complete, so a rerun after an interruption skips exactly those (`ExperimentStore.finished_cells`).
+
+One `run` per store at a time: it holds the store's writer lock (`oar_attrib.store.lock`) and
+its cells end when it ends, however it ends (Ctrl-C, a kill, even SIGKILL: each cell asks the
+kernel for SIGTERM at its parent's death), so that a rerun never trains a cell twice at once.
 """
 from __future__ import annotations
 
@@ -41,11 +45,15 @@ from pathlib import Path
 import yaml
 
 from oar_attrib.store.experiments import STEP_KEY, ExperimentStore
+from oar_attrib.store.lock import WriterLock
+from oar_attrib.store.schema import identify
 
 from .errors import TrainingConfigError
 from .launch import _field_names, apply_overrides, build_configs, parse_value, resolve
 
-EXPERIMENT_DIR = Path(__file__).resolve().parent / "experiments"
+# The named grids live in the repository's training/experiments/ (a checkout); an installed
+# wheel has none, and takes a grid's .yaml path.
+EXPERIMENT_DIR = Path(__file__).resolve().parents[2] / "training" / "experiments"
 # Train metrics kept per step (TRL's names); the report reads these.
 TRAIN_KEYS = ("reward", "entropy", "loss", "oar/ess_ratio", "oar/top10_mass", "oar/weight_max",
               "oar/time_s", "oar/attributed_rate", "completions/mean_length")
@@ -91,7 +99,7 @@ class ExperimentSpec:
 
 
 def experiment_path(name: str) -> Path:
-    """An experiment by name (oar_attrib/training/experiments/<name>.yaml) or a YAML path."""
+    """An experiment by name (training/experiments/<name>.yaml of a checkout) or a YAML path."""
     path = Path(name)
     if path.suffix in (".yaml", ".yml"):
         if not path.is_file():
@@ -100,7 +108,8 @@ def experiment_path(name: str) -> Path:
     found = EXPERIMENT_DIR / f"{name}.yaml"
     if not found.is_file():
         known = sorted(p.stem for p in EXPERIMENT_DIR.glob("*.yaml"))
-        raise TrainingConfigError(f"unknown experiment {name!r}; known: {', '.join(known)} (or a .yaml path)")
+        raise TrainingConfigError(f"unknown experiment {name!r}; known: {', '.join(known) or 'none here'} "
+                                  "(named grids are in a checkout's training/experiments/; or pass a .yaml path)")
     return found
 
 
@@ -195,11 +204,31 @@ def plan(spec: ExperimentSpec, base: dict) -> tuple[ExperimentStore, list[Planne
     return store, cells, finished
 
 
+def _die_with_parent(parent: int):
+    """A preexec_fn (Linux): SIGTERM this child when the process that started it dies."""
+    def arm() -> None:
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before the request was made
+            os._exit(1)
+    return arm
+
+
+def tied_popen(cmd: list[str], **kwargs) -> subprocess.Popen:
+    """subprocess.Popen of a child that ends with this process: in its own session (so
+    that the terminal's Ctrl-C reaches only the parent, which stops it), and on Linux with a
+    parent-death signal, so that even a SIGKILLed parent leaves no child running."""
+    arm = _die_with_parent(os.getpid()) if sys.platform.startswith("linux") else None
+    return subprocess.Popen(cmd, preexec_fn=arm, start_new_session=True, **kwargs)
+
+
 def _launch(store_path: str, cell: PlannedCell) -> subprocess.Popen:
     cell.log.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     with cell.log.open("w", encoding="utf-8") as log:
-        return subprocess.Popen(
+        return tied_popen(
             [sys.executable, "-m", "oar_attrib.training.experiment_cell", str(store_path), str(cell.id)],
             stdout=log, stderr=subprocess.STDOUT, env=env)
 
@@ -209,6 +238,15 @@ def run(spec: ExperimentSpec, base: dict, jobs: int = 1, echo=print) -> dict:
     A failed cell is reported (its log path) and the others go on."""
     if jobs < 1:
         raise TrainingConfigError(f"--jobs must be >= 1, got {jobs}")
+    identify(Path(spec.store))  # read-only: another program's file is refused unchanged
+    Path(spec.store).parent.mkdir(parents=True, exist_ok=True)
+    with WriterLock(spec.store, "experiment.store"):
+        return _run_locked(spec, base, jobs, echo)
+
+
+def _run_locked(spec: ExperimentSpec, base: dict, jobs: int, echo) -> dict:
+    from oar_attrib.cli.outputs import Interrupted
+
     store, cells, finished = plan(spec, base)
     store.close()
     todo = [c for c in cells if c.id not in finished]
@@ -219,6 +257,9 @@ def run(spec: ExperimentSpec, base: dict, jobs: int = 1, echo=print) -> dict:
     previous = signal.signal(signal.SIGTERM, _raise_exit)
     try:
         _loop(spec, jobs, todo, running, failed, echo)
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted; every finished cell is kept in {spec.store}, rerun the "
+                          "same command to resume") from None
     finally:  # stopped (Ctrl-C, kill): stop the cells too, so that a rerun never races them
         signal.signal(signal.SIGTERM, previous)
         for _, proc, _ in running.values():

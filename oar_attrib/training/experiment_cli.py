@@ -22,7 +22,7 @@ A rerun of `run` skips the cells whose stored curve is complete and restarts the
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("experiment", help="experiment name (oar_attrib/training/experiments/NAME.yaml) "
+    parser.add_argument("experiment", help="experiment name (a checkout's training/experiments/NAME.yaml) "
                                            "or a YAML file")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="settings overrides")
 

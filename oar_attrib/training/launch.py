@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import warnings
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +32,7 @@ class RunConfig:
     world_train_size: int = field(default=20000, metadata={"help": "Number of world training problems."})
     world_answer_format: str = field(default="gsm8k", metadata={"help": "World answer marker: gsm8k or boxed."})
     data_limit: int | None = field(default=None, metadata={"help": "Use only the first N JSONL records."})
-    prompt_template: str = field(default="boxed", metadata={"help": "JSONL prompt template: boxed, gsm8k, plain."})
+    prompt_template: str = field(default="boxed", metadata={"help": "JSONL prompt template: boxed, gsm8k, answer_is, plain."})
     system_prompt: str | None = field(default=None, metadata={"help": "Optional system message (chat models)."})
     reward: list[str] = field(default_factory=lambda: ["world"],
                               metadata={"help": "Rewards: world, gsm8k, math_verify or module:function."})
@@ -142,7 +142,7 @@ def parse_value(text: str):
 
 def resolve(preset: str | None, config_file: str | None, overrides: list[str]) -> dict:
     """The merged {'run': ..., 'trainer': ...} settings (not yet validated)."""
-    from .config import OARConfig
+    from .config import OARConfig, fit_to_device
 
     merged = {"run": {}, "trainer": {}}
     for path in [preset_path(preset) if preset else None, Path(config_file) if config_file else None]:
@@ -152,24 +152,11 @@ def resolve(preset: str | None, config_file: str | None, overrides: list[str]) -
             raise TrainingConfigError(f"config file {path} does not exist")
         data = read_yaml(path)
         merged["run"].update(data["run"])
-        merged["trainer"].update(new_names(data["trainer"]))
+        merged["trainer"].update(data["trainer"])
     merged = apply_overrides(merged, overrides, _field_names(OARConfig))
-    merged["trainer"] = new_names(merged["trainer"])  # an old spelling among the overrides wins
+    for line in fit_to_device(merged):
+        print(f"oar train: {line}", file=sys.stderr)
     return merged
-
-
-def new_names(section: dict) -> dict:
-    """Trainer settings with renamed keys (OARConfig.RENAMED) under their new names, the old
-    key's value winning (it came later)."""
-    from .config import RENAMED
-
-    out = dict(section)
-    for old, new in RENAMED.items():
-        if old in out:
-            warnings.warn(f"setting {old} is now {new}; the old name still works", FutureWarning,
-                          stacklevel=2)
-            out[new] = out.pop(old)
-    return out
 
 
 def build_configs(settings: dict):
@@ -215,16 +202,24 @@ def build_datasets(run: RunConfig, tokenizer, seed: int, temperature: float = 1.
     return train, evaluator
 
 
-def build_rewards(run: RunConfig) -> list:
-    from .rewards import get_reward
+def build_rewards(run: RunConfig, args=None, stop: list[int] | None = None) -> list:
+    """The run's reward functions; given the trainer's settings, each grades the answer in the
+    trainer's answer_format (the span OAR reshapes around), and given the stop ids (EOS, pad)
+    a completion cut off at the length limit earns 0 (`rewards.bind_reward`)."""
+    from .rewards import bind_reward, get_reward
 
-    return [get_reward(name) for name in run.reward]
+    fns = [get_reward(name) for name in run.reward]
+    if args is None:
+        return fns
+    settings = {"answer_format": args.answer_format, "answer_pattern": args.answer_pattern, "stop_ids": stop}
+    return [bind_reward(fn, **settings) for fn in fns]
 
 
 def build_trainer(run: RunConfig, args, rollout_func=None):
     """The OARGRPOTrainer of a run (model loaded from safetensors, offline)."""
     import torch
 
+    from oar_attrib.generation import stop_ids
     from oar_attrib.models import load_model
 
     from .callbacks import AccuracyCallback
@@ -234,7 +229,8 @@ def build_trainer(run: RunConfig, args, rollout_func=None):
         torch.set_num_threads(run.threads)
     model, tokenizer = load_model(run.model, dtype=run.dtype)
     train, evaluator = build_datasets(run, tokenizer, args.seed, args.temperature)
-    trainer = OARGRPOTrainer(model=model, reward_funcs=build_rewards(run), args=args,
+    stop = sorted({*stop_ids(model, tokenizer), tokenizer.pad_token_id} - {None})
+    trainer = OARGRPOTrainer(model=model, reward_funcs=build_rewards(run, args, stop), args=args,
                              train_dataset=train, processing_class=tokenizer, rollout_func=rollout_func)
     if evaluator is not None:
         AccuracyCallback(evaluator, run.eval_every, args.output_dir).attach(trainer)
@@ -260,8 +256,56 @@ def end_distributed(trainer) -> None:
     trainer.accelerator.end_training()
 
 
+def check_checkpoint(folder: str | Path) -> None:
+    """TrainingConfigError naming the file and what is wrong when a checkpoint folder cannot
+    be resumed: trainer_state.json or config.json missing or not a JSON object, weights
+    missing, damaged or of other shapes than config.json, a torch file (optimizer, scheduler,
+    random states) that weights-only loading cannot read (damaged, or a pickle of code: never
+    run). Reads what `Trainer` reads on resuming, the same way, before any model loads."""
+    import json
+
+    import torch
+    from transformers import AutoConfig
+    from transformers.trainer_pt_utils import safe_globals
+
+    from oar_attrib.errors import ModelLoadError
+    from oar_attrib.models import check_weights
+
+    folder = Path(folder)
+
+    def bad(name: str, why: str) -> TrainingConfigError:
+        why = " ".join(str(why).split())[:200]  # one line, whatever the loader said
+        return TrainingConfigError(f"--resume {folder}: {name} {why}; pass --resume another "
+                                   "checkpoint, or train without --resume to start fresh")
+
+    for name in ("trainer_state.json", "config.json"):
+        try:
+            value = json.loads((folder / name).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise bad(name, "is missing") from None
+        except (OSError, UnicodeDecodeError, ValueError) as err:
+            raise bad(name, f"is not valid JSON ({err})") from None
+        if not isinstance(value, dict):
+            raise bad(name, "is not a JSON object")
+    if not any(folder.glob("*.safetensors")):
+        raise bad("model.safetensors", "is missing")
+    try:
+        check_weights(folder, AutoConfig.from_pretrained(folder))
+    except (ModelLoadError, ValueError, OSError) as err:
+        raise bad("the model", f"cannot be loaded ({err})") from None
+    for path in sorted([*folder.glob("*.pt"), *folder.glob("*.pth")]):
+        try:
+            with safe_globals():  # the numpy types of the random states, as Trainer allows them
+                torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:  # torch raises many types here: each means "cannot be read"
+            raise bad(path.name, f"cannot be read by weights-only loading ({err})") from None
+
+
 def train(run: RunConfig, args, resume: str | bool | None = None) -> dict:
-    """Train, save the final model (safetensors) and the resolved settings; return a summary."""
+    """Train, save the final model (safetensors) and the resolved settings; return a summary.
+    A `resume` checkpoint folder is checked first (`check_checkpoint`)."""
+    if isinstance(resume, (str, Path)):
+        check_checkpoint(resume)
     trainer = build_trainer(run, args)
     Path(args.output_dir).mkdir(parents=True, exist_ok=True)
     settings = {"run": dataclasses.asdict(run), "trainer": {

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import re
 
+from oar_attrib.methods import method_spec
+
 OAR_CARD_HEADING = "## Outcome-grounded Advantage Reshaping (OAR)"
 
 
@@ -20,9 +22,7 @@ def base_model_name(model) -> str | None:
 
 def oar_settings(args) -> dict:
     """The reshaping settings of an OARConfig: every oar_* field and the answer format."""
-    from .config import RENAMED
-
-    fields = {k: v for k, v in vars(args).items() if k.startswith("oar_") and k not in RENAMED}
+    fields = {k: v for k, v in vars(args).items() if k.startswith("oar_")}
     return {**fields, "answer_format": args.answer_format, "answer_pattern": args.answer_pattern}
 
 
@@ -36,7 +36,7 @@ def oar_model_card(card: str, base_model: str | None, args) -> str:
     card = card.replace("[None](https://huggingface.co/None)", named)
     card = card.replace('model="None"', f'model="{args.output_dir}"')
     method = args.oar_method
-    reshaping = ("plain GRPO (oar_method='none': advantages not reshaped)" if method == "none" else
+    reshaping = (f"plain GRPO (oar_method={method!r}: advantages not reshaped)" if method_spec(method).uniform else
                  f"token advantages A_i * w_t from {method} importances, probe {args.oar_probe}")
     lines = [OAR_CARD_HEADING, "", f"Trained with `oar_attrib.training.OARGRPOTrainer`: {reshaping}.",
              "", "| setting | value |", "|---|---|"]

@@ -10,10 +10,10 @@ from __future__ import annotations
 import functools
 import importlib
 import re
-import threading
 from typing import Callable
 
 from oar_attrib.errors import unknown_name
+from oar_attrib.grading import Grade, grade
 from oar_attrib.spans import locate_answer
 from oar_attrib.world import reward as world_answer_reward
 
@@ -54,7 +54,14 @@ def world_reward(prompts, completions, answer=None, answer_format=None, **kwargs
             for c, a, f in zip(completions, answers, fmts)]
 
 
-# ------------------------------------------------------------------ GSM8K
+# ------------------------------------------------------------------ GSM8K, MATH, AIME, AMC
+#
+# Both rewards grade the answer the span finder finds (`oar_attrib.grading.grade`), in the
+# format the trainer reads (`answer_format`, a keyword `bind_reward` supplies, or a dataset
+# column), so the reward pays for exactly the span OAR treats as the answer. A completion cut
+# off at the length limit earns 0 when the reward is told the stop ids (`stop_ids`, from
+# `bind_reward`; TRL passes `completion_ids`). `lenient=True` (or the `*_lenient` rewards) grades
+# a completion without a span by its last number or expression anywhere, as before.
 
 
 def _to_number(text: str) -> float | None:
@@ -69,7 +76,7 @@ def _to_number(text: str) -> float | None:
 
 def extract_number(text: str) -> float | None:
     """The final numeric answer: the last number of the answer span (`\\boxed{}`, `####`,
-    `The answer is`), else the last number of the text."""
+    `The answer is`), else (leniently) the last number of the text."""
     location = locate_answer(text)
     if location is not None:
         value = _to_number(text[location.start : location.end])
@@ -78,48 +85,77 @@ def extract_number(text: str) -> float | None:
     return _to_number(text)
 
 
-def gsm8k_reward(prompts, completions, answer=None, **kwargs) -> list[float]:
-    """GSM8K numeric match: 1.0 when the final number equals the gold number (commas, `$`
-    ignored; compared to 1e-6 relative)."""
-    out = []
-    for completion, gold in zip(completions, _answers(answer, len(completions))):
-        pred, ref = extract_number(completion_text(completion)), _to_number(str(gold))
-        ok = pred is not None and ref is not None and abs(pred - ref) <= 1e-6 * max(1.0, abs(ref))
-        out.append(1.0 if ok else 0.0)
-    return out
+def numbers_equal(answer: str, gold: str) -> bool:
+    """The last numbers of both equal to 1e-6 relative (commas, `$` ignored)."""
+    pred, ref = _to_number(answer), _to_number(gold)
+    return pred is not None and ref is not None and abs(pred - ref) <= 1e-6 * max(1.0, abs(ref))
 
 
-# ------------------------------------------------------------------ MATH / AIME / AMC
+def _per_row(value, n: int, default) -> list:
+    if isinstance(value, (list, tuple)):
+        return [default if v is None else v for v in value]
+    return [default if value is None else value] * n
 
 
-@functools.lru_cache(maxsize=8192)  # a gold answer is parsed once, not once per completion
-def _gold(answer: str):
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
-
-    # Gold answers are bare LaTeX ("\\frac{14}{3}", "(3, \\frac{\\pi}{2})"): boxing them makes
-    # the parser take the whole answer as one expression.
-    configs = [LatexExtractionConfig(), ExprExtractionConfig()]
-    return tuple(parse(f"\\boxed{{{answer}}}", extraction_config=configs, parsing_timeout=_timeout()))
-
-
-def _timeout() -> int | None:
-    # math-verify times out with SIGALRM, which only the main thread may set.
-    return 5 if threading.current_thread() is threading.main_thread() else None
+def truncated_rows(completion_ids, stop_ids, n: int) -> list[bool]:
+    """Per completion, whether it was cut off: its ids do not end in a stop id. All False when
+    either is unknown (a caller that does not say cannot be judged)."""
+    if completion_ids is None or not stop_ids:
+        return [False] * n
+    stop = {int(s) for s in stop_ids}
+    return [len(ids) > 0 and int(ids[-1]) not in stop for ids in completion_ids]
 
 
-def math_verify_reward(prompts, completions, answer=None, **kwargs) -> list[float]:
-    """1.0 when math-verify finds the completion's final answer (`\\boxed{}` first, then the
-    last LaTeX or plain expression) equivalent to the gold answer, else 0.0."""
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+def grade_completions(completions, answer, *, answer_format=None, answer_pattern=None,
+                      completion_ids=None, stop_ids=None, lenient: bool = False,
+                      compare=None) -> list[Grade]:
+    """The `Grade` of each completion (`oar_attrib.grading.grade`), with TRL's columns."""
+    golds = _answers(answer, len(completions))
+    fmts = _per_row(answer_format, len(completions), "auto")
+    patterns = _per_row(answer_pattern, len(completions), None)
+    cut = truncated_rows(completion_ids, stop_ids, len(completions))
+    return [grade(completion_text(c), g, f, p, truncated=t, lenient=lenient, compare=compare)
+            for c, g, f, p, t in zip(completions, golds, fmts, patterns, cut)]
 
-    configs = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
-    out = []
-    for completion, gold in zip(completions, _answers(answer, len(completions))):
-        gold_parsed = _gold(str(gold))
-        pred = parse(completion_text(completion), extraction_config=configs, parsing_timeout=_timeout())
-        ok = bool(gold_parsed) and bool(pred) and verify(list(gold_parsed), pred, timeout_seconds=_timeout())
-        out.append(1.0 if ok else 0.0)
-    return out
+
+def gsm8k_reward(prompts, completions, answer=None, lenient: bool = False, **kwargs) -> list[float]:
+    """GSM8K numeric match: 1.0 when the last number of the answer span equals the gold number
+    (commas, `$` ignored; compared to 1e-6 relative); 0 without a span or when cut off."""
+    grades = grade_completions(completions, answer, lenient=lenient, compare=numbers_equal, **_grading(kwargs))
+    return [g.reward for g in grades]
+
+
+def math_verify_reward(prompts, completions, answer=None, lenient: bool = False, **kwargs) -> list[float]:
+    """1.0 when math-verify finds the completion's final answer (the answer span) equivalent
+    to the gold answer, else 0.0; 0 without a span or when cut off. lenient: without a span,
+    math-verify's own reading of the whole text (`\\boxed{}` first, then the last expression)."""
+    return [g.reward for g in grade_completions(completions, answer, lenient=lenient, **_grading(kwargs))]
+
+
+def _grading(kwargs: dict) -> dict:
+    keys = ("answer_format", "answer_pattern", "completion_ids", "stop_ids")
+    return {k: kwargs.get(k) for k in keys}
+
+
+def gsm8k_lenient_reward(prompts, completions, answer=None, **kwargs) -> list[float]:
+    """`gsm8k_reward` with the lenient fallback (the last number anywhere): opt-in only."""
+    return gsm8k_reward(prompts, completions, answer, lenient=True, **kwargs)
+
+
+def math_verify_lenient_reward(prompts, completions, answer=None, **kwargs) -> list[float]:
+    """`math_verify_reward` with the lenient fallback (the last expression anywhere): opt-in only."""
+    return math_verify_reward(prompts, completions, answer, lenient=True, **kwargs)
+
+
+def bind_reward(fn: RewardFn, **settings) -> RewardFn:
+    """`fn` with keyword settings (answer_format, answer_pattern, stop_ids) supplied to every
+    call unless the call (a dataset column) gives its own; keeps `fn`'s name, which TRL logs,
+    and its `correct_threshold`."""
+    @functools.wraps(fn)
+    def bound(prompts, completions, **kwargs):
+        return fn(prompts, completions, **{**settings, **{k: v for k, v in kwargs.items() if v is not None}})
+
+    return bound
 
 
 # A reward function may say from which reward a completion counts as correct, as the attribute
@@ -127,7 +163,7 @@ def math_verify_reward(prompts, completions, answer=None, **kwargs) -> list[floa
 # exactly to right answers. A partial-credit reward declares its own, or the user sets
 # OARConfig.oar_correct_threshold.
 CORRECT_THRESHOLD = "correct_threshold"
-for _fn in (world_reward, gsm8k_reward, math_verify_reward):
+for _fn in (world_reward, gsm8k_reward, math_verify_reward, gsm8k_lenient_reward, math_verify_lenient_reward):
     setattr(_fn, CORRECT_THRESHOLD, 1.0)
 
 
@@ -150,6 +186,8 @@ REWARDS: dict[str, RewardFn] = {
     "world": world_reward,
     "gsm8k": gsm8k_reward,
     "math_verify": math_verify_reward,
+    "gsm8k_lenient": gsm8k_lenient_reward,
+    "math_verify_lenient": math_verify_lenient_reward,
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from oar_attrib.methods import method_spec
 from oar_attrib.traces import build_trace
 
 from .reshaping import TokenWeights
@@ -31,10 +32,8 @@ def trace_record(tw: TokenWeights, row: int, *, prompt, reward: float, advantage
     pair = tw.pairs[row]
     n = len(pair.response_ids)
     flags = []
-    if pair.span_found and bool(tw.scored[row].any()) and not bool(tw.attributed[row]) and method != "none":
+    if bool(tw.scored[row].any()) and not bool(tw.attributed[row]) and not method_spec(method).uniform:
         flags.append("not_attributed")
-    if bool(tw.nonfinite[row]):  # the trainer zeroed its importances: flag them here
-        flags.append(f"non_finite_scores:{method}")
     trace = build_trace(pair, prompt, probe=probe, scores={method: tw.importances[row, :n]},
                         weights={method: tw.weights[row, :n]}, advantage=float(advantage),
                         params=params, timings={method: tw.seconds / max(len(tw.pairs), 1)},

@@ -19,6 +19,7 @@ from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
 from oar_attrib.gating import reshape_advantages
+from oar_attrib.methods import method_spec
 from oar_attrib.metrics import ess_ratio, top_mass
 from oar_attrib.spans import ANSWER_FORMATS
 
@@ -70,7 +71,8 @@ class OARGRPOTrainer(GRPOTrainer):
                 f"OARGRPOTrainer needs args=OARConfig(...), got {type(self.args).__name__}; "
                 "OARConfig takes every GRPOConfig field plus the oar_* fields"
             )
-        if self.args.oar_method != "none" and (self.tools or self.environment_factories):
+        self._oar_uniform = method_spec(self.args.oar_method).uniform  # plain GRPO: no reshaping
+        if not self._oar_uniform and (self.tools or self.environment_factories):
             raise TrainingConfigError(
                 "tool calls and environments interleave non-model tokens with the completion, which "
                 "the answer-span segmentation does not handle; use oar_method='none' with tools"
@@ -131,7 +133,7 @@ class OARGRPOTrainer(GRPOTrainer):
             return output
         weights = self._attribute(output)
         advantages = output["advantages"]  # (B,)
-        if self.args.oar_method != "none":
+        if not self._oar_uniform:
             output["advantages"] = reshape_advantages(advantages, weights.weights.to(advantages.device))
         self._log_oar(weights, advantages)
         self._store(weights, inputs, advantages)
@@ -179,7 +181,7 @@ class OARGRPOTrainer(GRPOTrainer):
         settings = ReshapeSettings.from_config(self.args, self.args.probe_at(self.state.global_step))
         width = output["completion_ids"].shape[1]
         select = self._rows_to_attribute(output["advantages"])
-        if settings.method == "none":  # spans only: no forward, so no ZeRO-3 gather either
+        if self._oar_uniform:  # spans only: no forward, so no ZeRO-3 gather either
             weights = token_weights(None, self.processing_class, prompts, completions, width, settings)
         else:
             unwrap, full = self._attribution_model()
@@ -195,8 +197,8 @@ class OARGRPOTrainer(GRPOTrainer):
         """Per-generation-batch metrics, pooled over ranks, beside TRL's own."""
         adv = advantages.detach().float().cpu()
         token_adv = reshape_advantages(adv, tw.weights)
-        # Over the rows that were attributed (for 'none': every row with S, whose weights are 1).
-        rows = tw.attributed if self.args.oar_method != "none" else tw.scored.any(dim=1)
+        # Over the rows that were attributed (uniform 'none': every row with S, weights 1).
+        rows = tw.scored.any(dim=1) if self._oar_uniform else tw.attributed
         scored = tw.scored & rows[:, None]
         has_s = scored.any(dim=1)
         ess = torch.as_tensor(ess_ratio(tw.weights, scored), dtype=torch.float32)  # (B,), NaN: no S

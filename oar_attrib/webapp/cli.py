@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import socket
 import sys
-import threading
 import time
 
 from oar_attrib.configs import add_dataclass_args, add_dtype_arg, dataclass_from_args
@@ -59,63 +58,55 @@ def serve(app, host: str, port: int, *, started: float | None = None, on_ready=N
         sock.close()
 
 
-def _settings(host: str):
-    from .settings import LOOPBACK_HOSTS, WebSettings
-
-    if host in LOOPBACK_HOSTS:
-        return WebSettings()
-    print(f"warning: serving on {host}: anyone who can reach this machine can read the store",
-          file=sys.stderr)
-    return WebSettings(allowed_hosts=("*",))
-
-
-def _complete_pending(path, model_name: str, stop: threading.Event, dtype: str = "float32") -> None:
-    """Compute the demo store's deferred methods (a thread beside the server)."""
-    from oar_attrib.webapp.demo import complete_pending
-    from oar_attrib.models import load_model
-    from oar_attrib.store import Store
+def _is_loopback(host: str) -> bool:
+    import ipaddress
 
     try:
-        # Its own copy of the model: IG hooks the embedding layer, which must not touch the
-        # live-attribution model that requests use meanwhile.
-        model, tokenizer = load_model(model_name, dtype=dtype)
-        with Store(path) as store:
-            done = all([complete_pending(store, model, tokenizer, run.id, progress=True, stop=stop)
-                        for run in store.runs()])
-        if done:
-            print("demo store complete: reload a page to see every method", file=sys.stderr)
-    except Exception as err:  # noqa: BLE001 - a background failure must not stop the server
-        print(f"oar demo: the background attribution failed ({err}); the app still serves "
-              "what is stored; `oar demo --rebuild` starts over", file=sys.stderr)
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a name: only localhost is known to be this machine
+        return host == "localhost"
+
+
+def _settings(host: str, max_live_tokens: int | None = None):
+    from .settings import LOOPBACK_HOSTS, WebSettings
+
+    live = {} if max_live_tokens is None else {"max_live_tokens": max_live_tokens}
+    if _is_loopback(host):  # 127.0.0.0/8 and ::1: the Host check stays, with this address too
+        shown = f"[{host.strip('[]')}]" if ":" in host else host
+        return WebSettings(allowed_hosts=tuple(dict.fromkeys((*LOOPBACK_HOSTS, shown))), **live)
+    print(f"warning: serving on {host}: anyone who can reach this machine can read the store",
+          file=sys.stderr)
+    return WebSettings(allowed_hosts=("*",), **live)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from oar_attrib.webapp.demo import DEFERRED_METHODS, DemoConfig, ensure_demo_store, pending_methods
+    from oar_attrib.webapp.demo import DemoConfig, demo_complete, prepare_demo_store
+    from oar_attrib.webapp.demo_fill import ensure_demo_store, start_fill
+    from oar_attrib.webapp.progress import Progress
 
     started = time.perf_counter()
     args.methods = tuple(args.methods)
     config = dataclass_from_args(DemoConfig, args)
-    path, built = ensure_demo_store(config, rebuild=args.rebuild, progress=not args.no_progress,
-                                    defer=DEFERRED_METHODS)
-    state = f"built in {time.perf_counter() - started:.0f} s" if built else "cached"
-    pending = pending_methods(path)
-    later = f"; {', '.join(pending)} will be added in the background" if pending else ""
-    print(f"demo store: {path} ({state}{later})", file=sys.stderr)
-    stop = threading.Event()
     if args.build_only:
-        if pending:
-            _complete_pending(path, config.model, stop, config.dtype)
+        path, built = ensure_demo_store(config, rebuild=args.rebuild, progress=not args.no_progress)
+        state = f"built in {time.perf_counter() - started:.0f} s" if built else "cached"
+        print(f"demo store: {path} ({state})", file=sys.stderr)
         return 0
+    path = prepare_demo_store(config, rebuild=args.rebuild)
+    complete = demo_complete(path)
+    later = "" if complete else "; it is filled in the background, the pages show how far"
+    print(f"demo store: {path}{later}", file=sys.stderr)
     from .main import create_app
 
-    app = create_app(path, model=config.model, settings=_settings(args.host), dtype=config.dtype)
-    worker = threading.Thread(target=_complete_pending, args=(path, config.model, stop, config.dtype),
-                              daemon=True)
+    app = create_app(path, model=config.model, settings=_settings(args.host, args.max_live_tokens),
+                     dtype=config.dtype, progress=Progress.of_store(path))
+    filler = None if complete else start_fill(path, config)
     try:
-        serve(app, args.host, args.port, started=started,
-              on_ready=worker.start if pending else None)
+        serve(app, args.host, args.port, started=started)
     finally:
-        stop.set()
+        if filler is not None and filler.poll() is None:
+            filler.terminate()
+            filler.wait(timeout=30)
     return 0
 
 
@@ -123,7 +114,7 @@ def _cmd_web(args: argparse.Namespace) -> int:
     from .main import create_app
 
     started = time.perf_counter()
-    app = create_app(args.store, model=args.model, settings=_settings(args.host), dtype=args.dtype)
+    app = create_app(args.store, model=args.model, settings=_settings(args.host, args.max_live_tokens), dtype=args.dtype)
     serve(app, args.host, args.port, started=started)
     return 0
 
@@ -133,6 +124,11 @@ def _add_serve_args(parser: argparse.ArgumentParser) -> None:
                         help=f"address to listen on (default: {DEFAULT_HOST}, this machine only)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help=f"port to listen on, 0 for any free one (default: {DEFAULT_PORT})")
+    from .settings import WebSettings
+
+    cap = WebSettings.__dataclass_fields__["max_live_tokens"]
+    parser.add_argument("--max-live-tokens", type=int, default=None,
+                        help=f"{cap.metadata['help']} (default: {cap.default})")
 
 
 def add_web_commands(subparsers) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..configs import DTYPES
+from ..catalogue import cache_dir
 from ..errors import OARError
 
 
@@ -56,19 +57,6 @@ class DemoConfig:
                            f"candidates={self.candidates} must be >= 1")
         if self.temperature <= 0:
             raise DemoConfigError(f"temperature={self.temperature} must be > 0 (the demo samples)")
-
-
-def cache_dir() -> Path:
-    """Where built demo stores live: $OAR_CACHE_DIR, else the platform's user cache."""
-    if os.environ.get("OAR_CACHE_DIR"):
-        return Path(os.environ["OAR_CACHE_DIR"]).expanduser()
-    if sys.platform == "win32":
-        base = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
-    elif sys.platform == "darwin":
-        base = Path.home() / "Library" / "Caches"
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "oar-attrib"
 
 
 def _model_folder(name: str) -> Path:
@@ -123,35 +111,48 @@ def _grpo_advantages(rewards: list[float], group: int) -> list[float]:
 def write_problem_run(store, model, tokenizer, owners, texts, *, name: str = "demo",
                       config: DemoConfig = DemoConfig(), group_size: int = 1,
                       progress: bool = False, method_params: dict | None = None,
-                      defer: tuple[str, ...] = ()) -> int:
+                      defer: tuple[str, ...] = (), batch: int | None = None,
+                      resume: bool = False, on_batch=None, stop=None) -> int | None:
     """Attribute `texts` (responses to the problems `owners`, consecutive groups of
     `group_size` per problem), label them with the oracle, store and summarise them as one
     run; returns its id. Advantages are GRPO's within each group. Methods in `defer` are
-    left out and listed in the run config's `pending_methods` (see `complete_pending`)."""
+    left out and listed in the run config's `pending_methods` (see `complete_pending`).
+
+    batch: traces attributed and committed together (default: all); `on_batch(done, total)`
+    is called after each. resume: continue the run called `name` where it stopped (its
+    traces so far are kept). stop: a threading.Event that ends the work between batches
+    (then None is returned and the run stays unfinished)."""
     from ..analysis.run_summary import summarise
     from ..attribution import attribute
     from ..methods import available_methods
 
     all_methods = list(config.methods or available_methods())
     methods = [m for m in all_methods if m not in defer]
-    pending = [m for m in all_methods if m in defer]
     rewards = [p.reward(t) for p, t in zip(owners, texts)]
     advantages = _grpo_advantages(rewards, group_size)
-    start = time.perf_counter()
-    traces = attribute(model, tokenizer, [p.prompt for p in owners], list(texts), methods,
-                       probe=config.probe, advantages=advantages, seed=config.seed,
-                       progress=progress, method_params=method_params)
-    seconds = time.perf_counter() - start
-    run_id = store.add_run(name, model=config.model, config={
-        **asdict(config), "methods": all_methods, "pending_methods": pending,
-        "method_params": method_params or {}, "attribute_seconds": round(seconds, 2),
-        "n_parameters": sum(p.numel() for p in model.parameters())})
-    store.add_traces(
-        run_id, traces, rewards=rewards, correct=[r == 1.0 for r in rewards],
-        groups=[i // group_size for i in range(len(texts))],
-        oracles=[p.oracle(t) for p, t in zip(owners, texts)],
-        extras=[{"question": p.question, "true_answer": p.answer} for p in owners],
-    )
+    run_id = next((r.id for r in store.runs() if r.name == name), None) if resume else None
+    if run_id is None:
+        run_id = store.add_run(name, model=config.model, config={
+            **asdict(config), "methods": all_methods,
+            "pending_methods": [m for m in all_methods if m in defer],
+            "method_params": method_params or {}, "total_traces": len(texts),
+            "n_parameters": sum(p.numel() for p in model.parameters())})
+    step = batch or max(len(texts), 1)
+    for start in range(len(store.trace_ids(run_id)), len(texts), step):
+        if stop is not None and stop.is_set():
+            return None
+        end = min(start + step, len(texts))
+        traces = attribute(model, tokenizer, [p.prompt for p in owners[start:end]],
+                           list(texts[start:end]), methods, probe=config.probe,
+                           advantages=advantages[start:end], seed=config.seed + start,
+                           progress=progress, method_params=method_params)
+        store.add_traces(
+            run_id, traces, rewards=rewards[start:end], correct=[r == 1.0 for r in rewards[start:end]],
+            groups=[i // group_size for i in range(start, end)],
+            oracles=[p.oracle(t) for p, t in zip(owners[start:end], texts[start:end])],
+            extras=[{"question": p.question, "true_answer": p.answer} for p in owners[start:end]])
+        if on_batch is not None:
+            on_batch(end, len(texts))
     summarise(store, run_id, seed=config.seed)
     return run_id
 
@@ -165,12 +166,10 @@ def _keep_mixed_groups(problems, texts: list[str], samples: int, keep: int):
     return [groups[i] for i in sorted(order)]
 
 
-def write_demo_run(store, model, tokenizer, config: DemoConfig = DemoConfig(), *,
-                   progress: bool = False, method_params: dict | None = None,
-                   defer: tuple[str, ...] = ()) -> int:
-    """Sample `config.samples` responses to `config.candidates` held-out problems per kept
-    one, keep `config.n_problems` (groups with right and wrong answers first) and write them
-    as one run (`write_problem_run`); returns its id."""
+def sample_world(model, tokenizer, config: DemoConfig = DemoConfig(), *, progress: bool = False):
+    """(owners, texts): `config.samples` sampled responses to each of `config.n_problems`
+    held-out problems (groups with right and wrong answers first, `_keep_mixed_groups`), one
+    problem per response. Seeded: the same config gives the same texts."""
     from ..generation import generate
     from ..world import generate_problems
 
@@ -181,8 +180,15 @@ def write_demo_run(store, model, tokenizer, config: DemoConfig = DemoConfig(), *
                    seed=config.seed, progress=progress)
     texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
     kept = _keep_mixed_groups(problems, texts, config.samples, config.n_problems)
-    owners = [p for p, group in kept for _ in group]
-    texts = [t for _, group in kept for t in group]
+    return [p for p, group in kept for _ in group], [t for _, group in kept for t in group]
+
+
+def write_demo_run(store, model, tokenizer, config: DemoConfig = DemoConfig(), *,
+                   progress: bool = False, method_params: dict | None = None,
+                   defer: tuple[str, ...] = ()) -> int:
+    """Sample the demo's responses (`sample_world`) and write them as one run
+    (`write_problem_run`); returns its id."""
+    owners, texts = sample_world(model, tokenizer, config, progress=progress)
     return write_problem_run(store, model, tokenizer, owners, texts, config=config,
                              group_size=config.samples, progress=progress,
                              method_params=method_params, defer=defer)
@@ -220,36 +226,27 @@ def complete_pending(store, model, tokenizer, run_id: int, *, batch: int = 8,
     return True
 
 
-def build_demo_store(path: str | Path, config: DemoConfig = DemoConfig(), *, model=None,
-                     progress: bool = True, defer: tuple[str, ...] = ()) -> Path:
-    """Build the demo store at `path`, atomically: it is written under a temporary name and
-    renamed when complete, so an interrupted build never leaves a half store behind.
-    `model` is a (model, tokenizer) pair; default: load `config.model`. Methods in `defer`
-    are left for `complete_pending`."""
-    from ..models import load_model
+def prepare_demo_store(config: DemoConfig = DemoConfig(), *, rebuild: bool = False) -> Path:
+    """The demo store's path, the store created (empty) when missing, so that the app can
+    serve it while it is filled; `rebuild` starts it over."""
     from ..store import Store
+    from .progress import Progress
 
-    path = Path(path)
+    path = demo_path(config)
+    if rebuild:
+        for stale in (path, *(path.with_name(path.name + s) for s in ("-wal", "-shm")),
+                      Progress.of_store(path).path):
+            stale.unlink(missing_ok=True)
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + f".partial-{os.getpid()}")
-    model, tokenizer = model if model is not None else load_model(config.model, dtype=config.dtype)
-    try:
-        with Store(partial) as store:
-            write_demo_run(store, model, tokenizer, config, progress=progress, defer=defer)
-        os.replace(partial, path)
-    finally:
-        for leftover in (partial, *(partial.with_name(partial.name + s) for s in ("-wal", "-shm"))):
-            leftover.unlink(missing_ok=True)
+    Store(path).close()
     return path
 
 
-def ensure_demo_store(config: DemoConfig = DemoConfig(), *, rebuild: bool = False,
-                      progress: bool = True, defer: tuple[str, ...] = ()) -> tuple[Path, bool]:
-    """The cached demo store of `config`, built first when missing; (path, built now)."""
-    path = demo_path(config)
-    if path.is_file() and not rebuild:
-        return path, False
-    return build_demo_store(path, config, progress=progress, defer=defer), True
+def demo_complete(path: str | Path) -> bool:
+    """Whether the demo store at `path` has been filled to the end."""
+    from .progress import Progress
+
+    return Progress.of_store(path).read().finished
 
 
 def pending_methods(path: str | Path) -> list[str]:

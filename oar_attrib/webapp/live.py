@@ -29,7 +29,12 @@ class LiveAttributor:
             advantage: float | None = None):
         """The `TraceAttribution` of the pair."""
         from oar_attrib.attribution import attribute
+        from oar_attrib.cli.attribute import Skip, judge_record
+        from oar_attrib.errors import InputError
 
+        judged = judge_record({"prompt": prompt, "response": response})  # as `oar attribute` does
+        if isinstance(judged, Skip):
+            raise InputError(str(judged))
         n = self.count_tokens(prompt, response)
         if n > self.max_tokens:
             raise TooLargeError(

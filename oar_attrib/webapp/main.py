@@ -26,7 +26,8 @@ from oar_attrib.store import NotFoundError, Store, StoreError
 
 from .errors import WebError
 from .live import LiveAttributor, LoadingLiveModel, NoLiveModel
-from .routers import assets, attribute, docs, experiments, report, runs, traces
+from .progress import Progress
+from .routers import assets, attribute, docs, experiments, progress as progress_router, report, runs, traces
 from .security import HEADERS, BodyLimitMiddleware, SecurityHeadersMiddleware
 from .settings import WebSettings
 
@@ -140,12 +141,13 @@ def _add_handlers(app: FastAPI) -> None:
 
 
 def create_app(store_path: str | Path, model=None, *, settings: WebSettings | None = None,
-               dtype: str = "float32") -> FastAPI:
+               dtype: str = "float32", progress: Progress | None = None) -> FastAPI:
     """The web app over the store at `store_path`.
 
     model: None (no live attribution), a bundled model name or a local checkpoint folder
-    (loaded at startup in `dtype`), or a (model, tokenizer) pair. Raises StoreError now, not at the
-    first request, when the path is not a readable store.
+    (loaded at startup in `dtype`), or a (model, tokenizer) pair. progress: the progress file
+    of a store being filled in the background (`oar demo`); every page shows its line.
+    Raises StoreError now, not at the first request, when the path is not a readable store.
     """
     settings = settings or WebSettings()
     if isinstance(model, (tuple, list)):
@@ -170,10 +172,12 @@ def create_app(store_path: str | Path, model=None, *, settings: WebSettings | No
                     "JSON twin under /api.",
     )
     app.state.settings = settings
+    app.state.progress = progress
     app.state.templates = make_templates()
+    app.state.templates.env.globals["progress_line"] = lambda: progress.read().line() if progress else ""
     _add_handlers(app)
     for router in (runs.router, traces.router, report.router, attribute.router, assets.router,
-                   docs.router, experiments.router):
+                   docs.router, experiments.router, progress_router.router):
         app.include_router(router)
     # Added last = outermost: the host check and the size limit run before anything else,
     # and the security headers go on every answer, the host check's 400 included.

@@ -17,8 +17,9 @@ class WebSettings:
     max_live_concurrent: int = field(default=1, metadata={
         "help": "live attributions running at once; more are refused with 429"})
     live_methods: tuple[str, ...] | None = field(default=None, metadata={
-        "help": "methods the live page may run (default: every registered method, read from the "
-                "registry when the settings are made)"})
+        "help": "methods the live page may run (default: every registered method but the "
+                "analysis-only ones, e.g. resample, which would hold the one slot for many seconds; "
+                "read from the registry when the settings are made)"})
     allowed_hosts: tuple[str, ...] = field(default=LOOPBACK_HOSTS, metadata={
         "help": "Host headers served (blocks DNS rebinding); ('*',) serves any"})
     page_size: int = field(default=50, metadata={"help": "traces per page of a run's table"})
@@ -30,7 +31,8 @@ class WebSettings:
         from ..methods import available_methods, method_spec
 
         if self.live_methods is None:
-            object.__setattr__(self, "live_methods", tuple(available_methods()))
+            object.__setattr__(self, "live_methods", tuple(
+                m for m in available_methods() if not method_spec(m).analysis_only))
         for name in self.live_methods:
             method_spec(name)  # an unknown name raises, listing the registered ones
         if not self.allowed_hosts:

@@ -6,7 +6,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import HTMLResponse
 
-from oar_attrib.store import StoreError
+from oar_attrib.store import NotFoundError
 from oar_attrib.store.experiments import open_readonly
 
 from ..deps import StoreDep, TemplatesDep
@@ -19,7 +19,7 @@ def _names(store) -> list[str]:
     try:
         with open_readonly(store.path) as db:
             return [name for _, name in db.experiments()]
-    except StoreError:  # a store without experiment tables holds no experiments
+    except NotFoundError:  # a store without experiment tables holds no experiments
         return []
 
 

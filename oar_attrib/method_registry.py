@@ -1,0 +1,118 @@
+"""The registry of importance methods: the decorator members register with, and lookups.
+
+This module imports none of its members (each imports it to register), so there is no cycle;
+`methods` is the catalogue every caller reads: it imports the registry and the built-in
+members, so its lookups see them.
+
+An importance method is a plain function
+
+    fn(model, batch: ScoringBatch, *, probe: str = "as_mean", generator=None, **params)
+        -> torch.Tensor  # (B, L) float32, >= 0 on batch.scored_mask, exactly 0 elsewhere
+
+Rows with no answer span (batch.has_answer False) get all zeros. A method registers with
+`@register_method("name", ...)`, declaring what the attribution and the trainer need to run it:
+
+- weighting:      the weighting (`weightings.register_weighting`) its importances go through
+                  unless the caller picks another (METHOD.md 6-7);
+- random:         it draws random numbers and, given a list of B generators, draws row b's
+                  numbers from generators[b] exactly as it would for row b alone (so a row's
+                  scores do not depend on the rows batched with it; the trainer relies on this);
+- token_budget:   it takes `max_batch_tokens`, the size of one forward in tokens;
+- train_params:   other keyword arguments the weights pipeline fills from `ReshapeSettings`
+                  fields of the same name (e.g. `noise_std`), passed in as a plain mapping;
+- analysis_only:  it explains a trace but cannot reshape training (too slow, or needs data a
+                  training step does not have): `attribute` runs it, the trainer refuses it;
+- needs_tokenizer: it reads text (e.g. sampled answers): `attribute` passes its tokenizer as
+                  `tokenizer=` unless the caller's method_params give one;
+- uniform:        its weights are 1 everywhere and it never calls the model (`none`, plain
+                  GRPO): the pipeline skips the forward and the trainer leaves advantages as
+                  they are.
+
+`get_method` / `method_spec` raise an error that lists the known names.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .errors import unknown_name
+
+ImportanceFn = Callable[..., "torch.Tensor"]  # noqa: F821
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A registered importance method and what running it needs (see the module docstring)."""
+
+    name: str
+    fn: ImportanceFn
+    weighting: str = "bilevel"
+    random: bool = False
+    token_budget: bool = False
+    train_params: tuple[str, ...] = ()
+    analysis_only: bool = False
+    needs_tokenizer: bool = False
+    uniform: bool = False
+
+    def kwargs(self, values: dict, max_batch_tokens: int | None = None, longest: int = 0,
+               generators=None) -> dict:
+        """Keyword arguments of `fn`: its `train_params` taken from the plain mapping `values`,
+        the token budget (None: the method sizes it; a row of `longest` tokens is scored alone
+        rather than failing on it), and `generators`, one per row, when the method is random."""
+        missing = [name for name in self.train_params if name not in values]
+        if missing:
+            raise ValueError(f"method {self.name!r} takes {', '.join(missing)} from the settings, which have "
+                             f"no such field; known: {', '.join(sorted(values))}")
+        out = {name: values[name] for name in self.train_params}
+        if self.token_budget:
+            out["max_batch_tokens"] = None if max_batch_tokens is None else max(int(max_batch_tokens), longest)
+        if self.random and generators is not None:
+            out["generator"] = list(generators)
+        return out
+
+
+_METHODS: dict[str, MethodSpec] = {}
+
+
+def register_method(name: str, *, weighting: str = "bilevel", random: bool = False,
+                    token_budget: bool = False, train_params: tuple[str, ...] = (),
+                    analysis_only: bool = False, needs_tokenizer: bool = False,
+                    uniform: bool = False) -> Callable[[ImportanceFn], ImportanceFn]:
+    """Decorator: register `fn` as importance method `name` (see the module docstring)."""
+
+    def wrap(fn: ImportanceFn) -> ImportanceFn:
+        if name in _METHODS:
+            raise ValueError(f"importance method {name!r} is registered twice; pick another name")
+        _METHODS[name] = MethodSpec(name, fn, weighting, random, token_budget, tuple(train_params),
+                                    analysis_only, needs_tokenizer, uniform)
+        return fn
+
+    return wrap
+
+
+def unregister_method(name: str) -> None:
+    """Remove a registered method (for tests and notebooks that register their own)."""
+    _METHODS.pop(name, None)
+
+
+def method_spec(name: str) -> MethodSpec:
+    if name not in _METHODS:
+        raise unknown_name("importance method", name, _METHODS)
+    return _METHODS[name]
+
+
+def get_method(name: str) -> ImportanceFn:
+    return method_spec(name).fn
+
+
+def available_methods(uniform: bool = False) -> list[str]:
+    """Every registered importance method, analysis-only ones included (what `attribute`,
+    recall and the web app list); with `uniform`, also the uniform ones (`none`), which have no
+    importances to explain but which `attribute` and the trainer accept."""
+    return sorted(n for n, spec in _METHODS.items() if uniform or not spec.uniform)
+
+
+def trainable_methods() -> list[str]:
+    """Registered methods the trainer can reshape advantages with (not analysis-only), `none`
+    (plain GRPO) included."""
+    return sorted(n for n, spec in _METHODS.items() if not spec.analysis_only)

@@ -1,0 +1,170 @@
+"""The one pipeline from a scoring batch to weights: `score_and_weight(model, batch, settings)`.
+
+`attribute()`, the trainer's reshaping and the web app's live page all call it, so a trace
+gets the same importances and weights wherever it is scored (METHOD.md 3, 6-7):
+
+1. the rows to score (default: every row with an answer span and scored positions) are
+   deduplicated (a sampled group often repeats a completion; a row's scores depend on its own
+   tokens only) and grouped so each group's tokens stay within the budget;
+2. the method (`methods.method_spec(settings.method)`) scores each group; a method registered
+   `random=True` gets one generator per row, seeded from the settings' seed and the row's
+   token ids (`row_seed`), so a row's numbers do not depend on the rows batched with it;
+   a `uniform` method (`none`) is not run and no model is needed;
+3. non-finite policy: a row with NaN or inf on its scored positions keeps weight 1
+   everywhere and is reported in `nonfinite` (never silently gated, never stopping a run);
+4. the weighting (the settings', else the method's own) turns the importances into weights
+   over the scored positions S, per token or, with granularity 'step', per step
+   (`step_gating.step_weights`); weight 1 outside S and on rows not scored.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ..batch import ScoringBatch
+from ..budget import CPU_BATCH_TOKENS
+from ..lm import eval_mode
+from ..methods import MethodSpec, method_spec
+from ..step_gating import step_weights
+from ..weightings import get_weighting
+from .settings import ReshapeSettings
+
+
+@dataclass
+class Weighed:
+    """What `score_and_weight` gives for a (B, L) batch.
+
+    importances: (B, L) float32 on CPU, the method's scores as computed (NaN or inf kept, for
+                 the trace's flag), 0 outside S and on rows not scored.
+    weights:     (B, L) float32 on CPU, 1 outside S, on rows not scored and on `nonfinite` rows.
+    scored:      (B, L) bool, S: the reasoning positions of rows with an answer span.
+    attributed:  (B,) bool, rows the method scored (and a uniform method did not skip).
+    nonfinite:   (B,) bool, rows whose importances on S were NaN or inf.
+    seconds:     wall time of the scoring and the weighting.
+    """
+
+    importances: torch.Tensor
+    weights: torch.Tensor
+    scored: torch.Tensor
+    attributed: torch.Tensor
+    nonfinite: torch.Tensor
+    seconds: float
+
+
+def row_seed(seed: int, ids) -> int:
+    """A 63-bit seed from the run's seed and a row's token ids: equal rows, equal seeds, on
+    every rank, in every batch, in `attribute()` as in training."""
+    digest = hashlib.sha256(f"{seed}|{[int(i) for i in ids]}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def _row_key(batch: ScoringBatch, row: int) -> tuple:
+    n = int(batch.lengths[row])
+    return tuple(tuple(t[row, :n].tolist()) for t in (batch.input_ids, batch.scored_mask, batch.answer_mask))
+
+
+def _chunks(rows: list[int], lengths: list[int], budget: int) -> list[list[int]]:
+    """Rows grouped in order so that each group's total length stays within `budget` (a row
+    longer than the budget goes alone)."""
+    groups, current, used = [], [], 0
+    for row in rows:
+        if current and used + lengths[row] > budget:
+            groups.append(current)
+            current, used = [], 0
+        current.append(row)
+        used += lengths[row]
+    return groups + ([current] if current else [])
+
+
+def _method_kwargs(spec: MethodSpec, settings: ReshapeSettings, sub: ScoringBatch, params: dict,
+                   tokenizer) -> dict:
+    """Keyword arguments of the method on the sub-batch `sub`."""
+    lengths = sub.lengths.tolist()
+    generators = [torch.Generator().manual_seed(row_seed(settings.seed, sub.input_ids[b, :n].tolist()))
+                  for b, n in enumerate(lengths)]
+    kwargs = spec.kwargs(dataclasses.asdict(settings), settings.max_batch_tokens, max(lengths), generators)
+    if not spec.random:  # a method that is not row-wise random gets one generator per call
+        kwargs["generator"] = torch.Generator().manual_seed(settings.seed)
+    if spec.needs_tokenizer and tokenizer is not None:
+        kwargs["tokenizer"] = tokenizer
+    return {**kwargs, **params}
+
+
+def score(model, batch: ScoringBatch, settings: ReshapeSettings, rows: list[int], *,
+          params: dict | None = None, tokenizer=None) -> torch.Tensor:
+    """(B, L) float32 importances on CPU of the given rows (steps 1-2), 0 on other rows.
+
+    params: extra keyword arguments of the method (they win over the settings').
+    """
+    out = torch.zeros(batch.input_ids.shape, dtype=torch.float32)
+    first: dict[tuple, int] = {}
+    source = {r: first.setdefault(_row_key(batch, r), r) for r in rows}
+    unique = [r for r in rows if source[r] == r]
+    if not unique:
+        return out
+    spec = method_spec(settings.method)
+    lengths = batch.lengths.tolist()
+    device = next(model.parameters()).device
+    for group in _chunks(unique, lengths, settings.max_batch_tokens or CPU_BATCH_TOKENS):
+        sub = batch.select(group).to(device)
+        kwargs = _method_kwargs(spec, settings, sub, dict(params or {}), tokenizer)
+        scores = spec.fn(model, sub, probe=settings.probe, **kwargs)
+        out[group, : sub.input_ids.shape[1]] = scores.float().cpu()
+    for row, first_row in source.items():
+        if row != first_row:
+            out[row] = out[first_row]
+    return out
+
+
+def weigh(importances: torch.Tensor, scored: torch.Tensor, settings: ReshapeSettings,
+          step_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, L) weights of finite (B, L) importances over the (B, L) bool scored mask (step 4):
+    the settings' weighting, else the method's own; with granularity 'step' the weighting runs
+    over the steps of `step_ids` (B, L) and each step's weight goes to its tokens."""
+    fn = get_weighting(settings.weighting or method_spec(settings.method).weighting)
+    params = settings.weighting_params()
+    if settings.granularity == "step":
+        if step_ids is None:
+            step_ids = torch.full(importances.shape, -1, dtype=torch.long)
+        return step_weights(importances, scored, step_ids, settings.step_pool,
+                            lambda values, valid: fn(values, valid, params))
+    return fn(importances, scored, params)
+
+
+def score_and_weight(model, batch: ScoringBatch, settings: ReshapeSettings, *,
+                     rows: list[bool] | None = None, params: dict | None = None,
+                     tokenizer=None) -> Weighed:
+    """Importances and weights of `batch` under `settings` (module docstring).
+
+    model: the policy (may be None when the method is uniform). batch: B rows, on any device.
+    rows: (B,) which rows to score (default all); the others keep weight 1.
+    params: extra keyword arguments of the method, e.g. {"n_noise": 4}.
+    tokenizer: passed to methods that read text (`needs_tokenizer`).
+    """
+    start = time.perf_counter()
+    batch = batch.to("cpu")
+    scored = batch.scored_mask & batch.has_answer[:, None]
+    chosen = torch.ones(len(scored), dtype=torch.bool) if rows is None else torch.as_tensor(list(rows), dtype=torch.bool)
+    spec = method_spec(settings.method)
+    attributed = scored.any(dim=1) & chosen & (not spec.uniform)
+    importances = torch.zeros(scored.shape, dtype=torch.float32)
+    if attributed.any():
+        with eval_mode(model):
+            importances = score(model, batch, settings, attributed.nonzero().flatten().tolist(),
+                                params=params, tokenizer=tokenizer)
+    nonfinite = (scored & ~torch.isfinite(importances)).any(dim=1)
+    gated = scored & (attributed & ~nonfinite)[:, None]
+    clean = torch.where(gated, importances, torch.zeros_like(importances))
+    weights = weigh(clean, gated, settings, batch.step_ids)
+    return Weighed(importances=torch.where(scored, importances, torch.zeros_like(importances)),
+                   weights=weights, scored=scored, attributed=attributed, nonfinite=nonfinite,
+                   seconds=time.perf_counter() - start)
+
+
+def for_method(settings: ReshapeSettings, method: str) -> ReshapeSettings:
+    """The same settings for another method (`attribute` runs several on one batch)."""
+    return dataclasses.replace(settings, method=method)

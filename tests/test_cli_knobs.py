@@ -1,0 +1,64 @@
+"""Every method knob of the command line is a keyword of its method, and reaches it."""
+import argparse
+import inspect
+
+import pytest
+
+from oar_attrib.cli import build_parser
+from oar_attrib.cli.choices import METHOD_KNOBS, add_method_knobs, knob_flag, method_params_from
+from oar_attrib.methods import method_spec
+
+
+@pytest.mark.parametrize("method, param, kind, _help", METHOD_KNOBS)
+def test_knob_is_a_keyword_of_its_method_with_that_type(method, param, kind, _help):
+    sig = inspect.signature(method_spec(method).fn)
+    assert param in sig.parameters
+    default = sig.parameters[param].default
+    assert default is None or isinstance(default, kind)
+
+
+def _help(command: str) -> str:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[command].format_help()
+
+
+def test_help_lists_every_knob():
+    text = _help("attribute")
+    assert all(knob_flag(m, p) in text for m, p, _, _ in METHOD_KNOBS)
+    assert "--chat" in text and "--no-chat" in text
+    recall = _help("recall")
+    assert "--ig-n-steps" in recall and "--oar-g-n-noise" in recall
+    for command in ("web", "demo"):
+        assert "--max-live-tokens" in _help(command)
+
+
+def test_knobs_become_method_params_only_when_given():
+    parser = argparse.ArgumentParser()
+    add_method_knobs(parser)
+    assert method_params_from(parser.parse_args([])) is None
+    args = parser.parse_args(["--ig-n-steps", "8", "--oar-g-noise-std", "0.5", "--resample-n-samples", "3"])
+    base = {"oar_p": {"max_batch_tokens": 64}}
+    assert method_params_from(args, base) == {"oar_p": {"max_batch_tokens": 64}, "ig": {"n_steps": 8},
+                                              "oar_g": {"noise_std": 0.5}, "resample": {"n_samples": 3}}
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--ig-n-steps", "0"])
+
+
+def test_a_knob_reaches_the_method(tmp_path):
+    """`--ig-n-steps 1` changes IG's scores on the bundled model (1 path point is not 32)."""
+    import json
+
+    from oar_attrib.cli import main
+    from oar_attrib.world import generate_problems
+
+    p = generate_problems(1, "default", seed=0, split="test")[0]
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"prompt": p.prompt, "response": p.solution}) + "\n")
+    scores = []
+    for extra in ([], ["--ig-n-steps", "1"]):
+        out = tmp_path / f"out{len(extra)}.jsonl"
+        assert main(["attribute", "--input", str(src), "--out", str(out), "--methods", "ig",
+                     "--no-progress", *extra]) == 0
+        scores.append(json.loads(out.read_text().splitlines()[0])["scores"]["ig"])
+    assert scores[0] != scores[1]
