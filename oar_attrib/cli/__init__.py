@@ -7,11 +7,7 @@ import sys
 
 from ..configs import DefaultsHelpFormatter
 from ..errors import OARError
-<<<<<<< HEAD
-from . import attribute, importing, recall
-=======
-from . import attribute, models, recall
->>>>>>> main
+from . import attribute, importing, models, recall
 
 
 def _add_plugin_commands(sub) -> None:
@@ -29,11 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Every subcommand's --help shows the defaults.
     sub = parser.add_subparsers(dest="command", required=True, parser_class=functools.partial(
         argparse.ArgumentParser, formatter_class=DefaultsHelpFormatter))
-<<<<<<< HEAD
-    for command in (attribute, importing, recall):
-=======
-    for command in (attribute, models, recall):
->>>>>>> main
+    for command in (attribute, importing, models, recall):
         command.add_parser(sub)
     _add_plugin_commands(sub)
     return parser
