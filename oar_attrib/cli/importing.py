@@ -12,7 +12,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..configs import OldSpelling
 from ..errors import InputError
 from .outputs import check_writable
 
@@ -57,7 +56,7 @@ def add_parser(sub) -> None:
                     help="the policy's bundled name or checkpoint folder (its tokenizer splits "
                          "the responses; `oar attribute --store` must use the same model)")
     im.add_argument("--name", default=None, help="run name (default: the stack and first source)")
-    im.add_argument("--answer-format", "--format", default="auto", action=OldSpelling,
+    im.add_argument("--answer-format", default="auto",
                     help="where the final answer is: auto, boxed, gsm8k, answer_is")
     im.add_argument("--correct-threshold", type=float, default=1.0,
                     help="a row is correct when its reward is at least this (unless it logs "
