@@ -21,6 +21,8 @@ def run(args: argparse.Namespace) -> int:
     from ..importers import READERS, import_rollouts
     from ..models import load_model
     from ..store import Store
+    from ..store.lock import WriterLock
+    from ..store.schema import identify
 
     out = Path(args.out)
     if out.suffix != ".db":
@@ -30,11 +32,13 @@ def run(args: argparse.Namespace) -> int:
     if args.reward_columns and args.stack != "trl":
         raise InputError("--reward-columns is for TRL logs; verl and JSONL rows carry one reward")
     read, files = READERS[args.stack](args.sources, **options)
+    identify(out)  # read-only: another program's file or a newer store fails unchanged
     _, tokenizer = load_model(args.model)
-    config = {"importer": args.stack, "sources": [str(p.resolve()) for p in files],
+    # The sources as given (not the files found): a rerun after more steps resumes the run.
+    config = {"importer": args.stack, "sources": [str(Path(p).resolve()) for p in args.sources],
               "answer_format": args.answer_format, "correct_threshold": args.correct_threshold}
     name = args.name or f"{args.stack} {Path(args.sources[0]).name}"
-    with Store(out) as store:
+    with WriterLock(out, "--out"), Store(out) as store:
         summary = import_rollouts(store, read, name=name, model=args.model, tokenizer=tokenizer,
                                   config=config, answer_format=args.answer_format,
                                   correct_threshold=args.correct_threshold, batch=args.batch_size,

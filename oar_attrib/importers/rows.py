@@ -144,15 +144,19 @@ def _trace_of(tokenizer, item: Rollout, advantage, answer_format: str):
     """The attribution-less trace record of a rollout (tokens, segments, steps), or the
     message of why it cannot be tokenised."""
     from ..errors import TokenizerError
-    from ..inputs import encode_pair
+    from ..inputs import _default_max_length, encode_pair
     from ..traces import build_trace
 
     try:
-        pair = encode_pair(tokenizer, item.prompt, item.response, fmt=answer_format)
+        pair = encode_pair(tokenizer, item.prompt, item.response, answer_format=answer_format,
+                           chat=isinstance(item.prompt, list))
     except (InputError, TokenizerError) as err:
         return str(err)
     if not pair.response_ids:
         return "the response has no tokens"
+    limit = _default_max_length(tokenizer)
+    if limit is not None and pair.length > limit:  # it could never be attributed
+        return f"{pair.length} tokens, more than the model's {limit}"
     return build_trace(pair, item.prompt, probe="", scores={}, weights={}, advantage=advantage)
 
 
