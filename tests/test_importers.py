@@ -206,3 +206,48 @@ def test_v1_store_is_migrated_on_a_writable_open_and_read_as_is_read_only(tmp_pa
         stats = store.trace(1).token_stats
     assert schema.identify(db) == schema.SCHEMA_VERSION == 2
     assert stats["logprob"].tolist() == [-0.5] * len(stats["logprob"])
+
+
+def test_attribute_in_place_matches_attribute_and_resumes(tmp_path, capsys):
+    from oar_attrib.attribution import attribute
+    from oar_attrib.models import load_model
+
+    write_verl_dump(tmp_path / "rollouts", steps=(1,))
+    db = tmp_path / "runs.db"
+    assert oar("import", "verl", tmp_path / "rollouts", "--out", db) == 0
+    assert oar("attribute", "--store", db, "--run", 1, "--methods", "oar_p", "entropy") == 0
+    records = stored(db)
+    model, tok = load_model("arith-tiny")
+    direct = attribute(model, tok, [r.prompt for r in records], [r.response for r in records],
+                       ["oar_p", "entropy"], chat=False, advantages=[r.row.advantage for r in records])
+    for record, want in zip(records, direct):
+        assert record.token_ids == want.token_ids
+        for method in ("oar_p", "entropy"):
+            got = record.attributions[method]
+            np.testing.assert_allclose(got.scores, want.scores[method], atol=1e-5)
+            np.testing.assert_allclose(got.token_advantages,
+                                       record.row.advantage * np.asarray(want.weights[method]), atol=1e-5)
+        # The entropy view is the entropy baseline's value wherever that one scores.
+        scored = np.asarray(want.scores["entropy"]) != 0
+        assert scored.any()
+        np.testing.assert_allclose(record.token_stats["entropy"][scored],
+                                   np.asarray(want.scores["entropy"])[scored], atol=1e-5)
+        assert (record.token_stats["logprob"] <= 0).all()
+    with Store(db, readonly=True) as store:
+        agreement = store.report(1)["agreement"]
+    assert agreement, "the run's agreement is computed when the run is written"
+    capsys.readouterr()
+    assert oar("attribute", "--store", db, "--run", 1, "--methods", "oar_p", "entropy") == 0
+    assert "attributed 0 traces" in capsys.readouterr().err
+
+
+def test_attribute_in_place_bad_arguments_fail_in_one_line(tmp_path, capsys):
+    write_verl_dump(tmp_path / "rollouts", steps=(1,))
+    db = tmp_path / "runs.db"
+    assert oar("import", "verl", tmp_path / "rollouts", "--out", db) == 0
+    assert oar("attribute", "--store", db, "--run", 7) == 2
+    assert "--run 7: no such run" in capsys.readouterr().err
+    assert oar("attribute", "--store", db) == 2
+    assert "go together" in capsys.readouterr().err
+    assert oar("attribute", "--store", db, "--run", 1, "--input", db) == 2
+    assert "one or the other" in capsys.readouterr().err

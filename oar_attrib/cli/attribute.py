@@ -197,10 +197,19 @@ def chat_choice(chat: bool | None, tokenizer) -> bool | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..models import load_model
-
     if args.batch_size < 1:
         raise InputError(f"--batch-size must be at least 1, got {args.batch_size}")
+    if (args.store is None) != (args.run is None):
+        raise InputError("--store and --run go together: the run store and the run to attribute")
+    if args.store is not None:
+        from .attribute_store import attribute_stored
+
+        return attribute_stored(args, {name: getattr(args, name) for name in GATING_FLAGS},
+                                chat_choice)
+    if args.input is None or args.out is None:
+        raise InputError("pass --input FILE.jsonl and --out (or --store S --run R to attribute "
+                         "a stored run in place)")
+    args.model = args.model or "arith-tiny"
     source = check_input(args.input)
     rank, world = _ranks()
     dist = _process_group(world)
@@ -309,9 +318,15 @@ def progress_bar(path: Path, skip_line, disable: bool):
 
 def add_parser(sub) -> None:
     at = sub.add_parser("attribute", help="token importances of prompt/response pairs (JSONL in, JSONL out)")
-    at.add_argument("--model", default="arith-tiny", help="bundled name or local checkpoint folder")
-    at.add_argument("--input", required=True, help="JSONL with 'prompt' and 'response' per line")
-    at.add_argument("--out", required=True,
+    at.add_argument("--model", default=None,
+                    help="bundled name or local checkpoint folder (default: arith-tiny; with "
+                         "--store, the run's model)")
+    at.add_argument("--input", default=None, help="JSONL with 'prompt' and 'response' per line")
+    at.add_argument("--store", default=None,
+                    help="a run store *.db whose run --run is attributed in place (an `oar import`ed "
+                         "run, or one more method on any run); resumes after the traces done")
+    at.add_argument("--run", type=int, default=None, help="the id of the run to attribute in --store")
+    at.add_argument("--out", default=None,
                     help="JSONL to write (one attribution per valid line), or a run store *.db "
                          "to add a run to (readable by `oar web --store`); a rerun with the same "
                          "input and output resumes after the lines already written")

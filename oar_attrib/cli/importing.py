@@ -36,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
     _, tokenizer = load_model(args.model)
     # The sources as given (not the files found): a rerun after more steps resumes the run.
     config = {"importer": args.stack, "sources": [str(Path(p).resolve()) for p in args.sources],
-              "answer_format": args.answer_format, "correct_threshold": args.correct_threshold}
+              "answer_format": args.answer_format, "correct_threshold": args.correct_threshold,
+              "chat": "messages"}  # importers.rows.chat_rule, for `oar attribute --store`
     name = args.name or f"{args.stack} {Path(args.sources[0]).name}"
     with WriterLock(out, "--out"), Store(out) as store:
         summary = import_rollouts(store, read, name=name, model=args.model, tokenizer=tokenizer,

@@ -140,6 +140,13 @@ def _done_rows(store, run_id: int | None) -> set[tuple[str, int]]:
     return {(s, int(r)) for s, r in rows if s is not None and r is not None}
 
 
+def chat_rule(prompt) -> bool:
+    """An imported prompt's chat flag: message lists get the chat template, text is used as it
+    is (verl logs the templated prompt; TRL fed its text prompts untemplated). A run's config
+    says `"chat": "messages"` for this rule (`oar attribute --store` encodes them again)."""
+    return isinstance(prompt, list)
+
+
 def _trace_of(tokenizer, item: Rollout, advantage, answer_format: str):
     """The attribution-less trace record of a rollout (tokens, segments, steps), or the
     message of why it cannot be tokenised."""
@@ -149,7 +156,7 @@ def _trace_of(tokenizer, item: Rollout, advantage, answer_format: str):
 
     try:
         pair = encode_pair(tokenizer, item.prompt, item.response, answer_format=answer_format,
-                           chat=isinstance(item.prompt, list))
+                           chat=chat_rule(item.prompt))
     except (InputError, TokenizerError) as err:
         return str(err)
     if not pair.response_ids:
