@@ -167,3 +167,44 @@ def test_trace_page_shows_logprob_entropy_and_advantage_views(served, browser, i
           == pytest.approx([0.06 + 0.84 * r for r in ranks if r is not None], abs=0.01),
           message="the rank scale did not recolour the tokens")
     assert _console_errors(browser) == []
+
+
+def test_profiles_page_and_exports(client, imported_store):
+    import io
+
+    import pandas as pd
+
+    from oar_attrib.analysis.profiles import credit_profile, profile_rows
+
+    with Store(imported_store, readonly=True) as store:
+        want = credit_profile(store.iter_traces(1), "oar_g", bins=10)
+    got = client.get("/api/runs/1/profiles?method=oar_g&bins=10").json()
+    assert {k: got[k] for k in want} == json.loads(json.dumps(want))
+    assert got["steps"] == [1, 2] and got["n_traces"] == 12
+    table = pd.read_csv(io.StringIO(client.get("/api/runs/1/profiles.csv?method=oar_g&bins=10").text))
+    rows = pd.DataFrame(profile_rows(want))
+    assert table.shape == rows.shape
+    np.testing.assert_allclose(table["mean_weight"].astype(float), rows["mean_weight"].astype(float))
+    html = client.get("/runs/1/profiles?method=oar_g&bins=10").text
+    assert 'id="chart-position"' in html and 'id="chart-step-position"' in html
+    assert 'href="/runs/1/profiles"' in client.get("/runs/1").text
+    assert 'id="no-profile"' in client.get("/runs/2/profiles").text
+    assert client.get("/runs/1/profiles?method=%3Cb%3E").status_code == 422
+    assert client.get("/api/runs/1/profiles?bins=0").status_code == 422
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium binary on PATH")
+def test_profiles_page_draws_its_charts(served, browser):
+    from selenium.webdriver.common.by import By
+
+    from test_webapp_e2e import _console_errors, _wait
+
+    browser.get(f"{served}/runs/1/profiles?method=oar_p")
+    _wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#chart-position .scatterlayer .trace")) == 4,
+          message="the positional profile did not draw all, correct, wrong and uniform")
+    _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#chart-step-position .hm, "
+                                                              "#chart-step-position .heatmaplayer image"),
+          message="the step x position heatmap did not render")
+    assert browser.find_elements(By.CSS_SELECTOR, "#chart-concentration .scatterlayer .trace")
+    assert _console_errors(browser) == []
