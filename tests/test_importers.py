@@ -157,7 +157,7 @@ def test_rerun_resumes_and_adds_only_new_rows(tmp_path, capsys):
 
 
 def test_jsonl_rollouts_groups_chat_prompts_and_logged_advantages(tmp_path):
-    chat = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "1+1?"}]
+    chat = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "what’s 1+1?"}]
     rows = [{"prompt": chat, "response": "1+1=2. #### 2", "reward": 1, "group": "g1", "answer": 2},
             {"prompt": "2+2?", "response": "2+2=5. #### 5", "reward": 0, "group": "g2"},
             {"prompt": chat, "response": "1+1=3. #### 3", "reward": 0, "group": "g1", "correct": False},
@@ -172,6 +172,16 @@ def test_jsonl_rollouts_groups_chat_prompts_and_logged_advantages(tmp_path):
     assert records[0].extra.get("chat_prompt") and json.loads(records[0].prompt) == chat
     assert records[0].extra["gold"] == "2" and records[0].row.correct is True
     assert records[2].row.correct is False
+    # The trace page reads a chat prompt as a conversation: roles and texts, no JSON escapes.
+    from fastapi.testclient import TestClient
+
+    from oar_attrib.webapp import create_app
+
+    with TestClient(create_app(db), base_url="http://127.0.0.1") as client:
+        html = client.get(f"/traces/{records[0].id}").text
+        assert client.get(f"/api/traces/{records[0].id}").json()["conversation"] == chat
+    assert '<span class="role">system</span><pre class="prompt">be brief</pre>' in html
+    assert "what’s 1+1?" in html and "\\u2019" not in html and "&#34;role&#34;" not in html
     adv = 0.5 / (0.5 ** 0.5 + 1e-4)  # rewards {1, 0}: mean 1/2, std sqrt(1/2)
     assert [r.row.advantage for r in records] == pytest.approx([adv, -adv, -adv, 9.0])
 

@@ -176,6 +176,12 @@ class TraceRecord:
         return self.row.id
 
     @property
+    def conversation(self) -> list[dict] | None:
+        """The prompt's chat messages ({"role", "content"} dicts, as given) when it is a chat,
+        else None (the prompt is text). A chat prompt is stored as its JSON text."""
+        return json.loads(self.prompt) if self.extra.get("chat_prompt") else None
+
+    @property
     def scored(self) -> np.ndarray:
         """(T,) bool: the scored reasoning positions S."""
         return np.array([self.row.span_found and s == REASONING for s in self.segments], dtype=bool)
@@ -191,9 +197,8 @@ class TraceRecord:
         from ..traces import TraceAttribution
 
         a = self.attributions
-        chat = self.extra.get("chat_prompt")  # a message list, stored as its JSON text
         return TraceAttribution(
-            prompt=json.loads(self.prompt) if chat else self.prompt, response=self.response,
+            prompt=self.conversation or self.prompt, response=self.response,
             token_ids=list(self.token_ids),
             tokens=list(self.tokens), offsets=list(self.offsets), segments=list(self.segments),
             span_found=self.row.span_found, answer_span=self.answer_span,
@@ -212,6 +217,7 @@ class TraceRecord:
         return {
             **self.row.to_dict(),
             "prompt": self.prompt,
+            "conversation": self.conversation,
             "response": self.response,
             "token_ids": list(self.token_ids),
             "tokens": list(self.tokens),
