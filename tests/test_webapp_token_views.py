@@ -208,3 +208,23 @@ def test_profiles_page_draws_its_charts(served, browser):
           message="the step x position heatmap did not render")
     assert browser.find_elements(By.CSS_SELECTOR, "#chart-concentration .scatterlayer .trace")
     assert _console_errors(browser) == []
+
+
+def test_token_table_as_parquet(client, imported_store):
+    import io
+
+    import pandas as pd
+
+    table = pd.read_parquet(io.BytesIO(client.get("/api/runs/1/tokens.parquet").content))
+    with Store(imported_store, readonly=True) as store:
+        tokens = store.frame("tokens", run_id=1)
+        records = list(store.iter_traces(1))
+    assert len(table) == len(tokens) == sum(r.row.n_tokens for r in records)
+    for column in ("trace_id", "token", "segment", "score_oar_p", "weight_oar_g", "advantage_entropy"):
+        assert table[column].tolist() == pytest.approx(tokens[column].tolist()) \
+            if table[column].dtype.kind == "f" else table[column].tolist() == tokens[column].tolist()
+    np.testing.assert_allclose(table["logprob"], np.concatenate([r.token_stats["logprob"] for r in records]))
+    assert table["step"].tolist() == [r.row.step for r in records for _ in range(r.row.n_tokens)]
+    bare = pd.read_parquet(io.BytesIO(client.get("/api/runs/2/tokens.parquet").content))
+    assert len(bare) and bare["logprob"].isna().all() and "score_oar_p" not in bare
+    assert client.get("/api/runs/99/tokens.parquet").status_code == 404
