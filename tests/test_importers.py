@@ -63,6 +63,20 @@ def test_trl_run_imports_every_completion_with_reward_and_advantage(trl_run, tmp
         assert "".join(record.tokens) == record.response
     # A prompt's 4 samples are one group; groups are numbered in order of appearance.
     assert [r.row.group for r in records] == [i // 4 for i in range(16)]
+    # The browser lists every completion with its reward and advantage.
+    from fastapi.testclient import TestClient
+
+    from oar_attrib.webapp import create_app
+    from oar_attrib.webapp.settings import WebSettings
+
+    app = create_app(db, settings=WebSettings(page_size=50))
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        page = client.get("/api/runs/1/traces").json()
+        html = client.get("/runs/1").text
+    assert page["total"] == 16
+    assert [t["reward"] for t in page["traces"]] == pytest.approx(logs["world_reward"].tolist())
+    assert [t["advantage"] for t in page["traces"]] == pytest.approx(logs["advantage"].tolist())
+    assert html.count('href="/traces/') >= 16
 
 
 def test_recomputed_advantages_equal_the_ones_trl_trained_with(trl_run, tmp_path):
