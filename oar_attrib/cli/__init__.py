@@ -7,7 +7,7 @@ import sys
 
 from ..configs import DefaultsHelpFormatter
 from ..errors import OARError
-from . import attribute, models, recall
+from . import attribute, importing, models, recall
 
 
 def _add_plugin_commands(sub) -> None:
@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Every subcommand's --help shows the defaults.
     sub = parser.add_subparsers(dest="command", required=True, parser_class=functools.partial(
         argparse.ArgumentParser, formatter_class=DefaultsHelpFormatter))
-    for command in (attribute, models, recall):
+    for command in (attribute, importing, models, recall):
         command.add_parser(sub)
     _add_plugin_commands(sub)
     return parser

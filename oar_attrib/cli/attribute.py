@@ -11,6 +11,7 @@ Exit status 0 when every line was attributed, 2 when some were skipped (or on ba
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections import Counter
@@ -97,10 +98,31 @@ def judge_tokens(tokenizer, prompt, response, answer_format: str, chat: bool | N
     return None
 
 
+def input_labels(record: dict, response: str, answer_format: str) -> dict:
+    """What a line says about its response beside the text, carried into the output: `gold`
+    (the line's `gold` or `answer`), `reward` (a number) and `correct` (the line's own bool, or
+    else graded against the gold answer)."""
+    from ..inputs.grading import grade
+
+    labels = {}
+    gold = record.get("gold", record.get("answer"))
+    if isinstance(gold, (str, int, float)) and not isinstance(gold, bool):
+        labels["gold"] = str(gold)
+    reward = record.get("reward")
+    if isinstance(reward, (int, float)) and not isinstance(reward, bool) and math.isfinite(reward):
+        labels["reward"] = float(reward)
+    if isinstance(record.get("correct"), bool):
+        labels["correct"] = record["correct"]
+    elif "gold" in labels:
+        labels["correct"] = grade(response, labels["gold"], answer_format).correct
+    return labels
+
+
 def read_pairs(path: Path, tokenizer, answer_format: str, skip_line, counts: Counter,
-               report=print, chat: bool | None = None) -> Iterator[tuple[int, object, str]]:
-    """(line number, prompt, response) of the good lines of `path` for which `skip_line(n)` is
-    false; each bad one is reported (`report`, one line naming file and line) and counted."""
+               report=print, chat: bool | None = None) -> Iterator[tuple[int, object, str, dict]]:
+    """(line number, prompt, response, labels) of the good lines of `path` for which
+    `skip_line(n)` is false (`input_labels`); each bad one is reported (`report`, one line
+    naming file and line) and counted."""
     for number, record in iter_jsonl(path):
         if skip_line(number):
             continue
@@ -111,7 +133,7 @@ def read_pairs(path: Path, tokenizer, answer_format: str, skip_line, counts: Cou
             counts[got.kind] += 1
             report(f"{path}:{number}: skipped ({got.kind}): {got}")
             continue
-        yield number, *got
+        yield number, *got, input_labels(record, got[1], answer_format)
 
 
 # The gating flags of `oar attribute`, one per ReshapeSettings field (the same names as
@@ -120,7 +142,7 @@ GATING_FLAGS = ("tau", "beta", "w_min", "weighting", "rho", "granularity", "step
 
 
 def attribute_lines(model, tokenizer, pairs, output: outputs.Output, args, on_written=None) -> int:
-    """Attribute `pairs` ((line, prompt, response) tuples) in batches of `args.batch_size`,
+    """Attribute `pairs` ((line, prompt, response, labels) tuples) in batches of `args.batch_size`,
     writing each batch to `output` as soon as it is done. Returns the number written;
     `on_written(k)` is called after each batch (a progress bar's update)."""
     from ..attribution import attribute
@@ -128,13 +150,13 @@ def attribute_lines(model, tokenizer, pairs, output: outputs.Output, args, on_wr
     written, batch = 0, []
 
     def flush() -> int:
-        lines, prompts, responses = zip(*batch)
+        lines, prompts, responses, labels = zip(*batch)
         traces = attribute(model, tokenizer, list(prompts), list(responses), args.methods,
                            probe=args.probe, answer_format=args.answer_format,
                            **{name: getattr(args, name) for name in GATING_FLAGS},
                            batch_size=len(batch), max_batch_tokens=args.max_batch_tokens,
                            chat=args.chat, method_params=method_params_from(args))
-        output.write([{"line": n, **t.to_dict()} for n, t in zip(lines, traces)])
+        output.write([{"line": n, **t.to_dict(), **lab} for n, t, lab in zip(lines, traces, labels)])
         if on_written is not None:
             on_written(len(batch))
         return len(batch)
@@ -197,10 +219,19 @@ def chat_choice(chat: bool | None, tokenizer) -> bool | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..models import load_model
-
     if args.batch_size < 1:
         raise InputError(f"--batch-size must be at least 1, got {args.batch_size}")
+    if (args.store is None) != (args.run is None):
+        raise InputError("--store and --run go together: the run store and the run to attribute")
+    if args.store is not None:
+        from .attribute_store import attribute_stored
+
+        return attribute_stored(args, {name: getattr(args, name) for name in GATING_FLAGS},
+                                chat_choice)
+    if args.input is None or args.out is None:
+        raise InputError("pass --input FILE.jsonl and --out (or --store S --run R to attribute "
+                         "a stored run in place)")
+    args.model = args.model or "arith-tiny"
     source = check_input(args.input)
     rank, world = _ranks()
     dist = _process_group(world)
@@ -309,9 +340,15 @@ def progress_bar(path: Path, skip_line, disable: bool):
 
 def add_parser(sub) -> None:
     at = sub.add_parser("attribute", help="token importances of prompt/response pairs (JSONL in, JSONL out)")
-    at.add_argument("--model", default="arith-tiny", help="bundled name or local checkpoint folder")
-    at.add_argument("--input", required=True, help="JSONL with 'prompt' and 'response' per line")
-    at.add_argument("--out", required=True,
+    at.add_argument("--model", default=None,
+                    help="bundled name or local checkpoint folder (default: arith-tiny; with "
+                         "--store, the run's model)")
+    at.add_argument("--input", default=None, help="JSONL with 'prompt' and 'response' per line")
+    at.add_argument("--store", default=None,
+                    help="a run store *.db whose run --run is attributed in place (an `oar import`ed "
+                         "run, or one more method on any run); resumes after the traces done")
+    at.add_argument("--run", type=int, default=None, help="the id of the run to attribute in --store")
+    at.add_argument("--out", default=None,
                     help="JSONL to write (one attribution per valid line), or a run store *.db "
                          "to add a run to (readable by `oar web --store`); a rerun with the same "
                          "input and output resumes after the lines already written")

@@ -162,6 +162,9 @@ class JsonlOutput:
             self._lock.release()
 
 
+_LABELS = ("line", "gold", "reward", "correct")  # record keys that are not the trace's own
+
+
 class StoreOutput:
     """Adds records to a run of a store, one transaction per batch. The run is the newest one
     with the same `config` (a resumed job) or a new one, made at the first write."""
@@ -194,8 +197,14 @@ class StoreOutput:
             return
         if self.run_id is None:
             self.run_id = self.store.add_run(self.name, model=self.model, config=self.config)
-        traces = [{k: v for k, v in r.items() if k != "line"} for r in records]
-        self.store.add_traces(self.run_id, traces, extras=[{"line": r["line"]} for r in records])
+        from ..store.core import UNKNOWN
+
+        traces = [{k: v for k, v in r.items() if k not in _LABELS} for r in records]
+        # The input's labels (cli.attribute.input_labels): no reward > 0 guess without them.
+        self.store.add_traces(
+            self.run_id, traces, rewards=[r.get("reward") for r in records],
+            correct=[r.get("correct", UNKNOWN) for r in records],
+            extras=[{"line": r["line"], **({"gold": r["gold"]} if "gold" in r else {})} for r in records])
         self.done.update(r["line"] for r in records)
 
     def close(self, finish: bool = True) -> None:

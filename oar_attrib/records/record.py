@@ -126,6 +126,8 @@ class TraceRecord:
     oracle: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     # Token ranges of the steps over the scored reasoning tokens (`oar_attrib.inputs.steps`).
     steps: list[tuple[int, int]] = field(default_factory=list)
+    # The policy's (T,) float32 "logprob" and "entropy" of each response token, when stored.
+    token_stats: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def from_attribution(cls, attribution, trace_id: int = 0) -> "TraceRecord":
@@ -161,6 +163,12 @@ class TraceRecord:
         return self.row.id
 
     @property
+    def conversation(self) -> list[dict] | None:
+        """The prompt's chat messages ({"role", "content"} dicts, as given) when it is a chat,
+        else None (the prompt is text). A chat prompt is stored as its JSON text."""
+        return json.loads(self.prompt) if self.extra.get("chat_prompt") else None
+
+    @property
     def scored(self) -> np.ndarray:
         """(T,) bool: the scored reasoning positions S."""
         return np.array(scored_set(self.segments, self.row.span_found), dtype=bool)
@@ -174,9 +182,8 @@ class TraceRecord:
         from .traces import TraceAttribution
 
         a = self.attributions
-        chat = self.extra.get("chat_prompt")  # a message list, stored as its JSON text
         return TraceAttribution(
-            prompt=json.loads(self.prompt) if chat else self.prompt, response=self.response,
+            prompt=self.conversation or self.prompt, response=self.response,
             token_ids=list(self.token_ids),
             tokens=list(self.tokens), offsets=list(self.offsets), segments=list(self.segments),
             span_found=self.row.span_found, answer_span=self.answer_span,
@@ -195,6 +202,7 @@ class TraceRecord:
         return {
             **self.row.to_dict(),
             "prompt": self.prompt,
+            "conversation": self.conversation,
             "response": self.response,
             "token_ids": list(self.token_ids),
             "tokens": list(self.tokens),
@@ -208,6 +216,7 @@ class TraceRecord:
             "oracle": {k: [list(s) for s in v] for k, v in self.oracle.items()},
             "steps": [list(r) for r in self.steps],
             "attributions": {m: r.to_dict() for m, r in self.attributions.items()},
+            "token_stats": {k: json_floats(v) for k, v in self.token_stats.items()},
         }
 
 

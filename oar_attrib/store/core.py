@@ -330,6 +330,26 @@ class Store:
                     "stored response (Store.trace(id).response) with the same tokenizer"
                 )
             self._insert_attributions(conn, trace_id, d, methods)
+            # An imported trace has no probe until its first attribution.
+            conn.execute("UPDATE traces SET probe = ? WHERE id = ? AND probe = ''",
+                         (d["probe"], trace_id))
+
+    def add_token_stats(self, rows: Sequence[tuple[int, str, Sequence[float], Sequence[float]]]) -> None:
+        """Add (or replace) the policy's per-token statistics of stored traces, in one
+        transaction: (trace id, model name, (T,) log-probabilities, (T,) entropies in nats)
+        rows, T the trace's response tokens (`analysis.token_stats`)."""
+        with self._transaction(write=True) as conn:
+            for trace_id, _, logprob, entropy in rows:
+                got = conn.execute("SELECT n_tokens FROM traces WHERE id = ?", (trace_id,)).fetchone()
+                if got is None:
+                    raise NotFoundError(f"no trace with id {trace_id}")
+                if not len(logprob) == len(entropy) == got[0]:
+                    raise StoreError(f"trace {trace_id} has {got[0]} tokens, the statistics "
+                                     f"{len(logprob)} log-probabilities and {len(entropy)} entropies")
+            conn.executemany(
+                "INSERT OR REPLACE INTO token_stats (trace_id, model, logprob, entropy) "
+                "VALUES (?, ?, ?, ?)",
+                [(int(t), str(m), codec.pack_floats(lp), codec.pack_floats(h)) for t, m, lp, h in rows])
 
     # ------------------------------------------------------------------ reading
 
@@ -427,6 +447,12 @@ class Store:
         for name, spans in conn.execute(
             "SELECT name, spans FROM oracle WHERE trace_id = ? ORDER BY name", (trace_id,)):
             record.oracle[name] = [tuple(s) for s in json.loads(spans)]
+        if schema.has_table(conn, "token_stats"):  # a read-only v1 store has none
+            got = conn.execute("SELECT logprob, entropy FROM token_stats WHERE trace_id = ?",
+                               (trace_id,)).fetchone()
+            if got is not None:
+                record.token_stats = {"logprob": codec.unpack_floats(got[0]),
+                                      "entropy": codec.unpack_floats(got[1])}
         return record
 
     def iter_traces(self, run_id: int, batch: int = 64) -> Iterator[TraceRecord]:

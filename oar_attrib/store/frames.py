@@ -50,6 +50,53 @@ def _tokens(store, run_id: int | None, trace_ids) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def _token_rows(rec, columns: list[str]) -> pd.DataFrame:
+    """One trace's token table with the run's fixed `columns` (absent methods: NaN)."""
+    f = rec.to_attribution().to_frame()
+    for name, col in (("trace_id", rec.id), ("run_id", rec.row.run_id), ("step", rec.row.step),
+                      ("group", rec.row.group), ("reward", rec.row.reward),
+                      ("advantage", rec.row.advantage), ("correct", rec.row.correct)):
+        f[name] = col
+    for name, values in rec.token_stats.items():
+        f[name] = values
+    return f.reindex(columns=columns)
+
+
+def write_tokens_parquet(store, run_id: int, path, batch: int = 64) -> int:
+    """Write a run's token table (the `tokens` frame's columns, the trace's step, group,
+    reward, advantage and correct, and the policy's `logprob` and `entropy` when stored) to a
+    parquet file, `batch` traces per row group, one trace in memory at a time; returns the
+    number of rows. Needs pyarrow."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    methods = store.run(run_id).methods
+    columns = ["trace_id", "run_id", "step", "group", "reward", "advantage", "correct",
+               "position", "token_id", "token", "start", "end", "segment", "scored",
+               *[f"{kind}_{m}" for m in methods for kind in ("score", "weight", "advantage")],
+               "logprob", "entropy"]
+    types = {"trace_id": pa.int64(), "run_id": pa.int64(), "step": pa.int64(), "group": pa.int64(),
+             "correct": pa.bool_(), "position": pa.int64(), "token_id": pa.int64(),
+             "token": pa.string(), "start": pa.int64(), "end": pa.int64(), "segment": pa.string(),
+             "scored": pa.bool_()}
+    schema = pa.schema([(c, types.get(c, pa.float64())) for c in columns])
+    rows, pending = 0, []
+    with pq.ParquetWriter(path, schema) as writer:
+        def flush() -> None:
+            if pending:
+                frame = pd.concat(pending, ignore_index=True)
+                writer.write_table(pa.Table.from_pandas(frame, schema=schema, preserve_index=False))
+                pending.clear()
+
+        for rec in store.iter_traces(run_id):
+            pending.append(_token_rows(rec, columns))
+            rows += len(pending[-1])
+            if len(pending) >= batch:
+                flush()
+        flush()
+    return rows
+
+
 def frame(store, kind: FrameKind = "traces", *, run_id: int | None = None,
           trace_ids=None) -> pd.DataFrame:
     """A DataFrame of the store (one run with `run_id`, else all runs).

@@ -12,6 +12,11 @@ The run table's sort indexes (`SORT_INDEXES`) are made by every writable open th
 missing, so a store written before they existed gains them the first time a writer opens it. They
 hold no data of their own, so they leave SCHEMA_VERSION alone: older readers still read the file,
 and a read-only open of a store without them works (its pages are sorted without an index).
+
+Version 2 adds the `token_stats` table (the policy's per-token log-probability and entropy of
+each response token, one teacher-forced forward). A writable open of a version-1 store adds it
+(`MIGRATIONS`) and raises the version; a read-only open of a version-1 store reads it as it is,
+without token statistics (`has_table`).
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from pathlib import Path
 
 from .errors import SchemaVersionError, StoreError, StoreWriteError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPLICATION_ID = 0x4F415231  # "OAR1" in the file header's application id field
 _STORE_TABLES = {"runs", "traces", "tokens", "attributions"}  # a store made before APPLICATION_ID
 
@@ -103,6 +108,12 @@ CREATE TABLE recall (
     n INTEGER NOT NULL,
     PRIMARY KEY (run_id, subset, oracle, method)
 );
+CREATE TABLE token_stats (
+    trace_id INTEGER PRIMARY KEY REFERENCES traces(id) ON DELETE CASCADE,
+    model TEXT NOT NULL,
+    logprob BLOB NOT NULL,
+    entropy BLOB NOT NULL
+);
 CREATE TABLE agreement (
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
     method_a TEXT NOT NULL,
@@ -112,6 +123,11 @@ CREATE TABLE agreement (
     PRIMARY KEY (run_id, method_a, method_b)
 );
 """
+
+# version -> the statements that bring a store of that version to the next one.
+MIGRATIONS = {
+    1: [_DDL[_DDL.index("CREATE TABLE token_stats"):_DDL.index("CREATE TABLE agreement")]],
+}
 
 
 # The run table's sort keys (`Store.traces`) and filter columns. Each sort gets an index in the
@@ -232,6 +248,8 @@ def connect(path: Path, *, readonly: bool, timeout: float) -> sqlite3.Connection
         conn.execute("PRAGMA foreign_keys = ON")
         if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
             _create(conn, path)
+        elif version < SCHEMA_VERSION and not readonly:
+            _migrate(conn, path)
         if not readonly:
             ensure_indexes(conn, path)
             # FULL: a committed trace survives even an OS crash, not only a killed process; the
@@ -266,6 +284,35 @@ def _create(conn: sqlite3.Connection, path: Path) -> None:
         conn.execute("ROLLBACK")
         conn.close()
         raise
+
+
+def _migrate(conn: sqlite3.Connection, path: Path) -> None:
+    """Bring an older store to SCHEMA_VERSION, one version per step, in one transaction (all
+    or nothing: a failed migration leaves the store as it was)."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Read again under the lock: another writer may have migrated it meanwhile.
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            while version < SCHEMA_VERSION:
+                for statement in MIGRATIONS[version]:
+                    conn.execute(statement)
+                version += 1
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    except sqlite3.OperationalError as err:
+        conn.close()
+        raise StoreError(f"{path}: cannot upgrade the store to schema v{SCHEMA_VERSION} ({err}); "
+                         "open it with readonly=True to read it as it is") from None
+
+
+def has_table(conn: sqlite3.Connection, name: str) -> bool:
+    """Whether the store has table `name` (a read-only open of an older store may lack one)."""
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                        (name,)).fetchone() is not None
 
 
 def ensure_indexes(conn: sqlite3.Connection, path: Path) -> None:

@@ -27,7 +27,8 @@ from oar_attrib.store import NotFoundError, Store, StoreError
 from .errors import WebError
 from .live import LiveAttributor, LoadingLiveModel, NoLiveModel
 from .progress import Progress
-from .routers import assets, attribute, docs, experiments, progress as progress_router, report, runs, traces
+from .routers import (assets, attribute, docs, experiments, profiles, progress as progress_router,
+                      report, run_exports, runs, traces)
 from .security import HEADERS, BodyLimitMiddleware, SecurityHeadersMiddleware
 from .settings import WebSettings
 
@@ -177,7 +178,8 @@ def create_app(store_path: str | Path, model=None, *, settings: WebSettings | No
     app.state.templates.env.globals["progress_line"] = lambda: progress.read().line() if progress else ""
     _add_handlers(app)
     for router in (runs.router, traces.router, report.router, attribute.router, assets.router,
-                   docs.router, experiments.router, progress_router.router):
+                   docs.router, experiments.router, progress_router.router, profiles.router,
+                   run_exports.router):
         app.include_router(router)
     # Added last = outermost: the host check and the size limit run before anything else,
     # and the security headers go on every answer, the host check's 400 included.

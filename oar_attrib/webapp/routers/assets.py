@@ -22,7 +22,9 @@ def plotly_js() -> Path:
 
 def _files() -> dict[str, Path]:
     return {"app.css": _STATIC / "app.css", "app.js": _STATIC / "app.js",
-            "experiment.js": _STATIC / "experiment.js", "plotly.min.js": plotly_js()}
+            "experiment.js": _STATIC / "experiment.js", "token_views.js": _STATIC / "token_views.js",
+            "profiles.js": _STATIC / "profiles.js",
+            "plotly.min.js": plotly_js()}
 
 
 FILES = _files()

@@ -12,6 +12,7 @@ from oar_attrib.inputs.steps import STEP_POOLS
 
 from ..deps import StoreDep, TemplatesDep, TraceId
 from ..step_page import LONG_TRACE, compact_payload, step_view, token_pieces
+from ..token_views import token_views
 from ..views import OUTLINE_SETS, trace_view
 
 router = APIRouter(tags=["traces"])
@@ -69,6 +70,7 @@ def trace_page(request: Request, trace_id: TraceId, store: StoreDep, templates: 
     view = trace_view(record, selected, oracle, tooltips=not long)
     steps = step_view(record, selected, oracle, pool)
     view["payload"] = compact_payload(view["payload"])
+    view["payload"]["views"] = token_views(record)
     view["token_pieces"] = token_pieces(view["pieces"])
     if long:
         view["pieces"] = None

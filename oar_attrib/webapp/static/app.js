@@ -28,11 +28,11 @@ function at(values, i) { return values ? values[i] : null; }
 
 // --------------------------------------------------------------------------- heatmap
 
-function paintHeatmap(root, data, method) {
+function paintHeatmap(root, data, method, colours) {
   const levels = data.levels[method] || [];
   for (const el of root.querySelectorAll(".tok[data-i]")) {
     const i = Number(el.dataset.i);
-    el.style.backgroundColor = heatColour(levels[i]);
+    el.style.backgroundColor = colours ? colours[i] : heatColour(levels[i]);
     el.dataset.tip = tokenTitle(data.tokens[i], at(data.scores[method], i),
                                 at(data.weights[method], i), at(data.token_advantages[method], i));
     el.removeAttribute("title");
@@ -302,13 +302,15 @@ function tracePage() {
   }
   const paint = () => {
     if (data.methods.length) {
-      paintHeatmap(root, data, selected());
+      paintHeatmap(root, data, selected(), tokenColours(data, selected()));
       paintSteps(view.root, view.overview, data, steps, selected());
     }
     drawScores("chart-scores", data, selected(), steps);
     drawAdvantage("chart-advantage", data, selected(), steps);
+    drawPolicy("chart-policy", data, selected());
   };
   paint();
+  for (const id of ["colour-select", "scale-select"]) document.getElementById(id).addEventListener("change", paint);
   methodSelect.addEventListener("change", () => {
     paint();
     const url = new URL(window.location.href);

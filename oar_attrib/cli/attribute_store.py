@@ -1,0 +1,107 @@
+"""`oar attribute --store S --run R`: attribute the traces already in a run store, in place.
+
+For imported runs (`oar import`: TRL, verl, JSONL) and for runs that want one more method.
+Each batch of traces that lack a method is attributed and written in one transaction, with the
+policy's per-token log-probability and entropy (`analysis.token_stats`, one more forward),
+so a rerun resumes after the traces done. The prompt is encoded as when the run was written:
+the run's answer format, and its chat rule (imports: message lists get the chat template,
+text prompts are used as they are, e.g. verl's already templated input). The trace's stored
+sequence advantage gives the token advantages A_i * w_t. Then the run's summaries are
+recomputed.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..errors import InputError
+
+
+def _chat(args, run_config: dict, tokenizer, default_chat):
+    """prompt -> its chat flag, as the run was written."""
+    from ..importers.rows import chat_rule
+
+    if args.chat is not None:
+        return lambda prompt: args.chat
+    if run_config.get("chat") == "messages":  # an import's rule
+        return chat_rule
+    chat = default_chat(None, tokenizer)  # what `oar attribute --out` chose by default
+    return lambda prompt: chat
+
+
+def _todo(store, run_id: int, methods) -> list[int]:
+    """Ids of the run's traces that lack a method or their token statistics."""
+    ids: set[int] = set()
+    for method in methods:
+        ids.update(store.trace_ids(run_id, missing=method))
+    _, rows = store.query("SELECT id FROM traces WHERE run_id = ? AND id NOT IN "
+                          "(SELECT trace_id FROM token_stats)", (run_id,))
+    return sorted(ids | {r[0] for r in rows})
+
+
+def _advantages(records) -> list[float] | None:
+    """The traces' sequence advantages, or None (no token advantages) when one lacks it."""
+    values = [r.row.advantage for r in records]
+    return None if any(v is None for v in values) else values
+
+
+def _write(store, records, got, model_name: str) -> None:
+    results, stats = got
+    for record, result in zip(records, results):
+        store.add_attributions(record.row.id, result)
+    store.add_token_stats([(r.row.id, model_name, lp, h) for r, (lp, h) in zip(records, stats)])
+
+
+def attribute_stored(args, gating: dict, default_chat) -> int:
+    """Attribute run `args.run` of store `args.store` in place; the exit status. `gating`: the
+    gating keywords of `attribute`; `default_chat(None, tokenizer)`: `oar attribute`'s chat rule
+    for runs that do not record theirs."""
+    from ..analysis.run_summary import summarise
+    from ..analysis.token_stats import response_stats
+    from ..attribution import attribute
+    from ..models import load_model
+    from ..store import Store
+    from ..store.errors import NotFoundError
+    from ..store.lock import WriterLock
+    from ..store.schema import identify
+    from .choices import method_params_from
+
+    if args.input is not None:
+        raise InputError("--input reads a JSONL file; with --store/--run the traces come from "
+                         "the store, so pass one or the other")
+    identify(Path(args.store))
+    with WriterLock(args.store, "--store"), Store(args.store) as store:
+        try:
+            run = store.run(args.run)
+        except NotFoundError:
+            raise InputError(f"--run {args.run}: no such run in {args.store}; `oar web --store` "
+                             "lists them") from None
+        model, tokenizer = load_model(args.model or run.model or "arith-tiny", device=args.device,
+                                      dtype=args.dtype)
+        chat = _chat(args, run.config, tokenizer, default_chat)
+        fmt = run.config.get("answer_format", args.answer_format)
+        todo, done = _todo(store, run.id, args.methods), 0
+
+        def attribute_part(records, flag: bool):
+            prompts = [r.to_attribution().prompt for r in records]
+            responses = [r.response for r in records]
+            results = attribute(model, tokenizer, prompts, responses, args.methods, probe=args.probe,
+                                answer_format=fmt, chat=flag, advantages=_advantages(records),
+                                **gating, batch_size=len(records),
+                                max_batch_tokens=args.max_batch_tokens,
+                                method_params=method_params_from(args))
+            stats = response_stats(model, tokenizer, prompts, responses, chat=flag,
+                                   answer_format=fmt)
+            return results, stats
+
+        for start in range(0, len(todo), args.batch_size):
+            records = [store.trace(i) for i in todo[start:start + args.batch_size]]
+            for flag in (False, True):  # one `chat` per call of attribute
+                part = [r for r in records if chat(r.to_attribution().prompt) == flag]
+                if part:
+                    _write(store, part, attribute_part(part, flag), run.model or str(args.model))
+            done += len(records)
+        summarise(store, run.id)
+    print(f"attributed {done} traces of run {run.id} in {args.store} with "
+          f"{', '.join(args.methods)}", file=sys.stderr)
+    return 0

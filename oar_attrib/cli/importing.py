@@ -1,0 +1,73 @@
+"""`oar import`: rollouts of TRL, verl or plain JSONL into a run store, ready for `oar web`
+and for `oar attribute --store S --run R` (any method, attributed in place).
+
+The sources are checked and the tokenizer loaded before anything is written; rows are read
+twice, streaming (group rewards, then the rows), and written in batches; a rerun with the same
+sources and store resumes after the rows already there. Bad rows are reported as
+`FILE:ROW: skipped (KIND): why`; the exit status is 2 when any row was skipped.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import InputError
+from .outputs import check_writable
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..analysis.run_summary import summarise
+    from ..importers import READERS, import_rollouts
+    from ..models import load_model
+    from ..store import Store
+    from ..store.lock import WriterLock
+    from ..store.schema import identify
+
+    out = Path(args.out)
+    if out.suffix != ".db":
+        raise InputError(f"--out {out} must be a run store ending in .db")
+    check_writable(out)
+    options = {"reward_columns": args.reward_columns} if args.stack == "trl" else {}
+    if args.reward_columns and args.stack != "trl":
+        raise InputError("--reward-columns is for TRL logs; verl and JSONL rows carry one reward")
+    read, files = READERS[args.stack](args.sources, **options)
+    identify(out)  # read-only: another program's file or a newer store fails unchanged
+    _, tokenizer = load_model(args.model)
+    # The sources as given (not the files found): a rerun after more steps resumes the run.
+    config = {"importer": args.stack, "sources": [str(Path(p).resolve()) for p in args.sources],
+              "answer_format": args.answer_format, "correct_threshold": args.correct_threshold,
+              "chat": "messages"}  # importers.rows.chat_rule, for `oar attribute --store`
+    name = args.name or f"{args.stack} {Path(args.sources[0]).name}"
+    with WriterLock(out, "--out"), Store(out) as store:
+        summary = import_rollouts(store, read, name=name, model=args.model, tokenizer=tokenizer,
+                                  config=config, answer_format=args.answer_format,
+                                  correct_threshold=args.correct_threshold, batch=args.batch_size,
+                                  report=lambda line: print(line, file=sys.stderr))
+        summarise(store, summary.run_id)
+    print(summary.line(out), file=sys.stderr)
+    return 2 if summary.skipped else 0
+
+
+def add_parser(sub) -> None:
+    im = sub.add_parser("import", help="rollouts of TRL, verl or JSONL into a run store")
+    im.add_argument("stack", choices=("trl", "verl", "jsonl"),
+                    help="trl: GRPOTrainer completion logs (output_dir or completions_*.parquet); "
+                         "verl: trainer.rollout_data_dir (or its <step>.jsonl files); jsonl: "
+                         "prompt/response/reward/group lines")
+    im.add_argument("sources", nargs="+", help="folders or files to import")
+    im.add_argument("--out", required=True, help="run store *.db to add the run to (created if new)")
+    im.add_argument("--model", default="arith-tiny",
+                    help="the policy's bundled name or checkpoint folder (its tokenizer splits "
+                         "the responses; `oar attribute --store` must use the same model)")
+    im.add_argument("--name", default=None, help="run name (default: the stack and first source)")
+    im.add_argument("--answer-format", default="auto",
+                    help="where the final answer is: auto, boxed, gsm8k, answer_is")
+    im.add_argument("--correct-threshold", type=float, default=1.0,
+                    help="a row is correct when its reward is at least this (unless it logs "
+                         "its own verdict: verl's `acc`, a JSONL `correct`)")
+    im.add_argument("--reward-columns", nargs="+", default=None,
+                    help="TRL: the reward function columns summed into the reward (default: "
+                         "every numeric column but step and advantage)")
+    im.add_argument("--batch-size", type=int, default=64, help="rows written per transaction")
+    im.set_defaults(func=run)
