@@ -44,7 +44,7 @@ def response_stats(model, tokenizer, prompts: Sequence, responses: Sequence[str]
                    chat: bool | None, answer_format: str = "auto") -> list[tuple[list, list]]:
     """(logprob, entropy) lists over each response's T tokens (the tokens a stored trace of
     the pair holds), one forward for the whole batch."""
-    from ..inputs import encode_pairs
+    from ..inputs.encoding import encode_pairs
 
     batch, pairs = encode_pairs(tokenizer, list(prompts), list(responses), chat=chat,
                                 answer_format=answer_format)

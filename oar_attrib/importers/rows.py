@@ -151,7 +151,7 @@ def _trace_of(tokenizer, item: Rollout, advantage, answer_format: str):
     """The attribution-less trace record of a rollout (tokens, segments, steps), or the
     message of why it cannot be tokenised."""
     from ..errors import TokenizerError
-    from ..inputs import _default_max_length, encode_pair
+    from ..inputs.encoding import _default_max_length, encode_pair
     from ..records.traces import build_trace
 
     try:
