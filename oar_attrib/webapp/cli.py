@@ -36,7 +36,7 @@ def _listen(host: str, port: int) -> socket.socket:
 
 def serve(app, host: str, port: int, *, started: float | None = None, on_ready=None) -> None:
     """Serve `app` until Ctrl+C; print its URL once it answers (after the lifespan ran), then
-    call `on_ready()`."""
+    call `on_ready()`. Ctrl+C stops it quietly: one line, exit status 0."""
     import uvicorn
 
     sock = _listen(host, port)
@@ -54,6 +54,8 @@ def serve(app, host: str, port: int, *, started: float | None = None, on_ready=N
 
     try:
         Server(uvicorn.Config(app, log_level="warning", lifespan="on")).run(sockets=[sock])
+    except KeyboardInterrupt:  # how a server is stopped; uvicorn re-raises it once shut down
+        print("oar-attrib web app: stopped", flush=True)
     finally:
         sock.close()
 
