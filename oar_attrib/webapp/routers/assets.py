@@ -22,7 +22,8 @@ def plotly_js() -> Path:
 
 def _files() -> dict[str, Path]:
     return {"app.css": _STATIC / "app.css", "app.js": _STATIC / "app.js",
-            "experiment.js": _STATIC / "experiment.js", "plotly.min.js": plotly_js()}
+            "experiment.js": _STATIC / "experiment.js", "text.js": _STATIC / "text.js",
+            "plotly.min.js": plotly_js()}
 
 
 FILES = _files()
