@@ -199,3 +199,40 @@ def test_a_token_tooltip_names_its_controls():
     title = token_title("a\u202eb\u200b", 0.5, 1.0, None)
     assert title.startswith('token "a\u27e8U+202E\u27e9b\u27e8U+200B\u27e9" | score 0.5')
     assert not [c for c in title if is_invisible(c)]
+
+
+@pytest.mark.parametrize("request_bytes", [b"GARBAGE\r\n\r\n", b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nbad header\r\n\r\n"])
+def test_uvicorns_own_400_carries_the_security_headers(markup_store, request_bytes):
+    """A request uvicorn cannot parse never reaches the app's middleware; `oar web`'s server
+    (`server_config`) answers it with the same headers as every other answer."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    from oar_attrib.webapp.cli import server_config
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    server = uvicorn.Server(server_config(create_app(markup_store[0])))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with socket.create_connection(sock.getsockname(), timeout=10) as client:
+            client.sendall(request_bytes)
+            answer = b""
+            while chunk := client.recv(65536):
+                answer += chunk
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+    head = answer.split(b"\r\n\r\n")[0].decode().lower().split("\r\n")
+    assert head[0] == "http/1.1 400 bad request", head
+    assert "x-frame-options: deny" in head and "x-content-type-options: nosniff" in head
+    assert any(h.startswith("content-security-policy: default-src 'self'") for h in head)
