@@ -44,7 +44,8 @@ def run_command(args: argparse.Namespace, name: str) -> int:
         print(f"oar {name}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:
-        print(f"oar {name}: {err or 'interrupted'}", file=sys.stderr)
+        # A bare Ctrl-C carries no message; a command that keeps work raises one that says so.
+        print(f"oar {name}: {str(err) or 'interrupted'}", file=sys.stderr)
         return INTERRUPTED
 
 

@@ -96,6 +96,16 @@ def _drop_partial_tail(path: Path) -> None:
         handle.truncate(0)
 
 
+def _complete_lines(path: Path, known: int) -> int:
+    """The records a rerun keeps after a failed write: the file's complete lines (a failed
+    batch may have written some of its own whole); `known` when the file cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            return sum(block.count(b"\n") for block in iter(lambda: handle.read(1 << 20), b""))
+    except OSError:
+        return known
+
+
 def read_records(path: Path) -> Iterable[dict]:
     """The complete records of an output or part file (other lines are not records)."""
     for _, record in iter_jsonl(path):
@@ -147,7 +157,7 @@ class JsonlOutput:
             self._handle.flush()
             os.fsync(self._handle.fileno())
         except OSError as err:  # a line cut short here is dropped when the run is resumed
-            raise _write_failed(self.path, err, len(self.done)) from None
+            raise _write_failed(self.path, err, _complete_lines(self.path, len(self.done))) from None
         self.done.update(r["line"] for r in records)
 
     def close(self, finish: bool = True) -> None:

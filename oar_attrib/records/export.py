@@ -70,6 +70,19 @@ def visible_text(text) -> markupsafe.Markup:
     return markupsafe.Markup("").join(out)
 
 
+def plain_text(text) -> str:
+    """Untrusted text for a place that takes no markup (a tooltip): each invisible or bidi
+    control character as `⟨U+XXXX⟩`. static/text.js's `plainLabel` does the same."""
+    return "".join(f"\u27e8U+{ord(c):04X}\u27e9" if is_invisible(c) else c for c in str(text))
+
+
+def isolated_text(text) -> markupsafe.Markup:
+    """`visible_text` inside <bdi>: user or model text set among the page's own words (a run
+    name in a breadcrumb, a method in a table) can then not reorder them, even when it is
+    right-to-left. The web app's `bdi` filter."""
+    return markupsafe.Markup("<bdi>{}</bdi>").format(visible_text(text))
+
+
 def heat_style(level) -> str:
     """CSS background of a level in [0, 1] ('' when missing): the web app's heat scale."""
     if level is None:

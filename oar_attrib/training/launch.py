@@ -263,6 +263,8 @@ def check_checkpoint(folder: str | Path) -> None:
     random states) that weights-only loading cannot read (damaged, or a pickle of code: never
     run). Reads what `Trainer` reads on resuming, the same way, before any model loads."""
     import json
+    import pickle
+    import warnings
 
     import torch
     from transformers import AutoConfig
@@ -295,10 +297,16 @@ def check_checkpoint(folder: str | Path) -> None:
         raise bad("the model", f"cannot be loaded ({err})") from None
     for path in sorted([*folder.glob("*.pt"), *folder.glob("*.pth")]):
         try:
-            with safe_globals():  # the numpy types of the random states, as Trainer allows them
+            # safe_globals: the numpy types of the random states, as Trainer allows them; torch's
+            # warnings on the pickle protocol would only add lines to the one below.
+            with safe_globals(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
                 torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError:  # torch's text here advises weights_only=False: not ours
+            raise bad(path.name, "cannot be read by weights-only loading: it holds objects other "
+                      "than tensors (possibly code, which was not run)") from None
         except Exception as err:  # torch raises many types here: each means "cannot be read"
-            raise bad(path.name, f"cannot be read by weights-only loading ({err})") from None
+            raise bad(path.name, f"cannot be read by weights-only loading (damaged: {err})") from None
 
 
 def train(run: RunConfig, args, resume: str | bool | None = None) -> dict:

@@ -34,9 +34,30 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def server_config(app):
+    """uvicorn's settings for `app`. A request uvicorn cannot parse is answered 400 by uvicorn
+    itself, before any middleware runs; that answer gets the app's security headers too."""
+    import h11
+    import uvicorn
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    from .security import HEADERS
+
+    class SecureH11Protocol(H11Protocol):
+        def send_400_response(self, msg: str) -> None:  # uvicorn's own, plus HEADERS
+            headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close"),
+                       *HEADERS]
+            for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+                          h11.Data(data=msg.encode("ascii")), h11.EndOfMessage()):
+                self.transport.write(self.conn.send(event))
+            self.transport.close()
+
+    return uvicorn.Config(app, log_level="warning", lifespan="on", http=SecureH11Protocol)
+
+
 def serve(app, host: str, port: int, *, started: float | None = None, on_ready=None) -> None:
     """Serve `app` until Ctrl+C; print its URL once it answers (after the lifespan ran), then
-    call `on_ready()`."""
+    call `on_ready()`. Ctrl+C stops it quietly: one line, exit status 0."""
     import uvicorn
 
     sock = _listen(host, port)
@@ -53,7 +74,9 @@ def serve(app, host: str, port: int, *, started: float | None = None, on_ready=N
                     on_ready()
 
     try:
-        Server(uvicorn.Config(app, log_level="warning", lifespan="on")).run(sockets=[sock])
+        Server(server_config(app)).run(sockets=[sock])
+    except KeyboardInterrupt:  # how a server is stopped; uvicorn re-raises it once shut down
+        print("oar-attrib web app: stopped", flush=True)
     finally:
         sock.close()
 

@@ -21,6 +21,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from oar_attrib import __version__
 from oar_attrib.errors import OARError
+from oar_attrib.records.export import isolated_text, visible_text
 from oar_attrib.models import check_pair
 from oar_attrib.store import NotFoundError, Store, StoreError
 
@@ -39,6 +40,9 @@ def make_templates() -> Jinja2Templates:
     # Autoescape everything, whatever the file name: every trace text is untrusted.
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.StrictUndefined)
+    # Untrusted text shows its invisible and bidi controls as markers; `bdi` also isolates it.
+    env.filters["visible"] = visible_text
+    env.filters["bdi"] = isolated_text
     return Jinja2Templates(env=env)
 
 

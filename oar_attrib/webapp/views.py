@@ -17,7 +17,7 @@ from oar_attrib.world import DEFAULT_SETS, SPAN_SETS
 from oar_attrib.store.records import json_float, json_floats
 # One heat scale and number format with the exported view; the page script (static/app.js,
 # `heatColour`) draws the same colour from the same level.
-from oar_attrib.records.export import fmt_number as _fmt, heat_style as heat_colour
+from oar_attrib.records.export import fmt_number as _fmt, heat_style as heat_colour, plain_text
 
 # The oracle sets a trace page can outline: those the store keeps as spans (`names` and
 # `results` are parts of `direct`/`chain` and would only repeat them).
@@ -32,8 +32,9 @@ def importance_levels(scores: np.ndarray, scored: np.ndarray) -> list[float | No
 
 def token_title(token: str, score, weight, advantage) -> str:
     """Tooltip text of a token. The token is JSON-quoted so that spaces and newlines show;
-    the page script (`tokenTitle`) writes the same fields when the method changes."""
-    return (f"token {json.dumps(token, ensure_ascii=False)} | score {_fmt(score, '.4g')} | "
+    the page script (`tokenTitle`) writes the same fields when the method changes. A control
+    character is named (`plain_text`), so that it cannot reorder the tooltip."""
+    return (f"token {plain_text(json.dumps(token, ensure_ascii=False))} | score {_fmt(score, '.4g')} | "
             f"weight {_fmt(weight, '.3f')} | reshaped advantage {_fmt(advantage, '.4g')}")
 
 

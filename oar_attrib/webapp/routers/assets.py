@@ -24,6 +24,7 @@ def _files() -> dict[str, Path]:
     return {"app.css": _STATIC / "app.css", "app.js": _STATIC / "app.js",
             "experiment.js": _STATIC / "experiment.js", "token_views.js": _STATIC / "token_views.js",
             "profiles.js": _STATIC / "profiles.js", "progress.js": _STATIC / "progress.js",
+            "text.js": _STATIC / "text.js",
             "plotly.min.js": plotly_js()}
 
 

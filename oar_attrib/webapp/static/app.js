@@ -1,6 +1,7 @@
 // oar-attrib page scripts. Data comes from <script type="application/json"> blocks or the
 // JSON API; text is written with textContent only (never innerHTML), so no trace text can
-// become markup. Plotly hover labels accept a little HTML, so text given to them is escaped.
+// become markup. Plotly labels accept a little HTML, so every one goes through plotlyLabel,
+// and model text shows its invisible controls (visibleNodes); both are in text.js.
 "use strict";
 
 const HEAT = [230, 85, 13];  // views.py _HEAT_RGB
@@ -17,11 +18,7 @@ function fmt(x, digits) {
 
 function tokenTitle(token, score, weight, adv) {
   const w = (weight === null || weight === undefined) ? "n/a" : weight.toFixed(3);
-  return `token ${JSON.stringify(token)} | score ${fmt(score, 4)} | weight ${w} | reshaped advantage ${fmt(adv, 4)}`;
-}
-
-function escapeForPlotly(text) {
-  return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  return `token ${plainLabel(JSON.stringify(token))} | score ${fmt(score, 4)} | weight ${w} | reshaped advantage ${fmt(adv, 4)}`;
 }
 
 function at(values, i) { return values ? values[i] : null; }
@@ -66,7 +63,7 @@ function buildHeatmap(root, pieces) {
   root.replaceChildren();
   for (const p of pieces) {
     const span = document.createElement("span");
-    span.textContent = p.text;
+    span.replaceChildren(...visibleNodes(p.text));
     if (p.index === null) {
       span.className = "gap";
     } else {
@@ -80,8 +77,8 @@ function buildHeatmap(root, pieces) {
 // --------------------------------------------------------------------------- charts
 
 function hoverTexts(data, method) {
-  return data.tokens.map((t, i) => `${escapeForPlotly(JSON.stringify(t))}<br>` +
-    `${escapeForPlotly(method)}: ${fmt(at(data.scores[method], i), 4)}`);
+  return data.tokens.map((t, i) => `${plotlyLabel(JSON.stringify(t))}<br>` +
+    `${plotlyLabel(method)}: ${fmt(at(data.scores[method], i), 4)}`);
 }
 
 // Long traces are drawn as at most MAX_POINTS points per method: each point aggregates a
@@ -98,7 +95,7 @@ function binned(values, tokens, reduce) {
     const part = values.slice(a, b).filter((v) => v !== null && v !== undefined);
     x.push(size === 1 ? a : (a + b - 1) / 2);
     y.push(part.length ? reduce(part) : null);
-    text.push(size === 1 ? escapeForPlotly(JSON.stringify(tokens[a])) : `tokens ${a}-${b - 1}`);
+    text.push(size === 1 ? plotlyLabel(JSON.stringify(tokens[a])) : `tokens ${a}-${b - 1}`);
   }
   return { x, y, text, size };
 }
@@ -118,9 +115,9 @@ function drawScores(id, data, selected, steps) {
   const traces = data.methods.map((m) => {
     const s = binned(data.levels[m], data.tokens, maxOf);
     return {
-      x: s.x, y: s.y, name: m, type: "scatter", mode: s.size === 1 ? "lines+markers" : "lines",
+      x: s.x, y: s.y, name: plotlyLabel(m), type: "scatter", mode: s.size === 1 ? "lines+markers" : "lines",
       line: { width: m === selected ? 3 : 1.2 }, marker: { size: m === selected ? 6 : 3 },
-      text: s.size === 1 ? hoverTexts(data, m) : s.text.map((t) => `${t} (max)<br>${escapeForPlotly(m)}`),
+      text: s.size === 1 ? hoverTexts(data, m) : s.text.map((t) => `${t} (max)<br>${plotlyLabel(m)}`),
       hoverinfo: s.size === 1 ? "text+name" : "text+y", connectgaps: false,
     };
   });
@@ -138,7 +135,7 @@ function drawAdvantage(id, data, selected, steps) {
   const traces = data.methods.filter((m) => source[m]).map((m) => {
     const s = binned(source[m], data.tokens, meanOf);
     return {
-      x: s.x, y: s.y, name: m, type: "scatter", mode: "lines",
+      x: s.x, y: s.y, name: plotlyLabel(m), type: "scatter", mode: "lines",
       line: { width: m === selected ? 3 : 1.2, shape: s.size === 1 ? "hvh" : "linear" },
       text: s.size === 1 ? s.text : s.text.map((t) => `${t} (mean)`), hoverinfo: "text+y+name",
     };
@@ -154,7 +151,7 @@ function drawAdvantage(id, data, selected, steps) {
 
 function stepTitle(steps, k, method) {
   if (k === steps.answer_step) return `step ${k + 1}: answer`;
-  return `step ${k + 1} | ${method} step score ${fmt(at(steps.scores[method], k), 4)}`;
+  return `step ${k + 1} | ${plainLabel(method)} step score ${fmt(at(steps.scores[method], k), 4)}`;
 }
 
 function paintStepTokens(block, data, method, open) {
@@ -235,7 +232,7 @@ function buildSteps(root, pieces, steps) {
     const holder = block.querySelector(".step-text");
     const spans = (groups[Number(block.dataset.step)] || []).map(([i, text]) => {
       const span = document.createElement("span");
-      span.textContent = text;
+      span.replaceChildren(...visibleNodes(text));
       if (i === null) span.className = "gap";
       else { span.className = "tok"; span.dataset.i = String(i); }
       return span;
@@ -340,7 +337,7 @@ function reportPage() {
     const rows = methods.map((m) => data.recall.find((r) => r.method === m && r.oracle === set));
     const y = rows.map((r) => (r ? r.recall : null));
     return {
-      type: "bar", name: set, x: methods, y,
+      type: "bar", name: plotlyLabel(set), x: methods.map(plotlyLabel), y,
       error_y: { type: "data", symmetric: false,
                  array: rows.map((r, i) => (r && r.ci95[1] !== null ? r.ci95[1] - y[i] : 0)),
                  arrayminus: rows.map((r, i) => (r && r.ci95[0] !== null ? y[i] - r.ci95[0] : 0)) },
@@ -352,7 +349,7 @@ function reportPage() {
   }, { responsive: true, displaylogo: false });
   const ag = data.agreement;
   Plotly.newPlot("chart-agreement", [{
-    type: "heatmap", z: ag.spearman, x: ag.methods, y: ag.methods, zmin: -1, zmax: 1,
+    type: "heatmap", z: ag.spearman, x: ag.methods.map(plotlyLabel), y: ag.methods.map(plotlyLabel), zmin: -1, zmax: 1,
     colorscale: "RdBu", reversescale: true,
     text: ag.spearman.map((row) => row.map((v) => fmt(v, 2))), texttemplate: "%{text}",
     hovertemplate: "%{y} vs %{x}: %{z:.3f}<extra></extra>",
@@ -360,8 +357,8 @@ function reportPage() {
   { responsive: true, displaylogo: false });
   const credit = data.credit;
   Plotly.newPlot("chart-credit", [
-    { type: "bar", name: "ESS ratio", x: credit.map((c) => c.method), y: credit.map((c) => c.ess_ratio) },
-    { type: "bar", name: "top-10% mass", x: credit.map((c) => c.method), y: credit.map((c) => c.top10_mass) },
+    { type: "bar", name: "ESS ratio", x: credit.map((c) => plotlyLabel(c.method)), y: credit.map((c) => c.ess_ratio) },
+    { type: "bar", name: "top-10% mass", x: credit.map((c) => plotlyLabel(c.method)), y: credit.map((c) => c.top10_mass) },
   ], { barmode: "group", margin: { t: 10, r: 10, b: 60, l: 50 }, yaxis: { range: [0, 1] },
        legend: { orientation: "h" } }, { responsive: true, displaylogo: false });
 }
@@ -398,7 +395,7 @@ function attributePage() {
     buildHeatmap(root, answer.view.pieces);
     methodSelect.replaceChildren(...data.methods.map((m) => {
       const option = document.createElement("option");
-      option.value = m; option.textContent = m;
+      option.value = m; option.textContent = plainLabel(m);
       return option;
     }));
     paintHeatmap(root, data, data.methods[0]);
