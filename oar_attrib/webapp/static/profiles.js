@@ -1,10 +1,7 @@
 // The credit profiles page (analysis/profiles.py computes every number; this only draws).
-// Method names reach Plotly as trace names and titles: escaped, as app.js does.
+// Method names reach Plotly as trace names and titles through text.js's plotlyLabel, as
+// everywhere in the app.
 "use strict";
-
-function escapeLabel(text) {
-  return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
-}
 
 const CONFIG = { responsive: true, displaylogo: false };
 
@@ -20,7 +17,7 @@ function drawPosition(p) {
   Plotly.newPlot("chart-position", lines, {
     margin: { t: 10, r: 10, b: 40, l: 60 }, legend: { orientation: "h" },
     xaxis: { title: { text: "relative position in the reasoning" }, range: [0, 1] },
-    yaxis: { title: { text: `mean weight (${escapeLabel(p.method)})` } },
+    yaxis: { title: { text: `mean weight (${plotlyLabel(p.method)})` } },
   }, CONFIG);
 }
 

@@ -50,7 +50,7 @@ function drawPolicy(id, data, selected) {
   const stats = data.views && data.views.stats;
   if (!box || !stats) return;
   const x = data.tokens.map((_, i) => i);
-  const text = data.tokens.map((t) => escapeForPlotly(JSON.stringify(t)));
+  const text = data.tokens.map((t) => plotlyLabel(JSON.stringify(t)));
   const top = x.filter((i) => stats.entropy_top[i]);
   Plotly.react(id, [
     { x, y: stats.logprob, name: "log-probability", type: "scatter", mode: "lines", text,
