@@ -20,14 +20,18 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1",
 
 
 # `oar attribute` with each batch slowed by 0.3 s, so that a writer is still at work when the
-# other one starts, whatever the machine's load.
-SLOW_OAR = ("import sys, time; import oar_attrib.attribution as a; real = a.attribute; "
-            "a.attribute = lambda *x, **k: (time.sleep(0.3), real(*x, **k))[1]; "
+# other one starts, and held before a batch while the file $OAR_TEST_HOLD exists, so that a
+# test can keep it at work however long the other one takes to start on a loaded machine.
+SLOW_OAR = ("import os, sys, time; import oar_attrib.attribution as a; real = a.attribute; "
+            "hold = os.environ.get('OAR_TEST_HOLD', ''); "
+            "wait = lambda: [time.sleep(0.05) for _ in iter(lambda: bool(hold) and os.path.exists(hold), False)]; "
+            "a.attribute = lambda *x, **k: (time.sleep(0.3), wait(), real(*x, **k))[2]; "
             "from oar_attrib.cli import main; sys.exit(main(sys.argv[1:]))")
 
 
-def _start(src: Path, out: Path, *extra) -> subprocess.Popen:
-    return subprocess.Popen([PY, "-c", SLOW_OAR, *_attribute(src, out, *extra)], env=ENV,
+def _start(src: Path, out: Path, *extra, hold: Path | None = None) -> subprocess.Popen:
+    env = {**ENV, "OAR_TEST_HOLD": str(hold or "")}
+    return subprocess.Popen([PY, "-c", SLOW_OAR, *_attribute(src, out, *extra)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -77,12 +81,15 @@ def test_a_second_writer_started_mid_way_is_refused_and_changes_nothing(tmp_path
     problems = problems[:20]
     src = _write_input(tmp_path / "in.jsonl", problems)
     out = tmp_path / f"out{suffix}"
-    first = _start(src, out, "--batch-size", "1")
+    hold = tmp_path / "hold"
+    first = _start(src, out, "--batch-size", "1", hold=hold)
     _wait_for_lines(first, out, 2)
+    hold.touch()  # the first writer stops before its next batch, still holding the output
     second = _start(src, out, "--batch-size", "1")
     _, err = second.communicate(timeout=300)
     assert second.returncode == 2 and first.poll() is None, "the first writer must still run"
     _refused(_ours(err), out, first.pid)
+    hold.unlink()
     first.communicate(timeout=300)
     assert first.returncode == 0
     assert _out_lines(out) == list(range(1, len(problems) + 1))
