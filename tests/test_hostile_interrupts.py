@@ -100,3 +100,17 @@ def _alive(pid: int) -> bool:
             return stat.read().split(") ")[1][0] != "Z"
     except FileNotFoundError:
         return False
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_commands_load_is_one_line(tmp_path):
+    """`import oar_attrib.cli` loads no subcommand (and no torch): a Ctrl-C while `main` imports
+    them (seconds) is caught there, one line and exit 130, never a traceback."""
+    proc = subprocess.Popen([PY, "-c", "import sys, time; import oar_attrib.cli as c; "
+                             "print('ready', flush=True); sys.exit(c.main(['models']))"],
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "ready\n"  # the package is imported; main starts now
+    time.sleep(0.3)  # inside main, while argparse's subcommands import torch and transformers
+    _, err = _interrupt(proc)
+    assert proc.returncode == 130, err
+    assert _ours(err) == ["oar: interrupted"]

@@ -7,7 +7,6 @@ import sys
 
 from ..configs import DefaultsHelpFormatter
 from ..errors import OARError
-from . import attribute, importing, models, recall
 
 
 def _add_plugin_commands(sub) -> None:
@@ -21,6 +20,10 @@ def _add_plugin_commands(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # The subcommands (and torch with them) are imported here, not with the package, so that a
+    # Ctrl-C while they load is caught by `main` like any other (one line, exit 130).
+    from . import attribute, importing, models, recall
+
     parser = argparse.ArgumentParser(prog="oar", description="Outcome-grounded Advantage Reshaping")
     # Every subcommand's --help shows the defaults.
     sub = parser.add_subparsers(dest="command", required=True, parser_class=functools.partial(
