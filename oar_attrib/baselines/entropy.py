@@ -60,8 +60,10 @@ def _entropies(model, batch: ScoringBatch, target: torch.Tensor, columns: int) -
     n_rows, width = target.shape
     wanted = torch.zeros_like(target)
     wanted[:, :-1] = target[:, 1:]  # the logits at t - 1 give H_t
-    stop = int(wanted.any(dim=0).nonzero().max()) + 1  # later columns are never read
     out = torch.zeros(target.shape, dtype=torch.float32, device=target.device)
+    if not wanted.any():
+        return out
+    stop = int(wanted.any(dim=0).nonzero().max()) + 1  # later columns are never read
     cache = DynamicCache()  # without the config: every layer keeps all its keys
     rows = torch.arange(n_rows, device=target.device)[:, None]
     for start in range(0, stop, columns):
@@ -75,13 +77,14 @@ def _entropies(model, batch: ScoringBatch, target: torch.Tensor, columns: int) -
         # Indexing by `valid`, not scatter: padding entries repeat a real position.
         hit = rows.expand_as(positions)[valid], positions[valid] + start + 1
         out[hit] = values[valid]
+        del logits, values  # before the next chunk's logits, not after them
     return out
 
 
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy in nats of softmax(logits) over the last dim, float32: (..., V) -> (...)."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    p = logp.exp()
-    # 0 * log 0 = 0; NaN logits still give NaN.
-    terms = torch.where(p == 0, torch.zeros((), device=p.device), p * logp)
-    return -terms.sum(dim=-1)
+    """Entropy in nats of softmax(logits) over the last dim, float32: (..., V) -> (...).
+
+    Two float32 temporaries of the logits' size (the softmax and its p log p), no more: the
+    token budget counts them. xlogy gives 0 log 0 = 0; NaN logits still give NaN."""
+    p = torch.softmax(logits.float(), dim=-1)
+    return -torch.special.xlogy(p, p).sum(dim=-1)
