@@ -20,6 +20,7 @@ process with the same threads gives the CPU's rate; "x limit" = seconds / (FLOPs
 
     python bench/bench_real.py                      # new settings, then old ones beside them
     python bench/bench_real.py --methods entropy oar_g --no-old --threads 2
+    python bench/bench_real.py --methods oar_p --traces 5   # the short trace: OAR-P's FLOP ratio
 """
 from __future__ import annotations
 
@@ -85,7 +86,7 @@ def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
 
 
-def worker(method: str, params: dict, threads: int) -> dict:
+def worker(method: str, params: dict, threads: int, picked: list[int] | None) -> dict:
     """Run one method on the trace set in this process; what the parent prints."""
     from bench_oar_p import exact_flops, matrix_rate
     from oar_attrib.attribution import attribute
@@ -96,6 +97,9 @@ def worker(method: str, params: dict, threads: int) -> dict:
     start = time.perf_counter()
     model, tokenizer = load_model(MODEL)
     traces = trace_set(model, tokenizer)
+    traces = [traces[i] for i in picked] if picked else traces
+    with torch.no_grad():  # touches every weight (a lazily mapped file counts once read)
+        model(torch.zeros((1, 8), dtype=torch.long))
     load_s = time.perf_counter() - start
     prompts, responses = [t["prompt"] for t in traces], [t["response"] for t in traces]
     batch, _ = encode_pairs(tokenizer, prompts, responses)
@@ -115,10 +119,10 @@ def worker(method: str, params: dict, threads: int) -> dict:
     return out
 
 
-def run_one(method: str, params: dict, threads: int) -> dict:
+def run_one(method: str, params: dict, threads: int, picked: list[int] | None) -> dict:
     """`worker` in a fresh process (its peak memory is its own)."""
     command = [sys.executable, __file__, "--worker", method, "--params", json.dumps(params),
-               "--threads", str(threads)]
+               "--threads", str(threads)] + (["--traces", *map(str, picked)] if picked else [])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
@@ -143,7 +147,7 @@ def table(title: str, rows: list[dict]) -> None:
               f"method ({'met' if peak <= TARGET_RSS_GB else 'NOT met'})")
         first = done[0]
         print(f"trace tokens {first['tokens']}, scored positions {first['scored']}, model load "
-              f"{first['load_s']:.1f} s, RSS after load {first['rss_loaded_gb']:.2f} GB")
+              f"{first['load_s']:.1f} s, RSS after load and one forward {first['rss_loaded_gb']:.2f} GB")
         for r in done:
             if "tflop" in r:
                 print(f"OAR-P: {r['tflop']:.2f} TFLOP exact, CPU fp32 matmul {r['rate_gflops']:.1f} "
@@ -155,19 +159,21 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--threads", type=int, default=2, help="torch threads of every method's process")
     parser.add_argument("--no-old", action="store_true", help="skip the old settings' table")
+    parser.add_argument("--traces", nargs="+", type=int, help="indices (0-5) of the traces to run "
+                        "(default all six)")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--params", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, json.loads(args.params), args.threads)))
+        print(json.dumps(worker(args.worker, json.loads(args.params), args.threads, args.traces)))
         return
     print(f"{MODEL} fp32, {args.threads} threads, {os.cpu_count()} CPUs; each method in its own process")
-    rows = [run_one(m, {}, args.threads) for m in args.methods]
+    rows = [run_one(m, {}, args.threads, args.traces) for m in args.methods]
     table("new settings (memory-bounded defaults)", rows)
     old = []
     if not args.no_old:
-        old = [run_one(m, OLD[m], args.threads) for m in args.methods if m in OLD]
+        old = [run_one(m, OLD[m], args.threads, args.traces) for m in args.methods if m in OLD]
         table("old settings (IG's old default is not run: 137 s, 13.7 GB on one 300-token trace)", old)
     if args.json:
         args.json.write_text(json.dumps({"new": rows, "old": old}, indent=1))

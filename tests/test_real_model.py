@@ -23,17 +23,17 @@ from oar_attrib.metrics import spearman
 from oar_attrib.oar_p import oar_p, oar_p_reference
 
 HERE = Path(__file__).resolve().parent
-PROMPT = [{"role": "user", "content": "Tom has 12 boxes of 3 pens and 5 loose pens. How many pens? "
-                                      "End with '#### <answer>'."}]
-RESPONSE = "12 boxes of 3 pens is 12 * 3 = 36 pens.\nWith 5 loose pens: 36 + 5 = 41.\n#### 41"
+PROMPT = [{"role": "user", "content": "12 boxes of 3 pens, and 5 pens. How many pens?"}]
+RESPONSE = "12 * 3 = 36 pens in boxes.\n36 + 5 = 41 pens.\n#### 41"
 
 
 @pytest.fixture(scope="module")
 def short(smollm2):
-    """A ~60-token chat trace of SmolLM2 (prompt, three reasoning lines, `#### 41`)."""
+    """A ~75-token chat trace of SmolLM2 (its template adds a system prompt; two reasoning
+    lines, `#### 41`)."""
     model, tokenizer = smollm2
     batch, _ = encode_pairs(tokenizer, [PROMPT], [RESPONSE])
-    assert 45 <= batch.input_ids.shape[1] <= 90 and bool(batch.has_answer[0])
+    assert 50 <= batch.input_ids.shape[1] <= 80 and bool(batch.has_answer[0])
     return batch
 
 
