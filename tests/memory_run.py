@@ -30,6 +30,7 @@ METHODS = {  # method: parameters (few IG path points: its forwards hold one poi
 TRACE = Path(__file__).parent / "data" / "smollm2_outputs.jsonl"
 LENGTH = 300
 OAR_P_POSITIONS = 6  # scored positions OAR-P perturbs: its forwards' size does not depend on it
+STEPS = 3  # steps step-level OAR-P perturbs (first, middle, last), for the same reason
 
 
 def peak() -> int:
@@ -87,13 +88,24 @@ def thinned(batch: ScoringBatch, n: int) -> ScoringBatch:
                         batch.pad_token_id)
 
 
+def few_steps(batch: ScoringBatch, n: int) -> ScoringBatch:
+    """The batch with only `n` of its steps kept (spread from the first), -1 on the others."""
+    ids = batch.step_ids[0]
+    steps = ids[ids >= 0].unique()
+    keep = steps[torch.linspace(0, len(steps) - 1, n).round().long()]
+    step_ids = torch.where(torch.isin(batch.step_ids, keep), batch.step_ids, -1)
+    return ScoringBatch(batch.input_ids, batch.attention_mask, batch.scored_mask, batch.answer_mask,
+                        batch.pad_token_id, step_ids)
+
+
 def main(kind: str, cap: int) -> None:
     torch.set_num_threads(2)
     budget.CPU_MEMORY_CAP = cap
     model, batch = smollm2_batch() if kind == "smollm2" else random_batch(kind)
     peaks = {}
     for name, params in METHODS.items():
-        run = thinned(batch, OAR_P_POSITIONS) if name == "oar_p" else batch
+        run = {"oar_p": lambda: thinned(batch, OAR_P_POSITIONS),
+               "oar_p_step": lambda: few_steps(batch, STEPS)}.get(name, lambda: batch)()
         gc.collect()
         Path("/proc/self/clear_refs").write_text("5")  # the peak restarts at the current RSS
         before = peak()
