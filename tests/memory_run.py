@@ -4,11 +4,12 @@ memory before it: the subprocess of tests/test_real_model.py's memory tests.
     python tests/memory_run.py smollm2|gemma3|qwen2 CAP_BYTES
 
 Sets `budget.CPU_MEMORY_CAP` to CAP_BYTES, builds the model and one ~300-token trace, then for
-each method resets the process's peak (VmHWM, `/proc/self/clear_refs`), runs it and reads the
-peak again. Prints one JSON line: {"bound": budget.cpu_memory_bound(), "peaks": {method: bytes}}.
+each method returns freed heap pages to the system (glibc's malloc_trim), resets the process's
+peak (VmHWM, `/proc/self/clear_refs`), runs it and reads the peak again. Prints one JSON line: {"bound": budget.cpu_memory_bound(), "peaks": {method: bytes}}.
 """
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import sys
@@ -107,7 +108,11 @@ def main(kind: str, cap: int) -> None:
         run = {"oar_p": lambda: thinned(batch, OAR_P_POSITIONS),
                "oar_p_step": lambda: few_steps(batch, STEPS)}.get(name, lambda: batch)()
         gc.collect()
-        Path("/proc/self/clear_refs").write_text("5")  # the peak restarts at the current RSS
+        # Hand the heap's free pages back (glibc keeps them resident otherwise), so that a method
+        # cannot reuse pages a method before it left, unmeasured; then the peak restarts at the
+        # current RSS.
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        Path("/proc/self/clear_refs").write_text("5")
         before = peak()
         get_method(name)(model, run, **params)
         peaks[name] = peak() - before
