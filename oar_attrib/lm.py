@@ -103,6 +103,14 @@ def logits_at(model: torch.nn.Module, positions: torch.Tensor, **inputs) -> torc
     return logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1]))
 
 
+def check_token_budget(max_batch_tokens) -> None:
+    """Raise `InputError` unless `max_batch_tokens` is None (sized from memory) or an int >= 1."""
+    if max_batch_tokens is not None and (not isinstance(max_batch_tokens, int)
+                                         or isinstance(max_batch_tokens, bool) or max_batch_tokens < 1):
+        raise InputError(f"max_batch_tokens={max_batch_tokens!r} must be a whole number of tokens "
+                         ">= 1, or None to size it from the memory bound")
+
+
 def input_embeddings(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
     """(B, L, D) embeddings the model computes for `input_ids` (B, L), detached."""
     return model.get_input_embeddings()(input_ids).detach()

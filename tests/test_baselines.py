@@ -109,3 +109,26 @@ def test_nan_logits_give_nan_without_crashing(batch, name):
     out = get_method(name)(model, batch)
     scored = batch.scored_mask & batch.has_answer[:, None]
     assert out[scored].isnan().all() and (out[~scored] == 0).all()
+
+
+@pytest.mark.parametrize("name, small", [("entropy", 5), ("grail", 1), ("ig", 1)])
+def test_token_budgets_change_memory_not_results(model, batch, name, small):
+    """A budget too small for two rows (grail, ig: one row per backward, one IG path point
+    per forward; entropy: 5 logits per forward, its columns in chunks on the cache) gives the
+    numbers of one pass over everything."""
+    fn = get_method(name)
+    whole = fn(model, batch, max_batch_tokens=10**6)
+    torch.testing.assert_close(fn(model, batch, max_batch_tokens=small), whole, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(fn(model, batch), whole, atol=1e-5, rtol=1e-4)  # auto budget
+    if name == "ig":  # the explicit captum knob: all rows and path points in one forward
+        torch.testing.assert_close(fn(model, batch, internal_batch_size=3 * 32), whole,
+                                   atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["entropy", "grail", "ig"])
+@pytest.mark.parametrize("bad", [0, -3, 2.5, "many"])
+def test_bad_token_budgets_are_refused(model, batch, name, bad):
+    from oar_attrib.errors import InputError
+
+    with pytest.raises(InputError, match="max_batch_tokens"):
+        get_method(name)(model, batch, max_batch_tokens=bad)

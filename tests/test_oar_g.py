@@ -148,3 +148,18 @@ def test_bad_settings_are_refused(model, batch):
         oar_g(model, batch, n_noise=0)
     with pytest.raises(InputError, match="noise_std"):
         oar_g(model, batch, noise_std=-1.0)
+
+
+@pytest.mark.parametrize("probe", PROBES)
+def test_row_groups_change_memory_not_results(model, batch, probe):
+    """One row per forward and backward (a budget below two rows) draws the same noise and gives
+    the same importances as all rows at once, with one generator and with one per row."""
+    whole = oar_g(model, batch, probe=probe, n_noise=2, generator=_seeded(3), max_batch_tokens=10**6)
+    alone = oar_g(model, batch, probe=probe, n_noise=2, generator=_seeded(3), max_batch_tokens=1)
+    torch.testing.assert_close(alone, whole, atol=1e-5, rtol=1e-4)
+    rows = [_seeded(10 + b) for b in range(batch.input_ids.shape[0])]
+    torch.testing.assert_close(oar_g(model, batch, probe=probe, generator=rows, max_batch_tokens=1),
+                               oar_g(model, batch, probe=probe, generator=[_seeded(10 + b) for b in range(3)]),
+                               atol=1e-5, rtol=1e-4)
+    with pytest.raises(InputError, match="max_batch_tokens"):
+        oar_g(model, batch, max_batch_tokens=0)

@@ -293,12 +293,13 @@ def test_auto_budget_obeys_a_stated_free_memory(models, monkeypatch):
     free = 240_000
     monkeypatch.setattr(budget, "free_memory", lambda device: free)
     cache = 2 * 2 * 2 * 8 * 4  # layers * (k, v) * kv_heads * head_dim * 4 bytes
-    activations = (4 * 32 + 3 * 64) * 4  # hidden 32, intermediate 64
+    # hidden 32, intermediate 64; attention scores and softmax: 2 * 4 heads * 20 keys (longest row)
+    activations = (4 * 32 + 3 * 64 + 2 * 4 * 20) * 4
     logits = 3 * 128 * (4 + 12) / 13  # K = 3 sites, vocab 128; shortest row: 13 tokens to q_K
     expected = int(0.5 * free / (cache + activations + logits))
     sites = probe_sites(batch)
     ends = (sites.last + 1).tolist()
-    assert oar_p_module.batch_budget(model, sites, ends, None) == expected == 59
+    assert oar_p_module.batch_budget(model, sites, ends, None) == expected == 45
     with _forward_tokens(model) as tokens:
         fast = oar_p(model, batch, probe="as_mean", packing="padded")
     assert max(tokens) <= expected and len(tokens) > 1
@@ -306,9 +307,15 @@ def test_auto_budget_obeys_a_stated_free_memory(models, monkeypatch):
     # Less memory than one copy of the longest row needs: the budget is that row, not less.
     monkeypatch.setattr(budget, "free_memory", lambda device: 1000)
     assert oar_p_module.batch_budget(model, sites, ends, None) == max(ends)
-    # No memory figure (CPU): the CPU default.
+    # No free-memory figure (CPU): the same rule against the CPU bound, a share of the RAM
+    # capped at CPU_MEMORY_CAP, with the attention scores over the longest row counted.
     monkeypatch.setattr(budget, "free_memory", lambda device: None)
-    assert oar_p_module.batch_budget(model, sites, ends, None) == budget.CPU_BATCH_TOKENS
+    monkeypatch.setattr(budget, "available_ram", lambda: 10 * budget.CPU_MEMORY_CAP)
+    assert budget.cpu_memory_bound() == budget.CPU_MEMORY_CAP
+    monkeypatch.setattr(budget, "available_ram", lambda: 2_000_000)
+    assert budget.cpu_memory_bound() == 500_000
+    per_token = cache + activations + logits
+    assert oar_p_module.batch_budget(model, sites, ends, None) == int(500_000 / per_token)
 
 
 def test_logits_at_per_row_positions_without_native_support(models, monkeypatch):

@@ -14,25 +14,32 @@ the parameters' `.grad` are never touched.
 The columns before a row's first scored position (its prompt) are the same in the clean and the
 noisy forward and need no gradient: they run once per distinct prompt (a GRPO group shares
 one), without autograd, and both forwards continue from their key/value cache. That spares the
-prompt's forwards and backward, the same result up to float rounding.
+prompt's forwards and backward, the same result up to float rounding. Rows run in groups whose
+padded tokens fit a token budget sized from the memory bound (`budget.backward_tokens`), so a
+backward never holds more than the bound allows, however many rows a batch has.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
 
 from ..inputs.batch import ScoringBatch
+from ..budget import backward_tokens, row_groups
 from ..errors import InputError
-from ..lm import (accepts_logits_to_keep, check_positions, draw_normal, eval_mode,
-                 input_embeddings, keep_scoreable, logits_at, model_device, scoreable)
+from ..lm import (accepts_logits_to_keep, check_positions, check_token_budget, draw_normal,
+                 eval_mode, input_embeddings, keep_scoreable, logits_at, model_device, scoreable)
 from .registry import register_method
-from .probes import check_probe, probe_divergence, probe_sites, probe_values
+from .probes import ProbeSites, check_probe, probe_divergence, probe_sites, probe_values
 
 
-@register_method("oar_g", random=True, train_params=("noise_std",))
+@register_method("oar_g", random=True, train_params=("noise_std",), token_budget=True)
 def oar_g(model, batch: ScoringBatch, *, probe: str = "as_mean", noise_std: float | None = None,
-          n_noise: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
-    """OAR-G importances of every row of `batch`, all rows in one forward/backward per draw.
+          n_noise: int = 1, generator: torch.Generator | None = None,
+          max_batch_tokens: int | None = None) -> torch.Tensor:
+    """OAR-G importances of every row of `batch`: per draw, one forward/backward per group of
+    rows whose padded tokens fit `max_batch_tokens`.
 
     batch:     B rows of width L (right-padded).
     noise_std: sigma of the embedding noise on scored positions (0: no noise; the KL probes
@@ -45,6 +52,10 @@ def oar_g(model, batch: ScoringBatch, *, probe: str = "as_mean", noise_std: floa
                A sequence of B generators gives row b the noise it would draw alone from
                generators[b] (a (1, n_b, D) normal, n_b its length), so a row's importances do
                not depend on the rows batched with it (training needs that on every rank).
+    max_batch_tokens: at most this many tokens (rows x their padded width) in one forward
+               with backward; a longer row goes alone. None: sized from the device's memory
+               bound and the model's shape (`budget.backward_tokens`). Changes memory, not
+               results.
     Returns (B, L) float32 on the batch's device: >= 0 (NaN if the model gives NaN) on scored
     positions of rows with an answer span, exactly 0 elsewhere.
     """
@@ -58,21 +69,57 @@ def oar_g(model, batch: ScoringBatch, *, probe: str = "as_mean", noise_std: floa
         raise InputError(f"{len(generator)} generators for {batch.input_ids.shape[0]} rows; "
                          "pass one generator, or one per row")
     work = batch.to(model_device(model))
-    sites = probe_sites(work)
+    check_token_budget(max_batch_tokens)
+    if max_batch_tokens is None:
+        width = int(probe_sites(work).valid.sum(dim=1).max()) if work.input_ids.numel() else 1
+        max_batch_tokens = backward_tokens(model, model_device(model), work.input_ids.shape[1], width)
     noisy = scoreable(work)[..., None]  # (B, L, 1)
     total = torch.zeros(work.input_ids.shape, dtype=torch.float32, device=noisy.device)
     with eval_mode(model):
         embeds = input_embeddings(model, work.input_ids)  # (B, L, D)
-        prefix = _Prefix.of(model, embeds, work)
-        with torch.no_grad():
-            clean = probe_values(_probe_logits(model, embeds, work, sites, prefix), sites, probe)
         sigma = noise_sigma(noise_std, embeds, scoreable(work))  # (B, 1, 1)
+        parts = [_Part.of(model, embeds, work, rows, probe)
+                 for rows in row_groups(list(range(work.input_ids.shape[0])),
+                                        work.lengths.tolist(), max_batch_tokens)]
         for _ in range(n_noise):
+            # Drawn for the whole batch, then split: the same numbers however rows are grouped.
             noise = _draw_noise(embeds, work, generator) * sigma  # float32
             noise = torch.where(noisy, noise, torch.zeros((), dtype=noise.dtype,
                                                            device=noise.device))
-            total += _gradient_times_input(model, embeds, noise, work, sites, clean, probe, prefix)
+            for part in parts:
+                total[part.rows, :part.width] += _gradient_times_input(
+                    model, part.embeds, noise[part.rows, :part.width], part.batch, part.sites,
+                    part.clean, probe, part.prefix)
     return keep_scoreable(total / n_noise, work).to(batch.input_ids.device)
+
+
+@dataclass
+class _Part:
+    """Rows that share one forward and backward (their padded tokens fit the budget): their
+    sub-batch, embeddings, probe sites, prompt cache and clean probe values."""
+
+    rows: torch.Tensor  # (G,) indices into the batch
+    batch: ScoringBatch  # (G, W), trimmed to its longest row
+    embeds: torch.Tensor  # (G, W, D)
+    sites: ProbeSites
+    prefix: "_Prefix | None"
+    clean: torch.Tensor  # (G, V) or (G,)
+
+    @property
+    def width(self) -> int:
+        return self.batch.input_ids.shape[1]
+
+    @classmethod
+    def of(cls, model, embeds: torch.Tensor, batch: ScoringBatch, rows: list[int],
+           probe: str) -> "_Part":
+        index = torch.tensor(rows, device=embeds.device)
+        sub = batch.select(index)
+        sub_embeds = embeds[index, :sub.input_ids.shape[1]]
+        sites = probe_sites(sub)
+        prefix = _Prefix.of(model, sub_embeds, sub)
+        with torch.no_grad():
+            clean = probe_values(_probe_logits(model, sub_embeds, sub, sites, prefix), sites, probe)
+        return cls(index, sub, sub_embeds, sites, prefix, clean)
 
 
 class _Prefix:

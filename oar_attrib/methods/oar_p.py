@@ -17,8 +17,9 @@ Copies are batched into forwards in one of two layouts, which give the same numb
 - packed (`oar_p_packed`): the copies' windows concatenated into one row without padding, on
   the clean cache of their rows, under a block mask; for models whose attention takes one.
 A forward's tokens, cache plus new tokens over all its rows, stay within `max_batch_tokens`,
-by default sized from the device's free memory (`budget`). `row_groups`, `plan_row`,
-`pack_chunks` and `batch_budget` are the batching that step-level OAR-P reuses.
+by default sized from the memory bound of `budget` (the device's free memory; on CPU a stated
+share of the RAM). `row_groups` (of `budget`), `plan_row`, `pack_chunks` and `batch_budget`
+are the batching that step-level OAR-P reuses.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ import torch
 from transformers import DynamicCache
 
 from ..inputs.batch import ScoringBatch
-from ..budget import auto_batch_tokens
+from ..budget import auto_batch_tokens, row_groups
 from ..errors import InputError
 from ..lm import check_positions, eval_mode, logits_at, model_device
 from .registry import register_method
@@ -136,7 +137,7 @@ def oar_p(model, batch: ScoringBatch, *, probe: str = "as_mean",
     max_batch_tokens: at most this many tokens (reused cache + new tokens, summed over rows)
                       in one forward; must be at least the longest row up to its answer.
                       None: sized from the device's free memory and the model's shape
-                      (`budget.auto_batch_tokens`; 16384 on CPU).
+                      (`budget.auto_batch_tokens`: on CPU within `budget.cpu_memory_bound()`).
     generator:        unused (OAR-P is deterministic); accepted for the common interface.
     progress:         show a progress bar over the scored positions.
     overhead_tokens:  fixed cost of one forward in tokens, for grouping copies into forwards
@@ -254,17 +255,6 @@ def _progress_bar(enabled: bool, total: int):
     from tqdm.auto import tqdm  # imported here: only progress reporting needs it
 
     return tqdm(total=total, disable=not enabled, desc="OAR-P", unit="pos")
-
-
-def row_groups(rows: list[int], ends: list[int], budget: int) -> list[list[int]]:
-    """Consecutive rows whose clean pass, right-padded to the group's longest, fits `budget`."""
-    groups: list[list[int]] = []
-    for row in rows:
-        if groups and (len(groups[-1]) + 1) * max(ends[r] for r in groups[-1] + [row]) <= budget:
-            groups[-1].append(row)
-        else:
-            groups.append([row])
-    return groups
 
 
 def _clean_pass(model, batch: ScoringBatch, sites: ProbeSites, group: list[int],

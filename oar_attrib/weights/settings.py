@@ -76,8 +76,10 @@ class ReshapeSettings:
         "row's scored embeddings (the same in bf16 and fp32).", "oar_noise_std"))
     max_batch_tokens: int | None = field(default=None, metadata=_help(
         "Token budget of one attribution forward: rows are grouped so that their total length "
-        "stays under it, and OAR-P sizes its perturbation batches by it. None: OAR-P sizes it from "
-        "the device's free memory (16384 on CPU, also the row grouping's budget).",
+        "stays under it, and every method that takes a budget (OAR-P, OAR-G, GRAIL, IG, entropy) "
+        "sizes its passes by it. None: each sizes them from the memory bound and the model's shape "
+        "(budget.memory_bound: the device's free memory; on CPU min(25% of RAM, 1 GiB)); the row "
+        "grouping then uses 16384 tokens on CPU.",
         "oar_max_batch_tokens"))
     answer_format: str = field(default="auto", metadata=_help(
         f"Answer format the span finder looks for: one of {', '.join(ANSWER_FORMATS)}.", "answer_format"))

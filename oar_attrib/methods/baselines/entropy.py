@@ -1,48 +1,90 @@
 """Entropy baseline (METHOD.md section 7): I_t = H(pi(. | y_<t)), the policy's entropy at the
-step that chose y_t, read from the logits at t - 1 of one forward."""
+step that chose y_t, read from the logits at t - 1.
+
+Only the entropies are kept, never the (B, L, V) logits: rows run in groups and, where a
+group's logits would pass the token budget (a long row, a large vocabulary), its columns run in
+chunks on the key/value cache of the chunks before (the same forward, in pieces), each chunk's
+logits reduced to entropies before the next.
+"""
 from __future__ import annotations
 
 import torch
+from transformers import DynamicCache
 
 from ...inputs.batch import ScoringBatch
-from ...lm import check_positions, eval_mode, keep_scoreable, logits_at, model_device, scoreable
+from ...budget import logit_tokens, row_groups
+from ...lm import (check_positions, check_token_budget, eval_mode, keep_scoreable, logits_at,
+                  model_device, scoreable)
 from ..registry import register_method
 from ..probes import check_probe, padded_positions
 
 
-@register_method("entropy")
+@register_method("entropy", token_budget=True)
 def entropy(model, batch: ScoringBatch, *, probe: str = "as_mean",
-            generator: torch.Generator | None = None) -> torch.Tensor:
+            generator: torch.Generator | None = None,
+            max_batch_tokens: int | None = None) -> torch.Tensor:
     """Entropy of the next-token distribution that produced each scored token.
 
     batch: B rows of width L. `probe` and `generator` are unused (the entropy needs no probe
     and no randomness); the probe name is still checked so that a typo is not silent.
+    max_batch_tokens: at most this many tokens' logits (rows x columns) in one forward; None:
+    sized from the device's memory bound and the vocabulary (`budget.logit_tokens`). Changes
+    memory, not results.
     Returns (B, L) float32 on the batch's device: H_t >= 0 on scored positions t >= 1 of rows
     with an answer span (position 0 has no preceding logits: 0), exactly 0 elsewhere.
     """
     check_probe(probe)
     check_positions(model, batch)
+    check_token_budget(max_batch_tokens)
     work = batch.to(model_device(model))
     target = scoreable(work)
     target[:, 0] = False
-    positions, valid = padded_positions(target)  # (B, S) each
     out = torch.zeros(work.input_ids.shape, dtype=torch.float32, device=target.device)
     if not target.any():
         return out.to(batch.input_ids.device)
+    if max_batch_tokens is None:
+        max_batch_tokens = logit_tokens(model, model_device(model), work.input_ids.shape[1])
     with torch.no_grad(), eval_mode(model):
-        logits = logits_at(model, positions - 1, input_ids=work.input_ids,
-                           attention_mask=work.attention_mask)  # (B, S, V)
-        values = torch.cat([token_entropy(part) for part in logits.split(256, dim=1)], dim=1)
-    # Indexing by `valid`, not scatter: padding entries repeat a real position.
-    rows = torch.arange(positions.shape[0], device=out.device)[:, None].expand_as(positions)
-    out[rows[valid], positions[valid]] = values[valid]
+        for rows in row_groups(list(range(work.input_ids.shape[0])), work.lengths.tolist(),
+                               max_batch_tokens):
+            sub = work.select(rows)
+            columns = max(1, max_batch_tokens // len(rows))
+            out[rows, :sub.input_ids.shape[1]] = _entropies(model, sub, target[rows, :sub.input_ids.shape[1]],
+                                                            columns)
     return keep_scoreable(out, work).to(batch.input_ids.device)
 
 
+def _entropies(model, batch: ScoringBatch, target: torch.Tensor, columns: int) -> torch.Tensor:
+    """(G, W) float32 entropies H_t at the True positions of `target` (G, W), 0 elsewhere; the
+    forward runs `columns` columns at a time on the cache of the columns before."""
+    n_rows, width = target.shape
+    wanted = torch.zeros_like(target)
+    wanted[:, :-1] = target[:, 1:]  # the logits at t - 1 give H_t
+    out = torch.zeros(target.shape, dtype=torch.float32, device=target.device)
+    if not wanted.any():
+        return out
+    stop = int(wanted.any(dim=0).nonzero().max()) + 1  # later columns are never read
+    cache = DynamicCache()  # without the config: every layer keeps all its keys
+    rows = torch.arange(n_rows, device=target.device)[:, None]
+    for start in range(0, stop, columns):
+        end = min(start + columns, stop)
+        positions, valid = padded_positions(wanted[:, start:end])  # (G, S) each, in the chunk
+        position_ids = torch.arange(start, end, device=target.device).expand(n_rows, -1)
+        logits = logits_at(model, positions, input_ids=batch.input_ids[:, start:end],
+                           attention_mask=batch.attention_mask[:, :end], position_ids=position_ids,
+                           past_key_values=cache, use_cache=True)  # (G, S, V)
+        values = token_entropy(logits)  # (G, S)
+        # Indexing by `valid`, not scatter: padding entries repeat a real position.
+        hit = rows.expand_as(positions)[valid], positions[valid] + start + 1
+        out[hit] = values[valid]
+        del logits, values  # before the next chunk's logits, not after them
+    return out
+
+
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy in nats of softmax(logits) over the last dim, float32: (..., V) -> (...)."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    p = logp.exp()
-    # 0 * log 0 = 0; NaN logits still give NaN.
-    terms = torch.where(p == 0, torch.zeros((), device=p.device), p * logp)
-    return -terms.sum(dim=-1)
+    """Entropy in nats of softmax(logits) over the last dim, float32: (..., V) -> (...).
+
+    Two float32 temporaries of the logits' size (the softmax and its p log p), no more: the
+    token budget counts them. xlogy gives 0 log 0 = 0; NaN logits still give NaN."""
+    p = torch.softmax(logits.float(), dim=-1)
+    return -torch.special.xlogy(p, p).sum(dim=-1)

@@ -1,0 +1,111 @@
+"""Every method on a real pretrained model (SmolLM2-135M-Instruct, float32) and on random models
+of other architectures with large vocabularies: exactness, dtype agreement and memory bounds.
+
+Kept cheap for CI: one short trace for exactness and dtypes, one ~300-token trace per model for
+memory, each method once.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from oar_attrib import budget
+from oar_attrib.inputs import encode_pairs
+from oar_attrib.methods import get_method
+from oar_attrib.weights.metrics import spearman
+from oar_attrib.methods.oar_p import oar_p, oar_p_reference
+
+HERE = Path(__file__).resolve().parent
+PROMPT = [{"role": "user", "content": "12 boxes of 3 pens, and 5 pens. How many pens?"}]
+RESPONSE = "12 * 3 = 36 pens in boxes.\n36 + 5 = 41 pens.\n#### 41"
+
+
+@pytest.fixture(scope="module")
+def short(smollm2):
+    """A ~75-token chat trace of SmolLM2 (its template adds a system prompt; two reasoning
+    lines, `#### 41`)."""
+    model, tokenizer = smollm2
+    batch, _ = encode_pairs(tokenizer, [PROMPT], [RESPONSE])
+    assert 50 <= batch.input_ids.shape[1] <= 80 and bool(batch.has_answer[0])
+    return batch
+
+
+@pytest.mark.parametrize("packing", ["padded", "packed"])
+def test_oar_p_fast_equals_the_reference_on_smollm2(smollm2, short, packing):
+    """The fast engine (cache reuse, windows, packing, a budget that splits the copies over
+    several forwards) gives the brute-force definition's numbers on the real model."""
+    model, _ = smollm2
+    reference = oar_p_reference(model, short, "as_mean")
+    fast = oar_p(model, short, probe="as_mean", packing=packing,
+                 max_batch_tokens=4 * short.input_ids.shape[1])
+    assert reference[short.scored_mask].gt(0).sum() > 10
+    torch.testing.assert_close(fast, reference, atol=1e-4, rtol=1e-4)
+
+
+# Spearman rank agreement of bf16 with float32 on the short trace, per method.
+# random: no model, the same numbers in every dtype (not tested). oar_p_step: a handful of steps,
+# too few for a rank correlation (its token engine is oar_p's, checked here).
+BF16_FLOORS = {"oar_p": 0.9, "oar_g": 0.9, "entropy": 0.9, "grail": 0.9, "ig": 0.9}
+
+
+@pytest.mark.parametrize("method", sorted(BF16_FLOORS))
+def test_bf16_ranks_tokens_like_float32_on_smollm2(smollm2, short, method):
+    model, _ = smollm2
+    half = _bf16(model)
+    params = {"n_steps": 16} if method == "ig" else {}
+    fn = get_method(method)
+    scored = short.scored_mask.clone()
+    scored[:, 0] = False  # entropy has no value at position 0
+    full = fn(model, short, generator=torch.Generator().manual_seed(0), **params)[scored]
+    low = fn(half, short, generator=torch.Generator().manual_seed(0), **params)[scored]
+    assert torch.isfinite(low).all() and full.std() > 0
+    rho = spearman(full.numpy(), low.numpy())
+    assert rho >= BF16_FLOORS[method], f"{method}: bf16 vs fp32 Spearman {rho:.3f}"
+
+
+_HALF = {}
+
+
+def _bf16(model):
+    """A bfloat16 copy of `model`, made once per session."""
+    if id(model) not in _HALF:
+        _HALF[id(model)] = copy.deepcopy(model).to(torch.bfloat16)
+    return _HALF[id(model)]
+
+
+def _peaks(kind: str, cap: int) -> dict:
+    """tests/memory_run.py in a fresh process: each method's peak RSS above its start."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(HERE / "memory_run.py"), kind, str(cap)],
+                          capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+needs_proc = pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(),
+                                reason="peak RSS reset needs Linux's /proc/self/clear_refs")
+
+
+@needs_proc
+@pytest.mark.parametrize("kind, cap", [
+    ("smollm2", budget.CPU_MEMORY_CAP),  # the default bound; a row's backward needs ~0.5 GB
+    ("gemma3", 256 << 20),  # 262k vocabulary, sliding and full attention layers
+    ("qwen2", 128 << 20),  # 152k vocabulary
+])
+def test_every_method_stays_within_the_stated_memory_bound(kind, cap):
+    """On a 300-token trace, each method's peak resident memory above the model's stays under
+    `budget.cpu_memory_bound()` (CPU_MEMORY_CAP set to `cap`). Before the bounds, IG held all
+    its path copies (13.7 GB on SmolLM2) and entropy every position's logits (300 x 262k floats
+    and their float32 copies, ~1.3 GB, on the Gemma 3 vocabulary)."""
+    result = _peaks(kind, cap)
+    assert result["length"] >= 290
+    assert result["bound"] <= cap
+    over = {m: round(p / 2**20) for m, p in result["peaks"].items() if p > result["bound"]}
+    assert not over, f"peak MiB over the {result['bound'] / 2**20:.0f} MiB bound: {over}"
