@@ -90,7 +90,7 @@ def worker(method: str, params: dict, threads: int, picked: list[int] | None) ->
     """Run one method on the trace set in this process; what the parent prints."""
     from bench_oar_p import exact_flops, matrix_rate
     from oar_attrib.attribution import attribute
-    from oar_attrib.inputs import encode_pairs
+    from oar_attrib.inputs.encoding import encode_pairs
     from oar_attrib.models import load_model
 
     torch.set_num_threads(threads)

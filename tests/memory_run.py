@@ -44,7 +44,7 @@ def peak() -> int:
 def smollm2_batch() -> tuple[torch.nn.Module, ScoringBatch]:
     """SmolLM2-135M and its own 300-token greedy answer to GSM8K question 3 (truncated at the
     token limit; its last `####` line is the answer span)."""
-    from oar_attrib.inputs import encode_pairs
+    from oar_attrib.inputs.encoding import encode_pairs
     from oar_attrib.models import load_model
 
     model, tokenizer = load_model("smollm2-135m")

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from oar_attrib import budget
-from oar_attrib.inputs import encode_pairs
+from oar_attrib.inputs.encoding import encode_pairs
 from oar_attrib.methods import get_method
 from oar_attrib.weights.metrics import spearman
 from oar_attrib.methods.oar_p import oar_p, oar_p_reference
