@@ -1,0 +1,103 @@
+"""How often a model answers the word-problem world's presets right at temperature 1.
+
+    python scripts/calibrate_wordworld.py --presets one-step easy two-step three-step \\
+        --n 40 --out docs/experiments/wordworld-calibration.json --cache samples.jsonl
+
+Each held-out problem is asked once through the model's chat template with the instruction to
+end with "The answer is N." (`training.data.format_prompt`, template `answer_is`), sampled at
+temperature 1, and graded by math-verify on that final value (`grading.grade`; a completion cut
+off at `--max-new-tokens` earns 0). Resumable: every graded completion is appended to `--cache`
+as it is done and a rerun skips the (preset, problem) pairs already there. The summary gives
+each preset's accuracy with a 95% bootstrap interval, the truncation rate, and the presets in
+the 20-60% band the world aims at.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from oar_attrib.generation import generate
+from oar_attrib.grading import grade
+from oar_attrib.metrics import mean_ci
+from oar_attrib.models import load_model
+from oar_attrib.training.data import format_prompt
+from oar_attrib.world.words import PRESETS, generate_word_problems
+
+BAND = (0.2, 0.6)
+
+
+def _done(cache: Path) -> dict[tuple[str, int], dict]:
+    if not cache.is_file():
+        return {}
+    rows = [json.loads(line) for line in cache.read_text().splitlines() if line.strip()]
+    return {(r["preset"], r["index"]): r for r in rows}
+
+
+def _prompt(tok, question: str) -> str:
+    chat = format_prompt(question, tok, template="answer_is")
+    return tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+
+
+def _sample(model, tok, args, preset: str, todo: list[int], problems, cache: Path) -> None:
+    """Sample and grade the problems `todo` of `preset`, appending each to `cache`."""
+    for start in range(0, len(todo), args.batch_size):
+        chunk = todo[start: start + args.batch_size]
+        ids = generate(model, tok, [_prompt(tok, problems[i].question) for i in chunk],
+                       max_new_tokens=args.max_new_tokens, do_sample=True, temperature=1.0,
+                       batch_size=len(chunk), seed=args.seed + start)
+        with cache.open("a") as out:
+            for i, row in zip(chunk, ids):
+                text = tok.decode(row, skip_special_tokens=True)
+                truncated = row[-1] != tok.eos_token_id
+                g = grade(text, problems[i].answer, "answer_is", truncated=truncated)
+                out.write(json.dumps({"preset": preset, "index": i, "question": problems[i].question,
+                                      "gold": problems[i].answer, "text": text, "truncated": truncated,
+                                      "answer": g.answer, "correct": g.correct, "why": g.why}) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(PRESETS))
+    parser.add_argument("--n", type=int, default=40, help="held-out problems per preset")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--batch-size", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, required=True, help="the summary JSON")
+    parser.add_argument("--cache", type=Path, required=True, help="JSONL of graded completions (resumable)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    model, tok = load_model(args.model)
+    began = time.time()
+    for preset in args.presets:
+        problems = generate_word_problems(args.n, preset, seed=args.seed, split="test")
+        done = _done(args.cache)
+        todo = [i for i in range(args.n) if (preset, i) not in done]
+        _sample(model, tok, args, preset, todo, problems, args.cache)
+    done = _done(args.cache)
+    summary = {}
+    for preset in args.presets:
+        rows = [done[(preset, i)] for i in range(args.n)]
+        stats = mean_ci([float(r["correct"]) for r in rows], args.seed, "accuracy")
+        stats["truncated"] = sum(r["truncated"] for r in rows) / len(rows)
+        stats["no_answer"] = sum(r["why"] == "no_answer" for r in rows) / len(rows)
+        summary[preset] = stats
+    band = [p for p, s in summary.items() if BAND[0] <= s["accuracy"] <= BAND[1]]
+    args.out.write_text(json.dumps({
+        "model": args.model, "n_per_preset": args.n, "seed": args.seed, "split": "test",
+        "decoding": "temperature 1, one sample per problem", "max_new_tokens": args.max_new_tokens,
+        "prompt": "chat template, training.data template 'answer_is'",
+        "grading": "math-verify on the final 'The answer is' value (grading.grade)",
+        "presets": summary, "in_band_20_60": band, "configs": {p: PRESETS[p].__dict__ for p in args.presets},
+        "seconds_this_run": round(time.time() - began, 1),
+    }, indent=2) + "\n")
+    print(json.dumps(summary, indent=2), "\nin the 20-60% band:", band)
+
+
+if __name__ == "__main__":
+    main()
