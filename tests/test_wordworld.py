@@ -64,6 +64,11 @@ def test_values_are_distinct_gold_is_the_graph_and_sentences_state_their_numbers
         assert p.roles()[p.answer] == "answer"
 
 
+def test_ops_restrict_the_path():
+    for p in generate_word_problems(20, "three-step", seed=2, split=None, ops="-", per_rate=0.0):
+        assert {q.op for q in p.quantities if q.kind == "step"} == {"-"} and p.answer == p.evaluate()
+
+
 def test_train_and_test_share_no_problem():
     train = {p.question for p in generate_word_problems(300, "easy", seed=0, split="train")}
     test = {p.question for p in generate_word_problems(60, "easy", seed=0, split="test")}

@@ -84,8 +84,12 @@ def _prompt(record: dict):
 
 
 def _prompt_ids(tokenizer, prompt) -> list[int]:
-    if isinstance(prompt, str):
+    """The prompt's ids as `attribute` encodes it: a string goes through the chat template when
+    the tokenizer has one (as one user message), else as it is."""
+    if isinstance(prompt, str) and getattr(tokenizer, "chat_template", None) is None:
         return tokenizer(prompt, add_special_tokens=False).input_ids
+    if isinstance(prompt, str):
+        prompt = [{"role": "user", "content": prompt}]
     return list(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False))
 
 

@@ -209,6 +209,8 @@ class _Draw:
 def _step(rng, draw: _Draw, cfg: WordConfig, prev: int, last: bool) -> tuple[str, int, int] | None:
     """(template, k, result) of one operation on the count `prev`, or None when none fits."""
     ops = [op for op in cfg.ops if op != "-" or prev > 4]
+    if not ops:
+        return None
     op = rng.choice(ops)
     if last and rng.random() < cfg.per_rate:
         op, template = "*", PER
