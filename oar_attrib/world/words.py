@@ -91,6 +91,12 @@ class WordConfig:
 
 # Calibrated on SmolLM2-135M-Instruct at temperature 1 (docs/experiments/wordworld-calibration.json).
 PRESETS: dict[str, WordConfig] = {
+    # One addition with one-digit givens, with and without a distractor sentence: what a 135M
+    # model can be asked at all (it is right on 5% of `one-step` and none of `easy`).
+    "tiny": WordConfig(min_steps=1, max_steps=1, n_distractors=0, n_fillers=0, max_given=9, max_value=20,
+                       ops="+", per_rate=0.0),
+    "tiny-distractor": WordConfig(min_steps=1, max_steps=1, n_distractors=1, n_fillers=0, max_given=9,
+                                  max_value=20, ops="+", per_rate=0.0),
     "one-step": WordConfig(min_steps=1, max_steps=1, max_given=12, max_value=40, n_fillers=0, per_rate=0.0),
     "easy": WordConfig(min_steps=1, max_steps=2, max_given=12, max_value=40, per_rate=0.0),
     "two-step": WordConfig(),
