@@ -8,13 +8,14 @@ end with "The answer is N." (`training.data.format_prompt`, template `answer_is`
 temperature 1, and graded by math-verify on that final value (`grading.grade`; a completion cut
 off at `--max-new-tokens` earns 0). Resumable: every graded completion is appended to `--cache`
 as it is done and a rerun skips the (preset, problem) pairs already there. The summary gives
-each preset's accuracy with a 95% bootstrap interval, the truncation rate, and the presets in
+each preset's accuracy with 95% bootstrap and Wilson intervals, the truncation rate, and the presets in
 the 20-60% band the world aims at.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -27,6 +28,13 @@ from oar_attrib.training.data import format_prompt
 from oar_attrib.world.words import PRESETS, generate_word_problems
 
 BAND = (0.2, 0.6)
+
+
+def wilson95(k: int, n: int) -> list[float]:
+    """Wilson's 95% interval of a proportion k/n: unlike the bootstrap, not [0, 0] at k = 0."""
+    z, p = 1.959964, k / n
+    centre, half = (p + z * z / (2 * n)), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return [round((centre - half) / (1 + z * z / n), 4), round((centre + half) / (1 + z * z / n), 4)]
 
 
 def _done(cache: Path) -> dict[tuple[str, int], dict]:
@@ -90,6 +98,7 @@ def main() -> None:
             rows = rows[: args.n]
         name = preset if temperature == 1.0 else f"{preset} (temperature {temperature:g})"
         stats = mean_ci([float(r["correct"]) for r in rows], args.seed, "accuracy")
+        stats["wilson95"] = wilson95(sum(r["correct"] for r in rows), len(rows))
         stats["truncated"] = sum(r["truncated"] for r in rows) / len(rows)
         stats["no_answer"] = sum(r["why"] == "no_answer" for r in rows) / len(rows)
         summary[name] = stats
