@@ -1,4 +1,5 @@
-"""`oar recall`: oracle causal-token recall of every method on the arithmetic world."""
+"""`oar recall`: oracle causal-token recall of every method on the arithmetic world, or, with
+`--data`, against any model's own counterfactual oracle on a JSONL data set."""
 from __future__ import annotations
 
 import argparse
@@ -86,6 +87,40 @@ def check_servable(model: str) -> None:
             "(or evaluate it with `oar eval --data`)")
 
 
+def run_data(args: argparse.Namespace) -> int:
+    """`--data`: counterfactual recall of every method on the model's own traces of a data set."""
+    from ..analysis.counterfactual_recall import counterfactual_recall, read_records
+    from ..analysis.sets import COUNTERFACTUAL
+    from ..models import load_model
+
+    other = [s for s in args.sets or () if s != COUNTERFACTUAL]
+    if other or args.granularity == "step":
+        print(f"oar recall --data: only --sets {COUNTERFACTUAL} at token granularity is measured on a data "
+              f"set (the other sets are the arithmetic world's), got --sets {' '.join(args.sets or [])} "
+              f"--granularity {args.granularity}", file=sys.stderr)
+        return 2
+    records = read_records(args.data, args.n)
+    model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
+    report = counterfactual_recall(
+        model, tokenizer, records, methods=args.methods, probe=args.probe, seed=args.seed,
+        cf_positions=args.cf_positions, max_new_tokens=args.max_new_tokens,
+        max_batch_tokens=args.max_batch_tokens or 16384, cache=args.cf_cache, model_name=args.model,
+        method_params=method_params_from(args, budget_params(args.max_batch_tokens)),
+        progress=not args.no_progress)
+    if args.json:
+        print(json.dumps(report.as_dict()))
+        return 0
+    accuracy = "n/a (no gold answers)" if report.accuracy is None else f"{report.accuracy:.3f}"
+    print(f"n={report.n} scored={report.n_scored} accuracy={accuracy} skipped={report.skipped} "
+          f"oracle={report.oracle}")
+    print(stats_table(report, [COUNTERFACTUAL], "recall"))
+    for outcome, part in report.by_outcome.items():
+        print(f"{outcome} traces (n={part['n']}):")
+        print(stats_table(argparse.Namespace(methods=part["methods"], random=part["random"]),
+                          [COUNTERFACTUAL], "recall"))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from ..models import load_model
     from ..analysis.recall import oracle_recall
@@ -97,6 +132,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"oar recall: --intervention-samples must be >= 0 (0: off), got {args.intervention_samples}",
               file=sys.stderr)
         return 2
+    if args.data is not None:
+        return run_data(args)
+    args.sets = args.sets or list(DEFAULT_SETS)
     check_servable(args.model)
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
     if args.granularity == "step":
@@ -138,13 +176,23 @@ def add_parser(sub) -> None:
     rc.add_argument("--methods", nargs="+", default=None, type=method_name,
                     help="methods (default: all registered)")
     rc.add_argument("--probe", default="as_mean", type=probe_name, help="outcome probe: lt, as_mean, as_joint")
-    rc.add_argument("--sets", nargs="+", default=list(DEFAULT_SETS), choices=RECALL_SETS,
-                    help="oracle sets to score against (results = direct; names: the final steps' "
-                         "names; counterfactual: the positions whose replacement changes the "
+    rc.add_argument("--sets", nargs="+", default=None, choices=RECALL_SETS,
+                    help="oracle sets to score against (default: direct chain; with --data: "
+                         "counterfactual, the only set there) (results = direct; names: the final "
+                         "steps' names; counterfactual: the positions whose replacement changes the "
                          "model's regenerated answer)")
     rc.add_argument("--cf-positions", type=int, default=64,
                     help="counterfactual set: scored positions tested per trace (one greedy "
-                         "regeneration each)")
+                         "regeneration each; more are thinned to this many, spread over the trace)")
+    rc.add_argument("--data", default=None,
+                    help="a JSONL data set (question/problem and optional gold answer, or prompt "
+                         "and response): any model's own counterfactual oracle on its greedy traces "
+                         "instead of the arithmetic world")
+    rc.add_argument("--max-new-tokens", type=int, default=256,
+                    help="--data: longest greedy answer the model writes to a question")
+    rc.add_argument("--cf-cache", default=None,
+                    help="--data: JSONL cache of each trace's counterfactual oracle; a rerun with "
+                         "it resumes after the traces already computed")
     add_method_knobs(rc, RECALL_KNOB_METHODS)
     add_model_args(rc)
     rc.add_argument("--json", action="store_true", help="print one JSON object")

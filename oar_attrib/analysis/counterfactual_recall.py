@@ -1,0 +1,203 @@
+"""Counterfactual recall on any model and any JSONL data set (METHOD.md 8b): does a method rank
+first the tokens whose replacement changes the model's own answer?
+
+Each record is a question (`question` or `problem`, with an optional gold `answer`) that the
+model answers greedily through its chat template (asked to end with "The answer is N."), or a
+finished trace (`prompt` and `response`). Every method attributes the trace; then each tested
+position t of its scored reasoning is replaced by the pad token, the rest regenerated greedily
+(`counterfactual.counterfactual_oracle`: left-padded batches, KV cache), and t is causal when
+the final answer read by `spans.locate_answer` changes (a number compared by value: `$1,200`
+and `1200` agree) or disappears. Recall@|O| of each method among the tested positions, with
+the random-ranking expectation beside it and 95% bootstrap intervals over traces; also apart
+on the traces the model got right and wrong (when the records carry a gold answer).
+
+The budget is bounded: at most `cf_positions` positions per trace (drawn one per stratum of
+the scored positions with the seed, `choose_positions`, so the subset spans the trace; the
+recall is then over those positions, not all), a regeneration of at most the response's length
+plus a margin, and batches of at most `max_batch_tokens` tokens. Each trace's oracle is
+appended to `cache` (JSONL) as soon as it is computed; a rerun with the same cache reads it back
+instead of regenerating, so an interrupted run loses one trace at most.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import KW_ONLY, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..attribution import attribute
+from ..errors import InputError
+from ..generation import generate
+from ..grading import grade
+from ..jsonl import NotJSON, iter_jsonl
+from ..methods import available_methods
+from ..spans import locate_answer
+from ..world.value_oracle import parse_number
+from .counterfactual import counterfactual_oracle
+from .recall import RecallReport, summarize, trace_recall
+from .sets import COUNTERFACTUAL
+
+# The instruction of the `answer_is` prompt template (training.data, which the core does not import).
+INSTRUCTION = "{question}\nPlease reason step by step, and end with a final line 'The answer is <answer>.'"
+# Tokens a regeneration may write beyond the original response's length.
+REGENERATION_MARGIN = 16
+
+
+def read_records(path: str | Path, n: int | None = None) -> list[dict]:
+    """The first `n` usable records of a JSONL file: a `question` / `problem` (and an optional
+    gold `answer`), or a `prompt` and a `response`. A bad line is an InputError naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"--data {path}: no such file; pass a JSON Lines file of questions or traces")
+    records = []
+    for number, value in iter_jsonl(path):
+        if isinstance(value, NotJSON) or not isinstance(value, dict):
+            raise InputError(f"{path}:{number}: {value if isinstance(value, NotJSON) else 'not a JSON object'}")
+        if not ({"question", "problem"} & set(value) or {"prompt", "response"} <= set(value)):
+            raise InputError(f"{path}:{number}: needs `question` (or `problem`), or `prompt` and `response`")
+        records.append(value)
+        if n is not None and len(records) == n:
+            break
+    if not records:
+        raise InputError(f"--data {path} has no records")
+    return records
+
+
+def answer_key(text: str) -> str | None:
+    """The final answer of `text` as a comparable string (a number by its value), or None."""
+    found = locate_answer(text)
+    if found is None:
+        return None
+    value = text[found.start:found.end]
+    number = parse_number(value)
+    return repr(number) if number is not None else value.strip()
+
+
+def _prompt(record: dict):
+    if "prompt" in record:
+        return record["prompt"]
+    question = record.get("question", record.get("problem"))
+    return [{"role": "user", "content": INSTRUCTION.format(question=question)}]
+
+
+def _prompt_ids(tokenizer, prompt) -> list[int]:
+    """The prompt's ids as `attribute` encodes it: a string goes through the chat template when
+    the tokenizer has one (as one user message), else as it is."""
+    if isinstance(prompt, str) and getattr(tokenizer, "chat_template", None) is None:
+        return tokenizer(prompt, add_special_tokens=False).input_ids
+    if isinstance(prompt, str):
+        prompt = [{"role": "user", "content": prompt}]
+    return list(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False))
+
+
+def model_traces(model, tokenizer, records: list[dict], max_new_tokens: int,
+                 progress: bool = False) -> list[str]:
+    """Each record's response: its own `response`, else the model's greedy answer."""
+    texts = [r.get("response") for r in records]
+    todo = [i for i, t in enumerate(texts) if t is None]
+    if todo:
+        prompts = [tokenizer.decode(_prompt_ids(tokenizer, _prompt(records[i]))) for i in todo]
+        ids = generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=8, progress=progress)
+        for i, row in zip(todo, ids):
+            texts[i] = tokenizer.decode(row, skip_special_tokens=True)
+    return texts
+
+
+def _cache_key(model_name: str, prompt_ids, response_ids, cf_positions: int, seed: int) -> str:
+    blob = json.dumps([model_name, list(prompt_ids), list(response_ids), cf_positions, seed])
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def _read_cache(path: Path | None) -> dict[str, dict[int, bool]]:
+    if path is None or not path.is_file():
+        return {}
+    out = {}
+    for _, value in iter_jsonl(path):
+        if isinstance(value, dict) and "key" in value:  # a line cut off by a kill is skipped
+            out[value["key"]] = {int(t): bool(c) for t, c in value["causal"]}
+    return out
+
+
+@dataclass
+class CounterfactualReport(RecallReport):
+    """`RecallReport` of a data set, with `by_outcome`: {"right" | "wrong": {"methods",
+    "random", "n"}} on the traces graded right and wrong against the records' gold answers,
+    and `oracle`: what the counterfactual oracle tested and found."""
+
+    SUMMARY_FIELDS = RecallReport.SUMMARY_FIELDS + ("by_outcome", "oracle")
+    _: KW_ONLY
+    by_outcome: dict = field(default_factory=dict)
+    oracle: dict = field(default_factory=dict)
+
+
+def _causal(model, tokenizer, trace, prompt_ids, cf_positions, seed, max_batch_tokens, cache, key):
+    if key in cache:
+        return cache[key]
+    positions = [t for t, s in enumerate(trace.scored) if s]
+    n = len(trace.token_ids)
+    batch = max(1, max_batch_tokens // (len(prompt_ids) + 2 * n + REGENERATION_MARGIN))
+    causal = counterfactual_oracle(model, tokenizer, prompt_ids, trace.token_ids, positions, answer_key,
+                                   max_positions=cf_positions, seed=seed, batch_size=batch,
+                                   max_new_tokens=n + REGENERATION_MARGIN)
+    cache[key] = causal
+    return causal
+
+
+def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None, probe: str = "as_mean",
+                          seed: int = 0, cf_positions: int = 32, max_new_tokens: int = 256,
+                          max_batch_tokens: int = 16384, cache: str | Path | None = None,
+                          model_name: str = "", method_params: dict | None = None,
+                          progress: bool = False) -> CounterfactualReport:
+    """Recall@|O| of every method against the model's own counterfactual oracle on `records`
+    (module docstring). `model_name` keys the cache (with the trace's ids, cf_positions, seed)."""
+    if cf_positions < 1 or max_new_tokens < 1 or max_batch_tokens < 1:
+        raise InputError(f"cf_positions={cf_positions}, max_new_tokens={max_new_tokens} and "
+                         f"max_batch_tokens={max_batch_tokens} must be >= 1")
+    methods = list(methods or available_methods())
+    cache = None if cache is None else Path(cache)
+    known = _read_cache(cache)
+    texts = model_traces(model, tokenizer, records, max_new_tokens, progress)
+    prompts = [_prompt(r) for r in records]
+    traces = attribute(model, tokenizer, prompts, texts, methods, probe=probe, seed=seed,
+                       progress=progress, method_params=method_params)
+    correct = [None if "answer" not in r else grade(t, r["answer"]).correct for r, t in zip(records, texts)]
+    status, per_trace, tested, found = [], [], 0, 0
+    rows = tqdm(list(zip(prompts, traces)), desc="counterfactual oracle", disable=not progress)
+    for prompt, trace in rows:
+        if not trace.span_found or answer_key(tokenizer.decode(trace.token_ids, skip_special_tokens=True)) is None:
+            status.append("no_answer_span")
+            per_trace.append(None)
+            continue
+        prompt_ids = _prompt_ids(tokenizer, prompt)
+        key = _cache_key(model_name, prompt_ids, trace.token_ids, cf_positions, seed)
+        fresh = key not in known
+        causal = _causal(model, tokenizer, trace, prompt_ids, cf_positions, seed, max_batch_tokens, known, key)
+        if fresh and cache is not None:
+            with cache.open("a") as out:
+                out.write(json.dumps({"key": key, "causal": sorted(causal.items())}) + "\n")
+        target = np.zeros(len(trace.token_ids), dtype=bool)
+        was_tested = np.zeros_like(target)
+        was_tested[list(causal)] = True
+        target[[t for t, c in causal.items() if c]] = True
+        tested, found = tested + len(causal), found + int(target.sum())
+        status.append("scored")
+        per_trace.append(trace_recall(trace, None, (COUNTERFACTUAL,), {COUNTERFACTUAL: (target, was_tested)}))
+    scored = [t for t in per_trace if t is not None]
+    summary, rand = summarize(scored, methods, (COUNTERFACTUAL,), seed=seed)
+    by_outcome = {}
+    for name, want in (("right", True), ("wrong", False)):
+        part = [t for t, c in zip(per_trace, correct) if t is not None and c is want]
+        if part:
+            m, r = summarize(part, methods, (COUNTERFACTUAL,), seed=seed)
+            by_outcome[name] = {"methods": m, "random": r, "n": len(part)}
+    graded = [c for c in correct if c is not None]
+    return CounterfactualReport(
+        methods=summary, random=rand, n=len(records), n_scored=status.count("scored"),
+        accuracy=sum(graded) / len(graded) if graded else None,
+        skipped={"no_answer_span": status.count("no_answer_span")}, traces=traces, texts=texts,
+        correct=correct, status=status, per_trace=per_trace, problems=records, by_outcome=by_outcome,
+        oracle={"positions_tested": tested, "causal": found, "cf_positions": cf_positions,
+                "replacement": "pad token", "regeneration": f"greedy, response length + {REGENERATION_MARGIN}"})

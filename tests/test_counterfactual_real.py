@@ -1,0 +1,102 @@
+"""The counterfactual oracle on a real model and data set (`analysis.counterfactual_recall`,
+`oar recall --data`): the batched oracle equals a one-row-at-a-time reference on SmolLM2,
+recall is computed for every method beside the random expectation and resumes from its cache,
+and bad input is one line before any model loads."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from oar_attrib.analysis import counterfactual_recall as cfr
+from oar_attrib.analysis.counterfactual import choose_positions, counterfactual_oracle
+from oar_attrib.errors import InputError
+from oar_attrib.generation import stop_ids
+
+QUESTION = "Mia has 14 stickers. Mia buys 6 more stickers. How many stickers does Mia have now?"
+RIGHT = "Mia has 14 + 6 = 20 stickers.\nThe answer is 20."
+WRONG = "Mia has 14 + 6 = 21 stickers.\nThe answer is 21."
+
+
+def _reference(model, tok, prompt_ids, response_ids, positions, max_new_tokens):
+    """One row at a time, no padding: replace, regenerate greedily, compare the answers."""
+    original = cfr.answer_key(tok.decode(response_ids, skip_special_tokens=True))
+    eos = stop_ids(model, tok)
+    out = {}
+    for t in positions:
+        prefix = list(response_ids[:t]) + [tok.pad_token_id]
+        ids = torch.tensor([list(prompt_ids) + prefix])
+        with torch.no_grad():
+            new = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                 max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=tok.pad_token_id,
+                                 top_k=None, top_p=None, temperature=None)[0, ids.shape[1]:].tolist()
+        cut = next((i for i, x in enumerate(new) if x in eos), len(new))
+        out[t] = cfr.answer_key(tok.decode(prefix + new[:cut], skip_special_tokens=True)) != original
+    return out
+
+
+def test_the_batched_oracle_equals_the_one_row_reference(smollm2):
+    model, tok = smollm2
+    prompt_ids = cfr._prompt_ids(tok, cfr._prompt({"question": QUESTION}))
+    response_ids = tok(RIGHT, add_special_tokens=False).input_ids
+    reasoning = len(tok(RIGHT.split("\n")[0], add_special_tokens=False).input_ids)
+    positions = choose_positions(range(reasoning), 4, seed=0)
+    fast = counterfactual_oracle(model, tok, prompt_ids, response_ids, positions, cfr.answer_key,
+                                 max_positions=4, batch_size=3, max_new_tokens=len(response_ids) + 4)
+    assert sorted(fast) == positions
+    assert fast == _reference(model, tok, prompt_ids, response_ids, positions, len(response_ids) + 4)
+
+
+def test_recall_of_every_method_beside_the_random_expectation_and_a_resumed_run(smollm2, tmp_path, monkeypatch):
+    model, tok = smollm2
+    records = [{"prompt": cfr._prompt({"question": QUESTION}), "response": RIGHT, "answer": "20"},
+               {"prompt": cfr._prompt({"question": QUESTION}), "response": WRONG, "answer": "20"},
+               {"prompt": cfr._prompt({"question": QUESTION}), "response": "Mia has many.", "answer": "20"}]
+    cache = tmp_path / "cf.jsonl"
+    methods = ["oar_p", "random"]
+    report = cfr.counterfactual_recall(model, tok, records, methods=methods, cf_positions=3, cache=cache,
+                                       model_name="smollm2-135m")
+    assert report.status == ["scored", "scored", "no_answer_span"] and report.correct == [True, False, False]
+    assert report.accuracy == pytest.approx(1 / 3)
+    lines = [json.loads(x) for x in cache.read_text().splitlines()]
+    assert len(lines) == 2 and all(len(x["causal"]) == 3 for x in lines)
+    assert report.oracle["positions_tested"] == 6
+    assert report.oracle["causal"] == sum(c for x in lines for _, c in x["causal"])
+    # The random expectation of a trace is |O| / |tested|, from the oracle the cache holds.
+    for res, line in zip(report.per_trace, lines):
+        flags = [c for _, c in line["causal"]]
+        expected = res["random_expectation"]["counterfactual"]
+        assert (np.isnan(expected) and not any(flags)) or expected == pytest.approx(sum(flags) / len(flags))
+    assert set(report.methods) == set(methods)
+    for stats in report.methods.values():
+        cell = stats["counterfactual"]
+        assert cell["recall"] is None or (0 <= cell["ci95"][0] <= cell["recall"] <= cell["ci95"][1] <= 1)
+    assert set(report.by_outcome) <= {"right", "wrong"}
+    # A rerun with the cache regenerates nothing and gives the same summary.
+    monkeypatch.setattr(cfr, "counterfactual_oracle", lambda *a, **k: pytest.fail("regenerated"))
+    again = cfr.counterfactual_recall(model, tok, records, methods=methods, cf_positions=3, cache=cache,
+                                      model_name="smollm2-135m")
+    assert again.as_dict() == report.as_dict()
+
+
+def test_answers_are_compared_by_value():
+    assert cfr.answer_key("so $1,200 in all.\nThe answer is $1,200.") == cfr.answer_key("The answer is 1200")
+    assert cfr.answer_key("The answer is 12") != cfr.answer_key("The answer is 120")
+    assert cfr.answer_key("no answer here") is None
+
+
+def test_bad_data_is_one_line_before_any_model_loads(tmp_path, capsys):
+    from oar_attrib.cli import main
+
+    with pytest.raises(InputError, match="no such file"):
+        cfr.read_records(tmp_path / "missing.jsonl")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "q", "answer": "1"}\n{"text": "no question"}\n')
+    with pytest.raises(InputError, match=r"bad.jsonl:2: needs `question`"):
+        cfr.read_records(bad)
+    assert len(cfr.read_records(bad, n=1)) == 1
+    assert main(["recall", "--data", str(tmp_path / "missing.jsonl"), "--model", "no-such-model"]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main(["recall", "--data", str(bad), "--sets", "direct", "--model", "no-such-model"]) == 2
+    err = capsys.readouterr().err
+    assert "only --sets counterfactual" in err and len(err.strip().splitlines()) == 1
