@@ -31,10 +31,10 @@ from tqdm.auto import tqdm
 from ..attribution import attribute
 from ..errors import InputError
 from ..generation import generate
-from ..grading import grade
+from ..inputs.grading import grade
 from ..jsonl import NotJSON, iter_jsonl
 from ..methods import available_methods
-from ..spans import locate_answer
+from ..inputs.spans import locate_answer
 from ..world.value_oracle import parse_number
 from .counterfactual import counterfactual_oracle
 from .recall import RecallReport, summarize, trace_recall

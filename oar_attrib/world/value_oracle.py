@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from ..spans import locate_answer
+from ..inputs.spans import locate_answer
 from ..store.codec import span_mask
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ import random
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from ..errors import WorldConfigError, unknown_name
-from ..spans import locate_answer
+from ..inputs.spans import locate_answer
 from .generator import split_of
 from .value_oracle import ValueOracle, parse_number, value_oracle
 
