@@ -65,7 +65,7 @@ def build_model(shape: str, layers: int | None, device: str, dtype: torch.dtype)
 
 def exact_flops(model, batch: ScoringBatch) -> float:
     """FLOPs of the exact windowed method on `batch` (see the module docstring)."""
-    from oar_attrib.methods.oar_p import _reachable
+    from oar_attrib.methods.oar_p import reachable_positions
     from oar_attrib.methods.probes import probe_sites
 
     config = model.config
@@ -73,7 +73,7 @@ def exact_flops(model, batch: ScoringBatch) -> float:
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     per_pair = 4 * config.num_hidden_layers * config.num_attention_heads * head_dim
     sites = probe_sites(batch)
-    reachable = _reachable(batch, sites)
+    reachable = reachable_positions(batch, sites)
 
     def window(start: int, end: int, k: int) -> float:
         pairs = (end * (end + 1) - start * (start + 1)) / 2  # causal query-key pairs

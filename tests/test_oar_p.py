@@ -65,7 +65,7 @@ def test_packed_equals_reference(models, name, probe, monkeypatch):
 
 def _reachable_count(batch):
     sites = probe_sites(batch)
-    return oar_p_module._reachable(batch, sites).sum()
+    return oar_p_module.reachable_positions(batch, sites).sum()
 
 
 def _packed_shapes(monkeypatch):

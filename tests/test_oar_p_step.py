@@ -68,13 +68,13 @@ def test_one_token_steps_equal_token_oar_p(models):
 def test_one_forward_per_step(models, monkeypatch):
     model, batch = models["qwen2"], _batch()
     seen = []
-    real = engine._window_inputs
+    real = engine.window_inputs
 
     def spy(clean, row, *args):
         seen.append(len(row))
         return real(clean, row, *args)
 
-    monkeypatch.setattr(engine, "_window_inputs", spy)
+    monkeypatch.setattr(engine, "window_inputs", spy)
     oar_p_step(model, batch, probe="lt", max_batch_tokens=22)
     n_steps = sum(len(batch.step_ranges(r)) for r in range(3))
     assert sum(seen) == n_steps and len(seen) == n_steps  # budget of one row: one copy each

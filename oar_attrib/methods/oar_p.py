@@ -18,8 +18,13 @@ Copies are batched into forwards in one of two layouts, which give the same numb
   the clean cache of their rows, under a block mask; for models whose attention takes one.
 A forward's tokens, cache plus new tokens over all its rows, stay within `max_batch_tokens`,
 by default sized from the memory bound of `budget` (the device's free memory; on CPU a stated
-share of the RAM). `row_groups` (of `budget`), `plan_row`, `pack_chunks` and `batch_budget`
-are the batching that step-level OAR-P reuses.
+share of the RAM).
+
+This module is the one OAR-P engine: step-level OAR-P (`oar_p_step`) masks whole steps with
+the same public pieces rather than copies of them: `reachable_positions`, `clean_pass` (the
+clean forward and cache of a row group, `Clean`), `plan_row`, `pack_chunks`, `window_inputs`,
+`batch_budget`, `cache_slots_may_shift`, `progress_bar`, the overheads `OVERHEAD_TOKENS_*`,
+and `budget.row_groups`.
 """
 from __future__ import annotations
 
@@ -40,8 +45,8 @@ from .probes import ProbeSites, check_probe, probe_importance, probe_sites, prob
 # memory once (plus Python and kernel launches). In tokens of compute that is about
 # bytes_per_param * FLOPS / (2 * memory bandwidth), whatever the model size: ~16-32 for fp32
 # on a CPU, a few hundred for bf16 on a GPU. It is what batching copies into one forward saves.
-_OVERHEAD_TOKENS_CPU = 16
-_OVERHEAD_TOKENS_ACCELERATOR = 256
+OVERHEAD_TOKENS_CPU = 16
+OVERHEAD_TOKENS_ACCELERATOR = 256
 _SHIFTABLE_LAYERS = frozenset({"full_attention", "sliding_attention"})
 PACKINGS = ("auto", "packed", "padded")
 # Device types where packing="auto" packs (when the model takes it). Empty until a run of
@@ -116,7 +121,7 @@ class _Chunk:
 
 
 @dataclass
-class _Clean:
+class Clean:
     """The clean pass of a row group: its tokens, key/value cache and probe values."""
 
     input_ids: torch.Tensor  # (G, W)
@@ -153,7 +158,7 @@ def oar_p(model, batch: ScoringBatch, *, probe: str = "as_mean",
     check_positions(model, batch)
     work = batch.to(model_device(model))
     sites = probe_sites(work)
-    reachable = _reachable(work, sites)  # (B, L)
+    reachable = reachable_positions(work, sites)  # (B, L)
     ends = (sites.last + 1).tolist()
     # Longest rows first, so that the rows of one clean pass need little padding.
     rows = sorted(reachable.any(dim=1).nonzero().flatten().tolist(), key=lambda r: -ends[r])
@@ -161,12 +166,12 @@ def oar_p(model, batch: ScoringBatch, *, probe: str = "as_mean",
     kind = _packing_kind(model, packing, work.input_ids.device)
     if overhead_tokens is None:
         on_cpu = work.input_ids.device.type == "cpu"
-        overhead_tokens = _OVERHEAD_TOKENS_CPU if on_cpu else _OVERHEAD_TOKENS_ACCELERATOR
+        overhead_tokens = OVERHEAD_TOKENS_CPU if on_cpu else OVERHEAD_TOKENS_ACCELERATOR
     out = torch.zeros(work.input_ids.shape, dtype=torch.float32, device=work.input_ids.device)
-    bar = _progress_bar(progress, int(reachable.sum()))
+    bar = progress_bar(progress, int(reachable.sum()))
     with torch.no_grad(), eval_mode(model):
         for group in row_groups(rows, ends, budget):
-            clean = _clean_pass(model, work, sites, group, probe)
+            clean = clean_pass(model, work, sites, group, probe)
             group_rows = torch.tensor(group, device=out.device)
             for index, positions, importance in _score_group(
                     model, clean, group, reachable, sites, budget, overhead_tokens, kind, probe,
@@ -199,7 +204,7 @@ def _packing_kind(model, packing: str, device: torch.device) -> str | None:
     return kind if packing == "packed" or device.type in AUTO_PACKED_DEVICES else None
 
 
-def _score_group(model, clean: _Clean, group: list[int], reachable: torch.Tensor,
+def _score_group(model, clean: Clean, group: list[int], reachable: torch.Tensor,
                  sites: ProbeSites, budget: int, overhead: int, kind: str | None, probe: str,
                  pad_token_id: int):
     """Yield (index, positions, importances) of every forward over one row group's copies."""
@@ -214,11 +219,11 @@ def _score_group(model, clean: _Clean, group: list[int], reachable: torch.Tensor
         return
     chunks = [chunk for index, row in enumerate(group)
               for chunk in plan_row(index, reachable[row], sites, row, budget, overhead)]
-    for forward in pack_chunks(chunks, budget, overhead, _cache_slots_may_shift(model)):
+    for forward in pack_chunks(chunks, budget, overhead, cache_slots_may_shift(model)):
         yield _score_forward(model, clean, forward, probe, pad_token_id)
 
 
-def _reachable(batch: ScoringBatch, sites: ProbeSites) -> torch.Tensor:
+def reachable_positions(batch: ScoringBatch, sites: ProbeSites) -> torch.Tensor:
     """(B, L) bool: scored positions of rows with a span, up to the last probe position q_K.
     A substitution after q_K cannot reach the probe (causality): importance 0, no forward."""
     positions = torch.arange(batch.input_ids.shape[1], device=batch.input_ids.device)
@@ -235,7 +240,7 @@ def _check_budget(max_batch_tokens: int, ends: list[int]) -> None:
         )
 
 
-def _cache_slots_may_shift(model) -> bool:
+def cache_slots_may_shift(model) -> bool:
     """Whether copies with different prefix lengths may share a forward.
 
     Sharing left-pads the reused caches, which shifts each row's key slots and query slots by
@@ -251,14 +256,14 @@ def _cache_slots_may_shift(model) -> bool:
     return not chunked and all(kind in _SHIFTABLE_LAYERS for kind in layer_types)
 
 
-def _progress_bar(enabled: bool, total: int):
+def progress_bar(enabled: bool, total: int):
     from tqdm.auto import tqdm  # imported here: only progress reporting needs it
 
     return tqdm(total=total, disable=not enabled, desc="OAR-P", unit="pos")
 
 
-def _clean_pass(model, batch: ScoringBatch, sites: ProbeSites, group: list[int],
-                probe: str) -> _Clean:
+def clean_pass(model, batch: ScoringBatch, sites: ProbeSites, group: list[int],
+                probe: str) -> Clean:
     """One forward of the group's rows up to their last probe position, keeping the cache."""
     index = torch.tensor(group, device=batch.input_ids.device)
     group_sites = sites.select(index)
@@ -279,7 +284,7 @@ def _clean_pass(model, batch: ScoringBatch, sites: ProbeSites, group: list[int],
                 f"layer is {type(layer).__name__}; use oar_p_reference for this model"
             )
         kv.append((keys, values))
-    return _Clean(input_ids, attention_mask, kv, group_sites,
+    return Clean(input_ids, attention_mask, kv, group_sites,
                   probe_values(logits, group_sites, probe))
 
 
@@ -338,7 +343,7 @@ def pack_chunks(chunks: list[_Chunk], budget: int, overhead: float,
     return forwards
 
 
-def _score_forward(model, clean: _Clean, chunks: list[_Chunk], probe: str,
+def _score_forward(model, clean: Clean, chunks: list[_Chunk], probe: str,
                    pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One batched forward of R perturbed copies.
 
@@ -348,7 +353,7 @@ def _score_forward(model, clean: _Clean, chunks: list[_Chunk], probe: str,
     spec = [(c.row, c.start, c.end, t) for c in chunks for t in c.positions]
     row, start, end, pos = torch.tensor(spec, device=device).unbind(dim=1)  # (R,) each
     prefix = int(start.max())
-    inputs, slots = _window_inputs(clean, row, start, end, pos, prefix, pad_token_id)
+    inputs, slots = window_inputs(clean, row, start, end, pos, prefix, pad_token_id)
     copy_sites = clean.sites.select(row).shifted(start)  # (R, K), indices into the window
     logits = logits_at(model, copy_sites.positions, past_key_values=slots, use_cache=True,
                        **inputs)  # (R, K, V)
@@ -356,7 +361,7 @@ def _score_forward(model, clean: _Clean, chunks: list[_Chunk], probe: str,
     return row, pos, probe_importance(clean.value[row], value, probe)
 
 
-def _window_inputs(clean: _Clean, row: torch.Tensor, start: torch.Tensor, end: torch.Tensor,
+def window_inputs(clean: Clean, row: torch.Tensor, start: torch.Tensor, end: torch.Tensor,
                    pos: torch.Tensor, prefix: int, pad_token_id: int):
     """Model inputs of R perturbed copies: each row is [left pad | clean cache of [0, s) |
     new tokens [s, end) with pad at t | right pad], P = `prefix` cache slots, Q new tokens.

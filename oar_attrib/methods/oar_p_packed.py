@@ -113,7 +113,7 @@ def pack_copies(copies: list[Copy], row_width: int, limit: int,
 
 
 def score_packed(model, clean, copies: list[Copy], probe: str, pad_token_id: int, kind: str):
-    """One packed forward of R copies on the clean pass `clean` (oar_p._Clean).
+    """One packed forward of R copies on the clean pass `clean` (oar_p.Clean).
 
     Returns (index, positions, importances), (R,) each: the copy's row within the group, its
     perturbed position t, and I_t."""

@@ -40,7 +40,7 @@ def oar_p_step_reference(model, batch: ScoringBatch, probe: str = "as_mean") -> 
     the step's importance on each of its tokens, 0 elsewhere and on rows without a span.
     """
     check_probe(probe)
-    return engine.masked_reference(model, batch, _step_masks(batch, engine._reachable(batch, probe_sites(batch))),
+    return engine.masked_reference(model, batch, _step_masks(batch, engine.reachable_positions(batch, probe_sites(batch))),
                                    probe)
 
 
@@ -62,7 +62,7 @@ def oar_p_step(model, batch: ScoringBatch, *, probe: str = "as_mean", max_batch_
     check_positions(model, batch)
     work = batch.to(model_device(model))
     sites = probe_sites(work)
-    reachable = engine._reachable(work, sites)  # (B, L)
+    reachable = engine.reachable_positions(work, sites)  # (B, L)
     steps = _step_masks(work, reachable)
     # The copy of a step is planned as the copy of its first reachable position.
     first = reachable.clone()
@@ -72,13 +72,13 @@ def oar_p_step(model, batch: ScoringBatch, *, probe: str = "as_mean", max_batch_
     max_batch_tokens = engine.batch_budget(model, sites, [ends[row] for row in rows], max_batch_tokens)
     if overhead_tokens is None:
         on_cpu = work.input_ids.device.type == "cpu"
-        overhead_tokens = engine._OVERHEAD_TOKENS_CPU if on_cpu else engine._OVERHEAD_TOKENS_ACCELERATOR
-    mixed = engine._cache_slots_may_shift(model)
+        overhead_tokens = engine.OVERHEAD_TOKENS_CPU if on_cpu else engine.OVERHEAD_TOKENS_ACCELERATOR
+    mixed = engine.cache_slots_may_shift(model)
     out = torch.zeros(work.input_ids.shape, dtype=torch.float32, device=work.input_ids.device)
-    bar = engine._progress_bar(progress, int(first.sum()))
+    bar = engine.progress_bar(progress, int(first.sum()))
     with torch.no_grad(), eval_mode(model):
         for group in engine.row_groups(rows, ends, max_batch_tokens):
-            clean = engine._clean_pass(model, work, sites, group, probe)
+            clean = engine.clean_pass(model, work, sites, group, probe)
             chunks = [chunk for index, row in enumerate(group)
                       for chunk in engine.plan_row(index, first[row], sites, row,
                                                     max_batch_tokens, overhead_tokens)]
@@ -103,7 +103,7 @@ def _score_steps(model, clean, chunks, probe: str, pad_token_id: int,
     spec = [(c.row, c.start, c.end, t) for c in chunks for t in c.positions]
     row, start, end, pos = torch.tensor(spec, device=device).unbind(dim=1)  # (R,) each
     prefix = int(start.max())
-    inputs, slots = engine._window_inputs(clean, row, start, end, pos, prefix, pad_token_id)
+    inputs, slots = engine.window_inputs(clean, row, start, end, pos, prefix, pad_token_id)
     step = group_steps[row, pos]  # (R,)
     window = inputs["input_ids"].shape[1]
     col = start[:, None] + torch.arange(window, device=device)  # (R, Q) absolute positions
