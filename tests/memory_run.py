@@ -1,5 +1,5 @@
 """Every importance method once, in this process, each one's peak resident memory above the
-memory before it: the subprocess of tests/test_real_model.py's memory tests.
+memory before it: the subprocess of tests/methods/test_real_model.py's memory tests.
 
     python tests/memory_run.py smollm2|gemma3|qwen2 CAP_BYTES
 

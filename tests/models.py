@@ -7,11 +7,15 @@ laid out as prompt | scored reasoning | bridge | answer span (1-3 tokens) | tail
 """
 from __future__ import annotations
 
+import json
+
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2ForCausalLM
 
 from oar_attrib.inputs.batch import ScoringBatch
 from oar_attrib.models import random_qwen2
+from oar_attrib.world.tokenizer import build_tokenizer
+from oar_attrib.world import generate_problems
 
 VOCAB = 128
 PAD_ID = 0
@@ -161,3 +165,53 @@ def tiny_trainer(tmp_path, tok, world, cls=None, sample_tokens: int = 0, record:
     trainer = cls(model=tiny_policy(tok), reward_funcs=[reward or world_reward], args=args,
                   train_dataset=dataset, processing_class=tok, rollout_func=rollout)
     return record_loss_inputs(trainer) if record else trainer
+
+
+def tiny_world(n: int = 8, seed: int = 3):
+    """(problems, tokenizer, model): world problems, a BPE tokenizer trained on them and a
+    random 2-layer Qwen2 (~40k parameters) with peaked logits."""
+    problems = generate_problems(n, "default", seed=seed, filler_rate=0.5)
+    tokenizer = build_tokenizer([p.prompt + p.solution for p in problems], 280)
+    return problems, tokenizer, world_policy(tokenizer, max_pos=512)
+
+
+def wrong_solution(problem) -> str:
+    return problem.solution.replace(f"#### {problem.answer}", f"#### {problem.answer + 1}")
+
+
+WORDS = ["[UNK]", "<eos>", "<pad>", "so", "the", "answer", "is", "x", "=", "+", "####",
+         "\\boxed{", "}", "what", "?"] + [str(i) for i in range(10)]
+
+
+def word_tokenizer(pad=True):
+    """A whitespace word-level tokenizer built in code (no chat template, no length limit)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    extra = {"pad_token": "<pad>"} if pad else {}
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, eos_token="<eos>", unk_token="[UNK]", **extra
+    )
+
+
+def write_verl_dump(folder: Path, steps=(1, 2), n: int = 3) -> list[dict]:
+    """verl's rollout dump layout (trainer.rollout_data_dir): `<step>.jsonl` per training step,
+    one line per response with input (templated prompt text), output, score, step, gts and
+    the reward function's extra keys (acc); a prompt's n samples are consecutive lines."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for step in steps:
+        rows = []
+        for q in range(2):
+            for k in range(n):
+                right = k % 2 == 0
+                answer = q + step + (0 if right else 1)
+                rows.append({"input": f"<|user|>what is {q}+{step}?\n<|assistant|>",
+                             "output": f"{q}+{step}={answer}. #### {answer}",
+                             "score": 1.0 if right else 0.0, "step": step, "gts": str(q + step),
+                             "acc": right, "pred": str(answer)})
+        (folder / f"{step}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        lines += rows
+    return lines

@@ -38,13 +38,13 @@ NOT_RUN = {
     "oar web --store runs/oar-1.5b/runs.db": "a web server that runs until stopped, on a 1.5B run's store",
     "oar eval --model runs/oar-1.5b": "needs the trained 1.5B checkpoint of the commands above",
     "python -m torch.distributed.run":
-        "two training processes over gloo; tests/test_training_ddp.py runs this path",
+        "two training processes over gloo; tests/training/test_training_ddp.py runs this path",
     "oar train --preset arith-tiny --method oar_g --output-dir runs/curve-oar_g":
         "the measured 300-step run (1010 s); the Run block's same command runs here",
     "oar train --preset arith-tiny --method none  --output-dir runs/curve-none":
         "the measured 300-step run (958 s); the Run block's same command runs here",
     "oar experiment run arith-tiny-grid":
-        "18 training runs (6 methods x 3 seeds); tests/test_experiment.py runs the runner on a small grid",
+        "18 training runs (6 methods x 3 seeds); tests/training/test_experiment.py runs the runner on a small grid",
     "oar experiment report arith-tiny-grid": "reports the 18 runs of the command above",
     "oar web --store runs/experiments.db": "a web server that runs until stopped, on the grid's store",
     "oar experiment run my-grid.yaml": "a grid file of the user's own (my-grid.yaml), not in the repository",

@@ -33,7 +33,7 @@ def probe_name(name: str) -> str:
 # Method knobs reachable from the command line: (method, keyword of its function, type, help).
 # Each becomes `--<method>-<keyword>` (underscores as dashes) and lands in
 # method_params[method][keyword] only when given, so the method's own default stays the one
-# default; tests/test_cli_knobs.py holds every row to the method's signature.
+# default; tests/cli/test_cli_knobs.py holds every row to the method's signature.
 METHOD_KNOBS: tuple[tuple[str, str, type, str], ...] = (
     ("ig", "n_steps", int, "integrated gradients: points on the path from the baseline"),
     ("ig", "internal_batch_size", int, "integrated gradients: path points per forward (memory)"),

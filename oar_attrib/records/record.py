@@ -12,7 +12,7 @@ import numpy as np
 from ..inputs.steps import scored_set
 
 # spans.SEGMENT_LABELS, in its order (the codes are stored): copied so that reading a store
-# never imports torch; tests/test_store.py checks the two stay equal.
+# never imports torch; tests/store/test_store.py checks the two stay equal.
 SEGMENT_LABELS = ("reasoning", "bridge", "answer", "tail")
 REASONING = SEGMENT_LABELS[0]
 

@@ -1,6 +1,6 @@
 """The gate's normalised importance I^ for display (METHOD.md section 6, steps 1-2), in numpy:
 log1p(I) min-max normalised over the scored tokens. `gating.normalise_importance` is the batched
-torch form the weights use; tests/test_gating.py checks the two agree. Kept free of torch so
+torch form the weights use; tests/weights/test_gating.py checks the two agree. Kept free of torch so
 the web pages and figures draw it without loading the model stack."""
 from __future__ import annotations
 

@@ -8,9 +8,7 @@ from oar_attrib.errors import InputError, TokenizerError
 from oar_attrib.inputs.encoding import encode_pairs
 
 from shared_data import qwen_dir
-
-WORDS = ["[UNK]", "<eos>", "<pad>", "so", "the", "answer", "is", "x", "=", "+", "####",
-         "\\boxed{", "}", "what", "?"] + [str(i) for i in range(10)]
+from models import WORDS, word_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -18,19 +16,6 @@ def qwen():
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(qwen_dir()))
-
-
-def word_tokenizer(pad=True):
-    """A whitespace word-level tokenizer built in code (no chat template, no length limit)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    extra = {"pad_token": "<pad>"} if pad else {}
-    return PreTrainedTokenizerFast(
-        tokenizer_object=core, eos_token="<eos>", unk_token="[UNK]", **extra
-    )
 
 
 def decode_mask(tok, batch, mask, row):

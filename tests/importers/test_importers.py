@@ -14,6 +14,7 @@ from oar_attrib.importers import group_advantages
 from oar_attrib.importers.rows import ADVANTAGE_EPS
 from oar_attrib.store import Store
 from oar_attrib.store import schema
+from models import write_verl_dump
 
 
 @pytest.fixture(scope="module")
@@ -99,27 +100,6 @@ def test_group_rule_by_hand():
     assert mean == 0.5 and std == pytest.approx((1 / 3) ** 0.5)  # Bessel: sum of squares 1 / 3
     assert stats["b"] == (0.5, 0.0)
     assert (1.0 - mean) / (std + ADVANTAGE_EPS) == pytest.approx(0.8658, abs=1e-4)
-
-
-def write_verl_dump(folder: Path, steps=(1, 2), n: int = 3) -> list[dict]:
-    """verl's rollout dump layout (trainer.rollout_data_dir): `<step>.jsonl` per training step,
-    one line per response with input (templated prompt text), output, score, step, gts and
-    the reward function's extra keys (acc); a prompt's n samples are consecutive lines."""
-    folder.mkdir(parents=True, exist_ok=True)
-    lines = []
-    for step in steps:
-        rows = []
-        for q in range(2):
-            for k in range(n):
-                right = k % 2 == 0
-                answer = q + step + (0 if right else 1)
-                rows.append({"input": f"<|user|>what is {q}+{step}?\n<|assistant|>",
-                             "output": f"{q}+{step}={answer}. #### {answer}",
-                             "score": 1.0 if right else 0.0, "step": step, "gts": str(q + step),
-                             "acc": right, "pred": str(answer)})
-        (folder / f"{step}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        lines += rows
-    return lines
 
 
 def test_verl_dump_imports_with_group_advantages_gold_and_verdict(tmp_path):

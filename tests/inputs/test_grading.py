@@ -9,7 +9,7 @@ from oar_attrib.inputs.spans import locate_answer
 from oar_attrib.training.rewards import (bind_reward, gsm8k_lenient_reward, gsm8k_reward,
                                          math_verify_lenient_reward, math_verify_reward)
 
-OUTPUTS = Path(__file__).parent / "data" / "smollm2_outputs.jsonl"
+OUTPUTS = Path(__file__).resolve().parents[1] / "data" / "smollm2_outputs.jsonl"
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ import yaml
 from oar_attrib.analysis.experiment import load_report, paired_difference, t_quantile
 from oar_attrib.training import experiment_cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Two-sided 95% t quantiles from a printed t table (df = 1, 2, 3, 4, 9).
 T_TABLE = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 9: 2.262}
 EVAL_KEYS = ["eval/accuracy/default", "eval/accuracy/recall",

@@ -368,7 +368,7 @@ def test_a_different_earlier_answer_stays_reasoning():
 
 # ----------------------------------------------------------------------------- SmolLM2's own text
 
-SMOLLM2_OUTPUTS = Path(__file__).parent / "data" / "smollm2_outputs.jsonl"
+SMOLLM2_OUTPUTS = Path(__file__).resolve().parents[1] / "data" / "smollm2_outputs.jsonl"
 
 
 def _smollm2_outputs():

@@ -16,7 +16,7 @@ from test_hostile import (PY, ROOT, _attribute, _out_lines, _run, _write_input, 
                           problems)
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1",
-       "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+       "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
 # `oar attribute` with each batch slowed by 0.3 s, so that a writer is still at work when the

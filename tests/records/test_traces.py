@@ -9,7 +9,7 @@ from oar_attrib.inputs.encoding import encode_pairs
 from oar_attrib.records.traces import TraceAttribution, build_trace, scored_positions
 from oar_attrib.training.reshaping import TokenWeights
 from oar_attrib.training.run_store_hook import trace_record
-from test_inputs import word_tokenizer
+from models import word_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = {0: ("right", "wrong", "no_answer", "right"), 1: ("right", "no_answer", "right", "wrong")}
 
 
@@ -68,7 +68,7 @@ def worker(out_dir: str) -> None:
 def launch(script: str, *args: str) -> subprocess.CompletedProcess:
     """`accelerate launch --config_file training/accelerate/ddp.yaml` of `script` on 2 CPU processes."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1",
-           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     with socket.socket() as sock:  # a free port for the rendezvous
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from oar_attrib.attribution import attribute
 from oar_attrib.webapp.demo import DemoConfig, write_problem_run
 from oar_attrib.store import Store
-from test_store import tiny_world, wrong_solution
+from models import tiny_world, wrong_solution
 from oar_attrib.webapp import WebSettings, create_app
 from oar_attrib.webapp.views import _pieces, heat_colour, importance_levels, token_title
 

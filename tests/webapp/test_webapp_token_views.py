@@ -14,7 +14,7 @@ from oar_attrib.weights.gating import entropy_topk_mask
 from oar_attrib.store import Store
 from oar_attrib.webapp import create_app
 from oar_attrib.webapp.token_views import rank_levels, token_views
-from test_importers import write_verl_dump
+from models import write_verl_dump
 from test_webapp_e2e import CHROMIUM, browser  # noqa: F401 - the headless Chromium fixture
 
 BASE = "http://127.0.0.1"

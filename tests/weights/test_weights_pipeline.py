@@ -24,7 +24,7 @@ from oar_attrib.weights.settings import ReshapeSettings, SettingError, generated
 from oar_attrib.world import generate_problems
 from models import tiny_trainer, train_world
 
-PACKAGE = Path(__file__).resolve().parents[1] / "oar_attrib"
+PACKAGE = Path(__file__).resolve().parents[2] / "oar_attrib"
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from oar_attrib import cli
 from oar_attrib.training import callbacks
 from oar_attrib.training.rewards import math_verify_reward
 
-SAMPLE = Path(__file__).resolve().parent / "data" / "gsm8k_test_sample.jsonl"
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "gsm8k_test_sample.jsonl"
 RECORDS = [json.loads(line) for line in SAMPLE.read_text().splitlines()]
 
 

@@ -33,20 +33,9 @@ from oar_attrib.analysis.run_summary import summarise
 from oar_attrib.world import generate_problems
 from oar_attrib.world.tokenizer import build_tokenizer
 from models import world_policy
+from models import tiny_world, wrong_solution
 
 METHODS = ["entropy", "oar_p", "random"]
-
-
-def tiny_world(n: int = 8, seed: int = 3):
-    """(problems, tokenizer, model): world problems, a BPE tokenizer trained on them and a
-    random 2-layer Qwen2 (~40k parameters) with peaked logits."""
-    problems = generate_problems(n, "default", seed=seed, filler_rate=0.5)
-    tokenizer = build_tokenizer([p.prompt + p.solution for p in problems], 280)
-    return problems, tokenizer, world_policy(tokenizer, max_pos=512)
-
-
-def wrong_solution(problem) -> str:
-    return problem.solution.replace(f"#### {problem.answer}", f"#### {problem.answer + 1}")
 
 
 def tiny_traces(problems, tokenizer, model, methods=METHODS):

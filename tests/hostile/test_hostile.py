@@ -17,7 +17,7 @@ import pytest
 from oar_attrib import cli
 from oar_attrib.world import generate_problems
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 
 
@@ -155,7 +155,7 @@ def test_a_killed_process_keeps_every_finished_line(tmp_path, problems, suffix, 
     src = _write_input(tmp_path / "in.jsonl", problems)
     out = tmp_path / f"out{suffix}"
     env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen([PY, "-m", "oar_attrib.cli", *_attribute(src, out, "--batch-size", "1")],
                             env=env, stderr=subprocess.DEVNULL)
     deadline, seen = time.monotonic() + 120, []
@@ -593,7 +593,7 @@ def _torchrun(tmp_path: Path, argv: list[str]) -> subprocess.CompletedProcess:
     import socket
 
     env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     with socket.socket() as sock:  # a free port for the rendezvous
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

@@ -22,7 +22,7 @@ from oar_attrib.methods import get_method
 from oar_attrib.weights.metrics import spearman
 from oar_attrib.methods.oar_p import oar_p, oar_p_reference
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 PROMPT = [{"role": "user", "content": "12 boxes of 3 pens, and 5 pens. How many pens?"}]
 RESPONSE = "12 * 3 = 36 pens in boxes.\n36 + 5 = 41 pens.\n#### 41"
 
