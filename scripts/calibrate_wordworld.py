@@ -1,7 +1,7 @@
 """How often a model answers the word-problem world's presets right at temperature 1 (or another).
 
     python scripts/calibrate_wordworld.py --presets one-step easy two-step three-step \\
-        --n 40 --out docs/experiments/wordworld-calibration.json --cache samples.jsonl
+        --n 40 --out docs/experiments/wordworld/calibration.json --cache samples.jsonl
 
 Each held-out problem is asked once through the model's chat template with the instruction to
 end with "The answer is N." (`training.data.format_prompt`, template `answer_is`), sampled at

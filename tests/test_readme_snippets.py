@@ -34,6 +34,9 @@ NOT_RUN = {
     "bash scripts/setup.sh && .venv/bin/python -m pytest":
         "creates the virtual environment and runs this whole suite",
     "oar train --preset math-7b": GPU,
+    "oar train --preset smollm2-gsm8k":
+        "trains SmolLM2-135M on GSM8K from ../shared (minutes a step on a CPU); "
+        "tests/training/test_training_config.py runs one real step of this preset",
     "accelerate launch": MULTI_GPU,
     "oar web --store runs/oar-1.5b/runs.db": "a web server that runs until stopped, on a 1.5B run's store",
     "oar eval --model runs/oar-1.5b": "needs the trained 1.5B checkpoint of the commands above",

@@ -89,7 +89,7 @@ class WordConfig:
         return {f.name: f.metadata["help"] for f in fields(cls)}
 
 
-# Measured on SmolLM2-135M-Instruct (docs/experiments/wordworld-calibration.json): at temperature 1
+# Measured on SmolLM2-135M-Instruct (docs/experiments/wordworld/calibration.json): at temperature 1
 # it is right on 5% of `tiny` and `one-step` and on none of the others; greedy on 28% of `tiny`.
 PRESETS: dict[str, WordConfig] = {
     # One addition with one-digit givens, with and without a distractor sentence: the easiest

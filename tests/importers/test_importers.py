@@ -174,7 +174,7 @@ def test_jsonl_rollouts_groups_chat_prompts_and_logged_advantages(tmp_path):
     with TestClient(create_app(db), base_url="http://127.0.0.1") as client:
         html = client.get(f"/traces/{records[0].id}").text
         assert client.get(f"/api/traces/{records[0].id}").json()["conversation"] == chat
-    assert '<span class="role">system</span><pre class="prompt">be brief</pre>' in html
+    assert '<span class="role">system</span><pre class="prompt" dir="auto">be brief</pre>' in html
     assert "what’s 1+1?" in html and "\\u2019" not in html and "&#34;role&#34;" not in html
     adv = 0.5 / (0.5 ** 0.5 + 1e-4)  # rewards {1, 0}: mean 1/2, std sqrt(1/2)
     assert [r.row.advantage for r in records] == pytest.approx([adv, -adv, -adv, 9.0])
