@@ -5,6 +5,12 @@ Rows of different lengths are left-padded so that every row continues at the sam
 `generate` does it for prompt texts and cuts each response after its EOS. The evaluation, the
 counterfactual oracle, the training callbacks and the toy rollouts all decode through
 `continue_rows`, so they share one padding and one decoding configuration.
+
+`continue_groups` is the fast path for groups of answers per prompt (rollouts, `oar eval
+--data`): each prompt is prefilled once (`model.generate` with `num_return_sequences` would
+prefill it once per returned sequence), its KV cache repeated for the group, and a greedy
+answer decoded in the same loop as the sampled ones (`GreedyRows`), so a group costs one
+prefill and one decode loop. `model.generate` stops as soon as every row has hit EOS.
 """
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ from typing import Sequence
 
 import torch
 from tqdm.auto import tqdm
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from .lm import eval_mode
 
@@ -96,3 +103,60 @@ def generate(
                             num_return_sequences=num_return_sequences, eos_token_id=stop or None)
         out += [cut_at_stop(row, stop) for row in new.tolist()]
     return out
+
+
+class GreedyRows(LogitsProcessor):
+    """Turns the rows `rows` of a sampling step into their argmax (every other logit -inf), so
+    that a greedy answer decodes in the same `generate` call as sampled ones. A positive
+    temperature keeps the argmax, so the order against the temperature warper does not matter."""
+
+    def __init__(self, rows: torch.Tensor):
+        self.rows = rows  # (R,) bool, True where the row decodes greedily
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        """scores: (R, V) -> (R, V), the greedy rows one-hot (0 at the argmax, -inf elsewhere)."""
+        top = torch.full_like(scores, float("-inf")).scatter(1, scores.argmax(-1, keepdim=True), 0.0)
+        return torch.where(self.rows.to(scores.device)[:, None], top, scores)
+
+
+def _prefill(model, ids: torch.Tensor, attn: torch.Tensor):
+    """The KV cache of every column of the (B, L) left-padded rows but the last, at the
+    positions `generate` gives left-padded rows (attention-mask cumsum - 1); None when L == 1."""
+    if ids.shape[1] < 2:
+        return None
+    positions = (attn.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=ids[:, :-1], attention_mask=attn[:, :-1], position_ids=positions[:, :-1],
+                use_cache=True)
+    return out.past_key_values
+
+
+@torch.no_grad()
+def continue_groups(
+    model, rows: Sequence[Sequence[int]], pad_id: int, *, max_new_tokens: int, samples: int = 0,
+    greedy: bool = True, temperature: float = 1.0, eos_token_id: int | list[int] | None = None,
+) -> torch.Tensor:
+    """(B * K, N) new token ids, K = greedy + samples answers per row of ids, row-major (a
+    row's K answers together, its greedy one first), N <= max_new_tokens; after an answer's EOS
+    `generate` fills in `pad_id`. Each row is prefilled once and its cache repeated K times;
+    the greedy answer equals `continue_rows`'s greedy one, the others are sampled at
+    `temperature` (no top-k/top-p). Dropout is off."""
+    k = int(greedy) + samples
+    if k < 1:
+        raise ValueError("continue_groups needs greedy=True or samples >= 1")
+    device = next(model.parameters()).device
+    ids, attn = left_pad(rows, pad_id, device)
+    kwargs = {} if eos_token_id is None else {"eos_token_id": eos_token_id}
+    greedy_rows = (torch.arange(len(rows) * k, device=device) % k == 0) & greedy
+    if samples and greedy:
+        kwargs["logits_processor"] = LogitsProcessorList([GreedyRows(greedy_rows)])
+    with eval_mode(model):
+        cache = _prefill(model, ids, attn)
+        if cache is not None and k > 1:
+            cache.batch_repeat_interleave(k)
+        out = model.generate(
+            input_ids=ids.repeat_interleave(k, 0), attention_mask=attn.repeat_interleave(k, 0),
+            past_key_values=cache, max_new_tokens=max_new_tokens, do_sample=samples > 0,
+            temperature=temperature if samples else None, top_k=None, top_p=None,
+            pad_token_id=int(pad_id), **kwargs,
+        )
+    return out[:, ids.shape[1]:]

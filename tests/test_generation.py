@@ -4,7 +4,7 @@ import torch
 
 from oar_attrib import load_model
 from oar_attrib.analysis.counterfactual import _regenerate
-from oar_attrib.generation import continue_rows, cut_at_stop, generate, left_pad, stop_ids
+from oar_attrib.generation import continue_groups, continue_rows, cut_at_stop, generate, left_pad, stop_ids
 from oar_attrib.training.callbacks import _complete
 from oar_attrib.world import generate_problems
 
@@ -64,6 +64,11 @@ def test_every_caller_decodes_like_plain_greedy(bundled, prompts):
     assert tok(prompts[0]).input_ids == rows[0]
     texts = _complete(model, tok, prompts, N_NEW)
     assert texts == tok.batch_decode(want, skip_special_tokens=True)
+    # The rollouts' groups: each prompt prefilled once, its greedy answer decoded beside 2 samples.
+    torch.manual_seed(0)
+    groups = continue_groups(model, rows, tok.pad_token_id, max_new_tokens=N_NEW, samples=2,
+                             eos_token_id=[eos]).tolist()
+    assert [cut_at_stop(groups[3 * b], [eos]) for b in range(len(rows))] == want
 
 
 def test_sampling_is_seeded_and_grouped_by_row(bundled, prompts):

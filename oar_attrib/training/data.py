@@ -13,19 +13,14 @@ from pathlib import Path
 
 from datasets import Dataset
 
+from oar_attrib import rollouts
+from oar_attrib.errors import InputError
 from oar_attrib.jsonl import NotJSON, iter_jsonl
+from oar_attrib.rollouts import PROMPT_TEMPLATES, QUESTION_KEYS  # noqa: F401 - this module's names too
 from oar_attrib.world import Problem, Step, generate_problems
 
 from .errors import DataError
 
-# The instruction asks for the answer in the format the reward and the span finder read.
-PROMPT_TEMPLATES = {
-    "boxed": "{question}\nPlease reason step by step, and put your final answer within \\boxed{{}}.",
-    "gsm8k": "{question}\nPlease reason step by step, and end with a final line '#### <answer>'.",
-    "answer_is": "{question}\nPlease reason step by step, and end with a final line 'The answer is <answer>.'",
-    "plain": "{question}",
-}
-QUESTION_KEYS = ("question", "problem")
 
 
 # ------------------------------------------------------------------ the arithmetic world
@@ -120,15 +115,12 @@ def _trl_prompt(prompt, where: str):
 
 
 def format_prompt(question: str, tokenizer=None, template: str = "boxed", system: str | None = None):
-    """The prompt of one question: the template's text, as a chat (list of messages) when the
-    tokenizer has a chat template, else as a plain string."""
-    if template not in PROMPT_TEMPLATES:
-        raise DataError(f"unknown prompt template {template!r}; known: {', '.join(PROMPT_TEMPLATES)}")
-    text = PROMPT_TEMPLATES[template].format(question=question)
-    if tokenizer is None or getattr(tokenizer, "chat_template", None) is None:
-        return text if system is None else f"{system}\n\n{text}"
-    messages = [{"role": "system", "content": system}] if system else []
-    return messages + [{"role": "user", "content": text}]
+    """`rollouts.format_prompt` (the question with the template's instruction, as a chat when
+    the tokenizer has a template), its errors as DataError."""
+    try:
+        return rollouts.format_prompt(question, tokenizer, template, system)
+    except InputError as err:
+        raise DataError(str(err)) from None
 
 
 def math_dataset(path: str | Path, tokenizer=None, template: str = "boxed", system: str | None = None,

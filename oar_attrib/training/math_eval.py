@@ -2,16 +2,19 @@
 layout): greedy and sampled answers, checked by math-verify against the gold `answer`.
 
 The prompts are the training prompts (`data.math_dataset`: the question with the `boxed`
-instruction, as a chat when the tokenizer has a template); the check is the training reward
-(`rewards.math_verify_reward`), so an evaluation and a training run agree on what is right.
+instruction, as a chat when the tokenizer has a template); answers are decoded and graded by
+the rollouts (`oar_attrib.rollouts.sample_groups`: batches sorted by prompt length, each
+prompt prefilled once, the greedy answer decoded in the same loop as the sampled ones) and
+graded as the training reward `math_verify_reward` grades (`grading.grade`: the answer span,
+in any format, 0 when cut off at max_new_tokens), so an evaluation and a training run agree on what is right.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from .callbacks import reward_evaluator
+from oar_attrib.rollouts import Question, sample_groups
+
 from .data import math_dataset
-from .rewards import math_verify_reward
 
 
 def evaluate_math(model, tokenizer, path: str | Path, *, n: int | None = None, samples: int = 0,
@@ -20,11 +23,24 @@ def evaluate_math(model, tokenizer, path: str | Path, *, n: int | None = None, s
                   progress: bool = False) -> dict:
     """{data, n, accuracy (greedy), and with samples > 0: samples, temperature,
     accuracy_sampled (the mean over `samples` answers per record)} on the first `n` records."""
-    dataset = math_dataset(path, tokenizer, template, system, n)
-    evaluate = reward_evaluator(tokenizer, dataset, math_verify_reward, max_new_tokens, batch_size,
-                                samples=samples, temperature=temperature, seed=seed, progress=progress)
-    result = {"data": str(path), "n": len(dataset), **evaluate(model)}
-    if samples:
-        result |= {"samples": samples, "temperature": temperature}
-    return result
+    from tqdm.auto import tqdm
 
+    dataset = math_dataset(path, tokenizer, template, system, n)
+    questions = [Question(i, p, a, f"{Path(path).name}:{r}")
+                 for i, (p, a, r) in enumerate(zip(dataset["prompt"], dataset["answer"], dataset["id"]))]
+    greedy, sampled = [], []
+    with tqdm(total=len(questions), desc="evaluate", unit="record", disable=not progress) as bar:
+        for groups in sample_groups(model, tokenizer, questions, samples=1 + samples, greedy=True,
+                                    temperature=temperature, max_new_tokens=max_new_tokens,
+                                    answer_format="auto",
+                                    batch_size=batch_size, seed=seed):
+            for group in groups:
+                greedy.append(group[0]["reward"])
+                sampled += [r["reward"] for r in group[1:]]
+            bar.update(len(groups))
+            bar.set_postfix(accuracy=f"{sum(greedy) / len(greedy):.3f}")
+    result = {"data": str(path), "n": len(dataset), "accuracy": sum(greedy) / max(len(greedy), 1)}
+    if samples:
+        result |= {"accuracy_sampled": sum(sampled) / max(len(sampled), 1), "samples": samples,
+                   "temperature": temperature}
+    return result

@@ -21,7 +21,7 @@ class DemoConfigError(OARError, ValueError):
     """A demo setting that cannot build a store."""
 
 
-DEMO_VERSION = 4  # bump when the demo's content changes, so cached stores are rebuilt
+DEMO_VERSION = 5  # bump when the demo's content changes, so cached stores are rebuilt
 # Integrated Gradients (32 path steps, each a forward and a backward) costs more than every
 # other method together, so `oar demo` serves the app first and adds it in the background.
 DEFERRED_METHODS = ("ig",)
@@ -48,13 +48,21 @@ class DemoConfig:
     seed: int = field(default=0, metadata={"help": "seed of the problems and the sampling"})
     dtype: str = field(default="float32", metadata={
         "help": f"dtype the model loads in ({', '.join(DTYPES)}); probe arithmetic stays float32"})
+    real: bool = field(default=True, metadata={
+        "help": "also a run of SmolLM2-135M-Instruct's own answers to GSM8K and MATH-500 questions "
+                "(smollm2-135m from the catalogue; skipped, said in one line, when it cannot be fetched)"})
+    real_questions: int = field(default=8, metadata={
+        "help": "questions of the real-model run (of the 8 packaged: 4 GSM8K, 4 MATH-500)"})
+    real_samples: int = field(default=2, metadata={"help": "answers per question of the real-model run"})
+    real_max_new_tokens: int = field(default=200, metadata={"help": "tokens per answer of the real-model run"})
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise DemoConfigError(f"dtype={self.dtype!r} is not one of {', '.join(DTYPES)}")
-        if min(self.n_problems, self.samples, self.candidates) < 1:
-            raise DemoConfigError(f"n_problems={self.n_problems}, samples={self.samples} and "
-                           f"candidates={self.candidates} must be >= 1")
+        if min(self.n_problems, self.samples, self.candidates, self.real_questions, self.real_samples,
+               self.real_max_new_tokens) < 1:
+            raise DemoConfigError(f"n_problems={self.n_problems}, samples={self.samples}, "
+                           f"candidates={self.candidates} and the real_* counts must be >= 1")
         if self.temperature <= 0:
             raise DemoConfigError(f"temperature={self.temperature} must be > 0 (the demo samples)")
 
@@ -98,14 +106,13 @@ def demo_path(config: DemoConfig) -> Path:
 
 
 def _grpo_advantages(rewards: list[float], group: int) -> list[float]:
-    """(r - mean) / (std + 1e-6) within each consecutive group of `group` rewards."""
-    out = []
-    for start in range(0, len(rewards), group):
-        g = rewards[start:start + group]
-        mean = sum(g) / len(g)
-        std = (sum((r - mean) ** 2 for r in g) / len(g)) ** 0.5
-        out += [(r - mean) / (std + 1e-6) for r in g]
-    return out
+    """The GRPO advantages of consecutive groups of `group` rewards (`rollouts.group_advantages`:
+    TRL's default rule, the one the real-model run and `oar generate` use)."""
+    import torch
+
+    from ..rollouts import group_advantages
+
+    return group_advantages(torch.tensor(rewards, dtype=torch.float32).view(-1, group)).flatten().tolist()
 
 
 def write_problem_run(store, model, tokenizer, owners, texts, *, name: str = "demo",

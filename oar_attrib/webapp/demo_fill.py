@@ -22,6 +22,10 @@ from .progress import Progress
 
 WORLD_RUN = "arith-tiny: arithmetic world (with the oracle)"
 WORLD_STAGE = "arithmetic world"
+REAL_MODEL = "smollm2-135m"
+REAL_RUN = "smollm2-135m: GSM8K + MATH-500 (real model)"
+REAL_STAGE = "SmolLM2-135M on GSM8K + MATH-500"
+REAL_METHODS = ("oar_p", "oar_g", "entropy", "random")
 
 
 def _run_named(store, name: str):
@@ -57,15 +61,84 @@ def fill_world(store, config: DemoConfig, status: Progress, *, model=None, stop=
     return True
 
 
+def real_questions(tokenizer, n: int):
+    """The first `n` packaged demo questions (assets/demo_questions.jsonl: 4 GSM8K test and 4
+    MATH-500 questions, the shortest of their first 150; MIT licences), asked for `\\boxed{}`."""
+    from importlib import resources
+
+    from ..rollouts import read_questions
+
+    with resources.as_file(resources.files("oar_attrib") / "assets" / "demo_questions.jsonl") as path:
+        return list(read_questions(path, tokenizer, "boxed", limit=n))
+
+
+def _text(prompt) -> str:
+    return prompt if isinstance(prompt, str) else prompt[-1]["content"]
+
+
+def fill_real(store, config: DemoConfig, status: Progress, *, model=None, stop=None) -> bool:
+    """The real-model run: SmolLM2-135M's own answers to the packaged questions
+    (`rollouts.sample_groups`: graded, GRPO group advantages), attributed one group at a time
+    by REAL_METHODS; a model that cannot be loaded skips the stage with its one-line reason.
+    True when the stage has ended."""
+    from ..attribution import attribute
+    from ..errors import OARError
+    from ..models import load_model
+    from ..rollouts import sample_groups
+
+    run = _run_named(store, REAL_RUN)
+    if run is not None and run.config.get("complete"):
+        status.stage(REAL_STAGE, state="done")
+        return True
+    status.stage(REAL_STAGE, state="running", note=f"loading {REAL_MODEL}")
+    try:
+        model, tokenizer = model if model is not None else load_model(REAL_MODEL, dtype=config.dtype)
+    except OARError as err:  # not cached and offline, or no gguf package: the world run alone
+        status.stage(REAL_STAGE, state="skipped", note=str(err).splitlines()[0])
+        return True
+    status.stage(REAL_STAGE, note="sampling answers")
+    questions = real_questions(tokenizer, config.real_questions)
+    groups = sorted((g for batch in sample_groups(
+        model, tokenizer, questions, samples=config.real_samples, temperature=config.temperature,
+        max_new_tokens=config.real_max_new_tokens, answer_format="boxed", seed=config.seed)
+        for g in batch), key=lambda g: g[0]["group"])
+    if run is None:
+        run = store.run(store.add_run(REAL_RUN, model=REAL_MODEL, config={
+            **asdict(config), "model": REAL_MODEL, "methods": list(REAL_METHODS), "answer_format": "boxed",
+            "total_traces": sum(len(g) for g in groups)}))
+    done = len(store.trace_ids(run.id)) // config.real_samples
+    status.stage(REAL_STAGE, done=done * config.real_samples, total=sum(len(g) for g in groups), note="")
+    for group in groups[done:]:
+        if stop is not None and stop.is_set():
+            return False
+        traces = attribute(model, tokenizer, [r["prompt"] for r in group], [r["response"] for r in group],
+                           list(REAL_METHODS), probe=config.probe, answer_format="boxed",
+                           advantages=[r["advantage"] for r in group], seed=config.seed)
+        store.add_traces(run.id, traces, rewards=[r["reward"] for r in group],
+                         correct=[r["correct"] for r in group], groups=[r["group"] for r in group],
+                         extras=[{"question": _text(r["prompt"]), "true_answer": r["gold"],
+                                  "graded": r["why"]} for r in group])
+        done += 1
+        status.stage(REAL_STAGE, done=done * config.real_samples)
+    store.update_run_config(run.id, complete=True)
+    status.stage(REAL_STAGE, state="done", note="")
+    return True
+
+
 def fill_demo_store(path: str | Path, config: DemoConfig = DemoConfig(), *, model=None,
-                    stop=None, progress: bool = False) -> bool:
-    """Fill (or go on filling) the demo store at `path`; True when every stage has ended."""
+                    stop=None, progress: bool = False, real_model=None) -> bool:
+    """Fill (or go on filling) the demo store at `path`: the world run, then (`config.real`)
+    the real-model run; True when every stage has ended."""
     from ..store import Store
 
     status = Progress.of_store(path).read()
     status.stage(WORLD_STAGE)
+    if config.real:
+        status.stage(REAL_STAGE)
     with Store(path) as store:
-        return fill_world(store, config, status, model=model, stop=stop, progress=progress)
+        if not fill_world(store, config, status, model=model, stop=stop, progress=progress):
+            return False
+        return not config.real or fill_real(store, config, status, model=real_model, stop=stop)
 
 
 def ensure_demo_store(config: DemoConfig | None = None, *, rebuild: bool = False,
@@ -112,7 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as err:  # noqa: BLE001 - one line; the server keeps serving what is stored
-        Progress.of_store(path).read().stage(WORLD_STAGE, state="failed", note=str(err).splitlines()[0])
+        status = Progress.of_store(path).read()
+        running = next((s.name for s in status.stages if s.state == "running"), WORLD_STAGE)
+        status.stage(running, state="failed", note=str(err).splitlines()[0])
         print(f"oar demo: filling the store failed ({err}); the app serves what is stored; "
               "`oar demo --rebuild` starts over", file=sys.stderr)
         return 1

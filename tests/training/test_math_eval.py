@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from oar_attrib import cli
-from oar_attrib.training import callbacks
+from oar_attrib import rollouts
 from oar_attrib.training.rewards import math_verify_reward
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "gsm8k_test_sample.jsonl"
@@ -17,19 +17,20 @@ RECORDS = [json.loads(line) for line in SAMPLE.read_text().splitlines()]
 
 
 def scripted(wrong: bool):
-    """A `_complete` that answers each prompt with its record's gold solution (or the same
-    solution with the final answer off by one)."""
-    def complete(model, tokenizer, prompts, max_new_tokens, samples=0, temperature=1.0):
-        texts = []
-        for prompt in prompts:
+    """A `rollouts.decode_answers` that answers each question with its record's gold solution
+    (or the same solution with the final answer off by one), `samples` times."""
+    def decode(model, tokenizer, chunk, *, samples, **kwargs):
+        answers = []
+        for _, question in chunk:
+            prompt = question.prompt
             text = prompt if isinstance(prompt, str) else prompt[-1]["content"]
             (record,) = [r for r in RECORDS if r["question"] in text]
             solution = record["solution"]
             if wrong:
                 solution = solution.rsplit("####", 1)[0] + f"#### {int(record['answer']) + 1}"
-            texts += [solution] * max(samples, 1)
-        return texts
-    return complete
+            answers.append([(solution, 50, False)] * samples)
+        return answers
+    return decode
 
 
 def test_gold_solutions_score_one_through_the_checker():
@@ -42,7 +43,7 @@ def test_gold_solutions_score_one_through_the_checker():
 
 @pytest.mark.parametrize("wrong", [False, True])
 def test_oar_eval_data_scores_gold_solutions_one(monkeypatch, capsys, wrong):
-    monkeypatch.setattr(callbacks, "_complete", scripted(wrong))
+    monkeypatch.setattr(rollouts, "decode_answers", scripted(wrong))
     argv = ["eval", "--data", str(SAMPLE), "--samples", "3", "--batch-size", "4", "--json"]
     assert cli.main(argv) == 0
     captured = capsys.readouterr()

@@ -427,7 +427,7 @@ def model_dir(tmp_path_factory, world):
 
 def _demo_config(model_dir):
     return DemoConfig(model=str(model_dir), n_problems=2, samples=2,
-                      methods=("entropy", "ig", "oar_p"))
+                      methods=("entropy", "ig", "oar_p"), real=False)  # the real stage: test_demo_real.py
 
 
 def test_demo_store_builds_once_then_comes_from_the_cache(tmp_path, monkeypatch, model_dir):
