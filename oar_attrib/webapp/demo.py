@@ -107,12 +107,17 @@ def demo_path(config: DemoConfig) -> Path:
 
 def _grpo_advantages(rewards: list[float], group: int) -> list[float]:
     """The GRPO advantages of consecutive groups of `group` rewards (`rollouts.group_advantages`:
-    TRL's default rule, the one the real-model run and `oar generate` use)."""
+    TRL's default rule, the one the real-model run and `oar generate` use); a shorter last group
+    is its own group."""
     import torch
 
     from ..rollouts import group_advantages
 
-    return group_advantages(torch.tensor(rewards, dtype=torch.float32).view(-1, group)).flatten().tolist()
+    out: list[float] = []
+    for start in range(0, len(rewards), group):
+        chunk = torch.tensor(rewards[start:start + group], dtype=torch.float32)[None]
+        out += group_advantages(chunk)[0].tolist()
+    return out
 
 
 def write_problem_run(store, model, tokenizer, owners, texts, *, name: str = "demo",
