@@ -215,3 +215,15 @@ def write_verl_dump(folder: Path, steps=(1, 2), n: int = 3) -> list[dict]:
         (folder / f"{step}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         lines += rows
     return lines
+
+
+def greedy_reference(model, ids: list[int], n: int, eos: int) -> list[int]:
+    """One row, no padding, one full forward per token, argmax: the reference decoder."""
+    out: list[int] = []
+    with torch.no_grad():
+        for _ in range(n):
+            nxt = int(model(torch.tensor([ids + out])).logits[0, -1].argmax())
+            out.append(nxt)
+            if nxt == eos:
+                break
+    return out

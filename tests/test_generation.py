@@ -7,6 +7,7 @@ from oar_attrib.analysis.counterfactual import _regenerate
 from oar_attrib.generation import continue_groups, continue_rows, cut_at_stop, generate, left_pad, stop_ids
 from oar_attrib.training.callbacks import _complete
 from oar_attrib.world import generate_problems
+from models import greedy_reference
 
 N_NEW = 40
 
@@ -21,18 +22,6 @@ def prompts():
     # Prompts of different token lengths, so that the batch really is padded.
     problems = generate_problems(6, "medium", seed=3) + generate_problems(2, "default", seed=4)
     return [p.prompt for p in problems]
-
-
-def greedy_reference(model, ids: list[int], n: int, eos: int) -> list[int]:
-    """One row, no padding, one full forward per token, argmax: the reference decoder."""
-    out: list[int] = []
-    with torch.no_grad():
-        for _ in range(n):
-            nxt = int(model(torch.tensor([ids + out])).logits[0, -1].argmax())
-            out.append(nxt)
-            if nxt == eos:
-                break
-    return out
 
 
 def test_left_pad_layout():

@@ -9,24 +9,12 @@ import json
 import pytest
 import torch
 
-from models import tiny_qwen2
+from models import greedy_reference, tiny_qwen2
 from oar_attrib import cli
 from oar_attrib.generation import continue_groups, continue_rows
 from oar_attrib.rollouts import Question, group_advantages, graded_group, read_questions
 from oar_attrib.training import generate_cli
 from oar_attrib.world import generate_problems
-
-
-def greedy_reference(model, ids: list[int], n: int, eos: int) -> list[int]:
-    """One row, no padding, no cache, one full forward per token, argmax."""
-    out: list[int] = []
-    with torch.no_grad():
-        for _ in range(n):
-            nxt = int(model(torch.tensor([ids + out])).logits[0, -1].argmax())
-            out.append(nxt)
-            if nxt == eos:
-                break
-    return out
 
 
 def cut(row: list[int], eos: int) -> list[int]:
