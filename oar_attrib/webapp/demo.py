@@ -54,7 +54,10 @@ class DemoConfig:
     real_questions: int = field(default=8, metadata={
         "help": "questions of the real-model run (of the 8 packaged: 4 GSM8K, 4 MATH-500)"})
     real_samples: int = field(default=2, metadata={"help": "answers per question of the real-model run"})
-    real_max_new_tokens: int = field(default=200, metadata={"help": "tokens per answer of the real-model run"})
+    real_max_new_tokens: int = field(default=320, metadata={"help": "tokens per answer of the real-model run"})
+    real_temperature: float = field(default=0.5, metadata={
+        "help": "sampling temperature of the real-model run's answers after the first, greedy one "
+                "(at 1.0 SmolLM2-135M mostly rambles past the token limit without an answer)"})
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -63,8 +66,9 @@ class DemoConfig:
                self.real_max_new_tokens) < 1:
             raise DemoConfigError(f"n_problems={self.n_problems}, samples={self.samples}, "
                            f"candidates={self.candidates} and the real_* counts must be >= 1")
-        if self.temperature <= 0:
-            raise DemoConfigError(f"temperature={self.temperature} must be > 0 (the demo samples)")
+        if self.temperature <= 0 or self.real_temperature <= 0:
+            raise DemoConfigError(f"temperature={self.temperature} and real_temperature="
+                                  f"{self.real_temperature} must be > 0 (the demo samples)")
 
 
 def _model_folder(name: str) -> Path:
