@@ -20,7 +20,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from .lm import eval_mode
+from .lm import cache_of, eval_mode, with_cache
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -127,7 +127,7 @@ def _prefill(model, ids: torch.Tensor, attn: torch.Tensor):
     positions = (attn.cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=ids[:, :-1], attention_mask=attn[:, :-1], position_ids=positions[:, :-1],
                 use_cache=True)
-    return out.past_key_values
+    return cache_of(out)
 
 
 @torch.no_grad()
@@ -155,7 +155,7 @@ def continue_groups(
             cache.batch_repeat_interleave(k)
         out = model.generate(
             input_ids=ids.repeat_interleave(k, 0), attention_mask=attn.repeat_interleave(k, 0),
-            past_key_values=cache, max_new_tokens=max_new_tokens, do_sample=samples > 0,
+            **with_cache(model, cache), max_new_tokens=max_new_tokens, do_sample=samples > 0,
             temperature=temperature if samples else None, top_k=None, top_p=None,
             pad_token_id=int(pad_id), **kwargs,
         )

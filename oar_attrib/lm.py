@@ -67,10 +67,27 @@ _KEEPS_ROW_INDICES = _keeps_row_indices()
 
 def accepts_logits_to_keep(model: torch.nn.Module) -> bool:
     """Whether `model.forward` can project only selected positions to the vocabulary."""
+    return _forward_takes(model, "logits_to_keep")
+
+
+def _forward_takes(model: torch.nn.Module, name: str) -> bool:
     try:
-        return "logits_to_keep" in inspect.signature(model.forward).parameters
+        return name in inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
         return False
+
+
+def with_cache(model: torch.nn.Module, cache) -> dict:
+    """The keyword argument that hands `model` (its forward and `generate`) a KV cache: `cache`
+    since transformers 5.24, `past_key_values` before it and in models written against it."""
+    return {"cache" if _forward_takes(model, "cache") else "past_key_values": cache}
+
+
+def cache_of(output):
+    """The KV cache a forward returned (`output.cache` since transformers 5.24, whose
+    `output.past_key_values` is a deprecated alias; `past_key_values` before)."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else output.past_key_values
 
 
 def logits_at(model: torch.nn.Module, positions: torch.Tensor, **inputs) -> torch.Tensor:
@@ -78,7 +95,7 @@ def logits_at(model: torch.nn.Module, positions: torch.Tensor, **inputs) -> torc
 
     positions: (B, K) long, indices into the sequence dimension of the forward's inputs.
     inputs:    keyword arguments of the model's forward (input_ids or inputs_embeds,
-               attention_mask, position_ids, past_key_values, use_cache, ...).
+               attention_mask, position_ids, `with_cache(model, cache)`, use_cache, ...).
     Returns (B, K, V) in the model's dtype. Uses `logits_to_keep` so that only these positions
     are projected to the vocabulary (the projection is ~25% of a small model's forward); the
     model's own head runs, so soft-capping or scaling of logits is kept.

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
+import warnings
 
 from ..configs import DefaultsHelpFormatter
 from ..errors import OARError
@@ -41,6 +42,7 @@ def run_command(args: argparse.Namespace, name: str) -> int:
     """Run a parsed command (`args.func`), the same for every entry point: an OARError becomes
     one line `oar NAME: error: ...` on stderr and exit status 2; Ctrl-C one line
     `oar NAME: interrupted...` (what was kept, when the command says) and exit status 130."""
+    quiet_library_deprecations()
     try:
         return args.func(args)
     except OARError as err:
@@ -52,7 +54,19 @@ def run_command(args: argparse.Namespace, name: str) -> int:
         return INTERRUPTED
 
 
+def quiet_library_deprecations() -> None:
+    """Hide the libraries' FutureWarning and DeprecationWarning about how this project calls
+    them (a user of the command cannot act on them; the tests show them to us), unless the
+    user asked for warnings with -W or PYTHONWARNINGS. The project's own warnings still show."""
+    if sys.warnoptions:
+        return
+    for category in (FutureWarning, DeprecationWarning):
+        warnings.filterwarnings("ignore", category=category)
+        warnings.filterwarnings("default", category=category, module="oar_attrib")
+
+
 def main(argv: list[str] | None = None) -> int:
+    quiet_library_deprecations()
     try:
         args = build_parser().parse_args(argv)
     except KeyboardInterrupt:  # while the plugins' commands were imported

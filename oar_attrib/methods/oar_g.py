@@ -29,7 +29,8 @@ from ..inputs.batch import ScoringBatch
 from ..budget import backward_tokens, row_groups
 from ..errors import InputError
 from ..lm import (accepts_logits_to_keep, check_positions, check_token_budget, draw_normal,
-                 eval_mode, input_embeddings, keep_scoreable, logits_at, model_device, scoreable)
+                 eval_mode, input_embeddings, keep_scoreable, logits_at, model_device, scoreable,
+                 with_cache)
 from .registry import register_method
 from .probes import ProbeSites, check_probe, probe_divergence, probe_sites, probe_values
 
@@ -154,7 +155,7 @@ class _Prefix:
         mask = torch.arange(width, device=embeds.device)[None, :] < starts[index][:, None]  # (U, P)
         cache = DynamicCache()  # without the config: every layer keeps all its keys
         inputs = dict(inputs_embeds=embeds[index, :width], attention_mask=mask.long(),
-                      past_key_values=cache, use_cache=True)
+                      **with_cache(model, cache), use_cache=True)
         if accepts_logits_to_keep(model):
             inputs["logits_to_keep"] = 1  # the prefix's logits are never read
         with torch.no_grad():
@@ -190,7 +191,7 @@ class _Prefix:
         relative = (positions - self.starts[:, None]).clamp(0, span - 1)
         cache = DynamicCache(ddp_cache_data=self.kv)  # a fresh cache: a forward appends to it
         return dict(inputs_embeds=embeds[rows, col], attention_mask=attention_mask,
-                    position_ids=col, past_key_values=cache, use_cache=True), relative
+                    position_ids=col, **with_cache(model, cache), use_cache=True), relative
 
 
 def noise_sigma(noise_std: float | None, embeds: torch.Tensor,

@@ -36,7 +36,7 @@ from transformers import DynamicCache
 from ..inputs.batch import ScoringBatch
 from ..budget import auto_batch_tokens, row_groups
 from ..errors import InputError
-from ..lm import check_positions, eval_mode, logits_at, model_device
+from ..lm import check_positions, eval_mode, logits_at, model_device, with_cache
 from .registry import register_method
 from .oar_p_packed import mask_kind, pack_copies, packed_key_limit, plan_copies, score_packed
 from .probes import ProbeSites, check_probe, probe_importance, probe_sites, probe_values
@@ -274,7 +274,7 @@ def clean_pass(model, batch: ScoringBatch, sites: ProbeSites, group: list[int],
     # sliding-window settings, so that any prefix can be reused.
     cache = DynamicCache()
     logits = logits_at(model, group_sites.positions, input_ids=input_ids,
-                       attention_mask=attention_mask, past_key_values=cache, use_cache=True)
+                       attention_mask=attention_mask, **with_cache(model, cache), use_cache=True)
     kv = []
     for layer in cache.layers:
         keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
@@ -355,7 +355,7 @@ def _score_forward(model, clean: Clean, chunks: list[_Chunk], probe: str,
     prefix = int(start.max())
     inputs, slots = window_inputs(clean, row, start, end, pos, prefix, pad_token_id)
     copy_sites = clean.sites.select(row).shifted(start)  # (R, K), indices into the window
-    logits = logits_at(model, copy_sites.positions, past_key_values=slots, use_cache=True,
+    logits = logits_at(model, copy_sites.positions, **with_cache(model, slots), use_cache=True,
                        **inputs)  # (R, K, V)
     value = probe_values(logits, copy_sites, probe)
     return row, pos, probe_importance(clean.value[row], value, probe)

@@ -27,7 +27,7 @@ import torch
 from transformers import DynamicCache
 
 from ..budget import text_config
-from ..lm import logits_at
+from ..lm import logits_at, with_cache
 from .probes import probe_importance, probe_values
 
 _PACKABLE_ATTENTION = {"sdpa": "bool", "eager": "additive"}
@@ -154,7 +154,7 @@ def score_packed(model, clean, copies: list[Copy], probe: str, pad_token_id: int
 
     copy_sites = clean.sites.select(row).shifted(start - offset)  # (R, K) packed indices
     logits = logits_at(model, copy_sites.positions.reshape(1, -1), input_ids=input_ids[None],
-                       attention_mask=mask, position_ids=col[None], past_key_values=cache,
+                       attention_mask=mask, position_ids=col[None], **with_cache(model, cache),
                        use_cache=True)  # (1, R * K, V)
     value = probe_values(logits.reshape(len(copies), -1, logits.shape[-1]), copy_sites, probe)
     return row, pos, probe_importance(clean.value[row], value, probe)

@@ -19,7 +19,7 @@ import torch
 from . import oar_p as engine
 from ..inputs.batch import ScoringBatch
 from ..errors import InputError
-from ..lm import check_positions, eval_mode, logits_at, model_device
+from ..lm import check_positions, eval_mode, logits_at, model_device, with_cache
 from .registry import register_method
 from .probes import check_probe, probe_importance, probe_sites, probe_values
 
@@ -111,7 +111,7 @@ def _score_steps(model, clean, chunks, probe: str, pad_token_id: int,
     in_step &= col < end[:, None]
     inputs["input_ids"] = torch.where(in_step, pad_token_id, inputs["input_ids"])
     copy_sites = clean.sites.select(row).shifted(start)
-    logits = logits_at(model, copy_sites.positions, past_key_values=slots, use_cache=True, **inputs)
+    logits = logits_at(model, copy_sites.positions, **with_cache(model, slots), use_cache=True, **inputs)
     value = probe_values(logits, copy_sites, probe)
     importance = probe_importance(clean.value[row], value, probe)
     return row, step, importance

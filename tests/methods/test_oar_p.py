@@ -147,8 +147,10 @@ def _forward_tokens(model):
     tokens = []
 
     def count(module, args, kwargs):
-        ids, cache = kwargs["input_ids"], kwargs.get("past_key_values")
-        tokens.append(ids.shape[0] * (ids.shape[1] + (cache.get_seq_length() if cache else 0)))
+        ids = kwargs["input_ids"]
+        cache = kwargs["cache"] if "cache" in kwargs else kwargs.get("past_key_values")
+        cached = cache.get_seq_length() if cache is not None else 0
+        tokens.append(ids.shape[0] * (ids.shape[1] + cached))
 
     handle = model.register_forward_pre_hook(count, with_kwargs=True)
     try:

@@ -14,7 +14,7 @@ from transformers import DynamicCache
 from ...inputs.batch import ScoringBatch
 from ...budget import logit_tokens, row_groups
 from ...lm import (check_positions, check_token_budget, eval_mode, keep_scoreable, logits_at,
-                  model_device, scoreable)
+                  model_device, scoreable, with_cache)
 from ..registry import register_method
 from ..probes import check_probe, padded_positions
 
@@ -72,7 +72,7 @@ def _entropies(model, batch: ScoringBatch, target: torch.Tensor, columns: int) -
         position_ids = torch.arange(start, end, device=target.device).expand(n_rows, -1)
         logits = logits_at(model, positions, input_ids=batch.input_ids[:, start:end],
                            attention_mask=batch.attention_mask[:, :end], position_ids=position_ids,
-                           past_key_values=cache, use_cache=True)  # (G, S, V)
+                           **with_cache(model, cache), use_cache=True)  # (G, S, V)
         values = token_entropy(logits)  # (G, S)
         # Indexing by `valid`, not scatter: padding entries repeat a real position.
         hit = rows.expand_as(positions)[valid], positions[valid] + start + 1
