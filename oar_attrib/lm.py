@@ -90,6 +90,19 @@ def cache_of(output):
     return cache if cache is not None else output.past_key_values
 
 
+def plain_kv(cache, width: int) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    """Per layer the (B, H, width, D) keys and values a forward over `width` columns left in
+    `cache`; None when a layer is not a plain key/value cache of every column (a sliding
+    window that dropped keys, a recurrent state), which a prefix cannot be reused from."""
+    kv = []
+    for layer in getattr(cache, "layers", None) or [None]:
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if not isinstance(keys, torch.Tensor) or keys.dim() != 4 or keys.shape[-2] != width:
+            return None
+        kv.append((keys, values))
+    return kv
+
+
 def logits_at(model: torch.nn.Module, positions: torch.Tensor, **inputs) -> torch.Tensor:
     """Logits at chosen positions of each row, from one forward of `model(**inputs)`.
 

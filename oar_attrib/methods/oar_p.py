@@ -36,7 +36,7 @@ from transformers import DynamicCache
 from ..inputs.batch import ScoringBatch
 from ..budget import auto_batch_tokens, row_groups
 from ..errors import InputError
-from ..lm import check_positions, eval_mode, logits_at, model_device, with_cache
+from ..lm import check_positions, eval_mode, logits_at, model_device, plain_kv, with_cache
 from .registry import register_method
 from .oar_p_packed import mask_kind, pack_copies, packed_key_limit, plan_copies, score_packed
 from .probes import ProbeSites, check_probe, probe_importance, probe_sites, probe_values
@@ -275,15 +275,13 @@ def clean_pass(model, batch: ScoringBatch, sites: ProbeSites, group: list[int],
     cache = DynamicCache()
     logits = logits_at(model, group_sites.positions, input_ids=input_ids,
                        attention_mask=attention_mask, **with_cache(model, cache), use_cache=True)
-    kv = []
-    for layer in cache.layers:
-        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-        if not isinstance(keys, torch.Tensor) or keys.dim() != 4 or keys.shape[-2] != width:
-            raise InputError(
-                f"the fast OAR-P engine needs a plain key/value cache, but this model's cache "
-                f"layer is {type(layer).__name__}; use oar_p_reference for this model"
-            )
-        kv.append((keys, values))
+    kv = plain_kv(cache, width)
+    if kv is None:
+        kinds = sorted({type(layer).__name__ for layer in getattr(cache, "layers", [])})
+        raise InputError(
+            f"the fast OAR-P engine needs a plain key/value cache, but this model's cache "
+            f"layers are {', '.join(kinds) or 'missing'}; use oar_p_reference for this model"
+        )
     return Clean(input_ids, attention_mask, kv, group_sites,
                   probe_values(logits, group_sites, probe))
 

@@ -4,6 +4,7 @@ import torch
 
 from oar_attrib.inputs.batch import ScoringBatch
 from oar_attrib.methods import get_method
+from oar_attrib.methods.baselines import ig as ig_module
 from oar_attrib.methods.probes import probe_sites, probe_values
 from models import PAD_ID, make_batch, tiny_llama, tiny_qwen2
 
@@ -86,6 +87,41 @@ def test_ig_is_complete_for_a_single_scored_position():
     out = get_method("ig")(model, batch, n_steps=64)
     assert abs(phi[0] - phi[1]) > 1e-2
     assert out[0, 7].item() == pytest.approx(abs(phi[0] - phi[1]), rel=1e-3)
+
+
+@pytest.mark.parametrize("build", [
+    lambda: tiny_qwen2(seed=6),
+    lambda: tiny_llama(seed=6),
+    # keys beyond the window are masked by position, so the prefix's cache still serves
+    lambda: tiny_qwen2(seed=3, tie=False, use_sliding_window=True, sliding_window=5,
+                       max_window_layers=1),
+], ids=["qwen2", "llama", "sliding"])
+def test_ig_on_the_prompt_cache_equals_ig_on_whole_rows(build):
+    """The path runs only the columns after the shared prefix (here the 4-token prompt and
+    what precedes the first scored token) on its cache; the result is IG on whole rows."""
+    model, batch = build(), make_batch(lengths=(18, 12, 15), prompt_len=(6, 4, 5))
+    sites = probe_sites(batch)
+    assert ig_module.shared_prefix(batch, sites) == 4
+    assert ig_module._prefix_kv(model, batch, 4) is not None  # the cache is reused here
+    fast = ig_module._attributions(model, batch, 16, 2 * 3)
+    slow = ig_module._attributions(model, batch, 16, 2 * 3, reuse_prefix=False)
+    assert (fast[:, :4] == 0).all() and (fast > 0).any()
+    torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-4)
+
+
+def test_ig_shared_prefix_stops_at_the_first_probe_site():
+    """A row whose answer starts right after the prompt (no reasoning scored before it) bounds
+    the prefix by its first probe position, so that the probe still reads a new column."""
+    batch = make_batch(lengths=(18, 12), prompt_len=(6, 4))
+    scored = batch.scored_mask.clone()
+    scored[:, :8] = False
+    moved = ScoringBatch(batch.input_ids, batch.attention_mask, scored, batch.answer_mask, PAD_ID)
+    sites = probe_sites(moved)
+    expected = min(8, int(sites.positions[sites.valid].min()))
+    assert ig_module.shared_prefix(moved, sites) == expected
+    nothing = ScoringBatch(batch.input_ids, batch.attention_mask,
+                           torch.zeros_like(scored), batch.answer_mask, PAD_ID)
+    assert ig_module.shared_prefix(nothing, sites) == 0
 
 
 def test_grail_matches_hand_computation(model, batch):
