@@ -32,7 +32,7 @@ from ..probes import ProbeSites, check_probe, probe_sites, probe_values
 def ig(model, batch: ScoringBatch, *, probe: str = "as_mean",
        generator: torch.Generator | None = None, n_steps: int = 32,
        internal_batch_size: int | None = None,
-       max_batch_tokens: int | None = None) -> torch.Tensor:
+       max_batch_tokens: int | None = None, reuse_prefix: bool = True) -> torch.Tensor:
     """Integrated-gradients importances of every row.
 
     batch:               B rows of width L.
@@ -44,6 +44,8 @@ def ig(model, batch: ScoringBatch, *, probe: str = "as_mean",
                          `max_batch_tokens` tokens (path points x padded width).
     max_batch_tokens:    tokens of one forward with backward; None: sized from the device's
                          memory bound (`budget.backward_tokens`). Changes memory, not results.
+    reuse_prefix:        run the path on the cache of the columns before the first scored
+                         position (True) or on whole rows. Changes speed, not results.
     Returns (B, L) float32 on the batch's device: >= 0 on scored positions of rows with an
     answer span, exactly 0 elsewhere. Parameters' `.grad` are left untouched.
     """
@@ -58,8 +60,8 @@ def ig(model, batch: ScoringBatch, *, probe: str = "as_mean",
                          f"{internal_batch_size!r}")
     work = batch.to(model_device(model))
     if internal_batch_size is not None:
-        return keep_scoreable(_attributions(model, work, n_steps, internal_batch_size),
-                              work).to(batch.input_ids.device)
+        return keep_scoreable(_attributions(model, work, n_steps, internal_batch_size,
+                                            reuse_prefix), work).to(batch.input_ids.device)
     if max_batch_tokens is None:
         width = int(probe_sites(work).valid.sum(dim=1).max()) if work.input_ids.numel() else 1
         max_batch_tokens = backward_tokens(model, model_device(model), work.input_ids.shape[1], width)
@@ -69,7 +71,8 @@ def ig(model, batch: ScoringBatch, *, probe: str = "as_mean",
         sub = work.select(rows)
         # captum runs internal_batch_size // rows path steps per forward, at least one.
         steps = max(1, max_batch_tokens // (len(rows) * sub.input_ids.shape[1]))
-        out[rows, :sub.input_ids.shape[1]] = _attributions(model, sub, n_steps, steps * len(rows))
+        out[rows, :sub.input_ids.shape[1]] = _attributions(model, sub, n_steps, steps * len(rows),
+                                                           reuse_prefix)
     return keep_scoreable(out, work).to(batch.input_ids.device)
 
 
