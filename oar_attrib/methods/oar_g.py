@@ -29,8 +29,8 @@ from ..inputs.batch import ScoringBatch
 from ..budget import backward_tokens, row_groups
 from ..errors import InputError
 from ..lm import (accepts_logits_to_keep, check_positions, check_token_budget, draw_normal,
-                 eval_mode, input_embeddings, keep_scoreable, logits_at, model_device, scoreable,
-                 with_cache)
+                 eval_mode, input_embeddings, keep_scoreable, logits_at, model_device, plain_kv,
+                 scoreable, with_cache)
 from .registry import register_method
 from .probes import ProbeSites, check_probe, probe_divergence, probe_sites, probe_values
 
@@ -132,8 +132,9 @@ class _Prefix:
     """
 
     def __init__(self, starts: torch.Tensor, kv: list[tuple[torch.Tensor, torch.Tensor]],
-                 slot_mask: torch.Tensor):
+                 slot_mask: torch.Tensor, cache_keyword: str):
         self.starts, self.kv, self.slot_mask = starts, kv, slot_mask  # (B,), per layer (B,H,P,D), (B,P)
+        self.cache_keyword = cache_keyword  # the model's name for a KV cache (`lm.with_cache`)
 
     @classmethod
     def of(cls, model, embeds: torch.Tensor, batch: ScoringBatch) -> "_Prefix | None":
@@ -164,15 +165,13 @@ class _Prefix:
         slot_mask = src >= 0
         src = src.clamp_min(0)
         which = torch.tensor([slot_of.get(o, 0) for o in owner], device=embeds.device)[:, None]
-        kv = []
-        for layer in getattr(cache, "layers", []):
-            keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-            if not isinstance(keys, torch.Tensor) or keys.dim() != 4 or keys.shape[-2] != width:
-                return None
-            # (U, H, P, D) -> (B, H, P, D): each row's own prefix, right-aligned.
-            kv.append((keys.transpose(1, 2)[which, src].transpose(1, 2),
-                       values.transpose(1, 2)[which, src].transpose(1, 2)))
-        return cls(starts, kv, slot_mask) if kv else None
+        distinct_kv = plain_kv(cache, width)
+        if distinct_kv is None:
+            return None
+        # (U, H, P, D) -> (B, H, P, D): each row's own prefix, right-aligned.
+        kv = [(keys.transpose(1, 2)[which, src].transpose(1, 2),
+               values.transpose(1, 2)[which, src].transpose(1, 2)) for keys, values in distinct_kv]
+        return cls(starts, kv, slot_mask, *with_cache(model, None))
 
     def continuation(self, embeds: torch.Tensor, batch: ScoringBatch, positions: torch.Tensor):
         """Forward kwargs that run columns [s_b, e_b) of every row on top of its prefix, and the
@@ -191,7 +190,7 @@ class _Prefix:
         relative = (positions - self.starts[:, None]).clamp(0, span - 1)
         cache = DynamicCache(ddp_cache_data=self.kv)  # a fresh cache: a forward appends to it
         return dict(inputs_embeds=embeds[rows, col], attention_mask=attention_mask,
-                    position_ids=col, **with_cache(model, cache), use_cache=True), relative
+                    position_ids=col, **{self.cache_keyword: cache}, use_cache=True), relative
 
 
 def noise_sigma(noise_std: float | None, embeds: torch.Tensor,

@@ -36,7 +36,8 @@ from transformers import DynamicCache
 from ..inputs.batch import ScoringBatch
 from ..budget import auto_batch_tokens, row_groups
 from ..errors import InputError
-from ..lm import check_positions, eval_mode, logits_at, model_device, plain_kv, with_cache
+from ..lm import (check_positions, eval_mode, float32_head, logits_at, model_device, plain_kv,
+                  with_cache)
 from .registry import register_method
 from .oar_p_packed import mask_kind, pack_copies, packed_key_limit, plan_copies, score_packed
 from .probes import ProbeSites, check_probe, probe_importance, probe_sites, probe_values
@@ -84,7 +85,7 @@ def masked_reference(model, batch: ScoringBatch, groups: torch.Tensor, probe: st
     sites = probe_sites(work)
     groups = groups.to(work.input_ids.device)
     out = torch.zeros(work.input_ids.shape, dtype=torch.float32, device=work.input_ids.device)
-    with torch.no_grad(), eval_mode(model):
+    with torch.no_grad(), eval_mode(model), float32_head(model):
         for row in range(work.input_ids.shape[0]):
             if not bool(sites.has_answer[row]):
                 continue
