@@ -35,7 +35,7 @@ _PACKABLE_ATTENTION = {"sdpa": "bool", "eager": "additive"}
 
 @dataclass(frozen=True)
 class Copy:
-    """One perturbed copy: pad at t, positions [start, end) recomputed on the row's cache."""
+    """One perturbed copy: masked at t, positions [start, end) recomputed on the row's cache."""
 
     row: int  # index into the row group
     start: int
@@ -112,8 +112,9 @@ def pack_copies(copies: list[Copy], row_width: int, limit: int,
     return forwards
 
 
-def score_packed(model, clean, copies: list[Copy], probe: str, pad_token_id: int, kind: str):
-    """One packed forward of R copies on the clean pass `clean` (oar_p.Clean).
+def score_packed(model, clean, copies: list[Copy], probe: str, kind: str):
+    """One packed forward of R copies on the clean pass `clean` (oar_p.Clean), each with
+    clean.replace (its mask) at its t.
 
     Returns (index, positions, importances), (R,) each: the copy's row within the group, its
     perturbed position t, and I_t."""
@@ -127,7 +128,7 @@ def score_packed(model, clean, copies: list[Copy], probe: str, pad_token_id: int
     offset = torch.cumsum(width, 0) - width  # (R,) first packed index of each copy
     col = start[copy_of] + torch.arange(copy_of.shape[0], device=device) - offset[copy_of]  # (N,)
     input_ids = clean.input_ids[row[copy_of], col].clone()
-    input_ids[offset + pos - start] = pad_token_id
+    input_ids[offset + pos - start] = clean.replace[row, pos]
     real = clean.attention_mask[row[copy_of], col].bool()  # (N,)
 
     n_rows, row_width = len(rows), clean.input_ids.shape[1]
