@@ -60,6 +60,14 @@ def resolve_token_name(mask, tokenizer) -> str | int:
     return check_mask(mask)
 
 
+def resolve_mask_names(method_params: dict, tokenizer) -> dict:
+    """`method_params` ({method: {keyword: value}}) with every `mask` resolved by
+    `resolve_token_name`; the other values as given (a new dict, the input untouched)."""
+    return {method: ({**params, "mask": resolve_token_name(params["mask"], tokenizer)}
+                     if "mask" in params else params)
+            for method, params in method_params.items()}
+
+
 @dataclass(frozen=True)
 class Substitute:
     """What every position of a (B, L) batch takes when it is perturbed.

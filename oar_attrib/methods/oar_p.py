@@ -156,7 +156,7 @@ class Clean:
     replace: torch.Tensor  # (G, W) the id each position takes when perturbed (masks.Substitute)
 
 
-@register_method("oar_p", token_budget=True)
+@register_method("oar_p", token_budget=True, random=True)  # random: mask="resample" draws
 def oar_p(model, batch: ScoringBatch, *, probe: str = "as_mean",
           max_batch_tokens: int | None = None, generator: torch.Generator | None = None,
           progress: bool = False, overhead_tokens: int | None = None,

@@ -103,7 +103,8 @@ def test_mean_is_the_token_whose_row_is_the_mean(models):
     torch.testing.assert_close(mask_vector(model, "mean"), weight[5].detach(), atol=1e-6, rtol=0)
     batch = _batch()
     torch.testing.assert_close(oar_p(model, batch, max_batch_tokens=60, mask="mean"),
-                               oar_p(model, batch, max_batch_tokens=60, mask=5), atol=1e-5, rtol=1e-5)
+                               oar_p(model, batch, max_batch_tokens=60, mask=5),
+                               atol=1e-5, rtol=1e-5)
 
 
 def test_resample_repeats_with_a_seed_and_moves_with_another(models):
