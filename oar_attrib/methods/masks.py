@@ -18,9 +18,13 @@ perturbation. `oar_p`, `oar_p_step` and their references take `mask`:
 
 The fast engines are id-based: `substitute` gives every position the id it takes when it is
 perturbed; an embedding mask puts a sentinel id there (the vocabulary size) which
-`lm.embedding_override` turns into the mask vector inside the model. The references build
-their inputs independently (`perturbed_row`: `inputs_embeds` for an embedding mask, the row
-with the token cut out for "delete"), so fast == reference is a real check.
+`lm.embedding_override` turns into the mask vector inside the model. For "delete" a copy's
+window of new tokens leaves the position out and the later tokens take the positions one
+place earlier (`window_columns`, `window_sites`): the clean cache before the window is still
+exact, since nothing before t moves, and the window starts one position before min(t, q_1),
+where the first probe site lands when t = q_1. The references build their inputs
+independently (`perturbed_row`: `inputs_embeds` for an embedding mask, the row with the token
+cut out for "delete"), so fast == reference is a real check.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ import torch
 from ..errors import InputError
 from ..inputs.batch import ScoringBatch
 from ..lm import embedding_override, eval_mode, logits_at, scoreable
+from .probes import ProbeSites
 
 MASKS: tuple[str, ...] = ("pad", "zero", "mean", "resample", "delete")
 EMBEDDING_MASKS = frozenset({"zero", "mean"})
@@ -176,3 +181,46 @@ def perturbed_row(model, sub: Substitute, row: int, ids: torch.Tensor,
     perturbed = ids.clone()
     perturbed[0, at] = sub.ids[row, at]
     return dict(input_ids=perturbed, attention_mask=attention_mask), index
+
+
+# --------------------------------------------------------------------------------------------
+# Windows of the fast engines: which clean positions a copy recomputes, and where its probe
+# sites land, with or without deleted positions.
+# --------------------------------------------------------------------------------------------
+
+def window_columns(start: torch.Tensor, end: torch.Tensor, drop: torch.Tensor | None,
+                   width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The new tokens of R copies: the clean positions [start, end) of each, less `drop`.
+
+    start, end: (R,) long; drop: (R, W) bool, positions each copy deletes (all >= its start),
+    or None; width: W, the clean rows' width.
+    Returns (src, valid, upto): src (R, Q) long, the clean position of each new token (padding
+    repeats the copy's last one); valid (R, Q) bool, real new tokens; upto (R, W) long, the
+    copy's new tokens at clean positions <= p. New token j of a copy sits at position
+    start + j: a position after a deleted one moves one place left per deletion.
+    """
+    cols = torch.arange(width, device=start.device)[None, :]  # (1, W)
+    keep = (cols >= start[:, None]) & (cols < end[:, None])  # (R, W)
+    if drop is not None:
+        keep &= ~drop
+    upto = keep.long().cumsum(dim=1)  # (R, W)
+    counts = upto[:, -1]  # (R,)
+    j = torch.arange(int(counts.max()), device=start.device)[None, :]  # (1, Q)
+    valid = j < counts[:, None]  # (R, Q)
+    copies, kept = keep.nonzero(as_tuple=True)
+    src = torch.zeros(valid.shape, dtype=torch.long, device=start.device)
+    src[copies, upto[copies, kept] - 1] = kept
+    last = src.gather(1, (counts - 1).clamp_min(0)[:, None])  # (R, 1)
+    return torch.where(valid, src, last), valid, upto
+
+
+def window_sites(sites: ProbeSites, upto: torch.Tensor) -> ProbeSites:
+    """ProbeSites (R, K) of R copies as indices into their new tokens: q_k -> (new tokens at
+    clean positions <= q_k) - 1, the place of the token before a_k once the copy's deletions
+    closed up. `upto`: (R, W) from `window_columns`. Raises InputError if a site fell before
+    the window (every position before the answer was deleted)."""
+    positions = upto.gather(1, sites.positions) - 1  # (R, K)
+    if bool((positions < 0)[sites.valid].any()):
+        raise InputError("mask='delete' would delete every token before the answer; score "
+                         "fewer positions or use another mask")
+    return ProbeSites(positions.clamp_min(0), sites.targets, sites.valid)

@@ -37,7 +37,7 @@ from ..inputs.batch import ScoringBatch
 from ..budget import auto_batch_tokens, row_groups
 from ..errors import InputError
 from ..lm import check_positions, eval_mode, logits_at, model_device, with_cache
-from .masks import check_mask, perturbed_row, substitute
+from .masks import check_mask, perturbed_row, substitute, window_columns, window_sites
 from .registry import register_method
 from .oar_p_packed import mask_kind, pack_copies, packed_key_limit, plan_copies, score_packed
 from .probes import ProbeSites, check_probe, probe_importance, probe_sites, probe_values
@@ -154,6 +154,7 @@ class Clean:
     sites: ProbeSites  # (G, K)
     value: torch.Tensor  # (G, V) log-probs or (G,) phi
     replace: torch.Tensor  # (G, W) the id each position takes when perturbed (masks.Substitute)
+    delete: bool = False  # perturbed positions are deleted instead (mask="delete")
 
 
 @register_method("oar_p", token_budget=True, random=True)  # random: mask="resample" draws
@@ -178,9 +179,9 @@ def oar_p(model, batch: ScoringBatch, *, probe: str = "as_mean",
                       on the device types of AUTO_PACKED_DEVICES where the model takes it,
                       padded otherwise. Changes speed, not results.
     mask:             what a perturbed position holds (`masks`): "pad" (the paper's), a token
-                      id, "zero", "mean", "resample" or "delete". "delete" shifts every later
-                      position, so no clean cache can be reused past it: it runs the reference's
-                      full forwards (one per position up to q_K), exact but slower.
+                      id, "zero", "mean", "resample" or "delete" (the copy's window leaves t
+                      out and starts one position earlier, where the first probe site may
+                      move).
     Returns (B, L) float32 on the batch's device: >= 0 (or NaN if the model produced NaN) on
     scored positions of rows with an answer span, exactly 0 elsewhere.
     """
@@ -190,10 +191,6 @@ def oar_p(model, batch: ScoringBatch, *, probe: str = "as_mean",
     work = batch.to(model_device(model))
     sites = probe_sites(work)
     reachable = reachable_positions(work, sites)  # (B, L)
-    if mask == "delete":
-        positions = torch.arange(work.input_ids.shape[1], device=reachable.device)
-        groups = torch.where(reachable, positions.expand_as(reachable), -1)
-        return masked_reference(model, batch, groups, probe, mask=mask)
     ends = (sites.last + 1).tolist()
     # Longest rows first, so that the rows of one clean pass need little padding.
     rows = sorted(reachable.any(dim=1).nonzero().flatten().tolist(), key=lambda r: -ends[r])
@@ -207,7 +204,7 @@ def oar_p(model, batch: ScoringBatch, *, probe: str = "as_mean",
     with torch.no_grad(), eval_mode(model):
         sub = substitute(model, work, mask, generator)
         for group in row_groups(rows, ends, budget):
-            clean = clean_pass(model, work, sites, group, probe, sub.ids)
+            clean = clean_pass(model, work, sites, group, probe, sub.ids, sub.delete)
             group_rows = torch.tensor(group, device=out.device)
             with sub.override(model):
                 for index, positions, importance in _score_group(
@@ -245,17 +242,18 @@ def _score_group(model, clean: Clean, group: list[int], reachable: torch.Tensor,
                  sites: ProbeSites, budget: int, overhead: int, kind: str | None, probe: str,
                  pad_token_id: int):
     """Yield (index, positions, importances) of every forward over one row group's copies."""
+    lead = int(clean.delete)  # a deletion at q_1 moves the first probe site to q_1 - 1
     if kind is not None:
         width = clean.input_ids.shape[1]
         copies = [copy for index, row in enumerate(group)
                   for copy in plan_copies(index, reachable[row], int(sites.positions[row, 0]),
-                                          int(sites.last[row]) + 1)]
+                                          int(sites.last[row]) + 1, lead)]
         limit = min(budget, packed_key_limit(model, width, overhead))
         for forward in pack_copies(copies, width, limit, max(1, budget // width)):
             yield score_packed(model, clean, forward, probe, kind)
         return
     chunks = [chunk for index, row in enumerate(group)
-              for chunk in plan_row(index, reachable[row], sites, row, budget, overhead)]
+              for chunk in plan_row(index, reachable[row], sites, row, budget, overhead, lead)]
     for forward in pack_chunks(chunks, budget, overhead, cache_slots_may_shift(model)):
         yield _score_forward(model, clean, forward, probe, pad_token_id)
 
@@ -300,10 +298,10 @@ def progress_bar(enabled: bool, total: int):
 
 
 def clean_pass(model, batch: ScoringBatch, sites: ProbeSites, group: list[int],
-               probe: str, replace: torch.Tensor | None = None) -> Clean:
+               probe: str, replace: torch.Tensor | None = None, delete: bool = False) -> Clean:
     """One forward of the group's rows up to their last probe position, keeping the cache.
     replace: (B, L) long, the id each position takes when perturbed (`masks.Substitute.ids`);
-    None: the pad token everywhere."""
+    None: the pad token everywhere. delete: perturbed positions are deleted instead."""
     index = torch.tensor(group, device=batch.input_ids.device)
     group_sites = sites.select(index)
     width = int(group_sites.last.max()) + 1
@@ -326,33 +324,34 @@ def clean_pass(model, batch: ScoringBatch, sites: ProbeSites, group: list[int],
     if replace is None:
         replace = torch.full_like(batch.input_ids, batch.pad_token_id)
     return Clean(input_ids, attention_mask, kv, group_sites,
-                 probe_values(logits, group_sites, probe), replace[index, :width])
+                 probe_values(logits, group_sites, probe), replace[index, :width], delete)
 
 
 def plan_row(index: int, reachable: torch.Tensor, sites: ProbeSites, row: int, budget: int,
-              overhead: float) -> list[_Chunk]:
+             overhead: float, lead: int = 0) -> list[_Chunk]:
     """Split one row's positions to perturb, `reachable` (L,) bool, into chunks of
     consecutive positions.
 
     A chunk of m positions t_i < ... < t_j costs `overhead + m * (end - s)` tokens with
-    s = min(t_i, q_1): every copy recomputes from the smallest t. Dynamic programming over
+    s = max(min(t_i, q_1) - lead, 0) (`lead`: 1 for "delete", whose first probe site may move
+    to the position before t): every copy recomputes from the smallest t. Dynamic programming over
     the sorted positions finds the cheapest split with m * end <= budget per chunk.
     """
     end = int(sites.last[row]) + 1
-    first_probe = int(sites.positions[row, 0])
+    first_probe = int(sites.positions[row, 0]) - lead
     ts = reachable.nonzero().flatten().tolist()
     max_copies = max(1, budget // end)
     best = [0.0] + [float("inf")] * len(ts)
     cut = [0] * (len(ts) + 1)
     for j in range(1, len(ts) + 1):
         for i in range(max(0, j - max_copies), j):
-            cost = best[i] + overhead + (j - i) * (end - min(ts[i], first_probe))
+            cost = best[i] + overhead + (j - i) * (end - max(min(ts[i] - lead, first_probe), 0))
             if cost < best[j]:
                 best[j], cut[j] = cost, i
     chunks, j = [], len(ts)
     while j > 0:
         i = cut[j]
-        chunks.append(_Chunk(index, min(ts[i], first_probe), end, tuple(ts[i:j])))
+        chunks.append(_Chunk(index, max(min(ts[i] - lead, first_probe), 0), end, tuple(ts[i:j])))
         j = i
     return chunks[::-1]
 
@@ -393,9 +392,10 @@ def _score_forward(model, clean: Clean, chunks: list[_Chunk], probe: str,
     device = clean.input_ids.device
     spec = [(c.row, c.start, c.end, t) for c in chunks for t in c.positions]
     row, start, end, pos = torch.tensor(spec, device=device).unbind(dim=1)  # (R,) each
-    prefix = int(start.max())
-    inputs, slots = window_inputs(clean, row, start, end, pos, prefix, pad_token_id)
-    copy_sites = clean.sites.select(row).shifted(start)  # (R, K), indices into the window
+    at = torch.zeros((row.shape[0], clean.input_ids.shape[1]), dtype=torch.bool, device=device)
+    at[torch.arange(row.shape[0], device=device), pos] = True  # (R, W)
+    inputs, slots, copy_sites = window_inputs(clean, row, start, end, at, int(start.max()),
+                                              pad_token_id)
     logits = logits_at(model, copy_sites.positions, **with_cache(model, slots), use_cache=True,
                        **inputs)  # (R, K, V)
     value = probe_values(logits, copy_sites, probe)
@@ -403,27 +403,33 @@ def _score_forward(model, clean: Clean, chunks: list[_Chunk], probe: str,
 
 
 def window_inputs(clean: Clean, row: torch.Tensor, start: torch.Tensor, end: torch.Tensor,
-                   pos: torch.Tensor, prefix: int, pad_token_id: int):
+                  at: torch.Tensor, prefix: int, pad_token_id: int):
     """Model inputs of R perturbed copies: each row is [left pad | clean cache of [0, s) |
-    new tokens [s, end) with clean.replace at t | right pad], P = `prefix` cache slots, Q new
-    tokens; `pad_token_id` fills the (masked) padding.
+    new tokens [s, end) with clean.replace on the positions `at` | right pad], P = `prefix`
+    cache slots, Q new tokens; `pad_token_id` fills the (masked) padding. With clean.delete
+    the positions `at` are left out instead and the later tokens close up
+    (`masks.window_columns`).
 
-    row, start, end, pos: (R,) long. Returns (forward kwargs, DynamicCache of P slots).
+    row, start, end: (R,) long; at: (R, W) bool over the clean positions, all >= start.
+    Returns (forward kwargs, DynamicCache of P slots, the copies' ProbeSites (R, K) as indices
+    into the new tokens).
     """
-    n_rows = row.shape[0]
     device = row.device
-    window = int((end - start).max())
-    col = start[:, None] + torch.arange(window, device=device)  # (R, Q) absolute positions
-    new_valid = col < end[:, None]
-    col = torch.minimum(col, end[:, None] - 1)  # padding repeats the last real position
-    input_ids = torch.where(new_valid, clean.input_ids[row[:, None], col], pad_token_id)
-    input_ids[torch.arange(n_rows, device=device), pos - start] = clean.replace[row, pos]
-    new_mask = new_valid & clean.attention_mask[row[:, None], col].bool()  # (R, Q)
+    width = clean.input_ids.shape[1]
+    src, new_valid, upto = window_columns(start, end, at if clean.delete else None, width)
+    counts = new_valid.sum(dim=1)  # (R,)
+    j = torch.arange(src.shape[1], device=device)[None, :]
+    col = start[:, None] + torch.minimum(j, counts[:, None] - 1)  # (R, Q) positions; padding
+    input_ids = torch.where(new_valid, clean.input_ids[row[:, None], src], pad_token_id)
+    if not clean.delete:
+        masked = new_valid & at.gather(1, src)  # (R, Q)
+        input_ids = torch.where(masked, clean.replace[row[:, None], src], input_ids)
+    new_mask = new_valid & clean.attention_mask[row[:, None], src].bool()  # (R, Q)
 
-    src = torch.arange(prefix, device=device)[None, :] - (prefix - start)[:, None]  # (R, P)
-    cache_valid = src >= 0
-    src = src.clamp_min(0)
-    cache_mask = cache_valid & clean.attention_mask[row[:, None], src].bool()  # (R, P)
+    slot = torch.arange(prefix, device=device)[None, :] - (prefix - start)[:, None]  # (R, P)
+    cache_valid = slot >= 0
+    slot = slot.clamp_min(0)
+    cache_mask = cache_valid & clean.attention_mask[row[:, None], slot].bool()  # (R, P)
     attention_mask = torch.cat([cache_mask, new_mask], dim=1).long()  # (R, P + Q)
 
     cache = DynamicCache()
@@ -431,9 +437,9 @@ def window_inputs(clean: Clean, row: torch.Tensor, start: torch.Tensor, end: tor
         # (G, H, W, D) -> (R, H, P, D); left-padding slots hold finite copies of position 0
         # (masked), never NaN-producing garbage that a zero attention weight would not stop.
         cache = DynamicCache(ddp_cache_data=[
-            (keys.transpose(1, 2)[row[:, None], src].transpose(1, 2),
-             values.transpose(1, 2)[row[:, None], src].transpose(1, 2))
+            (keys.transpose(1, 2)[row[:, None], slot].transpose(1, 2),
+             values.transpose(1, 2)[row[:, None], slot].transpose(1, 2))
             for keys, values in clean.kv
         ])
     inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=col)
-    return inputs, cache
+    return inputs, cache, window_sites(clean.sites.select(row), upto)

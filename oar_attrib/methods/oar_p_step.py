@@ -60,8 +60,7 @@ def oar_p_step(model, batch: ScoringBatch, *, probe: str = "as_mean", max_batch_
     generator: the draws of mask="resample" (one torch.Generator, or B of them); unused by
     the other masks.
     mask: what the step's positions hold (`masks`): "pad" (the paper's), a token id, "zero",
-    "mean", "resample" or "delete". "delete" runs the reference's full forwards (the gap
-    shifts every later position, so no clean cache is reused): exact but slower.
+    "mean", "resample" or "delete" (the whole step left out, the rest closing up).
     Returns (B, L) float32 on the batch's device: each step's importance (>= 0, or NaN) on
     every scored token of the step, 0 elsewhere.
     """
@@ -72,8 +71,6 @@ def oar_p_step(model, batch: ScoringBatch, *, probe: str = "as_mean", max_batch_
     sites = probe_sites(work)
     reachable = engine.reachable_positions(work, sites)  # (B, L)
     steps = _step_masks(work, reachable)
-    if mask == "delete":
-        return engine.masked_reference(model, batch, steps, probe, mask=mask)
     # The copy of a step is planned as the copy of its first reachable position.
     first = reachable.clone()
     first[:, 1:] &= steps[:, 1:] != steps[:, :-1]
@@ -89,10 +86,10 @@ def oar_p_step(model, batch: ScoringBatch, *, probe: str = "as_mean", max_batch_
     with torch.no_grad(), eval_mode(model):
         sub = substitute(model, work, mask, generator)
         for group in engine.row_groups(rows, ends, max_batch_tokens):
-            clean = engine.clean_pass(model, work, sites, group, probe, sub.ids)
+            clean = engine.clean_pass(model, work, sites, group, probe, sub.ids, sub.delete)
             chunks = [chunk for index, row in enumerate(group)
-                      for chunk in engine.plan_row(index, first[row], sites, row,
-                                                    max_batch_tokens, overhead_tokens)]
+                      for chunk in engine.plan_row(index, first[row], sites, row, max_batch_tokens,
+                                                   overhead_tokens, int(sub.delete))]
             group_rows = torch.tensor(group, device=out.device)
             group_steps = steps[group_rows]  # (G, L)
             with sub.override(model):
@@ -108,23 +105,18 @@ def oar_p_step(model, batch: ScoringBatch, *, probe: str = "as_mean", max_batch_
 def _score_steps(model, clean, chunks, probe: str, pad_token_id: int,
                  group_steps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One batched forward of R step copies, each planned at its step's first position, with
-    clean.replace (the mask) on every position of the step.
+    clean.replace (the mask) on every position of the step, or the step left out when
+    clean.delete.
 
     group_steps: (G, L) step ids of the group's rows. Returns (index, step, importance),
     (R,) each: the copy's row within the group, its step id and I_k."""
     device = clean.input_ids.device
     spec = [(c.row, c.start, c.end, t) for c in chunks for t in c.positions]
     row, start, end, pos = torch.tensor(spec, device=device).unbind(dim=1)  # (R,) each
-    prefix = int(start.max())
-    inputs, slots = engine.window_inputs(clean, row, start, end, pos, prefix, pad_token_id)
     step = group_steps[row, pos]  # (R,)
-    window = inputs["input_ids"].shape[1]
-    col = start[:, None] + torch.arange(window, device=device)  # (R, Q) absolute positions
-    in_step = group_steps[row[:, None], col.clamp_max(group_steps.shape[1] - 1)] == step[:, None]
-    in_step &= col < end[:, None]
-    replace = clean.replace[row[:, None], col.clamp_max(clean.replace.shape[1] - 1)]  # (R, Q)
-    inputs["input_ids"] = torch.where(in_step, replace, inputs["input_ids"])
-    copy_sites = clean.sites.select(row).shifted(start)
+    in_step = group_steps[row, :clean.input_ids.shape[1]] == step[:, None]  # (R, W), all >= pos
+    inputs, slots, copy_sites = engine.window_inputs(clean, row, start, end, in_step,
+                                                     int(start.max()), pad_token_id)
     logits = logits_at(model, copy_sites.positions, **with_cache(model, slots), use_cache=True, **inputs)
     value = probe_values(logits, copy_sites, probe)
     importance = probe_importance(clean.value[row], value, probe)

@@ -21,10 +21,14 @@ def models():
 
 
 def _batch():
-    """Rows of lengths 22, 15, 19, 9 (the last without an answer), mixed prompt lengths,
-    random steps."""
-    base = make_batch(lengths=(22, 15, 19, 9), answer_lens=(1, 2, 3), prompt_len=(4, 2, 5, 3),
+    """Rows of lengths 22, 15, 19, 9 (the last without an answer), mixed prompt lengths, random
+    steps. Row 2 is scored from position 0 (no prefix: nothing to resample from, a deletion
+    shifts the whole row), rows 0 and 2 up to q_1 (their bridge is scored: deleting it moves
+    the first probe site before the deleted position)."""
+    base = make_batch(lengths=(22, 15, 19, 9), answer_lens=(1, 2, 3), prompt_len=(4, 2, 0, 3),
                       no_answer_rows=(3,))
+    for row, n, k in ((0, 22, 1), (2, 19, 3)):
+        base.scored_mask[row, n - k - 2] = True
     return with_steps(base, seed=4, max_len=4)
 
 
