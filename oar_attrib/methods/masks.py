@@ -205,7 +205,8 @@ def window_columns(start: torch.Tensor, end: torch.Tensor, drop: torch.Tensor | 
         keep &= ~drop
     upto = keep.long().cumsum(dim=1)  # (R, W)
     counts = upto[:, -1]  # (R,)
-    j = torch.arange(int(counts.max()), device=start.device)[None, :]  # (1, Q)
+    # Q >= 1 even when a copy deleted its whole window (`window_sites` then refuses it).
+    j = torch.arange(max(int(counts.max()), 1), device=start.device)[None, :]  # (1, Q)
     valid = j < counts[:, None]  # (R, Q)
     copies, kept = keep.nonzero(as_tuple=True)
     src = torch.zeros(valid.shape, dtype=torch.long, device=start.device)

@@ -118,11 +118,11 @@ def _sites_after_delete(positions: torch.Tensor, index: torch.Tensor,
                         at: torch.Tensor) -> torch.Tensor:
     """(K,) the probe sites q_k = a_k - 1 (`positions`, (K,)) once the positions `at` (L,)
     bool are deleted and clean position p moved to index[p] (`index`, (L,)): the position
-    before a_k's new place. An answer token may not be deleted."""
+    before a_k's new place. Neither an answer token nor everything before it may go."""
     answers = positions + 1
     if bool(at[answers].any()) or bool((index[answers] < 1).any()):
-        raise InputError("mask='delete' cannot delete an answer token; score only positions "
-                         "outside the answer span")
+        raise InputError("mask='delete' would delete an answer token or every token before "
+                         "the answer; score fewer positions or use another mask")
     return index[answers] - 1
 
 

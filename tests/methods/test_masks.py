@@ -192,3 +192,14 @@ def test_embedding_override_is_gone_after_the_block(models):
         embeds[0, 1] = 0
         torch.testing.assert_close(hooked, model(inputs_embeds=embeds).logits)
         assert torch.equal(model(ids).logits, clean)
+
+
+def test_deleting_everything_before_the_answer_is_an_input_error(models):
+    """One step covering every position before the answer: deleting it leaves no position to
+    predict the answer, in the fast engine and the reference alike."""
+    batch = make_batch(lengths=(8,), answer_lens=(1,), prompt_len=0)
+    batch.scored_mask[0, :6] = True  # [0, a_1): the reasoning and the bridge
+    batch.step_ids = torch.where(batch.scored_mask, 0, -1)
+    for fn in (oar_p_step, oar_p_step_reference):
+        with pytest.raises(InputError, match="every token before the answer"):
+            fn(models["qwen2"], batch, mask="delete")
