@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 from .errors import InputError
 from .inputs.encoding import EncodedPair, encode_pairs
 from .methods import method_spec
+from .methods.masks import resolve_mask_names
 from .inputs.steps import AUTO
 from .records.traces import AttributionBatch, TraceAttribution, build_trace
 from .weights.weightings import get_weighting
@@ -88,7 +89,8 @@ def attribute(
     weighting, rho: the weighting (default each method's own) and top_rho's kept fraction.
     granularity, step_pool: 'step' gates pooled step importances and gives each step's weight
         to its tokens, as a step-granularity trainer does (`ReshapeSettings`).
-    method_params: extra keyword arguments per method, e.g. {"oar_g": {"n_noise": 4}}.
+    method_params: extra keyword arguments per method, e.g. {"oar_g": {"n_noise": 4}}; an
+        OAR-P `mask` may name the tokenizer's "eos" or "unk" token (`methods.masks`).
     progress: a progress bar counting traces, with the scored positions so far.
     step_unit: how reasoning splits into steps (`steps.step_spans`: line, paragraph,
         sentence, a regex; default auto: lines, or sentences when the reasoning is one line,
@@ -116,7 +118,8 @@ def attribute(
         max_batch_tokens=max_batch_tokens, answer_format=answer_format, answer_pattern=answer_pattern,
         seed=seed)
     per_method = {m: for_method(settings, m) for m in methods}  # checks every name
-    params, gating = method_params or {}, {"tau": tau, "beta": beta, "w_min": w_min}
+    params = resolve_mask_names(method_params or {}, tokenizer)  # "eos" / "unk" -> token ids
+    gating = {"tau": tau, "beta": beta, "w_min": w_min}
     if granularity != _D.granularity or weighting is not None:
         gating |= {"granularity": granularity, "step_pool": step_pool, "weighting": weighting}
     out = AttributionBatch()

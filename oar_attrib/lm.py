@@ -198,3 +198,34 @@ def draw_normal(shape, generator: torch.Generator | None, device, dtype) -> torc
     source = generator.device if generator is not None else device
     noise = torch.randn(shape, generator=generator, device=source, dtype=torch.float32)
     return noise.to(device=device, dtype=dtype)
+
+
+@contextlib.contextmanager
+def embedding_override(model: torch.nn.Module, sentinel: int,
+                       vector: torch.Tensor) -> Iterator[None]:
+    """While open, the id `sentinel` (e.g. the vocabulary size, which has no row) embeds as
+    `vector` (D,) in every forward of `model`: a pre-hook on the input-embedding module maps it
+    to id 0 before the lookup, and a hook overwrites those rows of the output (B, L, D), after
+    any scaling the module applies. Lets an id-based engine put an arbitrary embedding at a
+    position. The hooks are removed on exit."""
+    embedding = model.get_input_embeddings()
+    hits: list[torch.Tensor] = []
+
+    def before(module, args, kwargs):
+        ids = args[0] if args else kwargs["input"]  # (B, L)
+        hit = ids == sentinel
+        hits.append(hit)
+        ids = torch.where(hit, torch.zeros((), dtype=ids.dtype, device=ids.device), ids)
+        return ((ids, *args[1:]), kwargs) if args else (args, {**kwargs, "input": ids})
+
+    def after(module, args, output):
+        hit = hits.pop()
+        return torch.where(hit[..., None], vector.to(output), output)
+
+    handles = [embedding.register_forward_pre_hook(before, with_kwargs=True),
+               embedding.register_forward_hook(after)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()

@@ -30,7 +30,21 @@ def probe_name(name: str) -> str:
     return name
 
 
-# Method knobs reachable from the command line: (method, keyword of its function, type, help).
+def mask_choice(text: str) -> str | int:
+    """An OAR-P mask (`oar_attrib.methods.masks`): a mask name, "eos" / "unk" (the tokenizer's
+    token, resolved by `attribute`), or a token id."""
+    from ..methods.masks import MASKS, TOKEN_NAMES
+
+    if text.isdigit():
+        return int(text)
+    if text in MASKS or text in TOKEN_NAMES:
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(MASKS + TOKEN_NAMES)} "
+                                     "or a token id")
+
+
+# Method knobs reachable from the command line: (method, keyword of its function, type, help);
+# the type is int or float (a positive number) or a parser of its own (`mask_choice`).
 # Each becomes `--<method>-<keyword>` (underscores as dashes) and lands in
 # method_params[method][keyword] only when given, so the method's own default stays the one
 # default; tests/cli/test_cli_knobs.py holds every row to the method's signature.
@@ -40,6 +54,10 @@ METHOD_KNOBS: tuple[tuple[str, str, type, str], ...] = (
     ("oar_g", "n_noise", int, "OAR-G: noise draws averaged"),
     ("oar_g", "noise_std", float, "OAR-G: noise scale (default: 0.1 x the RMS of the row's embeddings)"),
     ("resample", "n_samples", int, "resample: continuations per side and step"),
+    ("oar_p", "mask", mask_choice, "OAR-P: what a perturbed token becomes: pad (the paper's), "
+     "eos or unk (the tokenizer's), a token id, zero or mean (embedding), resample, delete"),
+    ("oar_p_step", "mask", mask_choice, "step-level OAR-P: what a step's tokens become (as "
+     "--oar-p-mask)"),
 )
 
 
@@ -66,9 +84,10 @@ def add_method_knobs(parser: argparse.ArgumentParser, methods: tuple[str, ...] |
     group = parser.add_argument_group("method settings (default: each method's own)")
     for method, param, kind, help_text in METHOD_KNOBS:
         if methods is None or method in methods:
+            number = kind in (int, float)
             group.add_argument(knob_flag(method, param), dest=f"knob__{method}__{param}",
-                               type=_positive(kind), default=None, metavar=kind.__name__.upper(),
-                               help=help_text)
+                               type=_positive(kind) if number else kind, default=None,
+                               metavar=(kind.__name__ if number else param).upper(), help=help_text)
 
 
 def method_params_from(args: argparse.Namespace, base: dict | None = None) -> dict | None:

@@ -1,8 +1,8 @@
 """OAR-P: counterfactual perturbation importance (METHOD.md section 4).
 
 For each scored position t, y_t is replaced by the pad token (the attention mask is left as it
-is) and I_t measures how far the outcome probe moves: KL(P || P^(t)) for `lt` / `as_mean`,
-max(phi - phi^(t), 0) for `as_joint`.
+is; `mask` picks another substitute, see `masks`) and I_t measures how far the outcome probe
+moves: KL(P || P^(t)) for `lt` / `as_mean`, max(phi - phi^(t), 0) for `as_joint`.
 
 `oar_p_reference` is the definition run literally: one full forward per scored token.
 `oar_p` computes the same numbers with far less work, using three exact facts:
@@ -38,6 +38,7 @@ from ..budget import auto_batch_tokens, row_groups
 from ..errors import InputError
 from ..lm import (check_positions, eval_mode, float32_head, logits_at, model_device, plain_kv,
                   with_cache)
+from .masks import check_mask, perturbed_row, substitute, window_columns, window_sites
 from .registry import register_method
 from .oar_p_packed import mask_kind, pack_copies, packed_key_limit, plan_copies, score_packed
 from .probes import ProbeSites, check_probe, probe_importance, probe_sites, probe_values
@@ -60,47 +61,70 @@ AUTO_PACKED_DEVICES: frozenset[str] = frozenset()
 # The reference: the definition, one full forward per scored token.
 # --------------------------------------------------------------------------------------------
 
-def oar_p_reference(model, batch: ScoringBatch, probe: str = "as_mean") -> torch.Tensor:
-    """OAR-P by brute force: for each row and scored t, a full forward with pad at t.
+def oar_p_reference(model, batch: ScoringBatch, probe: str = "as_mean", *, mask="pad",
+                    generator=None) -> torch.Tensor:
+    """OAR-P by brute force: for each row and scored t, a full forward with t masked.
 
     batch: a ScoringBatch of B rows of width L.
+    mask, generator: what a perturbed position holds (`masks`: "pad", a token id, "zero",
+    "mean", "resample" drawn with `generator`, "delete").
     Returns (B, L) float32 importances on the batch's device: >= 0 (or NaN) on scored
     positions of rows with an answer span, exactly 0 elsewhere.
     """
     positions = torch.arange(batch.input_ids.shape[1], device=batch.input_ids.device).expand_as(batch.input_ids)
-    return masked_reference(model, batch, torch.where(batch.scored_mask, positions, -1), probe)
+    return masked_reference(model, batch, torch.where(batch.scored_mask, positions, -1), probe,
+                            mask=mask, generator=generator)
 
 
-def masked_reference(model, batch: ScoringBatch, groups: torch.Tensor, probe: str = "as_mean") -> torch.Tensor:
+def masked_reference(model, batch: ScoringBatch, groups: torch.Tensor, probe: str = "as_mean", *,
+                     mask="pad", generator=None) -> torch.Tensor:
     """The brute-force definition for any perturbation unit: for each row and group g, one full
-    forward with the pad token on every position of g; g's importance goes to all of them.
+    forward with every position of g masked (`masks.perturbed_row`); g's importance goes to
+    all of them.
 
     groups: (B, L) long, the group of each position (a token for OAR-P, a step for step-level
-    OAR-P), -1 where nothing is perturbed. Returns (B, L) float32 on the batch's device, 0 on
-    positions of no group and on rows without an answer span.
+    OAR-P), -1 where nothing is perturbed. mask, generator: as for `oar_p_reference`.
+    Returns (B, L) float32 on the batch's device, 0 on positions of no group and on rows
+    without an answer span.
     """
     check_probe(probe)
+    check_mask(mask)
     check_positions(model, batch)
     work = batch.to(model_device(model))
     sites = probe_sites(work)
     groups = groups.to(work.input_ids.device)
     out = torch.zeros(work.input_ids.shape, dtype=torch.float32, device=work.input_ids.device)
     with torch.no_grad(), eval_mode(model), float32_head(model):
+        sub = substitute(model, work, mask, generator)
         for row in range(work.input_ids.shape[0]):
             if not bool(sites.has_answer[row]):
                 continue
             row_sites = sites.select(torch.tensor([row], device=out.device))
-            ids, mask = work.input_ids[row:row + 1], work.attention_mask[row:row + 1]
-            clean = probe_values(model(ids, attention_mask=mask).logits[:, row_sites.positions[0]],
-                                 row_sites, probe)
+            ids, attention = work.input_ids[row:row + 1], work.attention_mask[row:row + 1]
+            logits = model(ids, attention_mask=attention).logits  # (1, L, V)
+            clean = probe_values(logits[:, row_sites.positions[0]], row_sites, probe)
             for g in sorted(set(groups[row].tolist()) - {-1}):
                 at = groups[row] == g
-                perturbed_ids = ids.clone()
-                perturbed_ids[0, at] = work.pad_token_id
-                logits = model(perturbed_ids, attention_mask=mask).logits  # (1, L, V)
-                value = probe_values(logits[:, row_sites.positions[0]], row_sites, probe)
+                inputs, index = perturbed_row(model, sub, row, ids, attention, at)
+                logits = model(**inputs).logits  # (1, L', V)
+                at_sites = row_sites.positions[0]  # (K,)
+                if sub.delete:
+                    at_sites = _sites_after_delete(at_sites, index, at)
+                value = probe_values(logits[:, at_sites], row_sites, probe)
                 out[row, at] = probe_importance(clean, value, probe)[0]
     return out.to(batch.input_ids.device)
+
+
+def _sites_after_delete(positions: torch.Tensor, index: torch.Tensor,
+                        at: torch.Tensor) -> torch.Tensor:
+    """(K,) the probe sites q_k = a_k - 1 (`positions`, (K,)) once the positions `at` (L,)
+    bool are deleted and clean position p moved to index[p] (`index`, (L,)): the position
+    before a_k's new place. Neither an answer token nor everything before it may go."""
+    answers = positions + 1
+    if bool(at[answers].any()) or bool((index[answers] < 1).any()):
+        raise InputError("mask='delete' would delete an answer token or every token before "
+                         "the answer; score fewer positions or use another mask")
+    return index[answers] - 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -130,13 +154,15 @@ class Clean:
     kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer, keys and values (G, H, W, D)
     sites: ProbeSites  # (G, K)
     value: torch.Tensor  # (G, V) log-probs or (G,) phi
+    replace: torch.Tensor  # (G, W) the id each position takes when perturbed (masks.Substitute)
+    delete: bool = False  # perturbed positions are deleted instead (mask="delete")
 
 
-@register_method("oar_p", token_budget=True)
+@register_method("oar_p", token_budget=True, random=True)  # random: mask="resample" draws
 def oar_p(model, batch: ScoringBatch, *, probe: str = "as_mean",
           max_batch_tokens: int | None = None, generator: torch.Generator | None = None,
           progress: bool = False, overhead_tokens: int | None = None,
-          packing: str = "auto") -> torch.Tensor:
+          packing: str = "auto", mask="pad") -> torch.Tensor:
     """OAR-P importances, equal to `oar_p_reference` up to float rounding.
 
     batch:            B rows of width L (right-padded).
@@ -144,7 +170,8 @@ def oar_p(model, batch: ScoringBatch, *, probe: str = "as_mean",
                       in one forward; must be at least the longest row up to its answer.
                       None: sized from the device's free memory and the model's shape
                       (`budget.auto_batch_tokens`: on CPU within `budget.cpu_memory_bound()`).
-    generator:        unused (OAR-P is deterministic); accepted for the common interface.
+    generator:        the draws of mask="resample": one torch.Generator, or B of them (row
+                      b draws as it would alone); unused by the other masks.
     progress:         show a progress bar over the scored positions.
     overhead_tokens:  fixed cost of one forward in tokens, for grouping copies into forwards
                       (default: 16 on CPU, 256 on accelerators). Changes speed, not results.
@@ -152,10 +179,15 @@ def oar_p(model, batch: ScoringBatch, *, probe: str = "as_mean",
                       mask (`oar_p_packed`); "padded": a padded row per copy; "auto": packed
                       on the device types of AUTO_PACKED_DEVICES where the model takes it,
                       padded otherwise. Changes speed, not results.
+    mask:             what a perturbed position holds (`masks`): "pad" (the paper's), a token
+                      id, "zero", "mean", "resample" or "delete" (the copy's window leaves t
+                      out and starts one position earlier, where the first probe site may
+                      move).
     Returns (B, L) float32 on the batch's device: >= 0 (or NaN if the model produced NaN) on
     scored positions of rows with an answer span, exactly 0 elsewhere.
     """
     check_probe(probe)
+    check_mask(mask)
     check_positions(model, batch)
     work = batch.to(model_device(model))
     sites = probe_sites(work)
@@ -171,14 +203,16 @@ def oar_p(model, batch: ScoringBatch, *, probe: str = "as_mean",
     out = torch.zeros(work.input_ids.shape, dtype=torch.float32, device=work.input_ids.device)
     bar = progress_bar(progress, int(reachable.sum()))
     with torch.no_grad(), eval_mode(model):
+        sub = substitute(model, work, mask, generator)
         for group in row_groups(rows, ends, budget):
-            clean = clean_pass(model, work, sites, group, probe)
+            clean = clean_pass(model, work, sites, group, probe, sub.ids, sub.delete)
             group_rows = torch.tensor(group, device=out.device)
-            for index, positions, importance in _score_group(
-                    model, clean, group, reachable, sites, budget, overhead_tokens, kind, probe,
-                    work.pad_token_id):
-                out[group_rows[index], positions] = importance
-                bar.update(len(positions))
+            with sub.override(model):
+                for index, positions, importance in _score_group(
+                        model, clean, group, reachable, sites, budget, overhead_tokens, kind,
+                        probe, work.pad_token_id):
+                    out[group_rows[index], positions] = importance
+                    bar.update(len(positions))
     bar.close()
     return out.to(batch.input_ids.device)
 
@@ -209,17 +243,18 @@ def _score_group(model, clean: Clean, group: list[int], reachable: torch.Tensor,
                  sites: ProbeSites, budget: int, overhead: int, kind: str | None, probe: str,
                  pad_token_id: int):
     """Yield (index, positions, importances) of every forward over one row group's copies."""
+    lead = int(clean.delete)  # a deletion at q_1 moves the first probe site to q_1 - 1
     if kind is not None:
         width = clean.input_ids.shape[1]
         copies = [copy for index, row in enumerate(group)
                   for copy in plan_copies(index, reachable[row], int(sites.positions[row, 0]),
-                                          int(sites.last[row]) + 1)]
+                                          int(sites.last[row]) + 1, lead)]
         limit = min(budget, packed_key_limit(model, width, overhead))
         for forward in pack_copies(copies, width, limit, max(1, budget // width)):
-            yield score_packed(model, clean, forward, probe, pad_token_id, kind)
+            yield score_packed(model, clean, forward, probe, kind)
         return
     chunks = [chunk for index, row in enumerate(group)
-              for chunk in plan_row(index, reachable[row], sites, row, budget, overhead)]
+              for chunk in plan_row(index, reachable[row], sites, row, budget, overhead, lead)]
     for forward in pack_chunks(chunks, budget, overhead, cache_slots_may_shift(model)):
         yield _score_forward(model, clean, forward, probe, pad_token_id)
 
@@ -264,8 +299,10 @@ def progress_bar(enabled: bool, total: int):
 
 
 def clean_pass(model, batch: ScoringBatch, sites: ProbeSites, group: list[int],
-                probe: str) -> Clean:
-    """One forward of the group's rows up to their last probe position, keeping the cache."""
+               probe: str, replace: torch.Tensor | None = None, delete: bool = False) -> Clean:
+    """One forward of the group's rows up to their last probe position, keeping the cache.
+    replace: (B, L) long, the id each position takes when perturbed (`masks.Substitute.ids`);
+    None: the pad token everywhere. delete: perturbed positions are deleted instead."""
     index = torch.tensor(group, device=batch.input_ids.device)
     group_sites = sites.select(index)
     width = int(group_sites.last.max()) + 1
@@ -283,34 +320,37 @@ def clean_pass(model, batch: ScoringBatch, sites: ProbeSites, group: list[int],
             f"the fast OAR-P engine needs a plain key/value cache, but this model's cache "
             f"layers are {', '.join(kinds) or 'missing'}; use oar_p_reference for this model"
         )
+    if replace is None:
+        replace = torch.full_like(batch.input_ids, batch.pad_token_id)
     return Clean(input_ids, attention_mask, kv, group_sites,
-                  probe_values(logits, group_sites, probe))
+                 probe_values(logits, group_sites, probe), replace[index, :width], delete)
 
 
 def plan_row(index: int, reachable: torch.Tensor, sites: ProbeSites, row: int, budget: int,
-              overhead: float) -> list[_Chunk]:
+             overhead: float, lead: int = 0) -> list[_Chunk]:
     """Split one row's positions to perturb, `reachable` (L,) bool, into chunks of
     consecutive positions.
 
     A chunk of m positions t_i < ... < t_j costs `overhead + m * (end - s)` tokens with
-    s = min(t_i, q_1): every copy recomputes from the smallest t. Dynamic programming over
+    s = max(min(t_i, q_1) - lead, 0) (`lead`: 1 for "delete", whose first probe site may move
+    to the position before t): every copy recomputes from the smallest t. Dynamic programming over
     the sorted positions finds the cheapest split with m * end <= budget per chunk.
     """
     end = int(sites.last[row]) + 1
-    first_probe = int(sites.positions[row, 0])
+    first_probe = int(sites.positions[row, 0]) - lead
     ts = reachable.nonzero().flatten().tolist()
     max_copies = max(1, budget // end)
     best = [0.0] + [float("inf")] * len(ts)
     cut = [0] * (len(ts) + 1)
     for j in range(1, len(ts) + 1):
         for i in range(max(0, j - max_copies), j):
-            cost = best[i] + overhead + (j - i) * (end - min(ts[i], first_probe))
+            cost = best[i] + overhead + (j - i) * (end - max(min(ts[i] - lead, first_probe), 0))
             if cost < best[j]:
                 best[j], cut[j] = cost, i
     chunks, j = [], len(ts)
     while j > 0:
         i = cut[j]
-        chunks.append(_Chunk(index, min(ts[i], first_probe), end, tuple(ts[i:j])))
+        chunks.append(_Chunk(index, max(min(ts[i] - lead, first_probe), 0), end, tuple(ts[i:j])))
         j = i
     return chunks[::-1]
 
@@ -351,9 +391,10 @@ def _score_forward(model, clean: Clean, chunks: list[_Chunk], probe: str,
     device = clean.input_ids.device
     spec = [(c.row, c.start, c.end, t) for c in chunks for t in c.positions]
     row, start, end, pos = torch.tensor(spec, device=device).unbind(dim=1)  # (R,) each
-    prefix = int(start.max())
-    inputs, slots = window_inputs(clean, row, start, end, pos, prefix, pad_token_id)
-    copy_sites = clean.sites.select(row).shifted(start)  # (R, K), indices into the window
+    at = torch.zeros((row.shape[0], clean.input_ids.shape[1]), dtype=torch.bool, device=device)
+    at[torch.arange(row.shape[0], device=device), pos] = True  # (R, W)
+    inputs, slots, copy_sites = window_inputs(clean, row, start, end, at, int(start.max()),
+                                              pad_token_id)
     logits = logits_at(model, copy_sites.positions, **with_cache(model, slots), use_cache=True,
                        **inputs)  # (R, K, V)
     value = probe_values(logits, copy_sites, probe)
@@ -361,26 +402,33 @@ def _score_forward(model, clean: Clean, chunks: list[_Chunk], probe: str,
 
 
 def window_inputs(clean: Clean, row: torch.Tensor, start: torch.Tensor, end: torch.Tensor,
-                   pos: torch.Tensor, prefix: int, pad_token_id: int):
+                  at: torch.Tensor, prefix: int, pad_token_id: int):
     """Model inputs of R perturbed copies: each row is [left pad | clean cache of [0, s) |
-    new tokens [s, end) with pad at t | right pad], P = `prefix` cache slots, Q new tokens.
+    new tokens [s, end) with clean.replace on the positions `at` | right pad], P = `prefix`
+    cache slots, Q new tokens; `pad_token_id` fills the (masked) padding. With clean.delete
+    the positions `at` are left out instead and the later tokens close up
+    (`masks.window_columns`).
 
-    row, start, end, pos: (R,) long. Returns (forward kwargs, DynamicCache of P slots).
+    row, start, end: (R,) long; at: (R, W) bool over the clean positions, all >= start.
+    Returns (forward kwargs, DynamicCache of P slots, the copies' ProbeSites (R, K) as indices
+    into the new tokens).
     """
-    n_rows = row.shape[0]
     device = row.device
-    window = int((end - start).max())
-    col = start[:, None] + torch.arange(window, device=device)  # (R, Q) absolute positions
-    new_valid = col < end[:, None]
-    col = torch.minimum(col, end[:, None] - 1)  # padding repeats the last real position
-    input_ids = torch.where(new_valid, clean.input_ids[row[:, None], col], pad_token_id)
-    input_ids[torch.arange(n_rows, device=device), pos - start] = pad_token_id
-    new_mask = new_valid & clean.attention_mask[row[:, None], col].bool()  # (R, Q)
+    width = clean.input_ids.shape[1]
+    src, new_valid, upto = window_columns(start, end, at if clean.delete else None, width)
+    counts = new_valid.sum(dim=1)  # (R,)
+    j = torch.arange(src.shape[1], device=device)[None, :]
+    col = start[:, None] + torch.minimum(j, counts[:, None] - 1)  # (R, Q) positions; padding
+    input_ids = torch.where(new_valid, clean.input_ids[row[:, None], src], pad_token_id)
+    if not clean.delete:
+        masked = new_valid & at.gather(1, src)  # (R, Q)
+        input_ids = torch.where(masked, clean.replace[row[:, None], src], input_ids)
+    new_mask = new_valid & clean.attention_mask[row[:, None], src].bool()  # (R, Q)
 
-    src = torch.arange(prefix, device=device)[None, :] - (prefix - start)[:, None]  # (R, P)
-    cache_valid = src >= 0
-    src = src.clamp_min(0)
-    cache_mask = cache_valid & clean.attention_mask[row[:, None], src].bool()  # (R, P)
+    slot = torch.arange(prefix, device=device)[None, :] - (prefix - start)[:, None]  # (R, P)
+    cache_valid = slot >= 0
+    slot = slot.clamp_min(0)
+    cache_mask = cache_valid & clean.attention_mask[row[:, None], slot].bool()  # (R, P)
     attention_mask = torch.cat([cache_mask, new_mask], dim=1).long()  # (R, P + Q)
 
     cache = DynamicCache()
@@ -388,9 +436,9 @@ def window_inputs(clean: Clean, row: torch.Tensor, start: torch.Tensor, end: tor
         # (G, H, W, D) -> (R, H, P, D); left-padding slots hold finite copies of position 0
         # (masked), never NaN-producing garbage that a zero attention weight would not stop.
         cache = DynamicCache(ddp_cache_data=[
-            (keys.transpose(1, 2)[row[:, None], src].transpose(1, 2),
-             values.transpose(1, 2)[row[:, None], src].transpose(1, 2))
+            (keys.transpose(1, 2)[row[:, None], slot].transpose(1, 2),
+             values.transpose(1, 2)[row[:, None], slot].transpose(1, 2))
             for keys, values in clean.kv
         ])
     inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=col)
-    return inputs, cache
+    return inputs, cache, window_sites(clean.sites.select(row), upto)

@@ -28,6 +28,7 @@ from transformers import DynamicCache
 
 from ..budget import text_config
 from ..lm import logits_at, with_cache
+from .masks import window_columns, window_sites
 from .probes import probe_importance, probe_values
 
 _PACKABLE_ATTENTION = {"sdpa": "bool", "eager": "additive"}
@@ -35,7 +36,7 @@ _PACKABLE_ATTENTION = {"sdpa": "bool", "eager": "additive"}
 
 @dataclass(frozen=True)
 class Copy:
-    """One perturbed copy: pad at t, positions [start, end) recomputed on the row's cache."""
+    """One perturbed copy: masked at t, positions [start, end) recomputed on the row's cache."""
 
     row: int  # index into the row group
     start: int
@@ -85,10 +86,12 @@ def packed_key_limit(model, cache: int, overhead: float) -> int:
     return cache + max(1, int((overhead * attention_ratio(model)) ** 0.5))
 
 
-def plan_copies(index: int, reachable: torch.Tensor, first_probe: int, end: int) -> list[Copy]:
+def plan_copies(index: int, reachable: torch.Tensor, first_probe: int, end: int,
+                lead: int = 0) -> list[Copy]:
     """The copies of one row (group index `index`): one per True position t of `reachable`
-    (L,), each recomputing [min(t, q_1), end)."""
-    return [Copy(index, min(t, first_probe), end, t)
+    (L,), each recomputing [max(min(t, q_1) - lead, 0), end) (`lead`: as for
+    `oar_p.plan_row`)."""
+    return [Copy(index, max(min(t, first_probe) - lead, 0), end, t)
             for t in reachable.nonzero().flatten().tolist()]
 
 
@@ -112,8 +115,9 @@ def pack_copies(copies: list[Copy], row_width: int, limit: int,
     return forwards
 
 
-def score_packed(model, clean, copies: list[Copy], probe: str, pad_token_id: int, kind: str):
-    """One packed forward of R copies on the clean pass `clean` (oar_p.Clean).
+def score_packed(model, clean, copies: list[Copy], probe: str, kind: str):
+    """One packed forward of R copies on the clean pass `clean` (oar_p.Clean), each with
+    clean.replace (its mask) at its t, or with t left out when clean.delete.
 
     Returns (index, positions, importances), (R,) each: the copy's row within the group, its
     perturbed position t, and I_t."""
@@ -122,15 +126,21 @@ def score_packed(model, clean, copies: list[Copy], probe: str, pad_token_id: int
     slot = {row: i for i, row in enumerate(rows)}
     spec = torch.tensor([(c.row, slot[c.row], c.start, c.end, c.t) for c in copies], device=device)
     row, row_slot, start, end, pos = spec.unbind(dim=1)  # (R,) each
-    width = end - start  # (R,)
-    copy_of = torch.repeat_interleave(torch.arange(len(copies), device=device), width)  # (N,)
+    n_copies, row_width = len(copies), clean.input_ids.shape[1]
+    at = torch.zeros((n_copies, row_width), dtype=torch.bool, device=device)
+    at[torch.arange(n_copies, device=device), pos] = True  # (R, W)
+    src, valid, upto = window_columns(start, end, at if clean.delete else None, row_width)
+    width = valid.sum(dim=1)  # (R,)
+    copy_of = torch.repeat_interleave(torch.arange(n_copies, device=device), width)  # (N,)
     offset = torch.cumsum(width, 0) - width  # (R,) first packed index of each copy
     col = start[copy_of] + torch.arange(copy_of.shape[0], device=device) - offset[copy_of]  # (N,)
-    input_ids = clean.input_ids[row[copy_of], col].clone()
-    input_ids[offset + pos - start] = pad_token_id
-    real = clean.attention_mask[row[copy_of], col].bool()  # (N,)
+    source = src[valid]  # (N,) the clean position of each packed token
+    input_ids = clean.input_ids[row[copy_of], source].clone()
+    if not clean.delete:
+        input_ids[offset + pos - start] = clean.replace[row, pos]
+    real = clean.attention_mask[row[copy_of], source].bool()  # (N,)
 
-    n_rows, row_width = len(rows), clean.input_ids.shape[1]
+    n_rows = len(rows)
     row_index = torch.tensor(rows, device=device)
     key_slot = torch.arange(n_rows, device=device).repeat_interleave(row_width)  # (C,)
     key_pos = torch.arange(row_width, device=device).repeat(n_rows)  # (C,)
@@ -152,9 +162,9 @@ def score_packed(model, clean, copies: list[Copy], probe: str, pad_token_id: int
         for keys, values in clean.kv
     ])  # per layer (1, H, C, D): the rows' caches one after the other
 
-    copy_sites = clean.sites.select(row).shifted(start - offset)  # (R, K) packed indices
+    copy_sites = window_sites(clean.sites.select(row), upto).shifted(-offset)  # (R, K) packed
     logits = logits_at(model, copy_sites.positions.reshape(1, -1), input_ids=input_ids[None],
                        attention_mask=mask, position_ids=col[None], **with_cache(model, cache),
                        use_cache=True)  # (1, R * K, V)
-    value = probe_values(logits.reshape(len(copies), -1, logits.shape[-1]), copy_sites, probe)
+    value = probe_values(logits.reshape(n_copies, -1, logits.shape[-1]), copy_sites, probe)
     return row, pos, probe_importance(clean.value[row], value, probe)
