@@ -177,7 +177,8 @@ def main() -> None:
     old = []
     if not args.no_old:
         old = [run_one(m, OLD[m], args.threads, args.traces) for m in args.methods if m in OLD]
-        table("old settings (IG's old default is not run: 137 s, 13.7 GB on one 300-token trace)", old)
+        table("old settings (IG: whole rows, no prompt cache; IG's first default, every path copy "
+              "at once, is not run: 137 s, 13.7 GB on one 300-token trace)", old)
     if args.json:
         args.json.write_text(json.dumps({"new": rows, "old": old}, indent=1))
 
