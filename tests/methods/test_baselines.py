@@ -59,6 +59,25 @@ def test_entropy_matches_hand_computation(model, batch):
         assert out[row, t].item() == pytest.approx(expected, rel=1e-5)
 
 
+def test_token_entropy_in_slices_equals_whole_tensor(monkeypatch):
+    """Slicing the float32 temporaries (memory only) changes no value: a slice of 2 rows and
+    one of every row give the float64 entropies, NaN rows and 0 log 0 included."""
+    from oar_attrib.methods.baselines import entropy as entropy_module
+
+    logits = torch.randn(3, 5, 40, generator=_seeded(1)) * 4
+    logits[0, 1, 3:] = -float("inf")  # p = 0 on most of the vocabulary
+    logits[2, 4, 7] = float("nan")
+    p = torch.softmax(logits.double(), dim=-1)
+    expected = -torch.special.xlogy(p, p).sum(dim=-1)
+    for slice_logits in (80, 10 ** 9):
+        monkeypatch.setattr(entropy_module, "ENTROPY_SLICE", slice_logits)
+        got = entropy_module.token_entropy(logits)
+        assert got.shape == (3, 5) and got.dtype == torch.float32
+        assert torch.isnan(got[2, 4]) and torch.isnan(expected[2, 4])
+        keep = ~torch.isnan(expected)
+        torch.testing.assert_close(got[keep].double(), expected[keep], rtol=1e-5, atol=1e-6)
+
+
 def test_random_is_seeded_and_uniform(model, batch):
     random = get_method("random")
     first = random(model, batch, generator=_seeded(3))

@@ -18,6 +18,8 @@ from ...lm import (check_positions, check_token_budget, eval_mode, keep_scoreabl
 from ..registry import register_method
 from ..probes import check_probe, padded_positions
 
+ENTROPY_SLICE = 1 << 21  # logits per float32 temporary of token_entropy (8 MB)
+
 
 @register_method("entropy", token_budget=True)
 def entropy(model, batch: ScoringBatch, *, probe: str = "as_mean",
@@ -84,7 +86,16 @@ def _entropies(model, batch: ScoringBatch, target: torch.Tensor, columns: int) -
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy in nats of softmax(logits) over the last dim, float32: (..., V) -> (...).
 
-    Two float32 temporaries of the logits' size (the softmax and its p log p), no more: the
-    token budget counts them. xlogy gives 0 log 0 = 0; NaN logits still give NaN."""
-    p = torch.softmax(logits.float(), dim=-1)
-    return -torch.special.xlogy(p, p).sum(dim=-1)
+    The float32 temporaries (the softmax and its p log p) are made for ENTROPY_SLICE logits at
+    a time, not for the whole tensor: their size then does not depend on how many positions
+    the caller passes, whatever the CPU kernels allocate inside softmax (on AVX2 kernels a
+    whole-tensor softmax took a third more than on AVX-512 ones). xlogy gives 0 log 0 = 0;
+    NaN logits still give NaN."""
+    flat = logits.reshape(-1, logits.shape[-1])
+    out = torch.empty(flat.shape[0], dtype=torch.float32, device=logits.device)
+    rows = max(1, ENTROPY_SLICE // max(flat.shape[1], 1))
+    for start in range(0, flat.shape[0], rows):
+        p = torch.softmax(flat[start:start + rows].float(), dim=-1)
+        out[start:start + rows] = -torch.special.xlogy(p, p).sum(dim=-1)
+        del p
+    return out.reshape(logits.shape[:-1])
