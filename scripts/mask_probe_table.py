@@ -91,7 +91,7 @@ def run(args, config: dict) -> None:
             gold = record.get("answer")
             row = mp.trace_row(model, tok, record_prompt(record), text, gold, masks=masks,
                                probes=args.probes, cf_positions=args.cf_positions, seed=args.seed,
-                               replacement=args.replace)
+                               replacement=args.replace, step=args.step)
             row |= {"index": i, "config": config, "response": text, "gold": gold,
                     "correct": None if gold is None else grade(text, gold).correct,
                     "masks": {k: v for k, v in masks.items()}, "seconds": round(time.time() - began, 1)}
@@ -110,10 +110,17 @@ def summarise(args, config: dict) -> dict:
     head = (f"{args.model} on {config['data']}: n = {summary['n_scored']} scored traces of "
             f"{summary['n_traces']}, {summary['positions_tested']} positions tested, "
             f"{summary['causal']} causal; oracle replacement {args.replace}")
-    Path(f"{base}.md").write_text(
-        f"{head}\n\nrecall@|O| (mean [95% CI] (traces))\n\n{mp.markdown_table(summary, 'recall')}\n\n"
-        f"random expectation {_expected(summary)}\n\nSpearman rho with the 0/1 outcome\n\n"
-        f"{mp.markdown_table(summary, 'spearman')}\n")
+    parts = [head, f"random expectation of recall@|O|: {_expected(summary)}"]
+    for step in (False, True):
+        if not any((c.count("/") == 2) == step for c in summary["cells"]):
+            continue
+        what = "step OAR-P" if step else "token OAR-P"
+        for stat, name in (("recall", "recall@|O|"), ("spearman", "Spearman rho with the 0/1 outcome")):
+            parts += [f"### {what}: {name}, mean [95% CI] (traces)",
+                      mp.markdown_table(summary, stat, step),
+                      f"### {what}: {name} minus that of {summary['reference']} on the same traces",
+                      mp.markdown_table(summary, stat, step, paired=True)]
+    Path(f"{base}.md").write_text("\n\n".join(parts) + "\n")
     return summary
 
 
@@ -144,6 +151,7 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=4, help="answers generated per batch")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True, help="JSONL, one row per trace")
+    parser.add_argument("--step", action="store_true", help="step OAR-P's cells too")
     parser.add_argument("--summary-only", action="store_true", help="compute nothing new")
     args = parser.parse_args()
     data = args.data if args.data == "arith" or args.data.startswith("wordworld") else Path(args.data).name

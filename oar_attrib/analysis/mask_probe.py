@@ -32,6 +32,7 @@ from ..inputs.encoding import encode_pair, pairs_to_batch
 from ..inputs.gold import with_gold_answer
 from ..methods.masks import resolve_token_name
 from ..methods.oar_p import oar_p
+from ..methods.oar_p_step import oar_p_step
 from ..weights.metrics import mean_ci, random_recall, recall_at_k, spearman
 from .counterfactual import choose_positions, counterfactual_oracle
 from .counterfactual_recall import REGENERATION_MARGIN, answer_key
@@ -39,10 +40,12 @@ from .counterfactual_recall import REGENERATION_MARGIN, answer_key
 MASKS: tuple[str, ...] = ("pad", "eos", "unk", "zero", "mean", "resample", "delete")
 PROBES: tuple[str, ...] = ("lt", "as_mean", "as_joint", "gold")
 GOLD = "gold"  # the probe `as_joint` on the trace re-encoded with the gold answer
+REFERENCE = "pad/as_mean"  # the paper's mask with its best probe: differences are taken to it
 
 
-def cell_name(mask: str, probe: str) -> str:
-    return f"{mask}/{probe}"
+def cell_name(mask: str, probe: str, step: bool = False) -> str:
+    """"pad/as_mean" for token OAR-P, "pad/as_mean/step" for step OAR-P."""
+    return f"{mask}/{probe}/step" if step else f"{mask}/{probe}"
 
 
 def usable_masks(tokenizer, masks=MASKS) -> dict[str, str | int]:
@@ -79,18 +82,20 @@ def cell_metrics(scores, causal) -> dict:
             "expected": float(random_recall(causal)) if causal.any() else float("nan")}
 
 
-def _scores(model, batch, mask, probe, seed, max_batch_tokens) -> torch.Tensor:
+def _scores(model, batch, mask, probe, seed, max_batch_tokens, step) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)  # mask="resample": the same draws in every probe
-    return oar_p(model, batch, probe=probe, mask=mask, generator=gen,
-                 max_batch_tokens=max_batch_tokens)[0]
+    method = oar_p_step if step else oar_p
+    return method(model, batch, probe=probe, mask=mask, generator=gen,
+                  max_batch_tokens=max_batch_tokens)[0]
 
 
 def score_cells(model, batch, gold_batch, columns, masks: dict, probes, seed: int = 0,
-                max_batch_tokens: int | None = None) -> tuple[dict, dict]:
+                max_batch_tokens: int | None = None, step: bool = False) -> tuple[dict, dict]:
     """({cell: [score per column]}, {cell: error}) of every mask x probe on one-row batches
-    (`gold_batch`: the gold re-encoding, or None; `columns`: the tested row indices). Two mask
-    names for the same token id (SmolLM2's pad is its eos) are computed once. A cell that
-    cannot be computed (mask="delete" next to the answer) is left out with its error."""
+    (`gold_batch`: the gold re-encoding, or None; `columns`: the tested row indices); step
+    OAR-P (`methods.oar_p_step`, a token gets its step's score) when `step`. Two mask names
+    for the same token id (SmolLM2's pad is its eos) are computed once. A cell that cannot be
+    computed (mask="delete" next to the answer) is left out with its error."""
     scores, errors, done = {}, {}, {}
     for name, mask in masks.items():
         for probe in probes:
@@ -101,22 +106,25 @@ def score_cells(model, batch, gold_batch, columns, masks: dict, probes, seed: in
             if key not in done:
                 try:
                     row = _scores(model, use, mask, "as_joint" if probe == GOLD else probe, seed,
-                                  max_batch_tokens)
+                                  max_batch_tokens, step)
                     done[key] = [float(row[c]) for c in columns]
                 except InputError as err:
                     done[key] = str(err)
             value = done[key]
-            (errors if isinstance(value, str) else scores)[cell_name(name, probe)] = value
+            (errors if isinstance(value, str) else scores)[cell_name(name, probe, step)] = value
     return scores, errors
 
 
 def trace_row(model, tokenizer, prompt, response: str, gold: str | None = None, *,
               masks: dict, probes=PROBES, cf_positions: int = 16, seed: int = 0,
-              replacement="resample", max_batch_tokens: int | None = None) -> dict:
+              replacement="resample", max_batch_tokens: int | None = None,
+              step: bool = False) -> dict:
     """One trace's JSON row: {"status", "positions" (tested, into the response), "causal"
     (0/1 each), "scores" {cell: [score each]}, "errors", "metrics" {cell: cell_metrics}}.
     status "no_answer_span" (nothing else) when the answer is not found; the gold probe is
-    left out without a gold answer or when the gold text does not fit the answer format."""
+    left out without a gold answer or when the gold text does not fit the answer format.
+    step: step OAR-P's cells too, on the whole steps (every scored position, read at the
+    tested ones)."""
     pair = encode_pair(tokenizer, prompt, response)
     if not pair.span_found or pair.empty_reasoning or answer_key(pair.text) is None:
         return {"status": "no_answer_span"}
@@ -128,16 +136,19 @@ def trace_row(model, tokenizer, prompt, response: str, gold: str | None = None, 
         replacement=replacement, max_positions=cf_positions, seed=seed + 1, batch_size=len(tested),
         max_new_tokens=len(pair.response_ids) + REGENERATION_MARGIN)
     columns = [pair.response_start + t for t in tested]
-    batch = only_positions(pairs_to_batch([pair], tokenizer.pad_token_id), columns)
-    gold_batch, gold_error = None, None
+    full = pairs_to_batch([pair], tokenizer.pad_token_id)
+    gold_full, gold_error = None, None
     if gold is not None and GOLD in probes:
         try:
-            gold_pair = with_gold_answer(tokenizer, pair, gold)
-            gold_batch = only_positions(pairs_to_batch([gold_pair], tokenizer.pad_token_id), columns)
+            gold_full = pairs_to_batch([with_gold_answer(tokenizer, pair, gold)], tokenizer.pad_token_id)
         except InputError as err:
             gold_error = str(err)
-    scores, errors = score_cells(model, batch, gold_batch, columns, masks, probes, seed,
-                                 max_batch_tokens)
+    gold_batch = None if gold_full is None else only_positions(gold_full, columns)
+    scores, errors = score_cells(model, only_positions(full, columns), gold_batch, columns, masks,
+                                 probes, seed, max_batch_tokens)
+    if step:
+        more = score_cells(model, full, gold_full, columns, masks, probes, seed, max_batch_tokens, True)
+        scores, errors = scores | more[0], errors | more[1]
     if gold_error:
         errors[GOLD] = gold_error
     outcome = [bool(causal[t]) for t in tested]
@@ -146,9 +157,12 @@ def trace_row(model, tokenizer, prompt, response: str, gold: str | None = None, 
             "metrics": {cell: cell_metrics(s, outcome) for cell, s in scores.items()}}
 
 
-def summarize_rows(rows: list[dict], seed: int = 0) -> dict:
-    """{"cells": {cell: {"recall": mean_ci, "spearman": mean_ci, "expected": mean_ci}},
-    "n_traces", "n_scored", "positions_tested", "causal"} over the scored rows."""
+def summarize_rows(rows: list[dict], seed: int = 0, reference: str = REFERENCE) -> dict:
+    """{"cells": {cell: {"recall", "spearman", "expected": mean_ci, "minus_reference": {"recall",
+    "spearman": mean_ci of the per-trace difference to the cell `reference`}}}, "reference",
+    "n_traces", "n_scored", "positions_tested", "causal"} over the scored rows. The paired
+    difference is over the traces where both cells are defined: cells share their traces, so
+    it resolves differences that the cells' own intervals, which overlap, do not."""
     scored = [r for r in rows if r.get("status") == "scored"]
     cells = sorted({c for r in scored for c in r["metrics"]}, key=_cell_order)
     out = {}
@@ -156,25 +170,33 @@ def summarize_rows(rows: list[dict], seed: int = 0) -> dict:
         have = [r["metrics"][cell] for r in scored if cell in r["metrics"]]
         out[cell] = {stat: mean_ci([m[stat] for m in have], seed, stat)
                      for stat in ("recall", "spearman", "expected")}
-    return {"cells": out, "n_traces": len(rows), "n_scored": len(scored),
+        pairs = [(r["metrics"][cell], r["metrics"][reference]) for r in scored
+                 if cell in r["metrics"] and reference in r["metrics"]]
+        out[cell]["minus_reference"] = {
+            stat: mean_ci([a[stat] - b[stat] for a, b in pairs], seed, stat)
+            for stat in ("recall", "spearman")}
+    return {"cells": out, "reference": reference, "n_traces": len(rows), "n_scored": len(scored),
             "positions_tested": sum(len(r["positions"]) for r in scored),
             "causal": sum(sum(r["causal"]) for r in scored)}
 
 
 def _cell_order(cell: str):
-    mask, probe = cell.split("/")
-    return (MASKS.index(mask) if mask in MASKS else len(MASKS), mask,
+    mask, probe, *step = cell.split("/")
+    return (bool(step), MASKS.index(mask) if mask in MASKS else len(MASKS), mask,
             PROBES.index(probe) if probe in PROBES else len(PROBES))
 
 
-def markdown_table(summary: dict, stat: str = "recall") -> str:
-    """A mask x probe markdown table of `stat` ("recall" or "spearman"): mean [95% CI] (n)."""
-    cells = summary["cells"]
+def markdown_table(summary: dict, stat: str = "recall", step: bool = False,
+                   paired: bool = False) -> str:
+    """A mask x probe markdown table of `stat` ("recall" or "spearman"): mean [95% CI] (n);
+    of token or step OAR-P (`step`); `paired`: the difference to the reference cell instead."""
+    cells = {c: v for c, v in summary["cells"].items() if (c.count("/") == 2) == step}
     masks = list(dict.fromkeys(c.split("/")[0] for c in cells))
-    probes = [p for p in PROBES if any(c.endswith("/" + p) for c in cells)]
+    probes = [p for p in PROBES if any(c.split("/")[1] == p for c in cells)]
     lines = ["| mask | " + " | ".join(probes) + " |", "|---" * (len(probes) + 1) + "|"]
     for mask in masks:
-        row = [_fmt(cells.get(cell_name(mask, p), {}).get(stat), stat) for p in probes]
+        got = [cells.get(cell_name(mask, p, step), {}) for p in probes]
+        row = [_fmt((g.get("minus_reference", {}) if paired else g).get(stat), stat) for g in got]
         lines.append(f"| {mask} | " + " | ".join(row) + " |")
     return "\n".join(lines)
 

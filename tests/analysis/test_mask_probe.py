@@ -78,6 +78,12 @@ def test_summary_means_intervals_and_table():
     assert table.splitlines()[0] == "| mask | lt | as_mean |"
     assert "| pad | n/a | 1.00 [1.00, 1.00] (12) |" in table
     assert list(summary["cells"]) == ["pad/as_mean", "zero/lt"]  # MASKS order
+    # paired: each trace's difference to the reference cell (pad/as_mean), then the mean
+    diffs = [r["metrics"]["zero/lt"]["recall"] - 1.0 for r in rows[1:]]
+    paired = summary["cells"]["zero/lt"]["minus_reference"]["recall"]
+    assert paired["recall"] == pytest.approx(np.mean(diffs)) and paired["n"] == 12
+    assert summary["cells"]["pad/as_mean"]["minus_reference"]["recall"]["ci95"] == [0.0, 0.0]
+    assert "| pad | n/a | 0.00 [0.00, 0.00] (12) |" in mp.markdown_table(summary, paired=True)
 
 
 def test_scoring_only_the_tested_positions_changes_no_score(model, tok):
@@ -114,6 +120,24 @@ def test_trace_row_on_a_tiny_model(model, tok):
     assert mp.trace_row(model, tok, PROMPT, "so x = 3", None, masks=masks) == {"status": "no_answer_span"}
 
 
+def test_step_cells_give_each_tested_token_its_step_score(model, tok):
+    from oar_attrib.methods.oar_p_step import oar_p_step
+
+    masks = {"pad": "pad", "mean": "mean"}
+    got = mp.trace_row(model, tok, PROMPT, RESPONSE, "9", masks=masks, probes=("as_mean", "gold"),
+                       cf_positions=6, seed=2, step=True)
+    assert {c for c in got["scores"] if c.endswith("/step")} == {
+        "pad/as_mean/step", "mean/as_mean/step", "pad/gold/step", "mean/gold/step"}
+    pair = encode_pair(tok, PROMPT, RESPONSE, chat=False)
+    full = oar_p_step(model, pairs_to_batch([pair], tok.pad_token_id), probe="as_mean", mask="mean")[0]
+    want = [float(full[pair.response_start + t]) for t in got["positions"]]
+    assert got["scores"]["mean/as_mean/step"] == pytest.approx(want, rel=1e-5, abs=1e-7)
+    summary = mp.summarize_rows([got])
+    steps = {"cells": {c: v for c, v in summary["cells"].items() if c.endswith("/step")}}
+    assert "| pad | " in mp.markdown_table(steps, step=True)
+    assert "| pad | " not in mp.markdown_table(steps)  # the token table reads token cells only
+
+
 def load_script():
     spec = importlib.util.spec_from_file_location("mask_probe_table", ROOT / "scripts" / "mask_probe_table.py")
     module = importlib.util.module_from_spec(spec)
@@ -146,7 +170,7 @@ def test_script_resumes_and_skips_done_traces(tmp_path, monkeypatch, model, tok)
     assert calls == ["q0", "q1", "q2", "q3", "q4"]  # done traces skipped, the cut-off one redone
     summary = json.loads((tmp_path / "rows.summary.json").read_text())
     assert summary["n_scored"] == 5 and summary["cells"]["pad/lt"]["recall"]["recall"] == 1.0
-    assert (tmp_path / "rows.md").read_text().count("| pad |") == 2
+    assert (tmp_path / "rows.md").read_text().count("| pad |") == 4  # recall, rho, each paired
     monkeypatch.setattr("sys.argv", argv + ["--n", "5", "--seed", "1"])
     script.main()  # another configuration is another set of rows
     assert len(calls) == 10
