@@ -134,3 +134,16 @@ def test_resample_oracle_is_the_oracle_of_each_drawn_token(model, tok):
                                 max_new_tokens=6, batch_size=4)
     assert pad == counterfactual_oracle(model, tok, PROMPT, response, range(10), extract,
                                         replacement=PAD, max_new_tokens=6, batch_size=4)
+
+
+def test_the_oracle_cache_keys_on_the_replacement():
+    import hashlib
+    import json
+
+    from oar_attrib.analysis.counterfactual_recall import _cache_key
+
+    old = hashlib.sha256(json.dumps(["m", [1, 2], [3, 4], 8, 0]).encode()).hexdigest()[:24]
+    assert _cache_key("m", [1, 2], [3, 4], 8, 0) == old  # caches written before the knob
+    assert _cache_key("m", [1, 2], [3, 4], 8, 0, "pad") == old
+    keys = {_cache_key("m", [1, 2], [3, 4], 8, 0, r) for r in ("pad", "resample", 5)}
+    assert len(keys) == 3
