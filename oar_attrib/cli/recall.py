@@ -186,8 +186,8 @@ def add_parser(sub) -> None:
                          "regeneration each; more are thinned to this many, spread over the trace)")
     rc.add_argument("--replace", default="pad", choices=("pad", "resample"),
                     help="counterfactual set: what replaces a tested token, the pad token or a token "
-                         "drawn from the model at that position (not the original, seeded); pad "
-                         "degenerates on chat models whose pad ends the turn")
+                         "drawn from the model at that position (not the original, seeded); on chat "
+                         "models whose pad is the end-of-turn token, pad ends the turn")
     rc.add_argument("--data", default=None,
                     help="a JSONL data set (question/problem and optional gold answer, or prompt "
                          "and response): any model's own counterfactual oracle on its greedy traces "
