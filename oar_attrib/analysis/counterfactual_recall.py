@@ -4,7 +4,7 @@ first the tokens whose replacement changes the model's own answer?
 Each record is a question (`question` or `problem`, with an optional gold `answer`) that the
 model answers greedily through its chat template (asked to end with "The answer is N."), or a
 finished trace (`prompt` and `response`). Every method attributes the trace; then each tested
-position t of its scored reasoning is replaced by the pad token, the rest regenerated greedily
+position t of its scored reasoning is replaced (by the pad token, or `replacement`), the rest regenerated greedily
 (`counterfactual.counterfactual_oracle`: left-padded batches, KV cache), and t is causal when
 the final answer read by `spans.locate_answer` changes (a number compared by value: `$1,200`
 and `1200` agree) or disappears. Recall@|O| of each method among the tested positions, with
@@ -36,7 +36,7 @@ from ..jsonl import NotJSON, iter_jsonl
 from ..methods import available_methods
 from ..inputs.spans import locate_answer
 from ..world.value_oracle import parse_number
-from .counterfactual import counterfactual_oracle
+from .counterfactual import check_replacement, counterfactual_oracle
 from .recall import RecallReport, summarize, trace_recall
 from .sets import COUNTERFACTUAL
 
@@ -76,14 +76,16 @@ def answer_key(text: str) -> str | None:
     return repr(number) if number is not None else value.strip()
 
 
-def _prompt(record: dict):
+def record_prompt(record: dict):
+    """The prompt of a record: its `prompt`, else its question in a chat message asking for
+    "The answer is N." (`INSTRUCTION`)."""
     if "prompt" in record:
         return record["prompt"]
     question = record.get("question", record.get("problem"))
     return [{"role": "user", "content": INSTRUCTION.format(question=question)}]
 
 
-def _prompt_ids(tokenizer, prompt) -> list[int]:
+def encode_prompt_ids(tokenizer, prompt) -> list[int]:
     """The prompt's ids as `attribute` encodes it: a string goes through the chat template when
     the tokenizer has one (as one user message), else as it is."""
     if isinstance(prompt, str) and getattr(tokenizer, "chat_template", None) is None:
@@ -99,15 +101,19 @@ def model_traces(model, tokenizer, records: list[dict], max_new_tokens: int,
     texts = [r.get("response") for r in records]
     todo = [i for i, t in enumerate(texts) if t is None]
     if todo:
-        prompts = [tokenizer.decode(_prompt_ids(tokenizer, _prompt(records[i]))) for i in todo]
+        prompts = [tokenizer.decode(encode_prompt_ids(tokenizer, record_prompt(records[i]))) for i in todo]
         ids = generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=8, progress=progress)
         for i, row in zip(todo, ids):
             texts[i] = tokenizer.decode(row, skip_special_tokens=True)
     return texts
 
 
-def _cache_key(model_name: str, prompt_ids, response_ids, cf_positions: int, seed: int) -> str:
-    blob = json.dumps([model_name, list(prompt_ids), list(response_ids), cf_positions, seed])
+def _cache_key(model_name: str, prompt_ids, response_ids, cf_positions: int, seed: int,
+               replacement="pad") -> str:
+    """The oracle cache's key of one trace; the replacement joins it only when it is not the
+    pad token, so caches written before the knob existed (all pad) still read back."""
+    parts = [model_name, list(prompt_ids), list(response_ids), cf_positions, seed]
+    blob = json.dumps(parts if replacement == "pad" else parts + [replacement])
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
@@ -133,14 +139,16 @@ class CounterfactualReport(RecallReport):
     oracle: dict = field(default_factory=dict)
 
 
-def _causal(model, tokenizer, trace, prompt_ids, cf_positions, seed, max_batch_tokens, cache, key):
+def _causal(model, tokenizer, trace, prompt_ids, cf_positions, seed, max_batch_tokens, cache, key,
+            replacement="pad"):
     if key in cache:
         return cache[key]
     positions = [t for t, s in enumerate(trace.scored) if s]
     n = len(trace.token_ids)
     batch = max(1, max_batch_tokens // (len(prompt_ids) + 2 * n + REGENERATION_MARGIN))
     causal = counterfactual_oracle(model, tokenizer, prompt_ids, trace.token_ids, positions, answer_key,
-                                   max_positions=cf_positions, seed=seed, batch_size=batch,
+                                   replacement=replacement, max_positions=cf_positions, seed=seed,
+                                   batch_size=batch,
                                    max_new_tokens=n + REGENERATION_MARGIN)
     cache[key] = causal
     return causal
@@ -150,17 +158,19 @@ def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None
                           seed: int = 0, cf_positions: int = 32, max_new_tokens: int = 256,
                           max_batch_tokens: int = 16384, cache: str | Path | None = None,
                           model_name: str = "", method_params: dict | None = None,
-                          progress: bool = False) -> CounterfactualReport:
+                          progress: bool = False, replacement="pad") -> CounterfactualReport:
     """Recall@|O| of every method against the model's own counterfactual oracle on `records`
-    (module docstring). `model_name` keys the cache (with the trace's ids, cf_positions, seed)."""
+    (module docstring). `model_name` keys the cache (with the trace's ids, cf_positions, seed
+    and the oracle's `replacement`: "pad", "resample" or a token id, `counterfactual`)."""
     if cf_positions < 1 or max_new_tokens < 1 or max_batch_tokens < 1:
         raise InputError(f"cf_positions={cf_positions}, max_new_tokens={max_new_tokens} and "
                          f"max_batch_tokens={max_batch_tokens} must be >= 1")
+    check_replacement(replacement)
     methods = list(methods or available_methods())
     cache = None if cache is None else Path(cache)
     known = _read_cache(cache)
     texts = model_traces(model, tokenizer, records, max_new_tokens, progress)
-    prompts = [_prompt(r) for r in records]
+    prompts = [record_prompt(r) for r in records]
     traces = attribute(model, tokenizer, prompts, texts, methods, probe=probe, seed=seed,
                        progress=progress, method_params=method_params)
     correct = [None if "answer" not in r else grade(t, r["answer"]).correct for r, t in zip(records, texts)]
@@ -171,10 +181,11 @@ def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None
             status.append("no_answer_span")
             per_trace.append(None)
             continue
-        prompt_ids = _prompt_ids(tokenizer, prompt)
-        key = _cache_key(model_name, prompt_ids, trace.token_ids, cf_positions, seed)
+        prompt_ids = encode_prompt_ids(tokenizer, prompt)
+        key = _cache_key(model_name, prompt_ids, trace.token_ids, cf_positions, seed, replacement)
         fresh = key not in known
-        causal = _causal(model, tokenizer, trace, prompt_ids, cf_positions, seed, max_batch_tokens, known, key)
+        causal = _causal(model, tokenizer, trace, prompt_ids, cf_positions, seed, max_batch_tokens, known, key,
+                         replacement)
         if fresh and cache is not None:
             with cache.open("a") as out:
                 out.write(json.dumps({"key": key, "causal": sorted(causal.items())}) + "\n")
@@ -200,4 +211,4 @@ def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None
         skipped={"no_answer_span": status.count("no_answer_span")}, traces=traces, texts=texts,
         correct=correct, status=status, per_trace=per_trace, problems=records, by_outcome=by_outcome,
         oracle={"positions_tested": tested, "causal": found, "cf_positions": cf_positions,
-                "replacement": "pad token", "regeneration": f"greedy, response length + {REGENERATION_MARGIN}"})
+                "replacement": replacement, "regeneration": f"greedy, response length + {REGENERATION_MARGIN}"})

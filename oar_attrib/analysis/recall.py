@@ -68,9 +68,11 @@ def trace_recall(trace: TraceAttribution, oracle: Oracle, sets=DEFAULT_SETS,
 
 
 def counterfactual_masks(model, tokenizer, problem: Problem, trace: TraceAttribution,
-                         max_positions: int = 64, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """(target, tested): (T,) bool masks of the trace's scored positions whose replacement by
-    the pad token changes the greedily regenerated answer, and of the positions tested (at most
+                         max_positions: int = 64, seed: int = 0,
+                         replacement="pad") -> tuple[np.ndarray, np.ndarray]:
+    """(target, tested): (T,) bool masks of the trace's scored positions whose replacement (by
+    the pad token, or `replacement`: `counterfactual.counterfactual_oracle`) changes the
+    greedily regenerated answer, and of the positions tested (at most
     `max_positions`, spread evenly by `choose_positions`)."""
     positions = [t for t, s in enumerate(trace.scored) if s]
     target = np.zeros(len(trace.token_ids), dtype=bool)
@@ -85,7 +87,7 @@ def counterfactual_masks(model, tokenizer, problem: Problem, trace: TraceAttribu
     prompt_ids = tokenizer(problem.prompt, add_special_tokens=False).input_ids
     causal = counterfactual_oracle(
         model, tokenizer, prompt_ids, trace.token_ids, positions, answer,
-        max_positions=max_positions, seed=seed, batch_size=64,
+        replacement=replacement, max_positions=max_positions, seed=seed, batch_size=64,
         # The original response reached its answer within its own length.
         max_new_tokens=len(trace.token_ids) + 8,
     )
@@ -149,12 +151,13 @@ def summarize(per_trace: list[dict], methods, sets=DEFAULT_SETS, seed: int = 0) 
 def oracle_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "recall",
                   methods=None, probe: str = "as_mean", progress: bool = False,
                   method_params: dict | None = None, sets=DEFAULT_SETS,
-                  cf_positions: int = 64) -> RecallReport:
+                  cf_positions: int = 64, replacement="pad") -> RecallReport:
     """Sample `n` held-out problems, let the model answer, attribute, and score against the
     oracle sets `sets` (see RECALL_SETS) on world `preset` (`recall`: no step copies a final
     result and every value is one digit, so every `direct` token is the only carrier of a value
     the answer needs). `counterfactual` is the model's own oracle (module docstring), tested on
-    up to `cf_positions` scored positions per trace, one greedy regeneration each. Traces
+    up to `cf_positions` scored positions per trace, one greedy regeneration each, a position
+    replaced by `replacement` ("pad" or "resample", `counterfactual`). Traces
     without an answer span or without both final quantities are skipped and counted in
     `skipped`. The report keeps the problems, texts, traces and per-trace recall
     (`RecallReport.to_frame`) for a closer look."""
@@ -187,7 +190,7 @@ def oracle_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "
         token_sets = {}
         if COUNTERFACTUAL in sets:
             token_sets[COUNTERFACTUAL] = counterfactual_masks(model, tokenizer, problem, trace,
-                                                              cf_positions, seed)
+                                                              cf_positions, seed, replacement)
         per_trace.append(trace_recall(trace, oracle, sets, token_sets))
     summary, rand = summarize([t for t in per_trace if t is not None], methods, sets, seed=seed)
     return RecallReport(methods=summary, random=rand, n=n, n_scored=status.count("scored"),

@@ -106,7 +106,7 @@ def run_data(args: argparse.Namespace) -> int:
         cf_positions=args.cf_positions, max_new_tokens=args.max_new_tokens,
         max_batch_tokens=args.max_batch_tokens or 16384, cache=args.cf_cache, model_name=args.model,
         method_params=method_params_from(args, budget_params(args.max_batch_tokens)),
-        progress=not args.no_progress)
+        progress=not args.no_progress, replacement=args.replace)
     if args.json:
         print(json.dumps(report.as_dict()))
         return 0
@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         return run_steps(args, model, tokenizer)
     report = oracle_recall(model, tokenizer, n=args.n, seed=args.seed, preset=args.preset or "recall",
                            methods=args.methods, probe=args.probe, progress=not args.no_progress,
-                           sets=args.sets, cf_positions=args.cf_positions,
+                           sets=args.sets, cf_positions=args.cf_positions, replacement=args.replace,
                            method_params=method_params_from(args, budget_params(args.max_batch_tokens)))
     if args.json:
         print(json.dumps(report.as_dict()))
@@ -184,6 +184,10 @@ def add_parser(sub) -> None:
     rc.add_argument("--cf-positions", type=int, default=64,
                     help="counterfactual set: scored positions tested per trace (one greedy "
                          "regeneration each; more are thinned to this many, spread over the trace)")
+    rc.add_argument("--replace", default="pad", choices=("pad", "resample"),
+                    help="counterfactual set: what replaces a tested token, the pad token or a token "
+                         "drawn from the model at that position (not the original, seeded); on chat "
+                         "models whose pad is the end-of-turn token, pad ends the turn")
     rc.add_argument("--data", default=None,
                     help="a JSONL data set (question/problem and optional gold answer, or prompt "
                          "and response): any model's own counterfactual oracle on its greedy traces "

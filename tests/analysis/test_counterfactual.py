@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from oar_attrib.analysis.counterfactual import choose_positions, counterfactual_oracle
+from oar_attrib.analysis.counterfactual import choose_positions, counterfactual_oracle, resampled_tokens
 from oar_attrib.errors import InputError
 from oar_attrib.models import random_qwen2
 
@@ -97,3 +97,53 @@ def test_errors(model, tok):
         counterfactual_oracle(model, tok, PROMPT, [4, 5, 6], [3], word(0))
     with pytest.raises(InputError, match="no answer in the original"):
         counterfactual_oracle(model, tok, PROMPT, [4, 5, 6], [0], lambda text: None)
+    with pytest.raises(InputError, match="replacement="):
+        counterfactual_oracle(model, tok, PROMPT, [4, 5, 6], [0], word(0), replacement="mean")
+
+
+def test_resampled_tokens_come_from_the_model_and_never_repeat_y_t(model, tok):
+    response = [4 + (i % 20) for i in range(12)]
+    drawn = resampled_tokens(model, PROMPT, response, range(12), seed=3)
+    assert sorted(drawn) == list(range(12))
+    assert all(drawn[t] != response[t] for t in drawn)
+    assert resampled_tokens(model, PROMPT, response, range(12), seed=3) == drawn
+    assert resampled_tokens(model, PROMPT, response, range(12), seed=4) != drawn
+    # The frequencies of many draws at one position follow p(. | y_<t) without y_t.
+    with torch.no_grad():
+        logits = model(torch.tensor([PROMPT + response])).logits[0, len(PROMPT) + 4]
+    p = torch.softmax(logits.float(), -1)
+    p[response[5]] = 0
+    p = p / p.sum()
+    counts = torch.zeros_like(p)
+    for seed in range(400):
+        counts[resampled_tokens(model, PROMPT, response, [5], seed=seed)[5]] += 1
+    assert (counts / 400 - p).abs().max() < 0.08
+
+
+def test_resample_oracle_is_the_oracle_of_each_drawn_token(model, tok):
+    response = [4 + (i % 20) for i in range(10)]
+    extract = word(6)
+    drawn = resampled_tokens(model, PROMPT, response, range(10), seed=1)
+    got = counterfactual_oracle(model, tok, PROMPT, response, range(10), extract,
+                                replacement="resample", seed=1, max_new_tokens=6, batch_size=4)
+    for t in range(10):  # one position at a time with that token as a fixed replacement
+        one = counterfactual_oracle(model, tok, PROMPT, response, [t], extract,
+                                    replacement=drawn[t], max_new_tokens=6)
+        assert got[t] == one[t]
+    pad = counterfactual_oracle(model, tok, PROMPT, response, range(10), extract,
+                                max_new_tokens=6, batch_size=4)
+    assert pad == counterfactual_oracle(model, tok, PROMPT, response, range(10), extract,
+                                        replacement=PAD, max_new_tokens=6, batch_size=4)
+
+
+def test_the_oracle_cache_keys_on_the_replacement():
+    import hashlib
+    import json
+
+    from oar_attrib.analysis.counterfactual_recall import _cache_key
+
+    old = hashlib.sha256(json.dumps(["m", [1, 2], [3, 4], 8, 0]).encode()).hexdigest()[:24]
+    assert _cache_key("m", [1, 2], [3, 4], 8, 0) == old  # caches written before the knob
+    assert _cache_key("m", [1, 2], [3, 4], 8, 0, "pad") == old
+    keys = {_cache_key("m", [1, 2], [3, 4], 8, 0, r) for r in ("pad", "resample", 5)}
+    assert len(keys) == 3

@@ -37,7 +37,7 @@ def _reference(model, tok, prompt_ids, response_ids, positions, max_new_tokens):
 
 def test_the_batched_oracle_equals_the_one_row_reference(smollm2):
     model, tok = smollm2
-    prompt_ids = cfr._prompt_ids(tok, cfr._prompt({"question": QUESTION}))
+    prompt_ids = cfr.encode_prompt_ids(tok, cfr.record_prompt({"question": QUESTION}))
     response_ids = tok(RIGHT, add_special_tokens=False).input_ids
     reasoning = len(tok(RIGHT.split("\n")[0], add_special_tokens=False).input_ids)
     positions = choose_positions(range(reasoning), 4, seed=0)
@@ -49,9 +49,9 @@ def test_the_batched_oracle_equals_the_one_row_reference(smollm2):
 
 def test_recall_of_every_method_beside_the_random_expectation_and_a_resumed_run(smollm2, tmp_path, monkeypatch):
     model, tok = smollm2
-    records = [{"prompt": cfr._prompt({"question": QUESTION}), "response": RIGHT, "answer": "20"},
-               {"prompt": cfr._prompt({"question": QUESTION}), "response": WRONG, "answer": "20"},
-               {"prompt": cfr._prompt({"question": QUESTION}), "response": "Mia has many.", "answer": "20"}]
+    records = [{"prompt": cfr.record_prompt({"question": QUESTION}), "response": RIGHT, "answer": "20"},
+               {"prompt": cfr.record_prompt({"question": QUESTION}), "response": WRONG, "answer": "20"},
+               {"prompt": cfr.record_prompt({"question": QUESTION}), "response": "Mia has many.", "answer": "20"}]
     cache = tmp_path / "cf.jsonl"
     methods = ["oar_p", "random"]
     report = cfr.counterfactual_recall(model, tok, records, methods=methods, cf_positions=3, cache=cache,
