@@ -95,6 +95,21 @@ def world_evaluator(tokenizer, presets: str | list[str] = "default", n: int = 20
     return evaluate
 
 
+def preset_evaluator(evaluators: dict):
+    """model -> the results of several evaluators, one per preset name, keyed as
+    `world_evaluator`'s are: `accuracy/<preset>` (and `accuracy_sampled/<preset>`) for each,
+    the first preset's also as plain `accuracy` (`accuracy_sampled`)."""
+    def evaluate(model) -> dict:
+        out = {}
+        for preset, fn in evaluators.items():
+            for key, value in fn(model).items():
+                out.setdefault(key, value)
+                out[f"{key}/{preset}"] = value
+        return out
+
+    return evaluate
+
+
 def reward_evaluator(tokenizer, dataset, reward_fn, max_new_tokens: int = 1024, batch_size: int = 16,
                      samples: int = 0, temperature: float = 1.0, seed: int = 0, progress: bool = False):
     """model -> mean reward of greedy completions of `dataset` (prompt and answer columns), and

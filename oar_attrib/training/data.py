@@ -1,4 +1,4 @@
-"""Training prompts: the arithmetic world's presets and JSONL math sets.
+"""Training prompts: the arithmetic world's presets, the word-problem world's, and JSONL math sets.
 
 Every dataset has a `prompt` column (a string, or a one-message chat when the tokenizer has a
 chat template; TRL applies the template) and an `answer` column (a string) that the reward
@@ -72,6 +72,25 @@ def world_dataset(n: int, preset: str = "default", seed: int = 0, split: str = "
         "answer": [str(p.answer) for p in problems],
         "answer_format": [p.answer_format for p in problems],
         "problem": [problem_to_json(p) for p in problems],
+    })
+
+
+# ------------------------------------------------------------------ the word-problem world
+
+
+def word_dataset(n: int, preset: str, tokenizer=None, template: str = "answer_is",
+                 system: str | None = None, seed: int = 0, split: str = "train") -> Dataset:
+    """`n` word problems of a `world.words` preset as prompt / answer / id columns, the question
+    formatted like a JSONL record's (`format_prompt`: the template's instruction, as a chat when
+    the tokenizer has a template). The 'test' split is disjoint from 'train'; the same
+    arguments always give the same problems in the same order."""
+    from oar_attrib.world.words import generate_word_problems
+
+    problems = generate_word_problems(n, preset, seed=seed, split=split)
+    return Dataset.from_dict({
+        "prompt": [format_prompt(p.question, tokenizer, template, system) for p in problems],
+        "answer": [str(p.answer) for p in problems],
+        "id": [f"{preset}-{split}-{seed}-{i}" for i in range(len(problems))],
     })
 
 

@@ -65,11 +65,8 @@ def run_cell(store_path: str, cell_id: int) -> None:
     """Train one cell from its stored settings, writing its curve as it goes."""
     import copy
 
-    from oar_attrib.models import load_model
-
     from .experiment import TRAIN_KEYS
-    from .launch import build_configs, build_datasets, build_rewards
-    from .trainer import OARGRPOTrainer
+    from .launch import build_configs, build_trainer
 
     with ExperimentStore(store_path) as store:
         cell = store.cell(cell_id)
@@ -77,13 +74,9 @@ def run_cell(store_path: str, cell_id: int) -> None:
         world_seed = int(settings.pop("world_seed"))
         run, args = build_configs(settings)
         store.reset_cell(cell_id)
-        if run.threads:
-            torch.set_num_threads(run.threads)
-        model, tokenizer = load_model(run.model, dtype=run.dtype)
-        # The data seed is the grid's, not the cell's: every cell sees the same problems in order.
-        train, evaluator = build_datasets(run, tokenizer, world_seed, args.temperature)
-        trainer = OARGRPOTrainer(model=model, reward_funcs=build_rewards(run), args=args,
-                                 train_dataset=train, processing_class=tokenizer)
+        # The data seed is the grid's, not the cell's: every cell sees the same problems in
+        # order; rewards are bound as in `oar train` (answer format, 0 for a cut-off answer).
+        trainer, evaluator = build_trainer(run, args, data_seed=world_seed, accuracy_callback=False)
         eval_steps = {0, args.max_steps, *range(run.eval_every, args.max_steps, run.eval_every)}
         trainer.add_callback(CurveRecorder(store, cell_id, evaluator, eval_steps, TRAIN_KEYS))
         print(f"cell {cell.method} seed {cell.seed}: {args.max_steps} steps", flush=True)

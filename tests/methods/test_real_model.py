@@ -53,13 +53,19 @@ def test_oar_p_fast_equals_the_reference_on_smollm2(smollm2, short, packing):
 # random: no model, the same numbers in every dtype (not tested). oar_p_step: a handful of steps,
 # too few for a rank correlation (its token engine is oar_p's, checked here).
 BF16_FLOORS = {"oar_p": 0.9, "oar_g": 0.9, "entropy": 0.9, "grail": 0.9, "ig": 0.9}
+# OAR-G with one noise draw is noise-dominated on this trace even in float32: two seeds' ranks
+# agree -0.08 to 0.77 (Spearman), and bf16 against float32 with the same seed 0.27 to 0.94, by
+# seed and by thread count. Averaging 8 draws takes float32 seed-to-seed agreement to 0.93-0.96
+# and bf16's to 0.94-0.99 (docs/benchmarks.md): the comparison is made where the estimator's own
+# variance no longer hides the dtype's.
+BF16_PARAMS = {"ig": {"n_steps": 16}, "oar_g": {"n_noise": 8}}
 
 
 @pytest.mark.parametrize("method", sorted(BF16_FLOORS))
 def test_bf16_ranks_tokens_like_float32_on_smollm2(smollm2, short, method):
     model, _ = smollm2
     half = _bf16(model)
-    params = {"n_steps": 16} if method == "ig" else {}
+    params = BF16_PARAMS.get(method, {})
     fn = get_method(method)
     scored = short.scored_mask.clone()
     scored[:, 0] = False  # entropy has no value at position 0
@@ -68,6 +74,21 @@ def test_bf16_ranks_tokens_like_float32_on_smollm2(smollm2, short, method):
     assert torch.isfinite(low).all() and full.std() > 0
     rho = spearman(full.numpy(), low.numpy())
     assert rho >= BF16_FLOORS[method], f"{method}: bf16 vs fp32 Spearman {rho:.3f}"
+
+
+def test_oar_g_draws_average_to_a_seed_independent_ranking(smollm2, short):
+    """The mean of 8 OAR-G draws ranks the short trace's tokens alike whatever the seed (>= 0.9),
+    and more alike than single draws do (these agreed -0.08 to 0.77 between seeds here)."""
+    model, _ = smollm2
+    fn = get_method("oar_g")
+    scored = short.scored_mask
+
+    def ranks(seed: int, n_noise: int):
+        return fn(model, short, generator=torch.Generator().manual_seed(seed), n_noise=n_noise)[scored].numpy()
+
+    one = [spearman(ranks(0, 1), ranks(seed, 1)) for seed in (1, 2, 3)]
+    eight = [spearman(ranks(0, 8), ranks(seed, 8)) for seed in (1, 2, 3)]
+    assert min(eight) >= 0.9 and min(eight) > min(one), (one, eight)
 
 
 _HALF = {}

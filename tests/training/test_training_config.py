@@ -334,7 +334,7 @@ def test_smollm2_preset_trains_a_step_with_oar_on_and_reloads(smollm2, tmp_path)
         f"data={sample}", "max_steps=1", "num_generations=2",
         "per_device_train_batch_size=2", "max_completion_length=64", "temperature=0.3",
         f"output_dir={tmp_path}", "save_strategy=no", "learning_rate=1e-4"]))
-    trainer = build_trainer(run, args)
+    trainer, _ = build_trainer(run, args)
     trainer.train()
     logs = {k: v for entry in trainer.state.log_history for k, v in entry.items()}
     assert logs["oar/span_found_rate"] > 0
