@@ -9,7 +9,8 @@ import yaml
 from oar_attrib.world import generate_problems
 from oar_attrib.training.cli import add_train_command, main
 from oar_attrib.training.config import OARConfig, check_trl_version
-from oar_attrib.training.data import format_prompt, math_dataset, problem_from_json, read_jsonl, world_dataset
+from oar_attrib.training.data import (format_prompt, math_dataset, problem_from_json, read_jsonl, word_dataset,
+                                      world_dataset)
 from oar_attrib.training.errors import DataError, TrainingConfigError, UnsupportedTRLError
 from oar_attrib.training.launch import build_configs, parse_value, resolve
 
@@ -125,6 +126,48 @@ def test_world_dataset_carries_the_problem():
     back = problem_from_json(ds["problem"][0])
     assert back == problems[0] and back.oracle() == problems[0].oracle() and back.answer == problems[0].answer
     assert set(ds["prompt"]).isdisjoint(world_dataset(50, "default", seed=2, split="test")["prompt"])
+
+
+def test_word_dataset_asks_the_world_problems_with_the_template():
+    """data=words: the word-problem world's questions under the prompt template, gold answers
+    as strings, the same problems for the same seed, test disjoint from train."""
+    from oar_attrib.world.words import generate_word_problems
+
+    ds = word_dataset(6, "tiny", None, "answer_is", seed=3)
+    problems = generate_word_problems(6, "tiny", seed=3, split="train")
+    assert ds["prompt"] == [format_prompt(p.question, None, "answer_is") for p in problems]
+    assert ds["answer"] == [str(p.answer) for p in problems]
+    assert all("The answer is" in prompt for prompt in ds["prompt"])
+    assert word_dataset(6, "tiny", None, "answer_is", seed=3)["prompt"] == ds["prompt"]
+    assert word_dataset(6, "tiny", None, "answer_is", seed=4)["prompt"] != ds["prompt"]
+    test = word_dataset(60, "tiny", None, "answer_is", seed=3, split="test")["prompt"]
+    assert set(word_dataset(200, "tiny", None, "answer_is", seed=3)["prompt"]).isdisjoint(test)
+
+
+def test_words_data_evaluates_each_held_out_preset(monkeypatch):
+    """data=words with eval_every: one reward evaluator per word preset on its 'test'
+    problems (whatever the run's seed), keyed accuracy/<preset> with the first also plain."""
+    from oar_attrib.training import callbacks, launch
+
+    seen = []
+
+    def fake_reward_evaluator(tokenizer, dataset, reward_fn, max_new_tokens, samples=0, temperature=1.0):
+        seen.append((list(dataset["id"]), max_new_tokens, samples))
+        rate = 0.25 if "distractor" in dataset["id"][0] else 0.5
+        return lambda model: {"accuracy": rate, **({"accuracy_sampled": rate / 2} if samples else {})}
+
+    monkeypatch.setattr(callbacks, "reward_evaluator", fake_reward_evaluator)
+    run, _ = build_configs(resolve("arith-tiny", None, [
+        "data=words", "world_preset=tiny", "world_train_size=5", "eval_every=2", "eval_n=3",
+        "eval_preset=[tiny, tiny-distractor]", "eval_samples=2", "prompt_template=answer_is",
+        "reward=[gsm8k]", "eval_max_new_tokens=64"]))
+    train, evaluate = launch.build_datasets(run, None, seed=7)
+    assert train["id"] == [f"tiny-train-7-{i}" for i in range(5)]
+    assert seen == [([f"tiny-test-0-{i}" for i in range(3)], 64, 2),
+                    ([f"tiny-distractor-test-0-{i}" for i in range(3)], 64, 2)]
+    assert evaluate(None) == {"accuracy": 0.5, "accuracy/tiny": 0.5, "accuracy_sampled": 0.25,
+                              "accuracy_sampled/tiny": 0.25, "accuracy/tiny-distractor": 0.25,
+                              "accuracy_sampled/tiny-distractor": 0.125}
 
 
 def test_math_dataset_prompts(tmp_path):
