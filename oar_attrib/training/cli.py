@@ -168,7 +168,10 @@ def run_train(args: argparse.Namespace) -> int:
     resume = _check_resume(args.resume, settings)
     run, trainer_args = build_configs(settings)
     summary = train(run, trainer_args, resume=resume)
-    print(json.dumps(summary))
+    # One write per line: under a launcher every rank prints its summary to the same pipe, and a
+    # line split across two buffer flushes interleaved with the other rank's.
+    sys.stdout.flush()
+    print(json.dumps(summary), flush=True)
     return 0
 
 
