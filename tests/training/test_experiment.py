@@ -225,3 +225,17 @@ def test_committed_summaries_are_consistent(path):
         if len(seeds) >= 2:
             half = t_quantile(0.975, len(seeds) - 1) * statistics.stdev(diffs) / math.sqrt(len(seeds))
             assert (got["lo"], got["hi"]) == pytest.approx((got["mean"] - half, got["mean"] + half))
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "training" / "experiments").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_committed_grid_resolves_to_valid_cells(path):
+    """Every grid file in training/experiments/ loads, has GRPO, and each method's cell settings
+    validate (`cell_settings` builds the configs) with the grid's steps and seed."""
+    from oar_attrib.training.experiment import cell_settings, load
+
+    spec, base = load(path)
+    assert spec.name == path.stem and "none" in spec.methods and len(spec.seeds) >= 3
+    for method in spec.methods:
+        settings = cell_settings(spec, base, method, spec.seeds[0])
+        assert settings["trainer"]["max_steps"] == spec.steps
+        assert settings["trainer"]["oar_method"] == spec.methods[method]["oar_method"]
