@@ -25,7 +25,8 @@ from shared_data import shared_folder  # ../shared, or the trimmed copy vendored
 PLOTLY = "application/vnd.plotly.v1+json"
 CELL_TIMEOUT = 240
 # Variables the notebooks read: the tests set them explicitly, whatever the caller's shell has.
-NOTEBOOK_ENV = ("OAR_RUN_STORE", "OAR_SHARED", "OAR_EXPERIMENT_STORE", "OAR_EXPERIMENT")
+NOTEBOOK_ENV = ("OAR_RUN_STORE", "OAR_SHARED", "OAR_EXPERIMENT_STORE", "OAR_EXPERIMENT", "OAR_EXPERIMENTS",
+                "OAR_GRID_SUMMARY")
 
 
 def run_notebook(name: str, **env: str) -> tuple[nbformat.NotebookNode, dict]:
@@ -68,7 +69,7 @@ def bundled():
 def test_notebooks_are_committed_without_outputs():
     names = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
     assert names == ["01_attribution_recall.ipynb", "02_reshaping.ipynb", "03_your_model.ipynb",
-                     "04_steps.ipynb", "05_experiment.ipynb"]
+                     "04_steps.ipynb", "05_experiment.ipynb", "06_real_model.ipynb"]
     for name in names:
         nb = nbformat.read(NOTEBOOKS / name, as_version=4)
         nbformat.validate(nb)
@@ -264,3 +265,44 @@ def test_05_experiment_reads_an_experiment_store(tmp_path):
     assert s["paired"]["oar_g"] == pytest.approx(expected) and s["recomputed"]["oar_g"] == pytest.approx(expected)
     assert s["finals"]["none"] == {str(i): v for i, v in enumerate(finals["none"])}
     assert len(plotly_outputs(nb)) == 2
+
+
+EXPERIMENT_DOCS = NOTEBOOKS.parent / "docs" / "experiments"
+
+
+def test_06_real_model_reads_the_committed_results():
+    """06 shows the committed real-model results as they are in the files: every calibration
+    figure, each model's best mask x probe cell recomputed here from its summary (its interval
+    holding its point estimate, recall in [0, 1]), and a grid summary's paired differences (the
+    arithmetic grid's file stands in for the SmolLM2 one, whatever has been run)."""
+    grid_file = EXPERIMENT_DOCS / "arith-tiny-grid.json"
+    nb, summary = run_notebook("06_real_model.ipynb", OAR_GRID_SUMMARY=str(grid_file))
+    calibration = json.loads((EXPERIMENT_DOCS / "wordworld" / "calibration.json").read_text())["presets"]
+    assert summary["calibration"] == {k: {"accuracy": r["accuracy"], "ci95": r["ci95"]} for k, r in calibration.items()}
+    assert summary["in_band"] == sorted(k for k, r in calibration.items() if 0.2 <= r["accuracy"] <= 0.6)
+    files = sorted((EXPERIMENT_DOCS / "masks").glob("*.summary.json"))
+    assert sorted(summary["best_mask_probe"]) == sorted(f.name.removesuffix(".summary.json") for f in files)
+    for path in files:
+        cells = json.loads(path.read_text())["cells"]
+        top = max(cells, key=lambda c: cells[c]["recall"]["recall"])
+        got = summary["best_mask_probe"][path.name.removesuffix(".summary.json")]
+        assert got["cell"] == top and got["recall"] == pytest.approx(cells[top]["recall"]["recall"])
+        lo, hi = got["ci95"]
+        assert 0 <= lo <= got["recall"] <= hi <= 1
+        assert got["above_random"] == (lo > cells[top]["expected"]["expected"])
+    grid = json.loads(grid_file.read_text())
+    assert summary["grid"]["experiment"] == grid["experiment"]
+    for method, entry in grid["methods"].items():
+        if entry.get("vs_grpo"):
+            got = summary["grid"]["paired"][method]
+            assert got["mean"] == pytest.approx(entry["vs_grpo"]["mean"]) and got["n"] == entry["vs_grpo"]["n"]
+            assert got["lo"] <= got["mean"] <= got["hi"]
+    assert len(plotly_outputs(nb)) == 1 + len(files) + 1  # calibration, one per mask table, the grid
+
+
+def test_06_real_model_without_a_grid_summary(tmp_path):
+    nb, summary = run_notebook("06_real_model.ipynb", OAR_GRID_SUMMARY=str(tmp_path / "missing.json"))
+    assert summary["grid"] is None and summary["best_mask_probe"]
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert "missing.json is absent" in printed
+
