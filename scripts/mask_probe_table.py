@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from oar_attrib.analysis import mask_probe as mp
-from oar_attrib.analysis.counterfactual_recall import model_traces, read_records, record_prompt
+from oar_attrib.analysis.counterfactual_recall import data_records, model_traces, record_prompt
 from oar_attrib.generation import generate
 from oar_attrib.inputs.grading import grade
 from oar_attrib.jsonl import NotJSON, iter_jsonl
@@ -40,13 +40,7 @@ def load_records(data: str, n: int, seed: int) -> list[dict]:
 
         return [{"prompt": p.prompt, "answer": str(p.answer)}
                 for p in generate_problems(n, "recall", seed=seed, split="test")]
-    if data.startswith("wordworld"):
-        from oar_attrib.world.words import generate_word_problems
-
-        preset = data.partition(":")[2] or "tiny"
-        return [{"question": p.question, "answer": str(p.answer)}
-                for p in generate_word_problems(n, preset, seed=seed, split="test")]
-    return read_records(data, n)
+    return data_records(data, n, seed)
 
 
 def responses(model, tok, records: list[dict], data: str, max_new_tokens: int) -> list[str]:

@@ -11,6 +11,12 @@ and `1200` agree) or disappears. Recall@|O| of each method among the tested posi
 the random-ranking expectation beside it and 95% bootstrap intervals over traces; also apart
 on the traces the model got right and wrong (when the records carry a gold answer).
 
+On the word-problem world (`data_records("wordworld:<preset>")`: each record carries its
+`problem`) the same traces are also scored against the world's value oracle
+(`world.value_oracle`: `direct`, `upstream`, `distractor`, the tokens that write each quantity
+in the model's own text): structural recall beside the counterfactual one, on the same traces.
+Without `counterfactual` in `sets` no regeneration is run.
+
 The budget is bounded: at most `cf_positions` positions per trace (drawn one per stratum of
 the scored positions with the seed, `choose_positions`, so the subset spans the trace; the
 recall is then over those positions, not all), a regeneration of at most the response's length
@@ -35,7 +41,7 @@ from ..inputs.grading import grade
 from ..jsonl import NotJSON, iter_jsonl
 from ..methods import available_methods
 from ..inputs.spans import locate_answer
-from ..world.value_oracle import parse_number
+from ..world.value_oracle import VALUE_SETS, parse_number, value_oracle
 from .counterfactual import check_replacement, counterfactual_oracle
 from .recall import RecallReport, summarize, trace_recall
 from .sets import COUNTERFACTUAL
@@ -64,6 +70,27 @@ def read_records(path: str | Path, n: int | None = None) -> list[dict]:
     if not records:
         raise InputError(f"--data {path} has no records")
     return records
+
+
+WORDWORLD = "wordworld"
+
+
+def data_records(data: str, n: int, seed: int = 0) -> list[dict]:
+    """The records of `--data`: `wordworld:<preset>` (n held-out word problems drawn with
+    `seed`, each {"question", "answer", "problem"}), else a JSONL file (`read_records`)."""
+    name, sep, preset = data.partition(":")
+    if name != WORDWORLD:
+        return read_records(data, n)
+    from ..world.words import generate_word_problems
+
+    return [{"question": p.question, "answer": str(p.answer), "problem": p}
+            for p in generate_word_problems(n, preset or "tiny", seed=seed, split="test")]
+
+
+def data_sets(records: list[dict]) -> tuple[str, ...]:
+    """The sets recall can score on `records`: the counterfactual oracle's always, the value
+    oracle's when every record carries its word problem."""
+    return (COUNTERFACTUAL,) + (VALUE_SETS if all("problem" in r for r in records) else ())
 
 
 def answer_key(text: str) -> str | None:
@@ -158,14 +185,22 @@ def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None
                           seed: int = 0, cf_positions: int = 32, max_new_tokens: int = 256,
                           max_batch_tokens: int = 16384, cache: str | Path | None = None,
                           model_name: str = "", method_params: dict | None = None,
-                          progress: bool = False, replacement="pad") -> CounterfactualReport:
+                          progress: bool = False, replacement="pad",
+                          sets=(COUNTERFACTUAL,)) -> CounterfactualReport:
     """Recall@|O| of every method against the model's own counterfactual oracle on `records`
-    (module docstring). `model_name` keys the cache (with the trace's ids, cf_positions, seed
-    and the oracle's `replacement`: "pad", "resample" or a token id, `counterfactual`)."""
+    (module docstring), and against the value oracle's `sets` on word-problem records.
+    `model_name` keys the cache (with the trace's ids, cf_positions, seed and the oracle's
+    `replacement`: "pad", "resample" or a token id, `counterfactual`)."""
     if cf_positions < 1 or max_new_tokens < 1 or max_batch_tokens < 1:
         raise InputError(f"cf_positions={cf_positions}, max_new_tokens={max_new_tokens} and "
                          f"max_batch_tokens={max_batch_tokens} must be >= 1")
     check_replacement(replacement)
+    sets = tuple(dict.fromkeys(sets))
+    unknown = [name for name in sets if name not in data_sets(records)]
+    if unknown or not sets:
+        raise InputError(f"sets {', '.join(unknown) or '(none)'}: these records are scored on "
+                         f"{', '.join(data_sets(records))} (the value oracle's sets need word-problem "
+                         f"records, --data {WORDWORLD}:<preset>)")
     methods = list(methods or available_methods())
     cache = None if cache is None else Path(cache)
     known = _read_cache(cache)
@@ -175,34 +210,39 @@ def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None
                        progress=progress, method_params=method_params)
     correct = [None if "answer" not in r else grade(t, r["answer"]).correct for r, t in zip(records, texts)]
     status, per_trace, tested, found = [], [], 0, 0
-    rows = tqdm(list(zip(prompts, traces)), desc="counterfactual oracle", disable=not progress)
-    for prompt, trace in rows:
+    desc = "counterfactual oracle" if COUNTERFACTUAL in sets else "value oracle"
+    rows = tqdm(list(zip(records, prompts, traces, texts)), desc=desc, disable=not progress)
+    for record, prompt, trace, text in rows:
         if not trace.span_found or answer_key(tokenizer.decode(trace.token_ids, skip_special_tokens=True)) is None:
             status.append("no_answer_span")
             per_trace.append(None)
             continue
-        prompt_ids = encode_prompt_ids(tokenizer, prompt)
-        key = _cache_key(model_name, prompt_ids, trace.token_ids, cf_positions, seed, replacement)
-        fresh = key not in known
-        causal = _causal(model, tokenizer, trace, prompt_ids, cf_positions, seed, max_batch_tokens, known, key,
-                         replacement)
-        if fresh and cache is not None:
-            with cache.open("a") as out:
-                out.write(json.dumps({"key": key, "causal": sorted(causal.items())}) + "\n")
-        target = np.zeros(len(trace.token_ids), dtype=bool)
-        was_tested = np.zeros_like(target)
-        was_tested[list(causal)] = True
-        target[[t for t, c in causal.items() if c]] = True
-        tested, found = tested + len(causal), found + int(target.sum())
+        token_sets = {}
+        if COUNTERFACTUAL in sets:
+            prompt_ids = encode_prompt_ids(tokenizer, prompt)
+            key = _cache_key(model_name, prompt_ids, trace.token_ids, cf_positions, seed, replacement)
+            fresh = key not in known
+            causal = _causal(model, tokenizer, trace, prompt_ids, cf_positions, seed, max_batch_tokens, known,
+                             key, replacement)
+            if fresh and cache is not None:
+                with cache.open("a") as out:
+                    out.write(json.dumps({"key": key, "causal": sorted(causal.items())}) + "\n")
+            target = np.zeros(len(trace.token_ids), dtype=bool)
+            was_tested = np.zeros_like(target)
+            was_tested[list(causal)] = True
+            target[[t for t, c in causal.items() if c]] = True
+            tested, found = tested + len(causal), found + int(target.sum())
+            token_sets[COUNTERFACTUAL] = (target, was_tested)
+        oracle = value_oracle(record["problem"], text) if "problem" in record else None
         status.append("scored")
-        per_trace.append(trace_recall(trace, None, (COUNTERFACTUAL,), {COUNTERFACTUAL: (target, was_tested)}))
+        per_trace.append(trace_recall(trace, oracle, sets, token_sets))
     scored = [t for t in per_trace if t is not None]
-    summary, rand = summarize(scored, methods, (COUNTERFACTUAL,), seed=seed)
+    summary, rand = summarize(scored, methods, sets, seed=seed)
     by_outcome = {}
     for name, want in (("right", True), ("wrong", False)):
         part = [t for t, c in zip(per_trace, correct) if t is not None and c is want]
         if part:
-            m, r = summarize(part, methods, (COUNTERFACTUAL,), seed=seed)
+            m, r = summarize(part, methods, sets, seed=seed)
             by_outcome[name] = {"methods": m, "random": r, "n": len(part)}
     graded = [c for c in correct if c is not None]
     return CounterfactualReport(
@@ -210,5 +250,5 @@ def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None
         accuracy=sum(graded) / len(graded) if graded else None,
         skipped={"no_answer_span": status.count("no_answer_span")}, traces=traces, texts=texts,
         correct=correct, status=status, per_trace=per_trace, problems=records, by_outcome=by_outcome,
-        oracle={"positions_tested": tested, "causal": found, "cf_positions": cf_positions,
+        oracle={"sets": list(sets), "positions_tested": tested, "causal": found, "cf_positions": cf_positions,
                 "replacement": replacement, "regeneration": f"greedy, response length + {REGENERATION_MARGIN}"})

@@ -1,10 +1,13 @@
 """The names of the sets recall scores against, importable without torch (the CLI's parser
-lists them): the world's oracle sets and the counterfactual oracle's causal positions."""
+lists them): the arithmetic world's oracle sets, the counterfactual oracle's causal positions,
+and the word-problem world's value-oracle sets (`oar recall --data wordworld:<preset>`)."""
 from __future__ import annotations
 
-from ..world import DEFAULT_SETS, KNOWN_SETS
+from ..world import DEFAULT_SETS, KNOWN_SETS, VALUE_SETS
 
 COUNTERFACTUAL = "counterfactual"
 RECALL_SETS = KNOWN_SETS + (COUNTERFACTUAL,)
+# Every set `oar recall --sets` names: the value oracle's are scored on word-problem data only.
+CLI_SETS = tuple(dict.fromkeys(RECALL_SETS + VALUE_SETS))
 
-__all__ = ["COUNTERFACTUAL", "DEFAULT_SETS", "RECALL_SETS"]
+__all__ = ["CLI_SETS", "COUNTERFACTUAL", "DEFAULT_SETS", "RECALL_SETS"]

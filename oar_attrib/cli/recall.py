@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from ..analysis.sets import DEFAULT_SETS, RECALL_SETS
+from ..analysis.sets import CLI_SETS, DEFAULT_SETS
 from ..configs import add_model_args
 from .choices import add_method_knobs, method_name, method_params_from, probe_name
 
@@ -88,36 +88,38 @@ def check_servable(model: str) -> None:
 
 
 def run_data(args: argparse.Namespace) -> int:
-    """`--data`: counterfactual recall of every method on the model's own traces of a data set."""
-    from ..analysis.counterfactual_recall import counterfactual_recall, read_records
-    from ..analysis.sets import COUNTERFACTUAL
+    """`--data`: counterfactual recall of every method on the model's own traces of a data set
+    (and value-oracle recall on the word-problem world)."""
+    from ..analysis.counterfactual_recall import counterfactual_recall, data_records, data_sets
     from ..models import load_model
 
-    other = [s for s in args.sets or () if s != COUNTERFACTUAL]
+    records = data_records(args.data, args.n, args.seed)
+    known = data_sets(records)
+    sets = args.sets or list(known)
+    other = [s for s in sets if s not in known]
     if other or args.granularity == "step":
-        print(f"oar recall --data: only --sets {COUNTERFACTUAL} at token granularity is measured on a data "
-              f"set (the other sets are the arithmetic world's), got --sets {' '.join(args.sets or [])} "
-              f"--granularity {args.granularity}", file=sys.stderr)
+        print(f"oar recall --data: {args.data} is scored at token granularity on --sets {' '.join(known)} "
+              f"(the other sets are the arithmetic world's; the value oracle's need --data "
+              f"wordworld:<preset>), got --sets {' '.join(sets)} --granularity {args.granularity}",
+              file=sys.stderr)
         return 2
-    records = read_records(args.data, args.n)
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
     report = counterfactual_recall(
         model, tokenizer, records, methods=args.methods, probe=args.probe, seed=args.seed,
         cf_positions=args.cf_positions, max_new_tokens=args.max_new_tokens,
         max_batch_tokens=args.max_batch_tokens or 16384, cache=args.cf_cache, model_name=args.model,
         method_params=method_params_from(args, budget_params(args.max_batch_tokens)),
-        progress=not args.no_progress, replacement=args.replace)
+        progress=not args.no_progress, replacement=args.replace, sets=sets)
     if args.json:
         print(json.dumps(report.as_dict()))
         return 0
     accuracy = "n/a (no gold answers)" if report.accuracy is None else f"{report.accuracy:.3f}"
     print(f"n={report.n} scored={report.n_scored} accuracy={accuracy} skipped={report.skipped} "
           f"oracle={report.oracle}")
-    print(stats_table(report, [COUNTERFACTUAL], "recall"))
+    print(stats_table(report, sets, "recall"))
     for outcome, part in report.by_outcome.items():
         print(f"{outcome} traces (n={part['n']}):")
-        print(stats_table(argparse.Namespace(methods=part["methods"], random=part["random"]),
-                          [COUNTERFACTUAL], "recall"))
+        print(stats_table(argparse.Namespace(methods=part["methods"], random=part["random"]), sets, "recall"))
     return 0
 
 
@@ -176,9 +178,9 @@ def add_parser(sub) -> None:
     rc.add_argument("--methods", nargs="+", default=None, type=method_name,
                     help="methods (default: all registered)")
     rc.add_argument("--probe", default="as_mean", type=probe_name, help="outcome probe: lt, as_mean, as_joint")
-    rc.add_argument("--sets", nargs="+", default=None, choices=RECALL_SETS,
+    rc.add_argument("--sets", nargs="+", default=None, choices=CLI_SETS,
                     help="oracle sets to score against (default: direct chain; with --data: "
-                         "counterfactual, the only set there) (results = direct; names: the final "
+                         "counterfactual, and on wordworld:<preset> also direct upstream distractor) (results = direct; names: the final "
                          "steps' names; counterfactual: the positions whose replacement changes the "
                          "model's regenerated answer)")
     rc.add_argument("--cf-positions", type=int, default=64,
@@ -190,8 +192,9 @@ def add_parser(sub) -> None:
                          "models whose pad is the end-of-turn token, pad ends the turn")
     rc.add_argument("--data", default=None,
                     help="a JSONL data set (question/problem and optional gold answer, or prompt "
-                         "and response): any model's own counterfactual oracle on its greedy traces "
-                         "instead of the arithmetic world")
+                         "and response), or wordworld:<preset> (held-out word problems, also scored "
+                         "on the value oracle's direct/upstream/distractor sets): any model's own "
+                         "counterfactual oracle on its greedy traces instead of the arithmetic world")
     rc.add_argument("--max-new-tokens", type=int, default=256,
                     help="--data: longest greedy answer the model writes to a question")
     rc.add_argument("--cf-cache", default=None,

@@ -3,6 +3,7 @@
 recall is computed for every method beside the random expectation and resumes from its cache,
 and bad input is one line before any model loads."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -97,6 +98,45 @@ def test_bad_data_is_one_line_before_any_model_loads(tmp_path, capsys):
     assert len(cfr.read_records(bad, n=1)) == 1
     assert main(["recall", "--data", str(tmp_path / "missing.jsonl"), "--model", "no-such-model"]) == 2
     assert "no such file" in capsys.readouterr().err
-    assert main(["recall", "--data", str(bad), "--sets", "direct", "--model", "no-such-model"]) == 2
+    assert main(["recall", "--data", str(bad), "--n", "1", "--sets", "direct", "--model", "no-such-model"]) == 2
     err = capsys.readouterr().err
-    assert "only --sets counterfactual" in err and len(err.strip().splitlines()) == 1
+    assert "scored at token granularity on --sets counterfactual " in err and len(err.strip().splitlines()) == 1
+    assert "wordworld:<preset>" in err  # where the value oracle's sets are scored
+    with pytest.raises(InputError, match="value oracle's sets need word-problem records"):
+        cfr.counterfactual_recall(None, None, cfr.read_records(bad, n=1), sets=("counterfactual", "upstream"))
+
+
+def _marked_tokens(trace, text: str, values: list[str]) -> set[int]:
+    """Hand marking: the tokens whose characters overlap a whole-number mention of a value."""
+    spans = [(m.start(), m.end()) for v in values for m in re.finditer(rf"(?<![\d.]){v}(?![\d])", text)]
+    return {t for t, (a, b) in enumerate(trace.offsets) if any(a < e and s < b for s, e in spans)}
+
+
+def test_word_problems_are_scored_on_the_value_oracle_beside_the_counterfactual(smollm2, monkeypatch):
+    """`wordworld:<preset>` records carry their problem: the model's own text is scored on the
+    value oracle's sets (tokens that write the answer's operands, the distractor's value), each
+    recall and random expectation equal to a hand count; no regeneration without
+    `counterfactual`."""
+    model, tok = smollm2
+    records = cfr.data_records("wordworld:tiny-distractor", 2, seed=0)
+    assert [r["answer"] for r in records] == ["8", "16"] and all(r["problem"].question == r["question"] for r in records)
+    records[0]["response"] = "Aisha has 5 shells; the shop is 12 meters away. 5 + 3 = 8 shells.\nThe answer is 8."
+    records[1]["response"] = "Nina has 9 + 7 = 16 oranges.\nThe answer is 16."
+    monkeypatch.setattr(cfr, "counterfactual_oracle", lambda *a, **k: pytest.fail("regenerated"))
+    report = cfr.counterfactual_recall(model, tok, records, methods=["random", "entropy"], sets=("direct", "distractor"))
+    assert report.status == ["scored", "scored"] and report.correct == [True, True]
+    assert report.oracle["sets"] == ["direct", "distractor"] and report.oracle["positions_tested"] == 0
+    hand = [{"direct": ["5", "3"], "distractor": ["12"]}, {"direct": ["9", "7"], "distractor": []}]
+    for trace, record, res, values in zip(report.traces, records, report.per_trace, hand):
+        scored = np.flatnonzero(trace.scored)
+        for name, vals in values.items():
+            target = _marked_tokens(trace, record["response"], vals) & set(scored.tolist())
+            if not target:
+                assert np.isnan(res["random_expectation"][name])
+                continue
+            assert res["random_expectation"][name] == pytest.approx(len(target) / len(scored))
+            for method in ("random", "entropy"):
+                scores = np.asarray(trace.scores[method])[scored]
+                top = scored[np.argsort(-scores, kind="stable")[:len(target)]]
+                assert res[method][name]["recall"] == pytest.approx(len(target & set(top.tolist())) / len(target))
+    assert len(_marked_tokens(report.traces[0], records[0]["response"], ["5", "3"])) >= 3  # 5 twice, 3 once
