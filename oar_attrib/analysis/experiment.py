@@ -194,7 +194,9 @@ def _mean_curve(report: ExperimentReport, key: str, method: str) -> float | None
 
 def summary(report: ExperimentReport) -> dict:
     """The committed summary: per method, each seed's final held-out accuracy and the paired
-    difference from GRPO with its 95% interval (for `metric`, and every other eval key)."""
+    difference from GRPO with its 95% interval (for `metric`, and every other eval key), and
+    the training curves of the credit keys (ESS ratio, top-10% mass, weight max, entropy,
+    reward: key -> method -> the mean over seeds per step with its min-max band)."""
     methods = {}
     for method in report.methods:
         entry = {"final": {str(s): v for s, v in report.finals.get(report.metric, {}).get(method, {}).items()}}
@@ -212,7 +214,8 @@ def summary(report: ExperimentReport) -> dict:
             "complete": finished == len(report.cells), "finished_cells": finished,
             "total_cells": len(report.cells),
             "interval": "95% t-interval over paired seed differences (method - none), df = n - 1",
-            "cells": report.cells, "settings": report.spec, "methods": methods}
+            "cells": report.cells, "settings": report.spec, "methods": methods,
+            "curves": {k: report.curves[k] for k in CREDIT_KEYS if k in report.curves}}
 
 
 def write_summary(report: ExperimentReport, path: str | Path) -> Path:

@@ -3,6 +3,7 @@ the report's paired differences against a recomputation straight from the stored
 t-interval's quantile against the t table; the web page; bad settings."""
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from oar_attrib.analysis.experiment import load_report, paired_difference, t_quantile
+from oar_attrib.analysis.experiment import CREDIT_KEYS, load_report, paired_difference, summary, t_quantile
 from oar_attrib.training import experiment_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,6 +135,10 @@ def test_grid_resumes_after_a_kill_and_its_report_matches_the_stored_points(tmp_
     starts = {tuple(c["mean"][0] for c in report.curves[k].values()) for k in EVAL_KEYS}
     assert all(len(set(values)) == 1 for values in starts)
     assert report.curves["oar/weight_max"]["none"]["mean"] == [1.0, 1.0, 1.0]  # GRPO: uniform weights
+    # The committed summary carries the credit curves (ESS, entropy, ...) as the report has them.
+    curves = json.loads(json.dumps(summary(report), allow_nan=False))["curves"]
+    assert set(curves) == set(CREDIT_KEYS) and curves["entropy"] == report.curves["entropy"]
+    assert curves["oar/ess_ratio"]["none"]["mean"] == [1.0, 1.0, 1.0] and curves["reward"]["random"]["steps"] == [1, 2, 3]
     _check_web(db)
 
 
@@ -209,8 +214,6 @@ def test_report_and_page_of_a_stored_grid_escape_labels(tmp_path):
 @pytest.mark.parametrize("path", sorted((ROOT / "docs" / "experiments").glob("*.json")), ids=lambda p: p.name)
 def test_committed_summaries_are_consistent(path):
     """Each committed summary's paired differences follow from its own per-seed finals."""
-    import json
-
     data = json.loads(path.read_text())
     methods = data["methods"]
     base = methods["none"]["final"]
