@@ -273,10 +273,10 @@ EXPERIMENT_DOCS = NOTEBOOKS.parent / "docs" / "experiments"
 def test_06_real_model_reads_the_committed_results():
     """06 shows the committed real-model results as they are in the files: every calibration
     figure, each model's best mask x probe cell recomputed here from its summary (its interval
-    holding its point estimate, recall in [0, 1]), and a grid summary's paired differences (the
-    arithmetic grid's file stands in for the SmolLM2 one, whatever has been run)."""
-    grid_file = EXPERIMENT_DOCS / "arith-tiny-grid.json"
-    nb, summary = run_notebook("06_real_model.ipynb", OAR_GRID_SUMMARY=str(grid_file))
+    holding its point estimate, recall in [0, 1]), and the SmolLM2 grid summary's paired
+    differences and last ESS / entropy values, read by default (no environment override)."""
+    grid_file = EXPERIMENT_DOCS / "smollm2-words-grid.json"
+    nb, summary = run_notebook("06_real_model.ipynb")
     calibration = json.loads((EXPERIMENT_DOCS / "wordworld" / "calibration.json").read_text())["presets"]
     assert summary["calibration"] == {k: {"accuracy": r["accuracy"], "ci95": r["ci95"]} for k, r in calibration.items()}
     assert summary["in_band"] == sorted(k for k, r in calibration.items() if 0.2 <= r["accuracy"] <= 0.6)
@@ -296,8 +296,12 @@ def test_06_real_model_reads_the_committed_results():
         if entry.get("vs_grpo"):
             got = summary["grid"]["paired"][method]
             assert got["mean"] == pytest.approx(entry["vs_grpo"]["mean"]) and got["n"] == entry["vs_grpo"]["n"]
-            assert got["lo"] <= got["mean"] <= got["hi"]
-    assert len(plotly_outputs(nb)) == 1 + len(files) + 1  # calibration, one per mask table, the grid
+            assert got["lo"] is None if got["n"] < 2 else got["lo"] <= got["mean"] <= got["hi"]
+    for key in ("oar/ess_ratio", "entropy"):
+        assert summary["grid"]["last_step"][key] == {m: c["mean"][-1] for m, c in grid["curves"][key].items()}
+    assert summary["grid"]["last_step"]["oar/ess_ratio"]["none"] == 1.0  # GRPO's weights are uniform
+    # calibration, one per mask table, the paired differences, the ESS and entropy curves
+    assert len(plotly_outputs(nb)) == 1 + len(files) + 1 + 2
 
 
 def test_06_real_model_without_a_grid_summary(tmp_path):
