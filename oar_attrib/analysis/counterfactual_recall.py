@@ -42,6 +42,7 @@ from ..jsonl import NotJSON, iter_jsonl
 from ..methods import available_methods
 from ..inputs.spans import locate_answer
 from ..world.value_oracle import VALUE_SETS, parse_number, value_oracle
+from ..world.words import WordProblem
 from .counterfactual import check_replacement, counterfactual_oracle
 from .recall import RecallReport, summarize, trace_recall
 from .sets import COUNTERFACTUAL
@@ -73,24 +74,28 @@ def read_records(path: str | Path, n: int | None = None) -> list[dict]:
 
 
 WORDWORLD = "wordworld"
+# The record key of a word problem (a `world.words.WordProblem`, never a JSONL field: MATH-500's
+# `problem` is its question text).
+WORD_PROBLEM = "word_problem"
 
 
 def data_records(data: str, n: int, seed: int = 0) -> list[dict]:
     """The records of `--data`: `wordworld:<preset>` (n held-out word problems drawn with
-    `seed`, each {"question", "answer", "problem"}), else a JSONL file (`read_records`)."""
+    `seed`, each {"question", "answer", WORD_PROBLEM}), else a JSONL file (`read_records`)."""
     name, sep, preset = data.partition(":")
     if name != WORDWORLD:
         return read_records(data, n)
     from ..world.words import generate_word_problems
 
-    return [{"question": p.question, "answer": str(p.answer), "problem": p}
+    return [{"question": p.question, "answer": str(p.answer), WORD_PROBLEM: p}
             for p in generate_word_problems(n, preset or "tiny", seed=seed, split="test")]
 
 
 def data_sets(records: list[dict]) -> tuple[str, ...]:
     """The sets recall can score on `records`: the counterfactual oracle's always, the value
     oracle's when every record carries its word problem."""
-    return (COUNTERFACTUAL,) + (VALUE_SETS if all("problem" in r for r in records) else ())
+    word = all(isinstance(r.get(WORD_PROBLEM), WordProblem) for r in records)
+    return (COUNTERFACTUAL,) + (VALUE_SETS if word else ())
 
 
 def answer_key(text: str) -> str | None:
@@ -233,7 +238,7 @@ def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None
             target[[t for t, c in causal.items() if c]] = True
             tested, found = tested + len(causal), found + int(target.sum())
             token_sets[COUNTERFACTUAL] = (target, was_tested)
-        oracle = value_oracle(record["problem"], text) if "problem" in record else None
+        oracle = value_oracle(record[WORD_PROBLEM], text) if set(VALUE_SETS) & set(sets) else None
         status.append("scored")
         per_trace.append(trace_recall(trace, oracle, sets, token_sets))
     scored = [t for t in per_trace if t is not None]

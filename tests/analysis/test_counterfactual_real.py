@@ -104,6 +104,10 @@ def test_bad_data_is_one_line_before_any_model_loads(tmp_path, capsys):
     assert "wordworld:<preset>" in err  # where the value oracle's sets are scored
     with pytest.raises(InputError, match="value oracle's sets need word-problem records"):
         cfr.counterfactual_recall(None, None, cfr.read_records(bad, n=1), sets=("counterfactual", "upstream"))
+    # MATH-500's `problem` field is question text, not a word problem of the world.
+    math = [{"problem": "What is 1 + 1?", "answer": "2"}]
+    assert cfr.data_sets(math) == ("counterfactual",)
+    assert cfr.data_sets(cfr.data_records("wordworld:tiny", 1)) == ("counterfactual", "direct", "upstream", "distractor")
 
 
 def _marked_tokens(trace, text: str, values: list[str]) -> set[int]:
@@ -119,7 +123,7 @@ def test_word_problems_are_scored_on_the_value_oracle_beside_the_counterfactual(
     `counterfactual`."""
     model, tok = smollm2
     records = cfr.data_records("wordworld:tiny-distractor", 2, seed=0)
-    assert [r["answer"] for r in records] == ["8", "16"] and all(r["problem"].question == r["question"] for r in records)
+    assert [r["answer"] for r in records] == ["8", "16"] and all(r[cfr.WORD_PROBLEM].question == r["question"] for r in records)
     records[0]["response"] = "Aisha has 5 shells; the shop is 12 meters away. 5 + 3 = 8 shells.\nThe answer is 8."
     records[1]["response"] = "Nina has 9 + 7 = 16 oranges.\nThe answer is 16."
     monkeypatch.setattr(cfr, "counterfactual_oracle", lambda *a, **k: pytest.fail("regenerated"))
