@@ -12,7 +12,7 @@ the random-ranking expectation beside it and 95% bootstrap intervals over traces
 on the traces the model got right and wrong (when the records carry a gold answer).
 
 On the word-problem world (`data_records("wordworld:<preset>")`: each record carries its
-`problem`) the same traces are also scored against the world's value oracle
+word problem under WORD_PROBLEM) the same traces are also scored against the world's value oracle
 (`world.value_oracle`: `direct`, `upstream`, `distractor`, the tokens that write each quantity
 in the model's own text): structural recall beside the counterfactual one, on the same traces.
 Without `counterfactual` in `sets` no regeneration is run.
@@ -42,7 +42,7 @@ from ..jsonl import NotJSON, iter_jsonl
 from ..methods import available_methods
 from ..inputs.spans import locate_answer
 from ..world.value_oracle import VALUE_SETS, parse_number, value_oracle
-from ..world.words import WordProblem
+from ..world.words import WordProblem, generate_word_problems
 from .counterfactual import check_replacement, counterfactual_oracle
 from .recall import RecallReport, summarize, trace_recall
 from .sets import COUNTERFACTUAL
@@ -82,11 +82,9 @@ WORD_PROBLEM = "word_problem"
 def data_records(data: str, n: int, seed: int = 0) -> list[dict]:
     """The records of `--data`: `wordworld:<preset>` (n held-out word problems drawn with
     `seed`, each {"question", "answer", WORD_PROBLEM}), else a JSONL file (`read_records`)."""
-    name, sep, preset = data.partition(":")
+    name, _, preset = data.partition(":")
     if name != WORDWORLD:
         return read_records(data, n)
-    from ..world.words import generate_word_problems
-
     return [{"question": p.question, "answer": str(p.answer), WORD_PROBLEM: p}
             for p in generate_word_problems(n, preset or "tiny", seed=seed, split="test")]
 
@@ -200,11 +198,11 @@ def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None
         raise InputError(f"cf_positions={cf_positions}, max_new_tokens={max_new_tokens} and "
                          f"max_batch_tokens={max_batch_tokens} must be >= 1")
     check_replacement(replacement)
-    sets = tuple(dict.fromkeys(sets))
-    unknown = [name for name in sets if name not in data_sets(records)]
+    sets, known = tuple(dict.fromkeys(sets)), data_sets(records)
+    unknown = [name for name in sets if name not in known]
     if unknown or not sets:
         raise InputError(f"sets {', '.join(unknown) or '(none)'}: these records are scored on "
-                         f"{', '.join(data_sets(records))} (the value oracle's sets need word-problem "
+                         f"{', '.join(known)} (the value oracle's sets need word-problem "
                          f"records, --data {WORDWORLD}:<preset>)")
     methods = list(methods or available_methods())
     cache = None if cache is None else Path(cache)

@@ -180,9 +180,10 @@ def add_parser(sub) -> None:
     rc.add_argument("--probe", default="as_mean", type=probe_name, help="outcome probe: lt, as_mean, as_joint")
     rc.add_argument("--sets", nargs="+", default=None, choices=CLI_SETS,
                     help="oracle sets to score against (default: direct chain; with --data: "
-                         "counterfactual, and on wordworld:<preset> also direct upstream distractor) (results = direct; names: the final "
-                         "steps' names; counterfactual: the positions whose replacement changes the "
-                         "model's regenerated answer)")
+                         "counterfactual, and on wordworld:<preset> also direct upstream "
+                         "distractor) (results = direct; names: the final steps' names; "
+                         "counterfactual: the positions whose replacement changes the model's "
+                         "regenerated answer)")
     rc.add_argument("--cf-positions", type=int, default=64,
                     help="counterfactual set: scored positions tested per trace (one greedy "
                          "regeneration each; more are thinned to this many, spread over the trace)")
