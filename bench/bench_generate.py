@@ -10,21 +10,24 @@ The same first `--n` GSM8K test problems, each answered greedily and `--samples`
   each prompt prefilled once, its cache repeated for the group, the greedy answer decoded in
   the same loop as the sampled ones.
 
-Both stop when every row of a batch has hit EOS. With `--generate-batch`, a third path:
-transformers' continuous batching (`generate_batch`, a paged KV cache, finished requests
-leave the batch and waiting ones join at once), the greedy and the sampled answers as two calls
-of it; it runs last, since it switches the model's attention to its paged form. Throughput = generated tokens (each answer
-up to and with its EOS, padding not counted) / wall seconds.
+Both stop when every row of a batch has hit EOS. Throughput = generated tokens (each answer
+up to and with its EOS, padding not counted) / wall seconds. `--max-new-tokens` is small (128)
+so that the old path's run stays short; the ratio grows with it (the old path's repeated
+prefills and second decode loop cost more the longer the answers).
+
+With `--generate-batch`, a third path: transformers' continuous batching (`generate_batch`, a
+paged KV cache; finished requests leave the batch and waiting ones join at once), the greedy
+and the sampled answers as two calls of it. It runs last, since it switches the model's
+attention to its paged form.
 
 The limit: the FLOPs the useful work needs (each prompt prefilled once, each answer token
-decoded once on its own context: 2 x decoder parameters + 2 x vocabulary x hidden for the head
-+ 4 x layers x heads x head_dim per query-key pair; no padding, no rows decoded after their EOS)
+decoded once on its own context: 2 x decoder parameters + 2 x vocabulary x hidden for the head,
+and 4 x layers x heads x head_dim per query-key pair; no padding, no row decoded after its EOS)
 over the CPU's matrix rate timed in the same process (`bench_oar_p.matrix_rate`) give the
-highest throughput the hardware allows for these answers; "x limit" = seconds / that bound. `--max-new-tokens` is small
-(128) so that the old path's run stays short; the ratio grows with it (the old path's
-repeated prefills and second decode loop cost more the longer the answers).
+highest throughput the hardware allows for these answers; "x limit" = seconds / that bound.
 
     python bench/bench_generate.py                      # 20 problems x (greedy + 2 samples), 128 tokens
+    python bench/bench_generate.py --generate-batch     # and transformers' continuous batching
     python bench/bench_generate.py --n 8 --max-new-tokens 64 --threads 2
 """
 from __future__ import annotations
