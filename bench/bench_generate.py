@@ -52,7 +52,7 @@ from oar_attrib.training.data import math_dataset  # noqa: E402
 from oar_attrib.training.math_eval import evaluate_math  # noqa: E402
 from oar_attrib.training.rewards import math_verify_reward  # noqa: E402
 from shared_data import data_file  # noqa: E402
-from bench_oar_p import matrix_rate  # noqa: E402
+from bench_oar_p import flop_terms, matrix_rate  # noqa: E402
 
 
 class Counted:
@@ -70,8 +70,7 @@ class Counted:
         per_row = out.shape[0] // len(rows)
         self.prompts += [len(r) for r in rows]
         for i, row in enumerate(out.tolist()):
-            end = next((j for j, t in enumerate(row) if t in self.stop), None)
-            n = len(row) if end is None else end + 1
+            n = len(generation.cut_at_stop(row, self.stop))
             self.tokens += n
             self.answers.append((len(rows[i // per_row]), n))
         return out
@@ -80,11 +79,8 @@ class Counted:
 def useful_flops(model, prompts: list[int], answers: list[tuple[int, int]]) -> float:
     """FLOPs of prefilling each prompt once and decoding each answer token once on its own
     context (see the module docstring); a lower bound on what any decoder must compute."""
-    config = model.config
-    decoder = sum(p.numel() for p in model.get_decoder().layers.parameters())
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    per_pair = 4 * config.num_hidden_layers * config.num_attention_heads * head_dim
-    head = 2 * config.vocab_size * config.hidden_size
+    decoder, per_pair = flop_terms(model)
+    head = 2 * model.config.vocab_size * model.config.hidden_size
     total = sum(2 * decoder * p + per_pair * p * (p + 1) / 2 for p in prompts)
     for p, n in answers:  # answer token i attends to p + i + 1 positions, one head each
         total += n * (2 * decoder + head) + per_pair * (n * (p + 1) + n * (n - 1) / 2)

@@ -63,15 +63,22 @@ def build_model(shape: str, layers: int | None, device: str, dtype: torch.dtype)
     return model.to(device)
 
 
+def flop_terms(model) -> tuple[int, int]:
+    """(non-embedding decoder parameters, FLOPs per causal query-key pair over all layers): a
+    token's forward costs 2 x the first, attention 4 x heads x head_dim per layer and pair."""
+    config = model.config
+    decoder = sum(p.numel() for p in model.get_decoder().layers.parameters())
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return decoder, 4 * config.num_hidden_layers * config.num_attention_heads * head_dim
+
+
 def exact_flops(model, batch: ScoringBatch) -> float:
     """FLOPs of the exact windowed method on `batch` (see the module docstring)."""
     from oar_attrib.methods.oar_p import reachable_positions
     from oar_attrib.methods.probes import probe_sites
 
     config = model.config
-    decoder = sum(p.numel() for p in model.get_decoder().layers.parameters())
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    per_pair = 4 * config.num_hidden_layers * config.num_attention_heads * head_dim
+    decoder, per_pair = flop_terms(model)
     sites = probe_sites(batch)
     reachable = reachable_positions(batch, sites)
 
