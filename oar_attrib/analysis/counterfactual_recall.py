@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 from ..attribution import attribute
 from ..errors import InputError
 from ..generation import generate
+from ..inputs.chat_template import chat_ids
 from ..inputs.grading import grade
 from ..jsonl import NotJSON, iter_jsonl
 from ..methods import available_methods
@@ -122,7 +123,7 @@ def encode_prompt_ids(tokenizer, prompt) -> list[int]:
         return tokenizer(prompt, add_special_tokens=False).input_ids
     if isinstance(prompt, str):
         prompt = [{"role": "user", "content": prompt}]
-    return list(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False))
+    return chat_ids(tokenizer, prompt)
 
 
 def model_traces(model, tokenizer, records: list[dict], max_new_tokens: int,

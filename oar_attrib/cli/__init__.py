@@ -7,6 +7,7 @@ import sys
 import warnings
 
 from ..configs import DefaultsHelpFormatter
+from ..console import safe_warnings, say
 from ..errors import OARError
 
 
@@ -41,16 +42,19 @@ INTERRUPTED = 130  # the shell's status of a command ended by Ctrl-C (128 + SIGI
 def run_command(args: argparse.Namespace, name: str) -> int:
     """Run a parsed command (`args.func`), the same for every entry point: an OARError becomes
     one line `oar NAME: error: ...` on stderr and exit status 2; Ctrl-C one line
-    `oar NAME: interrupted...` (what was kept, when the command says) and exit status 130."""
+    `oar NAME: interrupted...` (what was kept, when the command says) and exit status 130.
+    Both lines, and every warning, are made safe for the terminal (`console.terminal_safe`):
+    the messages quote file names, model metadata and rollout text."""
     quiet_library_deprecations()
+    safe_warnings()
     try:
         return args.func(args)
     except OARError as err:
-        print(f"oar {name}: error: {err}", file=sys.stderr)
+        say(f"oar {name}: error: {err}")
         return 2
     except KeyboardInterrupt as err:
         # A bare Ctrl-C carries no message; a command that keeps work raises one that says so.
-        print(f"oar {name}: {str(err) or 'interrupted'}", file=sys.stderr)
+        say(f"oar {name}: {str(err) or 'interrupted'}")
         return INTERRUPTED
 
 
@@ -70,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except KeyboardInterrupt:  # while the plugins' commands were imported
-        print("oar: interrupted", file=sys.stderr)
+        say("oar: interrupted")
         return INTERRUPTED
     return run_command(args, args.command)
 
