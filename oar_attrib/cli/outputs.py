@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Protocol
 
 from ..errors import OARError
+from ..files import not_regular
 from ..jsonl import iter_jsonl, parse_line
 from ..store.lock import WriterLock
 
@@ -68,6 +69,9 @@ def check_writable(path: Path, flag: str = "--out") -> None:
                           "or pass a path in an existing folder")
     if not parent.is_dir():
         raise OutputError(f"{flag} {path}: {parent} is a file, not a folder; pass a path in a folder")
+    kind = not_regular(path.stat().st_mode) if path.exists() else None
+    if kind is not None:  # a FIFO's open would block, a device's never end
+        raise OutputError(f"{flag} {path} is {kind}, not a regular file; pass a file path")
     if path.exists() and not os.access(path, os.W_OK):
         raise OutputError(f"{flag} {path} is not writable; pass another path or change its permissions")
     if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
@@ -75,7 +79,7 @@ def check_writable(path: Path, flag: str = "--out") -> None:
                           "pass a path in a folder you can write")
 
 
-def _drop_partial_tail(path: Path) -> None:
+def drop_partial_tail(path: Path) -> None:
     """Cut a last line that a kill left without its newline (it was never a full record)."""
     size = path.stat().st_size
     if size == 0:
@@ -134,7 +138,7 @@ class JsonlOutput:
         self.done: set[int] = set()
         try:
             if self.path.exists():
-                _drop_partial_tail(self.path)
+                drop_partial_tail(self.path)
                 for record in read_records(self.path):
                     if not self.done:
                         _check_same_job(self.path, record, methods, probe)
