@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Iterator
 
+from ..console import say, terminal_safe
 from ..errors import InputError, OARError, TokenizerError
 from ..jsonl import NotJSON, iter_jsonl
 from . import outputs
@@ -38,15 +39,11 @@ class Skip(str):
 
 def check_input(path: str) -> Path:
     """The input path, or an InputError when it is not a readable file."""
-    p = Path(path)
-    if p.is_dir():
+    from ..files import check_file
+
+    if Path(path).is_dir():
         raise InputError(f"--input {path} is a folder; pass a JSONL file")
-    if not p.is_file():
-        raise InputError(f"--input {path} does not exist; pass a JSONL file with 'prompt' and "
-                         "'response' per line")
-    if not os.access(p, os.R_OK):
-        raise InputError(f"--input {path} is not readable; check its permissions")
-    return p
+    return check_file(path, "--input", "pass a JSONL file with 'prompt' and 'response' per line")
 
 
 def _chat_ok(prompt: list) -> bool:
@@ -78,6 +75,7 @@ def judge_tokens(tokenizer, prompt, response, answer_format: str, chat: bool | N
     template, ...), else None. Tokenizing here costs little next to attribution."""
     import logging
 
+    from ..inputs.chat_template import TemplateRefusedError
     from ..inputs.encoding import _default_max_length, encode_pair
 
     # transformers warns of a text longer than the model here; the skip report says it instead.
@@ -86,6 +84,8 @@ def judge_tokens(tokenizer, prompt, response, answer_format: str, chat: bool | N
     quiet.setLevel(logging.ERROR)
     try:
         pair = encode_pair(tokenizer, prompt, response, answer_format=answer_format, chat=chat)
+    except TemplateRefusedError:
+        raise  # the model's template is at fault, not the line: stop in one line
     except (InputError, TokenizerError) as err:
         return Skip(str(err), "unscorable")
     finally:
@@ -212,8 +212,8 @@ def chat_choice(chat: bool | None, tokenizer) -> bool | None:
     """--chat/--no-chat, or when neither is given: plain-string prompts get the tokenizer's chat
     template when it has one, said once on stderr (not once per line)."""
     if chat is None and getattr(tokenizer, "chat_template", None) is not None:
-        print("oar attribute: plain-string prompts get the model's chat template (as one user "
-              "message); --no-chat scores them as plain text", file=sys.stderr)
+        say("oar attribute: plain-string prompts get the model's chat template (as one user "
+            "message); --no-chat scores them as plain text")
         return True
     return chat
 
@@ -269,7 +269,7 @@ def _attribute_into(final: outputs.Output, source: Path, args, rank: int, world:
 
     def report(line: str) -> None:  # a skipped line: counted, and printed above the bar
         bar.update(1)
-        bar.write(line, file=sys.stderr)
+        bar.write(terminal_safe(line), file=sys.stderr)
 
     args.chat = chat_choice(args.chat, tokenizer)
     pairs = read_pairs(source, tokenizer, args.answer_format, skip_line, counts, report=report, chat=args.chat)
@@ -286,9 +286,9 @@ def _attribute_into(final: outputs.Output, source: Path, args, rank: int, world:
         outputs.merge_parts(final, args.out)
         final.close()
         if not written and not counts and not done:
-            print(f"oar attribute: error: {args.input} has no line to attribute", file=sys.stderr)
+            say(f"oar attribute: error: {args.input} has no line to attribute")
         else:
-            print(_summary(args.out, written, flagged["n"], len(done), counts), file=sys.stderr)
+            say(_summary(args.out, written, flagged["n"], len(done), counts))
     if dist is not None:
         dist.destroy_process_group()
     return 2 if counts or not (written or done) else 0

@@ -11,9 +11,9 @@ recomputed.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+from ..console import say
 from ..errors import InputError
 
 
@@ -102,6 +102,6 @@ def attribute_stored(args, gating: dict, default_chat) -> int:
                     _write(store, part, attribute_part(part, flag), run.model or str(args.model))
             done += len(records)
         summarise(store, run.id)
-    print(f"attributed {done} traces of run {run.id} in {args.store} with "
-          f"{', '.join(args.methods)}", file=sys.stderr)
+    say(f"attributed {done} traces of run {run.id} in {args.store} with "
+        f"{', '.join(args.methods)}")
     return 0

@@ -5,8 +5,8 @@ The sources are checked and the tokenizer loaded before anything is written; row
 twice, streaming (group rewards, then the rows), and written in batches; a rerun with the same
 sources and store resumes each file after its rows already there (files are known by their
 content: two runs' files of the same name are never confused, a file named twice is read
-once). Only regular files are read. Bad rows are reported as `FILE:ROW: skipped (KIND): why`;
-the exit status is 2 when any row was skipped.
+once). Only regular files are read. Bad rows are reported as `FILE:ROW: skipped (KIND): why`,
+files left out as `FILE: skipped: why`; the exit status is 2 when any row or file was skipped.
 """
 from __future__ import annotations
 
@@ -36,7 +36,13 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--reward-columns is for TRL logs; verl and JSONL rows carry one reward")
     if args.max_bytes < 1:
         raise InputError(f"--max-bytes must be at least 1, got {args.max_bytes}")
-    read, _ = READERS[args.stack](args.sources, **options, report=say)
+    left_out: list[str] = []  # files not read (a FIFO, a link out of the folder, a copy)
+
+    def leave_out(line: str) -> None:
+        left_out.append(line)
+        say(line)
+
+    read, _ = READERS[args.stack](args.sources, **options, report=leave_out)
     identify(out)  # read-only: another program's file or a newer store fails unchanged
     model, tokenizer = load_model(args.model)
     limits = RecordLimits(args.max_bytes, position_limit(tokenizer, model))
@@ -52,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
                                   correct_threshold=args.correct_threshold, batch=args.batch_size,
                                   limits=limits, report=say)
         summarise(store, summary.run_id)
-    say(summary.line(out))
-    return 2 if summary.skipped else 0
+    say(summary.line(out) + (f"; {len(left_out)} files left out" if left_out else ""))
+    return 2 if summary.skipped or left_out else 0
 
 
 def add_parser(sub) -> None:

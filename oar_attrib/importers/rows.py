@@ -144,7 +144,7 @@ def _trace_of(tokenizer, item: Rollout, advantage, answer_format: str, limits: "
     """The attribution-less trace record of a rollout (tokens, segments, steps), or the
     BadRow of why it cannot be one (too long, not tokenisable)."""
     from ..errors import TokenizerError
-    from ..inputs.chat_template import TemplateLimitError
+    from ..inputs.chat_template import TemplateRefusedError
     from ..inputs.encoding import encode_pair
     from ..records.traces import build_trace
 
@@ -154,7 +154,7 @@ def _trace_of(tokenizer, item: Rollout, advantage, answer_format: str, limits: "
     try:
         pair = encode_pair(tokenizer, item.prompt, item.response, answer_format=answer_format,
                            chat=chat_rule(item.prompt))
-    except TemplateLimitError:
+    except TemplateRefusedError:
         raise  # the model's template is at fault, not the row: stop here, in one line
     except (InputError, TokenizerError) as err:
         return _bad(item, "unscorable", str(err))
@@ -220,27 +220,31 @@ def import_rollouts(store, read: Reader, *, name: str, model: str, tokenizer, co
         written += len(pending)
         pending.clear()
 
-    for item in read():
-        if isinstance(item, BadRow):
-            skipped[item.kind] += 1
-            report(str(item))
-            continue
-        if _is_done(item, done):
-            resumed += 1
-            continue
-        advantage = item.advantage
-        if advantage is None and item.reward is not None:
-            advantage = advantage_of(item.reward, stats[item.group])
-            recomputed += 1
-        trace = _trace_of(tokenizer, item, advantage, answer_format, limits)
-        if isinstance(trace, BadRow):
-            skipped[trace.kind] += 1
-            report(str(trace))
-            continue
-        pending.append((trace, item))
-        if len(pending) >= batch:
-            flush()
-    flush()
+    try:
+        for item in read():
+            if isinstance(item, BadRow):
+                skipped[item.kind] += 1
+                report(str(item))
+                continue
+            if _is_done(item, done):
+                resumed += 1
+                continue
+            advantage = item.advantage
+            if advantage is None and item.reward is not None:
+                advantage = advantage_of(item.reward, stats[item.group])
+                recomputed += 1
+            trace = _trace_of(tokenizer, item, advantage, answer_format, limits)
+            if isinstance(trace, BadRow):
+                skipped[trace.kind] += 1
+                report(str(trace))
+                continue
+            pending.append((trace, item))
+            if len(pending) >= batch:
+                flush()
+        flush()
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(f"interrupted; the {written} rows written to {store.path} are "
+                                "kept, rerun the same command to resume") from None
     if run_id is None and not resumed:
         raise InputError(f"no usable rollout in {config.get('sources')}; every row was skipped")
     return ImportSummary(run_id, written, resumed, skipped, recomputed)

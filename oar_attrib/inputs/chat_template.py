@@ -14,8 +14,9 @@ tokenised without special tokens) in a sandbox that also bounds it:
   `TemplateLimits.max_chars`, integers against `max_int_bits`, and the output as it streams;
 - memory: the process's resident memory may grow by `max_memory` at most while it renders.
 
-A template that fails is one `ChatTemplateError` naming the model and what went wrong; one
-that runs past a bound is a `TemplateLimitError` (the template is at fault, not the prompt).
+A template that fails on a prompt is one `ChatTemplateError` naming the model and what went
+wrong; one that does not compile or runs past a bound is a `TemplateRefusedError` (the template
+is at fault, not the prompt: callers stop rather than try every prompt).
 Ctrl-C interrupts a render like any Python code.
 """
 from __future__ import annotations
@@ -37,11 +38,13 @@ from ..errors import InputError
 
 
 class ChatTemplateError(InputError):
-    """A model's chat template that does not compile or fails on a prompt."""
+    """A model's chat template that fails on a prompt (its own `raise_exception`, a missing
+    key): that prompt cannot be encoded, others may."""
 
 
-class TemplateLimitError(ChatTemplateError):
-    """A model's chat template that ran past the sandbox's time or memory bound."""
+class TemplateRefusedError(ChatTemplateError):
+    """A model's chat template that cannot be used at all: it does not compile, or it ran past
+    the sandbox's time or memory bound. Callers stop here rather than try the next prompt."""
 
 
 @dataclass(frozen=True)
@@ -62,8 +65,8 @@ class _Budget:
         self.deadline = time.monotonic() + limits.seconds
         self.memory = _resident()
 
-    def over(self, what: str) -> TemplateLimitError:
-        return TemplateLimitError(f"the chat template of {self.model} {what}; it is refused (a "
+    def over(self, what: str) -> TemplateRefusedError:
+        return TemplateRefusedError(f"the chat template of {self.model} {what}; it is refused (a "
                                   "template may not run that long or build that much); fix or "
                                   "replace the model's chat template")
 
@@ -215,13 +218,14 @@ def _template_data(tokenizer, messages: Sequence[Mapping]) -> dict:
 def render_chat(tokenizer, messages: Sequence[Mapping], limits: TemplateLimits = TemplateLimits()) -> str:
     """The text of `messages` in the tokenizer's chat template, with the generation prompt,
     rendered within `limits`; ChatTemplateError (one line, naming the model) when the
-    template fails, TemplateLimitError when it runs past a bound."""
+    template fails on them, TemplateRefusedError when it does not compile or runs past a
+    bound."""
     model = getattr(tokenizer, "name_or_path", "") or "this model"
     try:
         template = _compiled(tokenizer.chat_template)
     except TemplateError as err:
-        raise ChatTemplateError(f"the chat template of {model} does not compile ({_why(err)}); "
-                                "fix or replace the model's chat template") from None
+        raise TemplateRefusedError(f"the chat template of {model} does not compile ({_why(err)}); "
+                                   "fix or replace the model's chat template") from None
     budget = _Budget(limits, model)
     before, token = sys.gettrace(), _BUDGET.set(budget)
     out, length = [], 0

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from oar_attrib.console import say
 from .errors import TrainingConfigError
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
@@ -159,7 +159,7 @@ def resolve(preset: str | None, config_file: str | None, overrides: list[str]) -
         merged["trainer"].update(data["trainer"])
     merged = apply_overrides(merged, overrides, _field_names(OARConfig))
     for line in fit_to_device(merged):
-        print(f"oar train: {line}", file=sys.stderr)
+        say(f"oar train: {line}")
     return merged
 
 
