@@ -111,19 +111,38 @@ def _walk(reader: _Reader) -> dict:
         value = reader.value(reader.number("<I", f"the type of {key!r}"), repr(key))
         if value is not None:
             metadata[key] = value
-    offsets = {}
+    extents = {}
     for i in range(tensors):
         name = reader.string(f"the name of tensor {i}").decode("utf-8", "replace")
         dims = reader.number("<I", f"the dimensions of tensor {name!r}")
         if not 0 < dims <= _MAX_DIMS:
             raise _BadHeader(f"tensor {name!r} has {dims} dimensions (1 to {_MAX_DIMS})")
-        reader.take(8 * dims + 4, f"the shape of tensor {name!r}")
-        offsets[name] = reader.number("<Q", f"the offset of tensor {name!r}")
+        shape = struct.unpack(f"<{dims}Q", reader.take(8 * dims, f"the shape of tensor {name!r}"))
+        kind = reader.number("<I", f"the type of tensor {name!r}")
+        offset = reader.number("<Q", f"the offset of tensor {name!r}")
+        extents[name] = (offset, _nbytes(shape, kind))
     align = metadata.get("general.alignment", 32)
     if not isinstance(align, int) or align <= 0:
         raise _BadHeader(f"general.alignment is {align!r}, not a positive integer")
     start = -(-reader.at // align) * align  # the tensor data follow the header, aligned
-    for name, offset in offsets.items():
+    for name, (offset, nbytes) in extents.items():
         if start + offset >= reader.size:
             raise _BadHeader(f"tensor {name!r} starts past the end of the file")
+        if nbytes is not None and start + offset + nbytes > reader.size:
+            raise _BadHeader(f"tensor {name!r} needs {nbytes} bytes at offset {start + offset}, "
+                             f"but the file ends at {reader.size}")
     return metadata
+
+
+def _nbytes(shape: tuple, kind: int) -> int | None:
+    """Bytes of a tensor of `shape` in ggml type `kind` (None for a type not known here)."""
+    try:
+        from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+        block, size = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
+    except (ImportError, ValueError, KeyError):
+        return None
+    count = 1
+    for n in shape:
+        count *= n
+    return -(-count // block) * size

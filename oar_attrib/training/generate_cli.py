@@ -111,10 +111,10 @@ def _write(handle, groups: list[list[dict]]) -> None:
     os.fsync(handle.fileno())
 
 
-def _askable(tokenizer, questions, limit: int | None, max_new_tokens: int, report) -> list:
+def _askable(tokenizer, questions, limit: int | None, max_new_tokens: int, data: Path, report) -> list:
     """(prompt ids, question) of the questions whose prompt and answer fit the model's
-    `limit` positions; each other one reported as too_long (its text bounded before it is
-    tokenised)."""
+    `limit` positions; each other one reported as too_long, as `DATA:LINE: skipped ...` (its
+    text bounded before it is tokenised)."""
     from oar_attrib.importers import MAX_RECORD_BYTES
     from oar_attrib.rollouts import prompt_ids
 
@@ -122,13 +122,14 @@ def _askable(tokenizer, questions, limit: int | None, max_new_tokens: int, repor
     for q in questions:
         text = q.prompt if isinstance(q.prompt, str) else "".join(m["content"] for m in q.prompt)
         size = len(text.encode("utf-8", "surrogatepass"))
+        where = data.with_name(q.source)  # the question's file and line
         if size > MAX_RECORD_BYTES:
-            report("too_long", f"{q.source}: skipped (too_long): the prompt has {size} bytes, "
+            report("too_long", f"{where}: skipped (too_long): the prompt has {size} bytes, "
                                f"more than {MAX_RECORD_BYTES}")
             continue
         ids = prompt_ids(tokenizer, q.prompt)
         if limit is not None and len(ids) + max_new_tokens > limit:
-            report("too_long", f"{q.source}: skipped (too_long): the prompt has {len(ids)} tokens; "
+            report("too_long", f"{where}: skipped (too_long): the prompt has {len(ids)} tokens; "
                                f"with --max-new-tokens {max_new_tokens} that is more than the "
                                f"model's {limit} positions")
             continue
@@ -198,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
                 tqdm(total=sum(map(len, todo.values())), desc="generate", unit="question",
                      disable=args.no_progress) as bar:
             for have, asked in sorted(todo.items()):
-                encoded = _askable(tokenizer, asked, limit, args.max_new_tokens, report)
+                encoded = _askable(tokenizer, asked, limit, args.max_new_tokens, data, report)
                 for groups in sample_encoded(
                         model, tokenizer, encoded, samples=args.samples - have,
                         greedy=settings.greedy and have == 0, temperature=args.temperature or 1.0,

@@ -211,3 +211,56 @@ def test_the_live_api_shares_the_model_check(tmp_path):
     tokenizer.add_tokens(["zzz"])
     with pytest.raises(ModelLoadError, match="embedding only 317 rows"):
         create_app(db, model=(model, tokenizer))
+
+
+# ------------------------------------------------------------------ round 3: long traces, bidi names
+
+
+def test_a_trace_past_the_page_limits_is_413_before_it_is_read(tmp_path, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    from oar_attrib.store import Store
+    from oar_attrib.webapp import WebSettings, create_app
+
+    db = _demo_store(tmp_path)
+    with Store(db, readonly=True) as store:
+        trace = store.trace_ids(1)[0]
+        tokens, chars = store.trace_size(trace)
+    assert tokens == len(store.trace(trace).tokens)
+    settings = WebSettings(max_trace_tokens=tokens - 1)
+    app = create_app(db, settings=settings)
+
+    def never(self, trace_id):
+        raise AssertionError("the trace was read")
+
+    monkeypatch.setattr(Store, "trace", never)
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        page = client.get(f"/traces/{trace}")
+        api = client.get(f"/api/traces/{trace}")
+        export = client.get(f"/api/traces/{trace}/export/tokens.csv")
+    assert page.status_code == api.status_code == export.status_code == 413
+    assert _secure(page) and len(page.content) < 20_000
+    detail = api.json()["detail"]
+    assert detail.startswith(f"trace {trace} has {tokens} tokens and {chars} characters, more than the "
+                             f"web app shows ({tokens - 1} tokens")
+    chars_app = create_app(db, settings=WebSettings(max_trace_chars=chars - 1))
+    with TestClient(chars_app, base_url="http://127.0.0.1") as client:
+        assert client.get(f"/traces/{trace}").status_code == 413
+
+
+def test_the_credit_profile_page_isolates_a_bidi_run_name(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from oar_attrib.records.export import is_invisible
+    from oar_attrib.webapp import create_app
+
+    db = _demo_store(tmp_path)
+    with sqlite3.connect(db) as conn:  # the run named as a hostile user names one
+        conn.execute("UPDATE runs SET name = ? WHERE id = 1", ("race\u202e / credit",))
+    with TestClient(create_app(db), base_url="http://127.0.0.1") as client:
+        html = client.get("/runs/1/profiles").text
+    crumbs = html[html.index('<p class="crumbs">'):]
+    crumbs = crumbs[:crumbs.index("</p>")]
+    assert ('<bdi>race<span class="ctl" title="U+202E RIGHT-TO-LEFT OVERRIDE">\u25c7</span> / credit</bdi>'
+            in crumbs) and crumbs.endswith("/ credit profiles")
+    assert not [c for c in html if is_invisible(c)]
