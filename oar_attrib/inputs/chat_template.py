@@ -22,6 +22,7 @@ Ctrl-C interrupts a render like any Python code.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import sys
@@ -144,7 +145,7 @@ class _Bounded(ImmutableSandboxedEnvironment):
                 if left.bit_length() + right.bit_length() > budget.limits.max_int_bits:
                     raise budget.over(f"built an integer of more than {budget.limits.max_int_bits} bits")
         elif operator == "**" and isinstance(left, int) and isinstance(right, int) and right > 0:
-            if right * max(left.bit_length(), 1) > budget.limits.max_int_bits:
+            if abs(left) > 1 and right * math.log2(abs(left)) > budget.limits.max_int_bits:
                 raise budget.over(f"built an integer of more than {budget.limits.max_int_bits} bits")
         elif operator == "%" and isinstance(left, str):
             _check_args((left, *(right if isinstance(right, tuple) else (right,))), {})
