@@ -15,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from .errors import ModelLoadError
@@ -112,9 +114,6 @@ def cache_error(err: OSError, folder: Path) -> ModelLoadError:
 def replace_folder(new: Path, out: Path) -> None:
     """Move the complete folder `new` to `out`, replacing a damaged `out` (moved aside first,
     then deleted), so that `out` is never half written."""
-    import shutil
-    import tempfile
-
     if not out.exists():
         os.rename(new, out)
         return

@@ -108,8 +108,19 @@ def test_a_converted_folder_of_other_origin_is_refused(tmp_path, monkeypatch):
 
 def test_a_failed_conversion_leaves_nothing_behind(tmp_path, monkeypatch):
     bogus = tmp_path / "model.gguf"
-    bogus.write_bytes(b"GGUF" + b"\0" * 64)
+    bogus.write_bytes(b"GGUF" + b"\0" * 64)  # version 0: refused by the header check
     monkeypatch.setenv("OAR_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(ModelLoadError, match="is not a usable GGUF file: version 0"):
+        load_model(bogus)
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(str(bogus), arch="no-such-architecture")  # a sound header
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
     with pytest.raises(ModelLoadError, match="could not be read as a GGUF"):
         load_model(bogus)
     models = tmp_path / "cache" / "models"

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from ..catalogue import CATALOGUE, cache_dir, entry_folder, gguf_folder, listing
-from ..console import say
+from ..console import say, terminal_safe
 from ..errors import ModelLoadError
 
 COLUMNS = ("name", "architecture", "parameters", "vocabulary", "licence", "cached", "source")
@@ -59,7 +59,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
     if args.verify:
         return _verify()
     if args.rebuild:
-        print(f"{args.rebuild}: {_rebuild(args.rebuild)}")
+        print(terminal_safe(f"{args.rebuild}: {_rebuild(args.rebuild)}"))
         return 0
     if args.fetch:
         print(f"{args.fetch}: {entry_folder(_entry(args.fetch))}")

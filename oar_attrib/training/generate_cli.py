@@ -111,7 +111,8 @@ def _write(handle, groups: list[list[dict]]) -> None:
     os.fsync(handle.fileno())
 
 
-def _askable(tokenizer, questions, limit: int | None, max_new_tokens: int, data: Path, report) -> list:
+def _askable(tokenizer, questions, limit: int | None, max_new_tokens: int, data: Path,
+             report) -> list:
     """(prompt ids, question) of the questions whose prompt and answer fit the model's
     `limit` positions; each other one reported as too_long, as `DATA:LINE: skipped ...` (its
     text bounded before it is tokenised)."""
@@ -153,16 +154,62 @@ def _check(args, settings) -> None:
                          "--greedy for a greedy first answer)")
 
 
-def run(args: argparse.Namespace) -> int:
+def _to_ask(questions, held: Held, samples: int) -> tuple[dict, int]:
+    """{answers held: [questions with that many]} of the questions still short of `samples`
+    (each given its group in --out), and how many questions are complete."""
+    todo, done = {}, 0
+    for q in questions:
+        key = question_key(q.prompt, q.gold)
+        have = held.counts[key]
+        if have >= samples:
+            done += 1
+            continue
+        todo.setdefault(have, []).append(dataclasses.replace(q, group=held.group_of(key)))
+    return todo, done
+
+
+def _answer(model, tokenizer, todo: dict, args, settings, out: Path, report) -> tuple[int, int, int]:
+    """Append the answers `todo` lacks to `out`, a batch of groups at a time; (answers
+    written, right, questions asked). Ctrl-C keeps what was written and says so."""
     from tqdm.auto import tqdm
 
+    from oar_attrib.inputs.encoding import position_limit
+    from oar_attrib.rollouts import sample_encoded
+
+    record, limit = dataclasses.asdict(settings), position_limit(tokenizer, model)
+    written = right = asked = 0
+    try:
+        with open(out, "a", encoding="utf-8") as handle, \
+                tqdm(total=sum(map(len, todo.values())), desc="generate", unit="question",
+                     disable=args.no_progress) as bar:
+            for have, questions in sorted(todo.items()):
+                encoded = _askable(tokenizer, questions, limit, args.max_new_tokens, Path(args.data), report)
+                bar.update(len(questions) - len(encoded))
+                asked += len(encoded)
+                for groups in sample_encoded(
+                        model, tokenizer, encoded, samples=args.samples - have,
+                        greedy=settings.greedy and have == 0, temperature=args.temperature or 1.0,
+                        max_new_tokens=args.max_new_tokens, answer_format=args.answer_format,
+                        batch_size=args.batch_size, seed=args.seed + have, first=have):
+                    for answer in (r for g in groups for r in g):
+                        answer["sampling"] = record
+                    _write(handle, groups)
+                    written += sum(len(g) for g in groups)
+                    right += sum(r["correct"] for g in groups for r in g)
+                    bar.update(len(groups))
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(f"interrupted; the {written} answers written to {out} are kept, "
+                                "rerun the same command to resume") from None
+    return written, right, asked
+
+
+def run(args: argparse.Namespace) -> int:
     from oar_attrib.cli.outputs import check_writable
     from oar_attrib.console import say
     from oar_attrib.errors import InputError
     from oar_attrib.files import check_file
-    from oar_attrib.inputs.encoding import position_limit
     from oar_attrib.models import load_model
-    from oar_attrib.rollouts import SamplingSettings, read_questions, sample_encoded
+    from oar_attrib.rollouts import SamplingSettings, read_questions
 
     settings = SamplingSettings(args.model, args.answer_format, args.temperature,
                                 args.greedy or args.temperature == 0, args.max_new_tokens, args.seed)
@@ -174,8 +221,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--out {out}: oar generate writes JSONL; attribute it into a store with "
                          f"oar attribute --input {out.with_suffix('.jsonl')} --out {out}")
     check_writable(out)
-    record = dataclasses.asdict(settings)
-    held = _held(out, record)
+    held = _held(out, dataclasses.asdict(settings))
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
     skipped: Counter = Counter()
 
@@ -184,42 +230,12 @@ def run(args: argparse.Namespace) -> int:
         say(line)
 
     questions = read_questions(data, tokenizer, args.answer_format, limit=args.n, report=report)
-    todo, done = {}, 0
-    for q in questions:
-        key = question_key(q.prompt, q.gold)
-        have = held.counts[key]
-        if have >= args.samples:
-            done += 1
-            continue
-        todo.setdefault(have, []).append(dataclasses.replace(q, group=held.group_of(key)))
-    limit = position_limit(tokenizer, model)
-    written, right = 0, 0
-    try:
-        with open(out, "a", encoding="utf-8") as handle, \
-                tqdm(total=sum(map(len, todo.values())), desc="generate", unit="question",
-                     disable=args.no_progress) as bar:
-            for have, asked in sorted(todo.items()):
-                encoded = _askable(tokenizer, asked, limit, args.max_new_tokens, data, report)
-                for groups in sample_encoded(
-                        model, tokenizer, encoded, samples=args.samples - have,
-                        greedy=settings.greedy and have == 0, temperature=args.temperature or 1.0,
-                        max_new_tokens=args.max_new_tokens, answer_format=args.answer_format,
-                        batch_size=args.batch_size, seed=args.seed + have, first=have):
-                    for group in groups:
-                        for answer in group:
-                            answer["sampling"] = record
-                    _write(handle, groups)
-                    written += sum(len(g) for g in groups)
-                    right += sum(r["correct"] for g in groups for r in g)
-                    bar.update(len(groups))
-                bar.update(len(asked) - len(encoded))
-    except KeyboardInterrupt:
-        raise KeyboardInterrupt(f"interrupted; the {written} answers written to {out} are kept, "
-                                "rerun the same command to resume") from None
+    todo, done = _to_ask(questions, held, args.samples)
+    written, right, asked = _answer(model, tokenizer, todo, args, settings, out, report)
     if out.exists() and out.stat().st_size:
         _settle(out)
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(skipped.items()))
-    say(f"wrote {written} answers to {sum(map(len, todo.values()))} questions to {out} ({right} right"
+    say(f"wrote {written} answers to {asked} questions to {out} ({right} right"
         + (f", {done} questions already there" if done else "") + f"); {sum(skipped.values())} "
         "bad lines skipped" + (f" ({kinds})" if kinds else ""))
     return 2 if skipped else 0
