@@ -53,10 +53,14 @@ def record_flag(parser: argparse.ArgumentParser, field: str) -> str:
     (`records.settings_record`): the option string of the action whose dest the field names
     (`settings.tau` -> --tau, `methods.oar_g.n_noise` -> --oar-g-n-noise, `methods` ->
     --methods or --method, `model.weights_sha256` -> --model), else the `key=` of a settings
-    override (`oar_tau`), else the field itself."""
+    override as `oar train` and `oar experiment run` take them (`oar_tau`, `learning_rate`).
+    A field inside a larger settings dict (an experiment cell's `trainer.oar_tau`) is spelled
+    by its last part."""
     from ..weights.settings import ReshapeSettings, config_name
 
     parts = field.split(".")
+    if "record" in parts:  # a record inside a cell's settings: spelled as the record's own field
+        parts = parts[parts.index("record") + 1:]
     dests = [f"knob__{parts[1]}__{parts[2]}"] if parts[0] == "methods" and len(parts) == 3 else []
     dests += [parts[-1]] if parts[0] == "settings" else [parts[0], parts[0].rstrip("s")]
     options = {a.dest: a.option_strings[0] for a in parser._actions if a.option_strings}
@@ -65,7 +69,7 @@ def record_flag(parser: argparse.ArgumentParser, field: str) -> str:
         return found
     if parts[0] == "settings" and parts[-1] in ReshapeSettings.__dataclass_fields__:
         return config_name(parts[-1])
-    return field
+    return parts[-1] if parts[0] != "methods" else field
 
 
 def run_command(args: argparse.Namespace, name: str, parser: argparse.ArgumentParser | None = None) -> int:

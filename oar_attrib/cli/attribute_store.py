@@ -59,13 +59,13 @@ def _write(store, records, got, model_name: str) -> None:
 def _check_attributed(store, run, record: dict) -> dict:
     """The run's per-method records with this command's methods added; RecordMismatchError
     when a method was attributed here before under another record."""
-    from .outputs import check_record
+    from ..records.settings_record import check_resume
 
     held = dict(run.config.get("attributed") or {})
     for method, params in record["methods"].items():
         mine = {**record, "methods": {method: params}}
         if method in held:
-            check_record(f"--store {store.path} --run {run.id}", held[method], mine,
+            check_resume(f"--store {store.path} --run {run.id}", held[method], mine,
                          "attribute into a new --out, or import the run again")
         held[method] = mine
     return held
