@@ -254,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
     if args.store is not None:
         from .attribute_store import attribute_stored
 
-        return attribute_stored(args, chat_choice)
+        return attribute_stored(args, chat_choice, attribute_settings, command_record)
     if args.input is None or args.out is None:
         raise InputError("pass --input FILE.jsonl and --out (or --store S --run R to attribute "
                          "a stored run in place)")
