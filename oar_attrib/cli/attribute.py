@@ -29,6 +29,7 @@ from . import outputs
 from ..configs import add_dataclass_args, add_model_args
 from ..weights.settings import ReshapeSettings
 from .choices import add_method_knobs, method_name, method_params_from, probe_name
+from .provenance import input_defaults
 
 
 class Skip(str):
@@ -260,9 +261,11 @@ def run(args: argparse.Namespace) -> int:
     if args.input is None or args.out is None:
         raise InputError("pass --input FILE.jsonl and --out (or --store S --run R to attribute "
                          "a stored run in place)")
-    args.model = args.model or DEFAULT_MODEL
     source = check_input(args.input)
     rank, world = _ranks()
+    said = input_defaults(args, source, DEFAULT_MODEL, "attribute")
+    if said and rank == 0:
+        say(said)
     dist = _process_group(world)
     final = open_output(args, lock=rank == 0)  # every check of --out, before the model loads
     try:
@@ -370,8 +373,9 @@ def progress_bar(path: Path, skip_line, disable: bool):
 def add_parser(sub) -> None:
     at = sub.add_parser("attribute", help="token importances of prompt/response pairs (JSONL in, JSONL out)")
     at.add_argument("--model", default=None,
-                    help="bundled name or local checkpoint folder (default: arith-tiny; with "
-                         "--store, the run's model)")
+                    help="catalogue name or local checkpoint folder (default: the model that wrote "
+                         "--input, as `oar generate` records it, else arith-tiny; with --store, "
+                         "the run's model)")
     at.add_argument("--input", default=None, help="JSONL with 'prompt' and 'response' per line")
     at.add_argument("--store", default=None,
                     help="a run store *.db whose run --run is attributed in place (an `oar import`ed "
@@ -384,7 +388,10 @@ def add_parser(sub) -> None:
     at.add_argument("--methods", nargs="+", default=["oar_p", "oar_g"], type=method_name,
                     help="registered importance methods (oar_attrib.available_methods())")
     at.add_argument("--probe", default="as_mean", type=probe_name, help="outcome probe: lt, as_mean, as_joint")
-    at.add_argument("--answer-format", default="auto", help="answer format: auto, boxed, gsm8k, answer_is")
+    at.add_argument("--answer-format", default=None,
+                    help="answer format: auto, boxed, gsm8k, answer_is (default: the format --input "
+                         "was generated with, as `oar generate` records it, or the --store run's; "
+                         "else auto)")
     add_dataclass_args(at, ReshapeSettings, GATING_FLAGS)  # generated from ReshapeSettings: defaults and help text
     at.add_argument("--batch-size", type=int, default=16,
                     help="lines attributed (and then written) together; each record's `timings` is "

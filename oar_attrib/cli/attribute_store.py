@@ -4,8 +4,9 @@ For imported runs (`oar import`: TRL, verl, JSONL) and for runs that want one mo
 Each batch of traces that lack a method is attributed and written in one transaction, with the
 policy's per-token log-probability and entropy (`analysis.token_stats`, one more forward),
 so a rerun resumes after the traces done. The prompt is encoded as when the run was written:
-the run's answer format, and its chat rule (imports: message lists get the chat template,
-text prompts are used as they are, e.g. verl's already templated input). The trace's stored
+the run's answer format (unless --answer-format is given), and its chat rule (imports: message lists get the chat template,
+text prompts are used as they are, e.g. verl's already templated input; a run imported with
+the plain role template, for a tokenizer without one, gets it again). The trace's stored
 sequence advantage gives the token advantages A_i * w_t. Then the run's summaries are
 recomputed.
 
@@ -31,6 +32,13 @@ def _chat(args, run_config: dict, tokenizer, default_chat):
         return chat_rule
     chat = default_chat(None, tokenizer)  # what `oar attribute --out` chose by default
     return lambda prompt: chat
+
+
+def _tokenizer_only(model: str) -> bool:
+    """Whether a run's model is a folder without weights (`oar import` took only the tokenizer
+    of a run folder)."""
+    folder = Path(model).expanduser() if model else None
+    return folder is not None and folder.is_dir() and not (folder / "config.json").is_file()
 
 
 def _todo(store, run_id: int, methods) -> list[int]:
@@ -79,6 +87,7 @@ def attribute_stored(args, default_chat, settings_of, record_of) -> int:
     from ..analysis.run_summary import summarise
     from ..analysis.token_stats import response_stats
     from ..attribution import attribute
+    from ..inputs.chat_template import ROLE_TEMPLATE, ROLE_TEMPLATE_NAME
     from ..models import load_model
     from ..records.settings_record import lookup
     from ..store import Store
@@ -97,12 +106,18 @@ def attribute_stored(args, default_chat, settings_of, record_of) -> int:
         except NotFoundError:
             raise InputError(f"--run {args.run}: no such run in {args.store}; `oar web --store` "
                              "lists them") from None
-        fmt = (run.config.get("answer_format") or lookup(run.config, "settings.answer_format")
-               or args.answer_format)
+        fmt = (args.answer_format or run.config.get("answer_format")
+               or lookup(run.config, "settings.answer_format") or "auto")
+        if args.model is None and _tokenizer_only(run.model):
+            raise InputError(f"run {run.id} of {args.store} was imported with the tokenizer of "
+                             f"{run.model}, which holds no weights; pass --model with the policy's "
+                             "checkpoint")
         args.model = args.model or run.model or "arith-tiny"
         args.answer_format = fmt
         attributed = _check_attributed(store, run, record_of(args))  # before the model loads
         model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
+        if run.config.get("chat_template") == ROLE_TEMPLATE_NAME:  # as the import rendered them
+            tokenizer.chat_template = ROLE_TEMPLATE
         chat = _chat(args, run.config, tokenizer, default_chat)
         todo, done = _todo(store, run.id, args.methods), 0
         if todo:
