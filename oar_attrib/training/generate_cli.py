@@ -297,8 +297,6 @@ def run(args: argparse.Namespace) -> int:
     settings = SamplingSettings(args.model, args.answer_format, args.temperature,
                                 args.greedy or args.temperature == 0, args.max_new_tokens, args.seed)
     _check(args, settings)
-    if said:
-        say(said)
     data, out = Path(args.data), Path(args.out)
     check_file(data, "--data", "pass a JSONL file with 'question' (or 'problem', or TRL's "
                "'prompt') and 'answer' per line")
@@ -307,6 +305,8 @@ def run(args: argparse.Namespace) -> int:
                          f"oar attribute --input {out.with_suffix('.jsonl')} --out {out}")
     check_writable(out)
     held = _held(out, settings.record())
+    if said:  # once every refusal has had its say
+        say(said)
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
     skipped: Counter = Counter()
 
