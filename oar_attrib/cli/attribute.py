@@ -98,19 +98,27 @@ def judge_tokens(tokenizer, prompt, response, answer_format: str, chat: bool | N
     return None
 
 
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def input_labels(record: dict, response: str, answer_format: str) -> dict:
     """What a line says about its response beside the text, carried into the output: `gold`
-    (the line's `gold` or `answer`), `reward` (a number) and `correct` (the line's own bool, or
-    else graded against the gold answer)."""
+    (the line's `gold` or `answer`), `reward` and `advantage` (finite numbers; the advantage
+    also gives the token advantages A * w_t), `group` (an integer: the line's GRPO group, as
+    `oar generate` writes it) and `correct` (the line's own bool, or else graded against the
+    gold answer)."""
     from ..inputs.grading import grade
 
     labels = {}
     gold = record.get("gold", record.get("answer"))
     if isinstance(gold, (str, int, float)) and not isinstance(gold, bool):
         labels["gold"] = str(gold)
-    reward = record.get("reward")
-    if isinstance(reward, (int, float)) and not isinstance(reward, bool) and math.isfinite(reward):
-        labels["reward"] = float(reward)
+    for key in ("reward", "advantage"):
+        if _finite(record.get(key)):
+            labels[key] = float(record[key])
+    if isinstance(record.get("group"), int) and not isinstance(record["group"], bool):
+        labels["group"] = record["group"]
     if isinstance(record.get("correct"), bool):
         labels["correct"] = record["correct"]
     elif "gold" in labels:
@@ -153,10 +161,12 @@ def attribute_lines(model, tokenizer, pairs, output: outputs.Output, args, on_wr
         lines, prompts, responses, labels = zip(*batch)
         traces = attribute(model, tokenizer, list(prompts), list(responses), args.methods,
                            probe=args.probe, answer_format=args.answer_format,
+                           advantages=[lab.get("advantage", 0.0) for lab in labels],
                            **{name: getattr(args, name) for name in GATING_FLAGS},
                            batch_size=len(batch), max_batch_tokens=args.max_batch_tokens,
                            chat=args.chat, method_params=method_params_from(args))
-        output.write([{"line": n, **t.to_dict(), **lab} for n, t, lab in zip(lines, traces, labels)])
+        output.write([{"line": n, **_without_advantage(t.to_dict(), lab), **lab}
+                      for n, t, lab in zip(lines, traces, labels)])
         if on_written is not None:
             on_written(len(batch))
         return len(batch)
@@ -168,6 +178,16 @@ def attribute_lines(model, tokenizer, pairs, output: outputs.Output, args, on_wr
     if batch:
         written += flush()
     return written
+
+
+def _without_advantage(record: dict, labels: dict) -> dict:
+    """A trace's record as attributed, less the advantage and token advantages of a line that
+    gave no advantage (the batch was attributed with 0 in its place)."""
+    if "advantage" not in labels:
+        record.update(advantage=None, token_advantages={})
+        for metrics in record["metrics"].values():
+            metrics.pop("top10_mass", None)
+    return record
 
 
 def _ranks() -> tuple[int, int]:
@@ -199,8 +219,13 @@ def open_output(args, lock: bool = True) -> outputs.Output:
     return outputs.JsonlOutput(args.out, args.methods, args.probe, lock=lock)
 
 
-def _summary(out: str, written: int, flagged: int, resumed: int, counts: Counter) -> str:
-    text = f"wrote {written} attributions to {out} ({flagged} flagged"
+def _summary(out: str, written: int, flagged: Counter, resumed: int, counts: Counter,
+             answer_format: str) -> str:
+    text = f"wrote {written} attributions to {out} ({flagged['n']} flagged"
+    if flagged["no_span"]:
+        # Such a trace costs no method a forward; the reader should know why it has no scores.
+        text += (f"; {flagged['no_span']} without an answer in format {answer_format!r}: not "
+                 "scored, every weight 1 (--answer-format picks another)")
     if resumed:
         text += f", {resumed} lines already there"
     skipped = sum(counts.values())
@@ -278,9 +303,9 @@ def _attribute_into(final: outputs.Output, source: Path, args, rank: int, world:
     if dist is not None:
         writer.close()
         gathered = [None] * world
-        dist.all_gather_object(gathered, (written, flagged["n"], dict(counts)))
+        dist.all_gather_object(gathered, (written, dict(flagged), dict(counts)))
         written = sum(g[0] for g in gathered)
-        flagged["n"] = sum(g[1] for g in gathered)
+        flagged = sum((Counter(g[1]) for g in gathered), Counter())
         counts = sum((Counter(g[2]) for g in gathered), Counter())
     if rank == 0:
         outputs.merge_parts(final, args.out)
@@ -288,15 +313,15 @@ def _attribute_into(final: outputs.Output, source: Path, args, rank: int, world:
         if not written and not counts and not done:
             print(f"oar attribute: error: {args.input} has no line to attribute", file=sys.stderr)
         else:
-            print(_summary(args.out, written, flagged["n"], len(done), counts), file=sys.stderr)
+            print(_summary(args.out, written, flagged, len(done), counts, args.answer_format), file=sys.stderr)
     if dist is not None:
         dist.destroy_process_group()
     return 2 if counts or not (written or done) else 0
 
 
 class _Flagged:
-    """An output that also counts the records that carry flags, and moves the progress bar
-    (traces, and the scored positions so far)."""
+    """An output that also counts the records that carry flags (`n`) and those without an
+    answer span (`no_span`), and moves the progress bar (traces, and the scored positions so far)."""
 
     def __init__(self, output: outputs.Output, counter: Counter, bar=None):
         self.output, self.counter, self.done, self.bar = output, counter, output.done, bar
@@ -305,6 +330,7 @@ class _Flagged:
     def write(self, records: list[dict]) -> None:
         self.output.write(records)
         self.counter["n"] += sum(bool(r.get("flags")) for r in records)
+        self.counter["no_span"] += sum(not r["span_found"] for r in records)
         if self.bar is not None:
             self.positions += sum(r["span_found"] * r["segments"].count("reasoning") for r in records)
             self.bar.update(len(records))

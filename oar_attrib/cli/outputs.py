@@ -172,7 +172,7 @@ class JsonlOutput:
             self._lock.release()
 
 
-_LABELS = ("line", "gold", "reward", "correct")  # record keys that are not the trace's own
+_LABELS = ("line", "gold", "reward", "correct", "group")  # record keys that are not the trace's own
 
 
 class StoreOutput:
@@ -213,7 +213,7 @@ class StoreOutput:
         # The input's labels (cli.attribute.input_labels): no reward > 0 guess without them.
         self.store.add_traces(
             self.run_id, traces, rewards=[r.get("reward") for r in records],
-            correct=[r.get("correct", UNKNOWN) for r in records],
+            correct=[r.get("correct", UNKNOWN) for r in records], groups=[r.get("group") for r in records],
             extras=[{"line": r["line"], **({"gold": r["gold"]} if "gold" in r else {})} for r in records])
         self.done.update(r["line"] for r in records)
 

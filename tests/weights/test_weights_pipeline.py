@@ -115,6 +115,29 @@ def test_none_is_a_registered_uniform_method_that_runs_no_model(tok, texts):
     assert set(trace.weights["none"]) == {1.0} and set(trace.scores["none"]) == {0.0}
 
 
+@pytest.mark.parametrize("method", ["oar_p", "oar_g", "ig"])
+def test_a_row_without_an_answer_span_reaches_no_method(model, tok, texts, method, monkeypatch):
+    """Rows without an answer span cost nothing: the method is called on the other rows only
+    (no forward for them), and they keep weight 1."""
+    spec = method_spec(method)
+    seen = []
+
+    def counting(model, batch, **kwargs):
+        seen.append(batch.input_ids.shape[0])
+        return spec.fn(model, batch, **kwargs)
+
+    monkeypatch.setattr(pipeline, "method_spec", lambda name: dataclasses.replace(spec, fn=counting))
+    answerless = [(p, r.rsplit("####", 1)[0]) for p, r in texts[:2]]
+    traces = attribute(model, tok, [p for p, _ in texts[2:] + answerless],
+                       [r for _, r in texts[2:] + answerless], [method])
+    assert sum(seen) == 2 and [t.span_found for t in traces] == [True, True, False, False]
+    for trace in traces[2:]:
+        assert "no_answer_span" in trace.flags and set(trace.weights[method]) == {1.0}
+    seen.clear()
+    attribute(model, tok, [p for p, _ in answerless], [r for _, r in answerless], [method])
+    assert seen == []
+
+
 # ------------------------------------------------------------------ settings and defaults
 
 
