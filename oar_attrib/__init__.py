@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"  # the one place; pyproject.toml reads it (CHANGELOG.md: 0.2.0 is unreleased)
 
 _EXPORTS = {
     "attribute": "attribution",
