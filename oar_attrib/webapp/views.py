@@ -30,6 +30,36 @@ def importance_levels(scores: np.ndarray, scored: np.ndarray) -> list[float | No
     return display_levels([float(v) if m else None for v, m in zip(scores, scored)])
 
 
+# The grader's reasons (`grading.WHYS`, stored as a trace's `graded` extra) in words, and
+# "format": an answer was found, but not in the format the reward reads.
+REASONS = {
+    "correct": "right answer",
+    "wrong": "wrong value",
+    "no_answer": "no answer statement",
+    "truncated": "cut off at the token limit",
+    "unparsable": "answer not parsable",
+    "lenient": "right value, found without an answer statement",
+    "format": "answer not in the format graded",
+}
+
+
+def reward_reason(record: TraceRecord) -> str | None:
+    """Why a trace got its reward, in a few words: the grader's own reason when the producer
+    stored one (`extra["graded"]`, and `extra["answer_format"]` for a format), else what the
+    stored row says (no answer span found, right, wrong). None without a reward."""
+    row, why = record.row, record.extra.get("graded")
+    if row.reward is None:
+        return None
+    if why in REASONS:
+        fmt = record.extra.get("answer_format")
+        return REASONS[why] + (f" ({fmt})" if why == "format" and isinstance(fmt, str) else "")
+    if not row.span_found:
+        return "no answer found"
+    if row.correct is not None:
+        return REASONS["correct" if row.correct else "wrong"]
+    return None
+
+
 def token_title(token: str, score, weight, advantage) -> str:
     """Tooltip text of a token. The token is JSON-quoted so that spaces and newlines show;
     the page script (`tokenTitle`) writes the same fields when the method changes. A control
@@ -90,6 +120,12 @@ def trace_view(record: TraceRecord, method: str | None, oracle_set: str,
             "oracle_sets": [s for s in OUTLINE_SETS if s in oracle]}
 
 
+# Methods that give every token of a step the step's score (one perturbation or one
+# intervention per step): their token-level recall is constant within a step, and the report
+# says so beside them. tests/webapp/test_webapp.py checks this list against every method.
+STEP_LEVEL_METHODS = ("oar_p_step", "resample")
+
+
 def report_view(report: dict, subset: str, oracle_sets=DEFAULT_SETS) -> dict:
     """Rows of the report page's tables for one subset (all | correct | wrong)."""
     rows = [r for r in report["recall"] if r["subset"] == subset]
@@ -99,5 +135,6 @@ def report_view(report: dict, subset: str, oracle_sets=DEFAULT_SETS) -> dict:
         cells = {r["oracle"]: r for r in rows if r["method"] == method}
         table.append({"method": method, "cells": [cells.get(s) for s in oracle_sets]})
     return {"subset": subset, "oracle_sets": list(oracle_sets), "recall_table": table,
+            "step_methods": [m for m in methods if m in STEP_LEVEL_METHODS],
             "payload": {"recall": rows, "agreement": report["agreement"],
                         "credit": report["credit"], "oracle_sets": list(oracle_sets)}}

@@ -13,7 +13,7 @@ from oar_attrib.inputs.steps import STEP_POOLS
 from ..deps import StoreDep, TemplatesDep, TraceId
 from ..step_page import LONG_TRACE, compact_payload, step_view, token_pieces
 from ..token_views import token_views
-from ..views import OUTLINE_SETS, trace_view
+from ..views import OUTLINE_SETS, reward_reason, trace_view
 
 router = APIRouter(tags=["traces"])
 
@@ -75,6 +75,7 @@ def trace_page(request: Request, trace_id: TraceId, store: StoreDep, templates: 
     if long:
         view["pieces"] = None
     run = store.run(record.row.run_id)
-    context = {"record": record, "run": run, "method": selected, "oracle_set": oracle, **view,
+    context = {"record": record, "run": run, "method": selected, "oracle_set": oracle,
+               "reward_reason": reward_reason(record), **view,
                **steps, "pools": STEP_POOLS}
     return templates.TemplateResponse(request, "trace.html", context)
