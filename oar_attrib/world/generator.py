@@ -77,7 +77,7 @@ class WorldConfig:
 
 # `default` is the world every command runs on unless told otherwise: two steps, one
 # distractor, sums up to 30, a level at which a small model's sampled groups mix right and
-# wrong answers (GRPO learns only from such groups; README's bundled-model section has the
+# wrong answers (GRPO learns only from such groups; docs/results/bundled-model.md has the
 # figures). `medium` and `hard` add steps, distractors and larger numbers.
 PRESETS: dict[str, WorldConfig] = {
     "default": WorldConfig(),
