@@ -165,6 +165,6 @@ def test_bash_block_runs_as_pasted(doc, line, code, tmp_path):
     assert syntax.returncode == 0, f"{where}: {syntax.stderr}"
     if not ran:
         return  # every command is listed in NOT_RUN with its reason
-    done = _run(["bash", "-c", "\n".join(script)], tmp_path, timeout=600)
+    done = _run(["bash", "-c", "\n".join(script)], tmp_path, timeout=1200)
     assert done.returncode == 0, f"{where} failed:\n{done.stderr[-3000:]}"
     assert any(tmp_path.glob("runs/*/model.safetensors")) or "oar train" not in code

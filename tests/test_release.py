@@ -20,7 +20,7 @@ import oar_attrib
 ROOT = Path(__file__).resolve().parents[1]
 # Files a user's install needs beside the code (pyproject's package-data).
 PACKAGE_DATA = ("oar_attrib/assets/arith-tiny/config.json", "oar_attrib/assets/export/trace.html",
-                "oar_attrib/webapp/templates/trace.html", "oar_attrib/webapp/static/plotly.min.js",
+                "oar_attrib/webapp/templates/trace.html", "oar_attrib/webapp/static/token_views.js",
                 "oar_attrib/training/presets/arith-tiny.yaml")
 
 
