@@ -84,3 +84,14 @@ def test_the_readme_is_a_door():
     assert "mkdocs serve" in readme  # how to build and read the site locally
     for target in re.findall(r"\]\(((?:docs/)?[^)#:]+\.md)", readme):
         assert (ROOT / target).is_file(), target
+
+
+def test_docstring_argument_lines_become_a_list_and_nothing_else_changes():
+    from docstrings import as_list
+
+    text = ("Summary line.\n\nprompts, responses: one or B of each\n    continued here.\n"
+            "probe: the probe.\nNote: not an argument.\nA paragraph after.")
+    assert as_list(text, {"prompts", "responses", "probe"}) == (
+        "Summary line.\n\n- `prompts`, `responses`: one or B of each\n  continued here.\n"
+        "- `probe`: the probe.\n\nNote: not an argument.\nA paragraph after.")
+    assert as_list(text, set()) == text

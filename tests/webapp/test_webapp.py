@@ -498,7 +498,7 @@ def test_demo_and_web_commands(tmp_path, monkeypatch, model_dir, capsys):
     parser = argparse.ArgumentParser(prog="oar")
     add_web_commands(parser.add_subparsers(dest="command", required=True))
     argv = ["demo", "--model", str(model_dir), "--n-problems", "2", "--samples", "2",
-            "--methods", "entropy", "oar_p", "--build-only", "--no-progress"]
+            "--methods", "entropy", "oar_p", "--build-only", "--no-progress", "--no-real"]  # real: test_demo_real.py
     args = parser.parse_args(argv)
     assert args.func(args) == 0
     assert "built in" in capsys.readouterr().err
