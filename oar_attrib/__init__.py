@@ -13,7 +13,8 @@ _EXPORTS = {
     "attribute": "attribution",
     "AttributionBatch": "records.traces",
     "TraceAttribution": "records.traces",
-    "compute_weights": "attribution",
+    "compute_weights": "attribution",  # deprecated: weights.pipeline.weigh
+    "ReshapeSettings": "weights.settings",
     "load_model": "models",
     "find_answer_span": "inputs.spans",
     "locate_answer": "inputs.spans",

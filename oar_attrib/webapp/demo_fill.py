@@ -106,6 +106,7 @@ def fill_real(store, config: DemoConfig, status: Progress, *, model=None, stop=N
     stage with its one-line reason. Resumes after the groups stored; True when it has ended."""
     from ..analysis.run_summary import summarise
     from ..attribution import attribute
+    from ..weights.settings import ReshapeSettings
     from ..errors import OARError
     from ..models import load_model
 
@@ -134,8 +135,9 @@ def fill_real(store, config: DemoConfig, status: Progress, *, model=None, stop=N
         group = sample_real_group(model, tokenizer, question, config)
         status.stage(REAL_STAGE, done=(done + 1) * config.real_samples, note="attributing them")
         traces = attribute(model, tokenizer, [r["prompt"] for r in group], [r["response"] for r in group],
-                           list(REAL_METHODS), probe=config.probe, answer_format=REAL_FORMAT,
-                           advantages=[r["advantage"] for r in group], seed=config.seed)
+                           list(REAL_METHODS), ReshapeSettings(probe=config.probe, answer_format=REAL_FORMAT,
+                                                               seed=config.seed),
+                           advantages=[r["advantage"] for r in group])
         store.add_traces(run.id, traces, rewards=[r["reward"] for r in group],
                          correct=[r["correct"] for r in group], groups=[r["group"] for r in group],
                          oracles=[problem.oracle(r["response"]) for r in group],
