@@ -12,8 +12,10 @@ from typing import Sequence, Union
 
 import torch
 
+from ..defaults import ANSWER_FORMAT
 from .batch import ScoringBatch, step_ids_from_ranges
 from ..errors import InputError, TokenizerError, renamed_keyword
+from .segments import ANSWER, scored_set
 from .spans import AnswerLocation, locate_answer, offsets_from_ids, segment_tokens
 from .steps import AUTO, reasoning_steps
 
@@ -162,7 +164,7 @@ def _check_inputs(tokenizer, prompts, responses, response_ids, pad_token_id) -> 
 
 
 def encode_pair(
-    tokenizer, prompt: Prompt, response: str | None, *, row: int = 0, answer_format: str = "auto",
+    tokenizer, prompt: Prompt, response: str | None, *, row: int = 0, answer_format: str = ANSWER_FORMAT,
     answer_pattern=None, chat: bool | None = None, response_ids=None, step_unit=AUTO,
 ) -> EncodedPair:
     """Encode one pair (see `encode_pairs`); `row` only names the pair in error messages."""
@@ -173,7 +175,7 @@ def encode_pair(
 
 
 def pair_from_offsets(prompt_ids: Sequence[int], response_ids: Sequence[int], offsets, text: str, *,
-                      answer_format: str = "auto", answer_pattern=None, step_unit=AUTO) -> EncodedPair:
+                      answer_format: str = ANSWER_FORMAT, answer_pattern=None, step_unit=AUTO) -> EncodedPair:
     """The EncodedPair of token ids, the response tokens' (start, end) character `offsets` into
     `text`: the answer located (`spans.locate_answer`), each token labelled by segment, the
     reasoning cut into steps. `attribute()` (texts) and training (sampled ids) both build
@@ -216,9 +218,8 @@ def pairs_to_batch(pairs: Sequence[EncodedPair], pad_token_id: int) -> ScoringBa
         input_ids[b, : p.length] = torch.tensor(p.prompt_ids + p.response_ids, dtype=torch.long)
         attention[b, : p.length] = 1
         if p.span_found:
-            labels = p.labels
-            scored[b, s : p.length] = torch.tensor([lab == "reasoning" for lab in labels])
-            answer[b, s : p.length] = torch.tensor([lab == "answer" for lab in labels])
+            scored[b, s : p.length] = torch.tensor(scored_set(p.labels, p.span_found))
+            answer[b, s : p.length] = torch.tensor([lab == ANSWER for lab in p.labels])
     steps = [[(p.response_start + a, p.response_start + b) for a, b in p.steps] for p in pairs]
     return ScoringBatch(input_ids, attention, scored, answer, pad_token_id,
                         step_ids_from_ranges((len(pairs), width), steps))
@@ -229,7 +230,7 @@ def encode_pairs(
     prompts: Sequence[Prompt],
     responses: Sequence[str] | None,
     *,
-    answer_format: str = "auto",
+    answer_format: str = ANSWER_FORMAT,
     answer_pattern=None,
     chat: bool | None = None,
     max_length: int | None = None,

@@ -5,16 +5,9 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
-
 import numpy as np
 
-from ..inputs.steps import scored_set
-
-# spans.SEGMENT_LABELS, in its order (the codes are stored): copied so that reading a store
-# never imports torch; tests/store/test_store.py checks the two stay equal.
-SEGMENT_LABELS = ("reasoning", "bridge", "answer", "tail")
-REASONING = SEGMENT_LABELS[0]
+from ..inputs.segments import n_scored, scored_set, span_mask
 
 
 def json_float(x) -> float | None:
@@ -134,12 +127,12 @@ class TraceRecord:
         """An unsaved record of a `TraceAttribution` (or its dict), e.g. to draw it."""
         d = attribution.to_dict() if hasattr(attribution, "to_dict") else dict(attribution)
         span_found = bool(d["span_found"])
-        n_scored = sum(scored_set(d["segments"], span_found))
+        scored = n_scored(d["segments"], span_found)
         adv, metrics = d.get("token_advantages") or {}, d.get("metrics") or {}
         timings = d.get("timings") or {}
         row = TraceRow(id=trace_id, run_id=0, step=None, group=None, reward=None,
                        advantage=d.get("advantage"), correct=None, answer_text=d.get("answer_text"),
-                       span_found=span_found, n_tokens=len(d["token_ids"]), n_scored=n_scored,
+                       span_found=span_found, n_tokens=len(d["token_ids"]), n_scored=scored,
                        flags=list(d.get("flags") or []), preview=d["response"][:120])
         record = cls(row=row, prompt=str(d["prompt"]), response=d["response"],
                      token_ids=list(d["token_ids"]), tokens=list(d["tokens"]),
@@ -219,12 +212,3 @@ class TraceRecord:
             "token_stats": {k: json_floats(v) for k, v in self.token_stats.items()},
         }
 
-
-def span_mask(offsets: Sequence[tuple[int, int]], spans) -> np.ndarray:
-    """(T,) bool: tokens whose non-empty character span overlaps any of `spans`."""
-    starts = np.array([o[0] for o in offsets], dtype=np.int64)
-    ends = np.array([o[1] for o in offsets], dtype=np.int64)
-    mask = np.zeros(len(offsets), dtype=bool)
-    for s, e in spans:
-        mask |= (starts < e) & (s < ends)
-    return mask & (ends > starts)

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, Literal, Mapping, Sequence
 
+from ..inputs.segments import n_scored
 from ..jsonl import NotJSON, iter_jsonl
 from . import codec, schema
 from .errors import NotFoundError, StoreError
@@ -267,7 +268,7 @@ class Store:
         elif correct is None and reward is not None:
             correct = reward > 0
         segments, span_found = list(d["segments"]), bool(d["span_found"])
-        n_scored = sum(s == "reasoning" for s in segments) if span_found else 0
+        scored = n_scored(segments, span_found)
         if d.get("steps"):  # step ranges ride in `extra` (no schema change); see _trace
             extra = {**extra, "steps": [list(r) for r in d["steps"]]}
         answer = d.get("answer_span")
@@ -280,7 +281,7 @@ class Store:
             (run_id, step, group, prompt, d["response"], reward, advantage,
              d.get("answer_text"), None if correct is None else int(bool(correct)), int(span_found),
              None if answer is None else answer[0], None if answer is None else answer[1],
-             len(d["token_ids"]), n_scored, d["probe"], _dumps(d.get("params") or {}),
+             len(d["token_ids"]), scored, d["probe"], _dumps(d.get("params") or {}),
              _dumps(list(d.get("flags") or [])), None if complete is None else int(complete),
              _dumps(extra)),
         )

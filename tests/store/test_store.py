@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from oar_attrib.attribution import attribute
-from oar_attrib.analysis.recall import EXPECTED, oracle_token_mask, summarize, trace_recall
+from oar_attrib.analysis.recall import EXPECTED, summarize, trace_recall
 from oar_attrib.inputs.spans import SEGMENT_LABELS
 from oar_attrib.store import (
     SCHEMA_VERSION,
@@ -233,18 +233,6 @@ def test_segment_codes_follow_the_spans_module():
     assert codec.SEGMENT_LABELS == SEGMENT_LABELS
     labels = list(SEGMENT_LABELS) * 3
     assert codec.unpack_segments(codec.pack_segments(labels)) == labels
-
-
-def test_span_mask_hand_computed():
-    # Tokens "ab", "cd", "", "ef" at [0,2), [2,4), [4,4), [4,6): a half-open overlap counts,
-    # touching does not, and an empty token never overlaps.
-    offsets = [(0, 2), (2, 4), (4, 4), (4, 6)]
-    assert codec.span_mask(offsets, [(1, 2)]).tolist() == [True, False, False, False]
-    assert codec.span_mask(offsets, [(2, 4)]).tolist() == [False, True, False, False]
-    assert codec.span_mask(offsets, [(3, 5)]).tolist() == [False, True, False, True]
-    assert codec.span_mask(offsets, [(0, 1), (5, 9)]).tolist() == [True, False, False, True]
-    assert codec.span_mask(offsets, []).tolist() == [False] * 4
-    assert oracle_token_mask is codec.span_mask  # one definition for recall and the store
 
 
 def test_float_blobs_keep_nan_and_float32_values():
