@@ -20,26 +20,27 @@ from typing import Callable, Iterator, NamedTuple, Sequence
 
 import torch
 
+from .defaults import PROMPT_FORMAT
 from .errors import InputError
 from .generation import continue_groups, stop_ids
 from .inputs.grading import grade
 from .jsonl import NotJSON, iter_jsonl
 
-# The instruction asks for the answer in the format the reward and the span finder read.
+# The instruction asks for the answer in the format the reward and the span finder read: one
+# template per `spans.MARKER_FORMATS`, and `plain` (the question alone).
 PROMPT_TEMPLATES = {
     "boxed": "{question}\nPlease reason step by step, and put your final answer within \\boxed{{}}.",
     "gsm8k": "{question}\nPlease reason step by step, and end with a final line '#### <answer>'.",
     "answer_is": "{question}\nPlease reason step by step, and end with a final line 'The answer is <answer>.'",
     "plain": "{question}",
 }
-ANSWER_FORMATS = ("boxed", "gsm8k", "answer_is")  # the templates whose answer the span finder reads
 QUESTION_KEYS = ("question", "problem")
 # TRL's GRPO advantage: (r - mean) / (std + EPS) within a group, std with Bessel's correction
 # (`scale_rewards="group"`, GRPOConfig's default in trl 1.16).
 EPS = 1e-4
 
 
-def format_prompt(question: str, tokenizer=None, template: str = "boxed", system: str | None = None):
+def format_prompt(question: str, tokenizer=None, template: str = PROMPT_FORMAT, system: str | None = None):
     """The prompt of one question: the template's text, as a chat (list of messages) when the
     tokenizer has a chat template, else as a plain string."""
     if template not in PROMPT_TEMPLATES:
@@ -109,7 +110,7 @@ def question_of(record, tokenizer, template: str, system: str | None = None) -> 
     return format_prompt(question, tokenizer, template, system), str(gold)
 
 
-def read_questions(path: str | Path, tokenizer, template: str = "boxed", *, system: str | None = None,
+def read_questions(path: str | Path, tokenizer, template: str = PROMPT_FORMAT, *, system: str | None = None,
                    limit: int | None = None, report: Callable[[str, str], None] | None = None
                    ) -> Iterator[Question]:
     """The first `limit` askable questions of `path`, numbered 0, 1, ... (`group`); each bad
@@ -170,7 +171,7 @@ def graded_group(question: Question, answers: Sequence[tuple[str, int, bool]], a
 
 
 def sample_groups(model, tokenizer, questions: Sequence[Question], *, samples: int, greedy: bool = False,
-                  temperature: float = 1.0, max_new_tokens: int = 512, answer_format: str = "boxed",
+                  temperature: float = 1.0, max_new_tokens: int = 512, answer_format: str = PROMPT_FORMAT,
                   batch_size: int = 8, seed: int = 0) -> Iterator[list[list[dict]]]:
     """Per batch of `batch_size` questions (sorted by prompt length, so batches are padded
     little), the graded groups of `samples` answers each: the first greedy when `greedy`, the

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..defaults import PROBE
 from ..attribution import attribute
 from ..errors import InputError
 from ..generation import generate
@@ -184,7 +185,7 @@ def _causal(model, tokenizer, trace, prompt_ids, cf_positions, seed, max_batch_t
     return causal
 
 
-def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None, probe: str = "as_mean",
+def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None, probe: str = PROBE,
                           seed: int = 0, cf_positions: int = 32, max_new_tokens: int = 256,
                           max_batch_tokens: int = 16384, cache: str | Path | None = None,
                           model_name: str = "", method_params: dict | None = None,

@@ -24,7 +24,7 @@ from ..jsonl import NotJSON, iter_jsonl
 from . import outputs
 from ..configs import add_dataclass_args, add_model_args
 from ..weights.settings import ReshapeSettings
-from .choices import add_method_knobs, method_name, method_params_from, probe_name
+from .choices import add_answer_format_arg, add_method_knobs, add_probe_arg, method_name, method_params_from
 
 
 class Skip(str):
@@ -354,8 +354,8 @@ def add_parser(sub) -> None:
                          "input and output resumes after the lines already written")
     at.add_argument("--methods", nargs="+", default=["oar_p", "oar_g"], type=method_name,
                     help="registered importance methods (oar_attrib.available_methods())")
-    at.add_argument("--probe", default="as_mean", type=probe_name, help="outcome probe: lt, as_mean, as_joint")
-    at.add_argument("--answer-format", default="auto", help="answer format: auto, boxed, gsm8k, answer_is")
+    add_probe_arg(at)
+    add_answer_format_arg(at)
     add_dataclass_args(at, ReshapeSettings, GATING_FLAGS)  # generated from ReshapeSettings: defaults and help text
     at.add_argument("--batch-size", type=int, default=16,
                     help="lines attributed (and then written) together; each record's `timings` is "

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from ..errors import InputError
+from .choices import add_answer_format_arg
 from .outputs import check_writable
 
 
@@ -61,8 +62,7 @@ def add_parser(sub) -> None:
                     help="the policy's bundled name or checkpoint folder (its tokenizer splits "
                          "the responses; `oar attribute --store` must use the same model)")
     im.add_argument("--name", default=None, help="run name (default: the stack and first source)")
-    im.add_argument("--answer-format", default="auto",
-                    help="where the final answer is: auto, boxed, gsm8k, answer_is")
+    add_answer_format_arg(im)
     im.add_argument("--correct-threshold", type=float, default=1.0,
                     help="a row is correct when its reward is at least this (unless it logs "
                          "its own verdict: verl's `acc`, a JSONL `correct`)")

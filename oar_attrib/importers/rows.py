@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from ..defaults import ANSWER_FORMAT
 from ..errors import InputError
 
 # TRL's GRPO rule (scale_rewards="group"): (r - mean) / (std + 1e-4), std with Bessel's
@@ -176,7 +177,7 @@ def _correct(item: Rollout, threshold: float):
 
 
 def import_rollouts(store, read: Reader, *, name: str, model: str, tokenizer, config: dict,
-                    answer_format: str = "auto", correct_threshold: float = 1.0,
+                    answer_format: str = ANSWER_FORMAT, correct_threshold: float = 1.0,
                     batch: int = 64, report: Callable[[str], None] = print) -> ImportSummary:
     """Write the rollouts of `read` into the run of `store` whose config is `config` (resumed)
     or a new one named `name`; returns what was written and skipped.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from ..defaults import PROBE
 from . import oar_g, oar_p, oar_p_step, resample  # noqa: F401  (registration)
 from .baselines import entropy, grail, ig, random  # noqa: F401  (registration)
 from ..inputs.batch import ScoringBatch
@@ -24,7 +25,7 @@ NO_METHOD = "none"
 
 
 @register_method(NO_METHOD, weighting="uniform", uniform=True)
-def none(model, batch: ScoringBatch, *, probe: str = "as_mean", generator=None) -> torch.Tensor:
+def none(model, batch: ScoringBatch, *, probe: str = PROBE, generator=None) -> torch.Tensor:
     """No importance: (B, L) float32 zeros on the batch's device; the model is not run (it may
     be None). Its weighting gives weight 1 everywhere, so advantages are GRPO's."""
     return torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=batch.input_ids.device)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from ..defaults import PROBE
 from ..inputs.batch import ScoringBatch
 from ..budget import backward_tokens, row_groups
 from ..errors import InputError
@@ -36,7 +37,7 @@ from .probes import ProbeSites, check_probe, probe_divergence, probe_sites, prob
 
 
 @register_method("oar_g", random=True, train_params=("noise_std",), token_budget=True)
-def oar_g(model, batch: ScoringBatch, *, probe: str = "as_mean", noise_std: float | None = None,
+def oar_g(model, batch: ScoringBatch, *, probe: str = PROBE, noise_std: float | None = None,
           n_noise: int = 1, generator: torch.Generator | None = None,
           max_batch_tokens: int | None = None) -> torch.Tensor:
     """OAR-G importances of every row of `batch`: per draw, one forward/backward per group of

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from ..defaults import PROBE
 from ..inputs.batch import ScoringBatch
 from ..budget import auto_batch_tokens, row_groups
 from ..errors import InputError
@@ -61,7 +62,7 @@ AUTO_PACKED_DEVICES: frozenset[str] = frozenset()
 # The reference: the definition, one full forward per scored token.
 # --------------------------------------------------------------------------------------------
 
-def oar_p_reference(model, batch: ScoringBatch, probe: str = "as_mean", *, mask="pad",
+def oar_p_reference(model, batch: ScoringBatch, probe: str = PROBE, *, mask="pad",
                     generator=None) -> torch.Tensor:
     """OAR-P by brute force: for each row and scored t, a full forward with t masked.
 
@@ -76,7 +77,7 @@ def oar_p_reference(model, batch: ScoringBatch, probe: str = "as_mean", *, mask=
                             mask=mask, generator=generator)
 
 
-def masked_reference(model, batch: ScoringBatch, groups: torch.Tensor, probe: str = "as_mean", *,
+def masked_reference(model, batch: ScoringBatch, groups: torch.Tensor, probe: str = PROBE, *,
                      mask="pad", generator=None) -> torch.Tensor:
     """The brute-force definition for any perturbation unit: for each row and group g, one full
     forward with every position of g masked (`masks.perturbed_row`); g's importance goes to
@@ -159,7 +160,7 @@ class Clean:
 
 
 @register_method("oar_p", token_budget=True, random=True)  # random: mask="resample" draws
-def oar_p(model, batch: ScoringBatch, *, probe: str = "as_mean",
+def oar_p(model, batch: ScoringBatch, *, probe: str = PROBE,
           max_batch_tokens: int | None = None, generator: torch.Generator | None = None,
           progress: bool = False, overhead_tokens: int | None = None,
           packing: str = "auto", mask="pad") -> torch.Tensor:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from ..defaults import PROBE
 from . import oar_p as engine
 from ..inputs.batch import ScoringBatch
 from ..errors import InputError
@@ -33,7 +34,7 @@ def _step_masks(batch: ScoringBatch, reachable: torch.Tensor) -> torch.Tensor:
     return torch.where(reachable, batch.step_ids, torch.full_like(batch.step_ids, -1))
 
 
-def oar_p_step_reference(model, batch: ScoringBatch, probe: str = "as_mean", *, mask="pad",
+def oar_p_step_reference(model, batch: ScoringBatch, probe: str = PROBE, *, mask="pad",
                          generator=None) -> torch.Tensor:
     """Step-level OAR-P by brute force: for each row and step, one full forward with every
     scored position of the step masked (`mask`, `generator`: as for `oar_p_reference`; each
@@ -48,7 +49,7 @@ def oar_p_step_reference(model, batch: ScoringBatch, probe: str = "as_mean", *, 
 
 
 @register_method("oar_p_step", token_budget=True, random=True)  # mask="resample" draws
-def oar_p_step(model, batch: ScoringBatch, *, probe: str = "as_mean", max_batch_tokens: int | None = None,
+def oar_p_step(model, batch: ScoringBatch, *, probe: str = PROBE, max_batch_tokens: int | None = None,
                generator: torch.Generator | None = None, progress: bool = False,
                overhead_tokens: int | None = None, mask="pad") -> torch.Tensor:
     """Step-level OAR-P, equal to `oar_p_step_reference` up to float rounding.

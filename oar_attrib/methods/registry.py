@@ -6,7 +6,7 @@ members, so its lookups see them.
 
 An importance method is a plain function
 
-    fn(model, batch: ScoringBatch, *, probe: str = "as_mean", generator=None, **params)
+    fn(model, batch: ScoringBatch, *, probe: str = defaults.PROBE, generator=None, **params)
         -> torch.Tensor  # (B, L) float32, >= 0 on batch.scored_mask, exactly 0 elsewhere
 
 Rows with no answer span (batch.has_answer False) get all zeros. A method registers with

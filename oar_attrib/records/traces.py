@@ -13,11 +13,13 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from ..defaults import VIEW_STEP_POOL
 from ..errors import InputError
 from ..weights.gating import reshape_advantages
 from ..inputs.encoding import EncodedPair
 from ..weights.metrics import ess_ratio, top_mass
-from ..inputs.steps import STEP_POOLS, check_steps, pool_steps, scored_set
+from ..inputs.segments import scored_set
+from ..inputs.steps import STEP_POOLS, check_steps, pool_steps
 
 
 @dataclass
@@ -90,8 +92,9 @@ class TraceAttribution:
         a, b = self.steps[step]
         return self.response[self.offsets[a][0]:self.offsets[b - 1][1]].strip()
 
-    def step_scores(self, method: str, how: str = "sum") -> list[float]:
-        """One score per step: `how` (sum, mean, max) of the method's token scores."""
+    def step_scores(self, method: str, how: str = VIEW_STEP_POOL) -> list[float]:
+        """One score per step: `how` (`steps.STEP_POOLS`: sum, mean, max; default the view's,
+        `defaults.VIEW_STEP_POOL`) of the method's token scores."""
         return pool_steps(self.scores[method], self.steps, how)
 
     def step_frame(self):
@@ -152,9 +155,7 @@ class AttributionBatch(list):
 
 def scored_positions(pair: EncodedPair) -> torch.Tensor:
     """(T,) bool over the response tokens: the scored reasoning set S (empty without a span)."""
-    if not pair.span_found:
-        return torch.zeros(len(pair.response_ids), dtype=torch.bool)
-    return torch.tensor([lab == "reasoning" for lab in pair.labels], dtype=torch.bool)
+    return torch.tensor(scored_set(pair.labels, pair.span_found), dtype=torch.bool)
 
 
 def _metric(value) -> float | None:

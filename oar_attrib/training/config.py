@@ -15,7 +15,6 @@ from packaging.version import Version
 from trl import GRPOConfig
 
 from oar_attrib.methods import trainable_methods
-from oar_attrib.inputs.spans import ANSWER_FORMATS
 from oar_attrib.weights.settings import ReshapeSettings, SettingError, config_fields, config_name
 
 from .errors import TrainingConfigError, UnsupportedTRLError
@@ -33,9 +32,10 @@ def oar_method_choices() -> list[str]:
     return trainable_methods()
 
 
-# The reshaping knobs, generated from `ReshapeSettings` (defaults and help text are written
-# there once): oar_method, oar_probe, oar_tau, oar_beta, oar_w_min, oar_entropy_rho,
-# oar_weighting, oar_granularity, oar_step_pool, oar_noise_std, oar_max_batch_tokens.
+# The reshaping knobs, generated from `ReshapeSettings` (defaults, help text and checks are
+# written there once): oar_method, oar_probe, oar_tau, oar_beta, oar_w_min, oar_entropy_rho,
+# oar_weighting, oar_granularity, oar_step_pool, oar_noise_std, oar_max_batch_tokens,
+# answer_format, answer_pattern.
 ReshapeFields = make_dataclass("ReshapeFields", config_fields())
 
 
@@ -71,11 +71,6 @@ def _cuda_bf16() -> bool:
     return _cuda() and torch.cuda.is_bf16_supported()
 
 
-def _choice(name: str, value, allowed) -> None:
-    if value not in allowed:
-        raise TrainingConfigError(f"{name}={value!r} is not allowed; choose one of {', '.join(map(str, allowed))}")
-
-
 @dataclass
 class OARConfig(GRPOConfig, ReshapeFields):
     """GRPOConfig with Outcome-grounded Advantage Reshaping: the per-token advantage is A_i * w_t."""
@@ -90,14 +85,6 @@ class OARConfig(GRPOConfig, ReshapeFields):
         metadata={"help": "Do not attribute completions whose advantage is 0 (groups with equal "
                           "rewards): A_i * w_t is 0 whatever the weights. False attributes all "
                           "(slower; for analysis of every completion)."},
-    )
-    answer_format: str = field(
-        default="auto",
-        metadata={"help": f"Answer format the span finder looks for: one of {', '.join(ANSWER_FORMATS)}."},
-    )
-    answer_pattern: str | None = field(
-        default=None,
-        metadata={"help": "Regex with one capturing group (the answer), for answer_format='regex'."},
     )
     oar_store_every: int = field(
         default=25,
@@ -138,8 +125,6 @@ class OARConfig(GRPOConfig, ReshapeFields):
                 f"oar_method={self.oar_method!r} is analysis-only (it can explain traces with "
                 f"attribute() but not reshape training); choose one of {', '.join(oar_method_choices())}")
         self._check_ranges()
-        if self.answer_format == "regex" and not self.answer_pattern:
-            raise TrainingConfigError("answer_format='regex' needs answer_pattern, a regex with one group")
 
     def reshape_settings(self, probe: str | None = None) -> ReshapeSettings:
         """The `ReshapeSettings` of this config (`probe`: the warm-up's, else oar_probe); an

@@ -19,6 +19,8 @@ from collections import Counter
 from pathlib import Path
 
 from oar_attrib.configs import add_model_args
+from oar_attrib.defaults import PROMPT_FORMAT
+from oar_attrib.inputs.spans import MARKER_FORMATS
 
 
 def _complete_groups(out: Path, data: Path, samples: int) -> set[int]:
@@ -67,15 +69,15 @@ def run(args: argparse.Namespace) -> int:
     from oar_attrib.cli.outputs import check_writable
     from oar_attrib.errors import InputError
     from oar_attrib.models import load_model
-    from oar_attrib.rollouts import ANSWER_FORMATS, read_questions, sample_groups
+    from oar_attrib.rollouts import read_questions, sample_groups
 
     data, out = Path(args.data), Path(args.out)
     for flag, value, least in (("--samples", args.samples, 1), ("--batch-size", args.batch_size, 1),
                                ("--max-new-tokens", args.max_new_tokens, 1), ("--n", args.n or 1, 1)):
         if value < least:
             raise InputError(f"{flag} must be at least {least}, got {value}")
-    if args.answer_format not in ANSWER_FORMATS:
-        raise InputError(f"--answer-format {args.answer_format!r}: known {', '.join(ANSWER_FORMATS)}")
+    if args.answer_format not in MARKER_FORMATS:
+        raise InputError(f"--answer-format {args.answer_format!r}: known {', '.join(MARKER_FORMATS)}")
     if not data.is_file():
         raise InputError(f"--data {data} does not exist; pass a JSONL file with 'question' (or "
                          "'problem', or TRL's 'prompt') and 'answer' per line")
@@ -124,8 +126,8 @@ def add_parser(sub) -> None:
     gen.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     gen.add_argument("--greedy", action="store_true", help="the first answer of each group is the greedy one")
     gen.add_argument("--max-new-tokens", type=int, default=512, help="tokens per answer (cut off: reward 0)")
-    gen.add_argument("--answer-format", default="boxed",
-                     help="the format the prompt asks for and the grade reads: boxed, answer_is, gsm8k")
+    gen.add_argument("--answer-format", default=PROMPT_FORMAT,
+                     help=f"the format the prompt asks for and the grade reads: one of {', '.join(MARKER_FORMATS)}")
     gen.add_argument("--batch-size", type=int, default=8, help="questions decoded together")
     gen.add_argument("--seed", type=int, default=0, help="seed of the sampling")
     add_model_args(gen, budget=False)

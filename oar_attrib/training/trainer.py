@@ -21,7 +21,7 @@ from trl.models import unwrap_model_for_generation
 from oar_attrib.weights.gating import reshape_advantages
 from oar_attrib.methods import method_spec
 from oar_attrib.weights.metrics import ess_ratio, top_mass
-from oar_attrib.inputs.spans import ANSWER_FORMATS
+from oar_attrib.inputs.spans import ANSWER_FORMATS, MARKER_FORMATS
 
 from .config import OARConfig, check_trl_version
 from .errors import LowSpanRateWarning, TrainingConfigError
@@ -39,7 +39,7 @@ def formats_tried(answer_format: str, pattern: str | None = None) -> str:
     if answer_format == "regex" or (answer_format == "auto" and pattern):
         return f"regex {pattern!r}"
     if answer_format == "auto":
-        return "auto: " + ", then ".join(f for f in ANSWER_FORMATS if f not in ("auto", "regex"))
+        return "auto: " + ", then ".join(MARKER_FORMATS)
     return answer_format
 
 

@@ -1,7 +1,7 @@
 """From importances to weights: gating settings (`ReshapeSettings`) and the one pipeline
 (`score_and_weight`) that `attribute()`, the trainer and the live page call.
 
-Names are imported lazily (PEP 562): the gating math reads `weights.defaults` without loading
+Names are imported lazily (PEP 562): the gating math reads `weights.gating` without loading
 the pipeline.
 """
 from __future__ import annotations

@@ -19,7 +19,8 @@ from oar_attrib.training.reshaping import token_weights
 from oar_attrib.training.toy import ScriptedRollout, tiny_policy, world_tokenizer
 from oar_attrib.webapp.live import LiveAttributor
 from oar_attrib.weights.weightings import WeightingParams
-from oar_attrib.weights import defaults, pipeline
+from oar_attrib import defaults
+from oar_attrib.weights import pipeline
 from oar_attrib.weights.settings import ReshapeSettings, SettingError, generated_fields
 from oar_attrib.world import generate_problems
 from models import tiny_trainer, train_world

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
 from oar_attrib.records.export import EXPORT_KINDS, export
-from oar_attrib.records.step_view import STEP_POOL
+from oar_attrib.defaults import VIEW_STEP_POOL
 from oar_attrib.inputs.steps import STEP_POOLS
 
 from ..deps import StoreDep, TemplatesDep, TraceId
@@ -46,7 +46,7 @@ def get_trace(trace_id: TraceId, store: StoreDep) -> dict:
                         "with every method's score, weight and advantage; steps.csv / "
                         "steps.json: one row per step with every method's step score.")
 def export_trace(trace_id: TraceId, kind: ExportKind, store: StoreDep, method: MethodQuery = None,
-                 oracle: OracleQuery = "direct", pool: PoolQuery = STEP_POOL) -> Response:
+                 oracle: OracleQuery = "direct", pool: PoolQuery = VIEW_STEP_POOL) -> Response:
     record = store.trace(trace_id)
     options = {}
     if kind == "view.html":
@@ -62,7 +62,7 @@ def export_trace(trace_id: TraceId, kind: ExportKind, store: StoreDep, method: M
 @router.get("/traces/{trace_id}", response_class=HTMLResponse, summary="Page: one trace")
 def trace_page(request: Request, trace_id: TraceId, store: StoreDep, templates: TemplatesDep,
                method: MethodQuery = None, oracle: OracleQuery = "direct",
-               pool: PoolQuery = STEP_POOL):
+               pool: PoolQuery = VIEW_STEP_POOL):
     record = store.trace(trace_id)
     selected = pick_method(method, list(record.attributions))
     # Long traces: the script builds, colours and titles the token spans (smaller, faster pages).
