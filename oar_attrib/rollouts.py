@@ -24,6 +24,7 @@ from .defaults import PROMPT_FORMAT
 from .errors import InputError
 from .generation import continue_groups, stop_ids
 from .inputs.grading import grade
+from .inputs.pairs import is_chat
 from .jsonl import NotJSON, iter_jsonl
 
 # The instruction asks for the answer in the format the reward and the span finder read: one
@@ -74,12 +75,6 @@ class Question:
     source: str
 
 
-def _chat(prompt) -> bool:
-    return isinstance(prompt, list) and bool(prompt) and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-        for m in prompt)
-
-
 class Bad(NamedTuple):
     """Why a question line cannot be asked; `kind` names the family counted in a summary."""
 
@@ -101,7 +96,7 @@ def question_of(record, tokenizer, template: str, system: str | None = None) -> 
         if isinstance(prompt, str) and prompt.strip():
             chat = getattr(tokenizer, "chat_template", None) is not None
             return ([{"role": "user", "content": prompt}] if chat else prompt), str(gold)
-        if _chat(prompt):
+        if is_chat(prompt):
             return [{"role": m["role"], "content": m["content"]} for m in prompt], str(gold)
         return Bad("bad_chat", "'prompt' must be a non-empty string or a list of {'role', 'content'} messages")
     question = next((record[k] for k in QUESTION_KEYS if isinstance(record.get(k), str)), None)

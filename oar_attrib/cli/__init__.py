@@ -4,10 +4,9 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
-import warnings
 
+from ..commands import INTERRUPTED, quiet_library_deprecations, run_command  # noqa: F401  (this module's names too)
 from ..configs import DefaultsHelpFormatter
-from ..errors import OARError
 
 
 def _add_plugin_commands(sub) -> None:
@@ -33,36 +32,6 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_parser(sub)
     _add_plugin_commands(sub)
     return parser
-
-
-INTERRUPTED = 130  # the shell's status of a command ended by Ctrl-C (128 + SIGINT)
-
-
-def run_command(args: argparse.Namespace, name: str) -> int:
-    """Run a parsed command (`args.func`), the same for every entry point: an OARError becomes
-    one line `oar NAME: error: ...` on stderr and exit status 2; Ctrl-C one line
-    `oar NAME: interrupted...` (what was kept, when the command says) and exit status 130."""
-    quiet_library_deprecations()
-    try:
-        return args.func(args)
-    except OARError as err:
-        print(f"oar {name}: error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt as err:
-        # A bare Ctrl-C carries no message; a command that keeps work raises one that says so.
-        print(f"oar {name}: {str(err) or 'interrupted'}", file=sys.stderr)
-        return INTERRUPTED
-
-
-def quiet_library_deprecations() -> None:
-    """Hide the libraries' FutureWarning and DeprecationWarning about how this project calls
-    them (a user of the command cannot act on them; the tests show them to us), unless the
-    user asked for warnings with -W or PYTHONWARNINGS. The project's own warnings still show."""
-    if sys.warnoptions:
-        return
-    for category in (FutureWarning, DeprecationWarning):
-        warnings.filterwarnings("ignore", category=category)
-        warnings.filterwarnings("default", category=category, module="oar_attrib")
 
 
 def main(argv: list[str] | None = None) -> int:

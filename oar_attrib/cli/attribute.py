@@ -1,6 +1,6 @@
 """`oar attribute`: token importances of prompt/response pairs from a JSONL file.
 
-The input is read lazily, line by line, each line judged on its own (see `judge_record`):
+The input is read lazily, line by line, each line judged on its own (`inputs.pairs`):
 a bad line is reported with its line number and skipped, the good ones are attributed in
 batches and each batch is written at once (see `outputs`). `--input` and `--out` are checked
 before the model loads; a rerun with the same input and output resumes after the lines
@@ -11,29 +11,19 @@ Exit status 0 when every line was attributed, 2 when some were skipped (or on ba
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from collections import Counter
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import InputError, OARError, TokenizerError
-from ..jsonl import NotJSON, iter_jsonl
+from ..errors import InputError
+from ..inputs.pairs import Skip, input_labels, judge_record, judge_tokens
+from ..jsonl import iter_jsonl
 from . import outputs
 from ..configs import add_dataclass_args, add_model_args
 from ..weights.settings import ReshapeSettings
 from .choices import add_answer_format_arg, add_method_knobs, add_probe_arg, method_name, method_params_from
-
-
-class Skip(str):
-    """Why a line is skipped; `kind` names the family counted in the summary."""
-
-    def __new__(cls, message: str, kind: str) -> "Skip":
-        self = super().__new__(cls, message)
-        self.kind = kind
-        return self
 
 
 def check_input(path: str) -> Path:
@@ -49,75 +39,6 @@ def check_input(path: str) -> Path:
     return p
 
 
-def _chat_ok(prompt: list) -> bool:
-    return bool(prompt) and all(
-        isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-        for m in prompt
-    )
-
-
-def judge_record(record) -> tuple | Skip:
-    """(prompt, response) of a parsed line, or the Skip that says what is wrong with it."""
-    if isinstance(record, NotJSON):
-        text = record if record.kind != "not_json" else f"not JSON ({record})"
-        return Skip(text, record.kind)
-    prompt = record.get("prompt") if isinstance(record, dict) else None
-    response = record.get("response") if isinstance(record, dict) else None
-    if not isinstance(prompt, (str, list)) or not isinstance(response, str):
-        return Skip("needs a 'prompt' (string or chat messages) and a 'response' string", "fields")
-    if isinstance(prompt, list) and not _chat_ok(prompt):
-        return Skip("the prompt is a list but not of {'role': str, 'content': str} chat messages",
-                    "bad_chat")
-    if not response.strip():
-        return Skip("the response is empty; there is nothing to attribute", "empty_response")
-    return prompt, response
-
-
-def judge_tokens(tokenizer, prompt, response, answer_format: str, chat: bool | None = None) -> Skip | None:
-    """A Skip when the pair cannot be encoded as one scoring row (too long, chat without a
-    template, ...), else None. Tokenizing here costs little next to attribution."""
-    import logging
-
-    from ..inputs.encoding import _default_max_length, encode_pair
-
-    # transformers warns of a text longer than the model here; the skip report says it instead.
-    quiet = logging.getLogger("transformers.tokenization_utils_base")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)
-    try:
-        pair = encode_pair(tokenizer, prompt, response, answer_format=answer_format, chat=chat)
-    except (InputError, TokenizerError) as err:
-        return Skip(str(err), "unscorable")
-    finally:
-        quiet.setLevel(level)
-    limit = _default_max_length(tokenizer)
-    if limit is not None and pair.length > limit:
-        return Skip(f"{pair.length} tokens, more than the model's {limit}; shorten it", "too_long")
-    if not pair.response_ids:
-        return Skip("the response has no tokens; there is nothing to attribute", "empty_response")
-    return None
-
-
-def input_labels(record: dict, response: str, answer_format: str) -> dict:
-    """What a line says about its response beside the text, carried into the output: `gold`
-    (the line's `gold` or `answer`), `reward` (a number) and `correct` (the line's own bool, or
-    else graded against the gold answer)."""
-    from ..inputs.grading import grade
-
-    labels = {}
-    gold = record.get("gold", record.get("answer"))
-    if isinstance(gold, (str, int, float)) and not isinstance(gold, bool):
-        labels["gold"] = str(gold)
-    reward = record.get("reward")
-    if isinstance(reward, (int, float)) and not isinstance(reward, bool) and math.isfinite(reward):
-        labels["reward"] = float(reward)
-    if isinstance(record.get("correct"), bool):
-        labels["correct"] = record["correct"]
-    elif "gold" in labels:
-        labels["correct"] = grade(response, labels["gold"], answer_format).correct
-    return labels
-
-
 def read_pairs(path: Path, tokenizer, answer_format: str, skip_line, counts: Counter,
                report=print, chat: bool | None = None) -> Iterator[tuple[int, object, str, dict]]:
     """(line number, prompt, response, labels) of the good lines of `path` for which
@@ -127,11 +48,10 @@ def read_pairs(path: Path, tokenizer, answer_format: str, skip_line, counts: Cou
         if skip_line(number):
             continue
         got = judge_record(record)
-        if not isinstance(got, Skip):
-            got = judge_tokens(tokenizer, *got, answer_format, chat) or got
-        if isinstance(got, Skip):
-            counts[got.kind] += 1
-            report(f"{path}:{number}: skipped ({got.kind}): {got}")
+        judged = got if isinstance(got, Skip) else judge_tokens(tokenizer, *got, answer_format, chat)
+        if isinstance(judged, Skip):
+            counts[judged.kind] += 1
+            report(f"{path}:{number}: skipped ({judged.kind}): {judged}")
             continue
         yield number, *got, input_labels(record, got[1], answer_format)
 

@@ -31,12 +31,10 @@ def _chat(args, run_config: dict, tokenizer, default_chat):
 
 def _todo(store, run_id: int, methods) -> list[int]:
     """Ids of the run's traces that lack a method or their token statistics."""
-    ids: set[int] = set()
+    ids = set(store.trace_ids(run_id, missing_token_stats=True))
     for method in methods:
         ids.update(store.trace_ids(run_id, missing=method))
-    _, rows = store.query("SELECT id FROM traces WHERE run_id = ? AND id NOT IN "
-                          "(SELECT trace_id FROM token_stats)", (run_id,))
-    return sorted(ids | {r[0] for r in rows})
+    return sorted(ids)
 
 
 def _advantages(records) -> list[float] | None:

@@ -12,9 +12,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..commands import check_writable
 from ..errors import InputError
 from .choices import add_answer_format_arg
-from .outputs import check_writable
 
 
 def run(args: argparse.Namespace) -> int:

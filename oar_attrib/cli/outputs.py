@@ -24,21 +24,10 @@ import os
 from pathlib import Path
 from typing import Iterable, Iterator, Protocol
 
-from ..errors import OARError
+from ..commands import Interrupted, check_writable, interrupted  # noqa: F401  (used through this module too)
+from ..errors import OARError, OutputError
 from ..jsonl import iter_jsonl, parse_line
 from ..store.lock import WriterLock
-
-
-class OutputError(OARError, OSError):
-    """An `--out` that cannot be written (missing folder, a folder, no permission, a full disk)."""
-
-
-class Interrupted(KeyboardInterrupt):
-    """Ctrl-C, with the line that says what was kept (`oar` prints it and exits 130)."""
-
-
-def interrupted(out, kept: int) -> Interrupted:
-    return Interrupted(f"interrupted; {kept} lines kept in {out}, rerun the same command to resume")
 
 
 def _write_failed(path: Path, err: OSError, kept: int) -> OutputError:
@@ -56,23 +45,6 @@ class Output(Protocol):
     def write(self, records: list[dict]) -> None: ...
 
     def close(self, finish: bool = True) -> None: ...
-
-
-def check_writable(path: Path, flag: str = "--out") -> None:
-    """Raise OutputError unless a file can be created or appended at `path`."""
-    if path.is_dir():
-        raise OutputError(f"{flag} {path} is a folder; pass a file path ending in .jsonl or .db")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.exists():
-        raise OutputError(f"{flag} {path}: the folder {parent} does not exist; create it first "
-                          "or pass a path in an existing folder")
-    if not parent.is_dir():
-        raise OutputError(f"{flag} {path}: {parent} is a file, not a folder; pass a path in a folder")
-    if path.exists() and not os.access(path, os.W_OK):
-        raise OutputError(f"{flag} {path} is not writable; pass another path or change its permissions")
-    if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputError(f"{flag} {path}: cannot create files in {parent} (no permission); "
-                          "pass a path in a folder you can write")
 
 
 def _drop_partial_tail(path: Path) -> None:
@@ -197,10 +169,7 @@ class StoreOutput:
             raise
 
     def _lines(self, run_id: int) -> list[int]:
-        with self.store._transaction(write=False) as conn:
-            rows = conn.execute("SELECT json_extract(extra, '$.line') FROM traces WHERE run_id = ?",
-                                (run_id,)).fetchall()
-        return [int(r[0]) for r in rows if r[0] is not None]
+        return [int(line) for (line,) in self.store.trace_extras(run_id, "line") if line is not None]
 
     def write(self, records: list[dict]) -> None:
         if not records:

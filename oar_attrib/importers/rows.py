@@ -18,6 +18,7 @@ from typing import Callable, Iterable, Iterator
 
 from ..defaults import ANSWER_FORMAT
 from ..errors import InputError
+from ..inputs.pairs import is_chat
 
 # TRL's GRPO rule (scale_rewards="group"): (r - mean) / (std + 1e-4), std with Bessel's
 # correction; a group of one has no spread and gets advantage 0 here (TRL: NaN std).
@@ -79,8 +80,7 @@ def advantage_of(reward: float, stats: tuple[float, float]) -> float:
 def check_text(prompt, response) -> str | None:
     """Why a prompt/response pair cannot be a trace, or None."""
     if isinstance(prompt, list):
-        if not prompt or not all(isinstance(m, dict) and isinstance(m.get("role"), str)
-                                 and isinstance(m.get("content"), str) for m in prompt):
+        if not is_chat(prompt):
             return "the prompt is a list but not of {'role': str, 'content': str} messages"
     elif not isinstance(prompt, str):
         return f"the prompt is {type(prompt).__name__}, not text or chat messages"
@@ -136,9 +136,8 @@ def _first_pass(read: Reader) -> tuple[dict, dict]:
 def _done_rows(store, run_id: int | None) -> set[tuple[str, int]]:
     if run_id is None:
         return set()
-    _, rows = store.query("SELECT json_extract(extra, '$.source'), json_extract(extra, '$.row') "
-                          "FROM traces WHERE run_id = ?", (run_id,))
-    return {(s, int(r)) for s, r in rows if s is not None and r is not None}
+    return {(s, int(r)) for s, r in store.trace_extras(run_id, "source", "row")
+            if s is not None and r is not None}
 
 
 def chat_rule(prompt) -> bool:

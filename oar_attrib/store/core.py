@@ -402,15 +402,30 @@ class Store:
                 "SELECT DISTINCT step FROM traces WHERE run_id = ? AND step IS NOT NULL "
                 "ORDER BY step", (run_id,))]
 
-    def trace_ids(self, run_id: int, *, missing: str | None = None) -> list[int]:
-        """Ids of a run's traces in order; with `missing`, only those without that method."""
+    def trace_ids(self, run_id: int, *, missing: str | None = None,
+                  missing_token_stats: bool = False) -> list[int]:
+        """Ids of a run's traces in order; with `missing`, only those without that method; with
+        `missing_token_stats`, only those without the policy's token statistics (both: both)."""
         sql, args = "SELECT id FROM traces WHERE run_id = ?", [run_id]
         if missing is not None:
             sql += " AND id NOT IN (SELECT trace_id FROM attributions WHERE method = ?)"
             args.append(missing)
+        if missing_token_stats:
+            sql += " AND id NOT IN (SELECT trace_id FROM token_stats)"
         with self._transaction(write=False) as conn:
             self._require_run(conn, run_id)
             return [r[0] for r in conn.execute(sql + " ORDER BY id", args)]
+
+    def trace_extras(self, run_id: int, *keys: str) -> list[tuple]:
+        """One tuple per trace of the run, in id order: the values its `extra` holds under
+        `keys` (None where it has none), e.g. the input line or the source row an output or an
+        import resumes after."""
+        columns = ", ".join("json_extract(extra, ?)" for _ in keys)
+        with self._transaction(write=False) as conn:
+            self._require_run(conn, run_id)
+            rows = conn.execute(f"SELECT {columns} FROM traces WHERE run_id = ? ORDER BY id",
+                                [*(f"$.{json.dumps(k)}" for k in keys), run_id])
+            return [tuple(r) for r in rows]
 
     def trace(self, trace_id: int) -> TraceRecord:
         """Every stored detail of one trace."""

@@ -14,7 +14,7 @@ import re
 import sys
 
 from oar_attrib.configs import DefaultsHelpFormatter
-from oar_attrib.cli import run_command
+from oar_attrib.commands import run_command
 
 EPILOG = """settings: key=value pairs (YAML values), anywhere among the flags, override the preset
 and --config; so does any setting in TRL's spelling, --key value or --key=value (--output_dir,

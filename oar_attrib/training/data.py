@@ -16,6 +16,7 @@ from datasets import Dataset
 from oar_attrib.defaults import PROMPT_FORMAT, WORLD_FORMAT
 from oar_attrib import rollouts
 from oar_attrib.errors import InputError
+from oar_attrib.inputs.pairs import is_chat
 from oar_attrib.jsonl import NotJSON, iter_jsonl
 from oar_attrib.rollouts import PROMPT_TEMPLATES, QUESTION_KEYS  # noqa: F401 - this module's names too
 from oar_attrib.world import Problem, Step, generate_problems
@@ -126,9 +127,7 @@ def _trl_prompt(prompt, where: str):
     messages (conversational, TRL applies the chat template)."""
     if isinstance(prompt, str) and prompt.strip():
         return prompt
-    if (isinstance(prompt, list) and prompt and all(
-            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-            for m in prompt)):
+    if is_chat(prompt):
         return [{"role": m["role"], "content": m["content"]} for m in prompt]
     raise DataError(f"{where}: 'prompt' must be a non-empty string or a list of "
                     '{"role": ..., "content": ...} messages (TRL\'s standard or conversational format)')

@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from oar_attrib.cli import run_command
+from oar_attrib.commands import run_command
 
 EPILOG = """settings: key=value pairs after the experiment override it: experiment.KEY sets the
 experiment section (seeds, steps, eval_every, store, ...); other keys are `oar train` settings

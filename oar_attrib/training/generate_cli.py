@@ -66,7 +66,7 @@ def _write(handle, groups: list[list[dict]]) -> None:
 def run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from oar_attrib.cli.outputs import check_writable
+    from oar_attrib.commands import check_writable
     from oar_attrib.errors import InputError
     from oar_attrib.models import load_model
     from oar_attrib.rollouts import read_questions, sample_groups

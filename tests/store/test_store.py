@@ -169,6 +169,27 @@ def test_add_attributions_adds_a_method_to_a_stored_trace(filled, world, attribu
         store.add_attributions(trace_id, other)
 
 
+def test_trace_extras_and_the_traces_a_resume_still_needs(tmp_path, attributed):
+    """The reads `oar attribute` and `oar import` resume with, as Store methods (no SQL
+    outside the store): extra values per trace in id order, and the traces that lack a
+    method or the policy's token statistics."""
+    traces = attributed[0][:3]
+    with Store(tmp_path / "runs.db") as store:
+        run = store.add_run("extras")
+        ids = store.add_traces(run, traces, extras=[{"line": 7, "source": "a.jsonl"}, {"line": 3},
+                                                    {"weird.key": 1}])
+        assert store.trace_extras(run, "line", "source") == [(7, "a.jsonl"), (3, None), (None, None)]
+        assert store.trace_extras(run, "weird.key") == [(None,), (None,), (1,)]
+        assert store.trace_ids(run, missing_token_stats=True) == ids
+        n = len(traces[1].token_ids)
+        store.add_token_stats([(ids[1], "tiny", [0.0] * n, [1.0] * n)])
+        assert store.trace_ids(run, missing_token_stats=True) == [ids[0], ids[2]]
+        assert store.trace_ids(run, missing="grail", missing_token_stats=True) == [ids[0], ids[2]]
+        assert store.trace_ids(run, missing=METHODS[0]) == []
+        with pytest.raises(NotFoundError):
+            store.trace_extras(run + 1, "line")
+
+
 def test_records_in_the_training_hook_format_import(tmp_path, attributed):
     traces, _, rewards, oracles = attributed
     lines = []

@@ -1,0 +1,100 @@
+"""What every command line of the package shares: the `oar` subcommands, those the web app and
+training register into it, and `python -m oar_attrib.training`.
+
+`run_command` runs a parsed command the same way everywhere (an `OARError` is one line and
+exit status 2, Ctrl-C one line and 130); `Interrupted` is a Ctrl-C that says what was kept;
+`check_writable` checks an output path before any work; `require_extra` answers a command
+whose optional dependencies are missing with the one line that names the extra to install.
+Nothing here imports more than the standard library and `errors`, so any command line can
+use it before it parses its arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import warnings
+from pathlib import Path
+
+from .errors import MissingExtraError, OARError, OutputError
+
+INTERRUPTED = 130  # the shell's status of a command ended by Ctrl-C (128 + SIGINT)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, with the line that says what was kept (`oar` prints it and exits 130)."""
+
+
+def interrupted(out, kept: int) -> Interrupted:
+    return Interrupted(f"interrupted; {kept} lines kept in {out}, rerun the same command to resume")
+
+
+def run_command(args: argparse.Namespace, name: str) -> int:
+    """Run a parsed command (`args.func`), the same for every entry point: an OARError becomes
+    one line `oar NAME: error: ...` on stderr and exit status 2 (a missing extra: the line that
+    names it); Ctrl-C one line `oar NAME: interrupted...` (what was kept, when the command says)
+    and exit status 130."""
+    quiet_library_deprecations()
+    try:
+        return args.func(args)
+    except MissingExtraError as err:
+        print(err, file=sys.stderr)
+        return 2
+    except OARError as err:
+        print(f"oar {name}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as err:
+        # A bare Ctrl-C carries no message; a command that keeps work raises one that says so.
+        print(f"oar {name}: {str(err) or 'interrupted'}", file=sys.stderr)
+        return INTERRUPTED
+
+
+def quiet_library_deprecations() -> None:
+    """Hide the libraries' FutureWarning and DeprecationWarning about how this project calls
+    them (a user of the command cannot act on them; the tests show them to us), unless the
+    user asked for warnings with -W or PYTHONWARNINGS. The project's own warnings still show."""
+    if sys.warnoptions:
+        return
+    for category in (FutureWarning, DeprecationWarning):
+        warnings.filterwarnings("ignore", category=category)
+        warnings.filterwarnings("default", category=category, module="oar_attrib")
+
+
+def check_writable(path: Path, flag: str = "--out") -> None:
+    """Raise OutputError unless a file can be created or appended at `path`."""
+    if path.is_dir():
+        raise OutputError(f"{flag} {path} is a folder; pass a file path ending in .jsonl or .db")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.exists():
+        raise OutputError(f"{flag} {path}: the folder {parent} does not exist; create it first "
+                          "or pass a path in an existing folder")
+    if not parent.is_dir():
+        raise OutputError(f"{flag} {path}: {parent} is a file, not a folder; pass a path in a folder")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise OutputError(f"{flag} {path} is not writable; pass another path or change its permissions")
+    if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"{flag} {path}: cannot create files in {parent} (no permission); "
+                          "pass a path in a folder you can write")
+
+
+# The optional extras of the distribution (pyproject.toml's [project.optional-dependencies])
+# and the modules that tell whether each is installed; tests/test_install_names.py holds this
+# table to pyproject.toml.
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "web": ("fastapi", "uvicorn", "jinja2", "plotly"),
+    "train": ("trl", "datasets", "yaml"),
+    "gguf": ("gguf",),
+}
+
+
+def missing_modules(extra: str) -> list[str]:
+    """The modules of `extra` (`EXTRAS`) that cannot be imported here."""
+    return [name for name in EXTRAS[extra] if importlib.util.find_spec(name) is None]
+
+
+def require_extra(extra: str, use: str) -> None:
+    """Raise MissingExtraError, one line naming the extra, unless every module of `extra` is
+    installed: `use` is what needs it, as the user wrote it ("oar web", "oar_attrib.webapp")."""
+    if missing_modules(extra):
+        raise MissingExtraError(f"{use} needs the {extra} extra: pip install 'oar-attrib[{extra}]'")
