@@ -1,4 +1,10 @@
-"""The `oar` command line: one subcommand per job, one module per subcommand."""
+"""The `oar` command line: one subcommand per job, one module per subcommand.
+
+`oar --help`, `oar COMMAND --help` and `oar models` answer at once: every subcommand module
+(and every plugin's, below) imports only the standard library and the package's light modules
+at its top, and the stack (torch, transformers, TRL, the web framework, pandas, plotly) inside
+the function that runs the command. tests/cli/test_cli_imports.py holds every command to it.
+"""
 from __future__ import annotations
 
 import argparse
@@ -20,8 +26,8 @@ def _add_plugin_commands(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    # The subcommands (and torch with them) are imported here, not with the package, so that a
-    # Ctrl-C while they load is caught by `main` like any other (one line, exit 130).
+    # The subcommands are imported here, not with the package, so that a Ctrl-C while they load
+    # is caught by `main` like any other (one line, exit 130).
     from . import attribute, importing, models, recall
 
     parser = argparse.ArgumentParser(prog="oar", description="Outcome-grounded Advantage Reshaping")
@@ -32,6 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_parser(sub)
     _add_plugin_commands(sub)
     return parser
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The subcommands of a parser that `build_parser` made, by name."""
+    (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(action.choices)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,6 @@ from typing import Iterable, Iterator, Protocol
 from ..commands import Interrupted, check_writable, interrupted  # noqa: F401  (used through this module too)
 from ..errors import OARError, OutputError
 from ..jsonl import iter_jsonl, parse_line
-from ..store.lock import WriterLock
 
 
 def _write_failed(path: Path, err: OSError, kept: int) -> OutputError:
@@ -100,6 +99,8 @@ class JsonlOutput:
     writer lock (unless `lock` is false) until closed."""
 
     def __init__(self, path: str | Path, methods, probe: str, lock: bool = True):
+        from ..store.lock import WriterLock  # here: `oar --help` builds this command without the store
+
         self.path = Path(path)
         check_writable(self.path)
         self._lock = WriterLock(self.path, "--out") if lock else None
@@ -153,6 +154,7 @@ class StoreOutput:
 
     def __init__(self, path: str | Path, name: str, model: str, config: dict, lock: bool = True):
         from ..store import Store
+        from ..store.lock import WriterLock
         from ..store.schema import identify
 
         self.path = Path(path)
