@@ -79,12 +79,13 @@ def check_writable(path: Path, flag: str = "--out") -> None:
 
 
 # The optional extras of the distribution (pyproject.toml's [project.optional-dependencies])
-# and the modules that tell whether each is installed; tests/test_install_names.py holds this
-# table to pyproject.toml.
+# and the modules that tell whether each is installed; tests/test_extras.py holds this table to
+# pyproject.toml.
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "web": ("fastapi", "uvicorn", "jinja2", "plotly"),
-    "train": ("trl", "datasets", "yaml"),
+    "web": ("fastapi", "uvicorn", "plotly"),
+    "train": ("trl", "datasets", "yaml", "accelerate"),
     "gguf": ("gguf",),
+    "figures": ("matplotlib",),
 }
 
 

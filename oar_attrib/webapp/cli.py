@@ -10,6 +10,7 @@ import socket
 import sys
 import time
 
+from oar_attrib.commands import require_extra
 from oar_attrib.configs import add_dataclass_args, add_dtype_arg, dataclass_from_args
 from oar_attrib.errors import OARError
 
@@ -103,6 +104,8 @@ def _settings(host: str, max_live_tokens: int | None = None):
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    if not args.build_only:  # building the store needs the core only; serving it, the web app
+        require_extra("web", "oar demo")
     from oar_attrib.webapp.demo import DemoConfig, demo_complete, prepare_demo_store
     from oar_attrib.webapp.demo_fill import ensure_demo_store, start_fill
     from oar_attrib.webapp.progress import Progress
@@ -134,6 +137,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_web(args: argparse.Namespace) -> int:
+    require_extra("web", "oar web")
     from .main import create_app
 
     started = time.perf_counter()
