@@ -9,42 +9,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from oar_attrib.attribution import attribute
-from oar_attrib.webapp.demo import DemoConfig, write_problem_run
 from oar_attrib.store import Store
-from models import tiny_world, wrong_solution
 from oar_attrib.webapp import WebSettings, create_app
+from oar_attrib.webapp.demo import DemoConfig, write_problem_run
 from oar_attrib.webapp.views import _pieces, heat_colour, importance_levels, token_title
-
-METHODS = ("entropy", "oar_p", "random")
-SCRIPT = "<script>alert('owned')</script>"
-IMG = '<img src=x onerror="alert(1)">'
-HOSTILE_RESPONSE = f"a=1+2=3. {SCRIPT} b=3*2=6. {IMG} #### 9"
-HOSTILE_PROMPT = f"{SCRIPT}</pre>{IMG} find a+b.\n"
-BASE = "http://127.0.0.1"
-
-
-@pytest.fixture(scope="module")
-def world():
-    return tiny_world(n=6, seed=5)
-
-
-@pytest.fixture(scope="module")
-def store_path(tmp_path_factory, world):
-    """Run 1 ('demo'): right and wrong answers to 4 problems and one hostile response, with
-    the oracle and summaries. Run 2 ('hostile'): a hostile prompt, and a response without an
-    answer span."""
-    problems, tokenizer, model = world
-    owners = [p for p in problems[:4] for _ in (0, 1)] + [problems[4]]
-    texts = [t for p in problems[:4] for t in (p.solution, wrong_solution(p))] + [HOSTILE_RESPONSE]
-    path = tmp_path_factory.mktemp("web") / "web.db"
-    with Store(path) as store:
-        write_problem_run(store, model, tokenizer, owners, texts, group_size=2,
-                          config=DemoConfig(model="tiny", methods=METHODS))
-        run = store.add_run("hostile <b>run</b>", model="tiny")
-        traces = attribute(model, tokenizer, [HOSTILE_PROMPT, problems[5].prompt],
-                           [HOSTILE_RESPONSE, "no answer here a=1+1=2."], list(METHODS))
-        store.add_traces(run, traces)
-    return path
+from models import wrong_solution
+from webtools import BASE, HOSTILE_RESPONSE, METHODS
 
 
 @pytest.fixture(scope="module")
@@ -55,16 +25,6 @@ def client(store_path, world):
     with TestClient(create_app(store_path, model=(model, tokenizer), settings=settings),
                     base_url=BASE) as c:
         yield c
-
-
-@pytest.fixture(scope="module")
-def ids(store_path):
-    with Store(store_path, readonly=True) as store:
-        demo, hostile = sorted(r.id for r in store.runs())
-        demo_ids, hostile_ids = store.trace_ids(demo), store.trace_ids(hostile)
-    return {"demo": demo, "hostile": hostile, "demo_traces": demo_ids,
-            "hostile_response": demo_ids[-1], "hostile_prompt": hostile_ids[0],
-            "no_span": hostile_ids[1]}
 
 
 def _payload(html: str, block: str) -> dict:
