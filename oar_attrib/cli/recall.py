@@ -8,7 +8,7 @@ import sys
 
 from ..analysis.sets import CLI_SETS, DEFAULT_SETS
 from ..configs import add_model_args
-from ..defaults import VIEW_STEP_POOL
+from ..defaults import GRANULARITIES, GRANULARITY, VIEW_STEP_POOL
 from ..inputs.steps import STEP_POOLS
 from .choices import add_method_knobs, add_probe_arg, method_name, method_params_from
 
@@ -165,7 +165,7 @@ def add_parser(sub) -> None:
                     help="world preset (default: recall, whose final results are written once so "
                          "`direct` is exact; with --granularity step: upstream, which has a step "
                          "on the answer's path that the answer does not read)")
-    rc.add_argument("--granularity", choices=("token", "step"), default="token",
+    rc.add_argument("--granularity", choices=GRANULARITIES, default=GRANULARITY,
                     help="token: recall of tokens against oracle sets; step: every method's scores "
                          "pooled per step, recall of the `direct` steps and the AUC of ranking an "
                          "`upstream` step above a distractor")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields, make_dataclass
 from packaging.version import Version
 from trl import GRPOConfig
 
+from oar_attrib.configs import DTYPES
 from oar_attrib.methods import trainable_methods
 from oar_attrib.weights.settings import ReshapeSettings, SettingError, config_fields, config_name
 
@@ -165,7 +166,7 @@ class OARConfig(GRPOConfig, ReshapeFields):
         return "lt" if step < self.oar_probe_warmup_steps else self.oar_probe
 
 
-HALF_DTYPES = ("bfloat16", "float16")
+HALF_DTYPE_NAMES = tuple(name for name in DTYPES if name != "float32")
 
 
 def fit_to_device(settings: dict, cuda: bool | None = None) -> list[str]:
@@ -184,7 +185,7 @@ def fit_to_device(settings: dict, cuda: bool | None = None) -> list[str]:
         if trainer.get(name):
             trainer[name] = False
             said.append(f"{name}=true needs a GPU; training on the CPU in float32 ({name}=false)")
-    if run.get("dtype") in HALF_DTYPES:
+    if run.get("dtype") in HALF_DTYPE_NAMES:
         said.append(f"dtype={run['dtype']} on the CPU would train and save in {run['dtype']}; "
                     "loading the model in float32 (set dtype on a GPU machine)")
         run["dtype"] = "float32"

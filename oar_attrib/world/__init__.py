@@ -10,8 +10,7 @@ from .answers import WORLD_FORMATS, extract_answer, format_answer, reward
 from .generator import NAMES, PRESETS, Operand, Problem, Step, WorldConfig, generate_problems, get_config, split_of
 from .oracle import DEFAULT_SETS, FILLERS, KNOWN_SETS, SPAN_SETS, STEP_RE, Oracle, oracle_spans, shift_result
 from .value_oracle import VALUE_SETS, Mention, ValueOracle, find_numbers, parse_number, value_oracle
-from .words import PRESETS as WORD_PRESETS
-from .words import Quantity, WordConfig, WordProblem, generate_word_problems, get_word_config
+from .words import WORD_PRESETS, Quantity, WordConfig, WordProblem, generate_word_problems, get_word_config
 
 __all__ = ["WORLD_FORMATS", "DEFAULT_SETS", "FILLERS", "KNOWN_SETS", "NAMES", "PRESETS", "SPAN_SETS", "STEP_RE",
            "Operand", "Oracle", "Problem", "Step", "WorldConfig", "extract_answer", "format_answer",
