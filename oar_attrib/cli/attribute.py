@@ -19,6 +19,7 @@ from typing import Iterator
 
 from ..errors import InputError
 from ..inputs.pairs import Skip, input_labels, judge_record, judge_tokens
+from ..inputs.segments import n_scored
 from ..jsonl import iter_jsonl
 from . import outputs
 from ..configs import add_dataclass_args, add_model_args
@@ -226,7 +227,7 @@ class _Flagged:
         self.output.write(records)
         self.counter["n"] += sum(bool(r.get("flags")) for r in records)
         if self.bar is not None:
-            self.positions += sum(r["span_found"] * r["segments"].count("reasoning") for r in records)
+            self.positions += sum(n_scored(r["segments"], r["span_found"]) for r in records)
             self.bar.update(len(records))
             self.bar.set_postfix(positions=self.positions)
 
