@@ -271,14 +271,17 @@ _DATABASE_CALLS = {"execute", "executemany", "executescript", "_transaction", "_
 
 
 def _sql_in(source: str) -> list[tuple[int, str]]:
-    """(line, what) of each SQL text and each direct database call or private Store member in
-    `source`."""
+    """(line, what) of each SQL text, each direct database call or private Store member and
+    each import of sqlite3 in `source`."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and _SQL.search(node.value):
             found.append((node.lineno, node.value[:40]))
         elif isinstance(node, ast.Attribute) and node.attr in _DATABASE_CALLS:
             found.append((node.lineno, f".{node.attr}"))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)) and "sqlite3" in \
+                [getattr(node, "module", None), *(a.name for a in node.names)]:
+            found.append((node.lineno, "import sqlite3"))
     return found
 
 
@@ -287,8 +290,9 @@ def test_the_sql_check_finds_planted_sql_and_not_prose():
                "    with store._transaction(write=False) as conn:\n"
                "        return conn.execute(\"SELECT json_extract(extra, '$.line') FROM traces\")\n"
                "rows = store.query('select id from x'.upper())\n"
-               "HELP = 'select the methods to run from the list; update the store when done'\n")
-    assert [line for line, _ in _sql_in(planted)] == [2, 3, 3]
+               "HELP = 'select the methods to run from the list; update the store when done'\n"
+               "import sqlite3\n")
+    assert sorted(line for line, _ in _sql_in(planted)) == [2, 3, 3, 6]
 
 
 def test_no_sql_outside_the_store():
