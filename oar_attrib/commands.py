@@ -79,11 +79,12 @@ def check_writable(path: Path, flag: str = "--out") -> None:
 
 
 # The optional extras of the distribution (pyproject.toml's [project.optional-dependencies])
-# and the modules that tell whether each is installed; tests/test_extras.py holds this table to
+# and the modules that tell whether each is installed (not PyYAML, which the train extra lists
+# but transformers installs with the core); tests/test_extras.py holds this table to
 # pyproject.toml.
 EXTRAS: dict[str, tuple[str, ...]] = {
     "web": ("fastapi", "uvicorn", "plotly"),
-    "train": ("trl", "datasets", "yaml", "accelerate"),
+    "train": ("trl", "datasets", "accelerate"),
     "gguf": ("gguf",),
     "figures": ("matplotlib",),
 }

@@ -31,9 +31,15 @@ def _name(spec: str) -> str:
     return name.strip().lower().replace("_", "-")
 
 
+# Distributions an extra lists that the core installs anyway (transformers requires PyYAML):
+# their modules cannot tell whether the extra is installed.
+WITH_THE_CORE = {"pyyaml"}
+
+
 def test_the_extras_table_covers_each_extra_with_its_own_modules():
     """Each module `commands.EXTRAS` checks for an extra comes from a distribution that extra
-    lists, and each distribution an extra lists is checked through at least one module."""
+    lists, and each distribution an extra lists (but those the core brings) is checked through
+    one of them."""
     dists = {m: {d.lower().replace("_", "-") for d in ds} for m, ds in packages_distributions().items()}
     for extra, modules in EXTRAS.items():
         declared = {_name(s) for s in EXTRA_LISTS[extra]}
@@ -41,7 +47,7 @@ def test_the_extras_table_covers_each_extra_with_its_own_modules():
         for module in modules:
             assert dists.get(module, set()) & declared, (extra, module)
             seen |= dists[module] & declared
-        assert seen == declared, (extra, declared - seen)
+        assert seen == declared - WITH_THE_CORE, (extra, declared - seen)
 
 
 def test_all_is_every_extra_and_dev_pulls_it():
@@ -66,7 +72,7 @@ def test_require_extra_is_one_line_naming_the_extra(monkeypatch):
     (["web", "--store", "x.db"], "web", "fastapi"),
     (["demo", "--no-progress"], "web", "fastapi"),
     (["train", "--dry-run"], "train", "trl"),
-    (["experiment", "run", "arith-tiny-grid", "--dry-run"], "train", "yaml"),
+    (["experiment", "run", "arith-tiny-grid", "--dry-run"], "train", "datasets"),
 ])
 def test_each_command_of_an_extra_answers_one_line_without_it(monkeypatch, capsys, tmp_path, argv, extra, module):
     real = importlib.util.find_spec
@@ -102,7 +108,7 @@ import oar_attrib.training
 from oar_attrib import attribute, load_model
 from oar_attrib.errors import MissingExtraError
 
-missing = [m for m in ("fastapi", "uvicorn", "plotly", "trl", "datasets", "yaml", "gguf")
+installed = [m for m in ("fastapi", "uvicorn", "plotly", "trl", "datasets", "accelerate", "gguf")
            if importlib.util.find_spec(m) is not None]
 model, tokenizer = load_model("arith-tiny")
 (trace,) = attribute(model, tokenizer, ["a=4, b=7. c=a+b. find c.\n"], ["c=4+7=11. #### 11"],
@@ -112,7 +118,7 @@ try:
     said = None
 except MissingExtraError as err:
     said = str(err)
-print(json.dumps({"installed_extras": missing, "span": trace.span_found,
+print(json.dumps({"installed_extras": installed, "span": trace.span_found,
                   "scored": sum(trace.scored), "finite": all(math.isfinite(x) for x in trace.scores["oar_p"]),
                   "training": said}))
 """
@@ -138,8 +144,9 @@ def test_the_core_installs_alone_attributes_and_names_the_web_extra(tmp_path):
     py = str(env_dir / "bin" / "python")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["OMP_NUM_THREADS"] = "1"
-    for argv in ([py, "-m", "pip", "install", "-q", "torch==2.13.0"],
-                 [py, "-m", "pip", "install", "-q", str(source)]):
+    # --no-compile: byte-compiling torch's thousands of files is most of an install's time.
+    for argv in ([py, "-m", "pip", "install", "-q", "--no-compile", "torch==2.13.0"],
+                 [py, "-m", "pip", "install", "-q", "--no-compile", str(source)]):
         done = _run(argv, env=env, cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-3000:]
 
