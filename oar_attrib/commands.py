@@ -30,11 +30,12 @@ def interrupted(out, kept: int) -> Interrupted:
     return Interrupted(f"interrupted; {kept} lines kept in {out}, rerun the same command to resume")
 
 
-def run_command(args: argparse.Namespace, name: str) -> int:
+def run_command(args: argparse.Namespace, name: str, explain=None) -> int:
     """Run a parsed command (`args.func`), the same for every entry point: an OARError becomes
-    one line `oar NAME: error: ...` on stderr and exit status 2 (a missing extra: the line that
-    names it); Ctrl-C one line `oar NAME: interrupted...` (what was kept, when the command says)
-    and exit status 130."""
+    one line `oar NAME: error: ...` on stderr (`explain(err)` when given, e.g. the `oar` command
+    line's spelling of a refused resume's fields) and exit status 2 (a missing extra: the line
+    that names it); Ctrl-C one line `oar NAME: interrupted...` (what was kept, when the command
+    says) and exit status 130."""
     quiet_library_deprecations()
     try:
         return args.func(args)
@@ -42,7 +43,7 @@ def run_command(args: argparse.Namespace, name: str) -> int:
         print(err, file=sys.stderr)
         return 2
     except OARError as err:
-        print(f"oar {name}: error: {err}", file=sys.stderr)
+        print(f"oar {name}: error: {err if explain is None else explain(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:
         # A bare Ctrl-C carries no message; a command that keeps work raises one that says so.

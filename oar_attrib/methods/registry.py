@@ -26,13 +26,22 @@ Rows with no answer span (batch.has_answer False) get all zeros. A method regist
                   `tokenizer=` unless the caller's method_params give one;
 - uniform:        its weights are 1 everywhere and it never calls the model (`none`, plain
                   GRPO): the pipeline skips the forward and the trainer leaves advantages as
-                  they are.
+                  they are;
+- speed_params:   keyword arguments that change speed, memory, display or a guard, never the
+                  scores (e.g. `packing`, `internal_batch_size`): they stay out of the settings
+                  record (`records.settings_record`), so changing one does not refuse a resume.
+                  Every other keyword is in the record with the value used; the token budget
+                  of a `token_budget` method and `progress` are speed for every method
+                  (`RUN_ONLY`);
+- analysis_params: defaults of analysis (`attribute`, `oar attribute`, the live page, recall)
+                  that differ from the function's own, which training keeps (OAR-G reads with
+                  8 noise draws, trains with the paper's 1); the caller's method_params win.
 
 `get_method` / `method_spec` raise an error that lists the known names.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import unknown_name
@@ -53,6 +62,12 @@ class MethodSpec:
     analysis_only: bool = False
     needs_tokenizer: bool = False
     uniform: bool = False
+    speed_params: tuple[str, ...] = ()
+    analysis_params: dict = field(default_factory=dict, hash=False)
+
+    def analysis_kwargs(self, params: dict | None = None) -> dict:
+        """The method's keyword arguments in analysis: its `analysis_params` under `params`."""
+        return {**self.analysis_params, **(params or {})}
 
     def kwargs(self, values: dict, max_batch_tokens: int | None = None, longest: int = 0,
                generators=None) -> dict:
@@ -73,18 +88,26 @@ class MethodSpec:
 
 _METHODS: dict[str, MethodSpec] = {}
 
+# Keywords no method's scores depend on: the pipeline fills `generator` from the settings' seed
+# (recorded there) and `tokenizer` from the model (recorded by its identity); `progress` only
+# draws a bar; `max_batch_tokens` sizes forwards, and a method registered with `token_budget`
+# promises the same scores under every budget (its fast == reference tests hold it to that).
+RUN_ONLY = ("generator", "tokenizer", "progress", "max_batch_tokens")
+
 
 def register_method(name: str, *, weighting: str = "bilevel", random: bool = False,
                     token_budget: bool = False, train_params: tuple[str, ...] = (),
                     analysis_only: bool = False, needs_tokenizer: bool = False,
-                    uniform: bool = False) -> Callable[[ImportanceFn], ImportanceFn]:
+                    uniform: bool = False, speed_params: tuple[str, ...] = (),
+                    analysis_params: dict | None = None) -> Callable[[ImportanceFn], ImportanceFn]:
     """Decorator: register `fn` as importance method `name` (see the module docstring)."""
 
     def wrap(fn: ImportanceFn) -> ImportanceFn:
         if name in _METHODS:
             raise ValueError(f"importance method {name!r} is registered twice; pick another name")
         _METHODS[name] = MethodSpec(name, fn, weighting, random, token_budget, tuple(train_params),
-                                    analysis_only, needs_tokenizer, uniform)
+                                    analysis_only, needs_tokenizer, uniform, tuple(speed_params),
+                                    dict(analysis_params or {}))
         return fn
 
     return wrap
