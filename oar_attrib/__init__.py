@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # every export; each loads on first use
     from .analysis.figures import method_agreement, recall_figure, token_heatmap, weights_figure
     from .analysis.recall import RecallReport, oracle_recall
     from .analysis.run_summary import summarise
-    from .attribution import attribute, compute_weights
+    from .attribution import attribute, compute_weights  # compute_weights: deprecated, weights.pipeline.weigh
     from .generation import generate
     from .inputs.batch import ScoringBatch
     from .inputs.encoding import encode_pairs
@@ -33,11 +33,12 @@ if TYPE_CHECKING:  # every export; each loads on first use
     from .store import Store
     from .weights.gating import bilevel_weights, entropy_topk_mask, grail_weights, reshape_advantages
     from .weights.metrics import average_precision, ess_ratio, recall_at_k, top_mass
+    from .weights.settings import ReshapeSettings
     from .world import WorldConfig, generate_problems, oracle_spans, reward
 
 __all__ = [
-    "AttributionBatch", "RecallReport", "ScoringBatch", "Store", "TraceAttribution", "WorldConfig",
-    "agreement_matrix", "attribute", "available_methods", "average_precision", "bilevel_weights",
+    "AttributionBatch", "RecallReport", "ReshapeSettings", "ScoringBatch", "Store", "TraceAttribution",
+    "WorldConfig", "agreement_matrix", "attribute", "available_methods", "average_precision", "bilevel_weights",
     "compute_weights", "counterfactual_oracle", "encode_pairs", "entropy_topk_mask", "ess_ratio",
     "experiment_credit_figure", "experiment_figure", "experiment_report", "find_answer_span",
     "generate", "generate_problems", "get_method", "grail_weights", "load_model", "locate_answer",

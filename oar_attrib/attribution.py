@@ -78,6 +78,19 @@ def _trace(pair: EncodedPair, prompt, weighed: dict[str, Weighed], row: int, pro
                        advantage=advantage, params=record, timings=seconds)
 
 
+def _attribute_batch(model, tokenizer, prompts, responses, settings: ReshapeSettings, params: dict,
+                     advantages, record: dict, chat, step_unit) -> list[TraceAttribution]:
+    """The traces of one batch: encoded once, scored and weighed by every method of `params`
+    (method -> keyword arguments) under `settings`, each trace carrying `record`."""
+    batch, pairs = encode_pairs(tokenizer, prompts, responses, answer_format=settings.answer_format,
+                                answer_pattern=settings.answer_pattern, chat=chat, step_unit=step_unit)
+    weighed = {m: pipeline.score_and_weight(model, batch, for_method(settings, m), params=p, tokenizer=tokenizer)
+               for m, p in params.items()}
+    return [_trace(pair, prompts[row], weighed, row, settings.probe, record,
+                   None if advantages is None else float(advantages[row]), len(pairs))
+            for row, pair in enumerate(pairs)]
+
+
 def _as_lists(prompts, responses, advantages) -> tuple[list, list]:
     """(prompts, responses) as lists of one entry per response, checked against each other."""
     if isinstance(prompts, (str, dict)) or (prompts and isinstance(prompts[0], dict)):
@@ -132,26 +145,19 @@ def attribute(
     """
     settings = resolve_settings(settings, overrides)
     prompts, responses = _as_lists(prompts, responses, advantages)
-    per_method = {m: for_method(settings, m) for m in methods}  # checks every name
+    for method in methods:
+        for_method(settings, method)  # checks every name before anything runs
     used = analysis_params(methods, method_params)
     record = settings_record(settings, methods, used, model=model, step_unit=step_unit, chat=chat)
     params = resolve_mask_names(used, tokenizer)  # "eos" / "unk" -> token ids
-    out = AttributionBatch()
-    bar = tqdm(total=len(prompts), desc="attribute", unit="trace", disable=not progress)
-    positions = 0  # scored positions so far, beside the traces
-    with bar:  # the pipeline puts the model in eval mode while it scores
+    out, positions = AttributionBatch(), 0  # scored positions so far, beside the traces
+    with tqdm(total=len(prompts), desc="attribute", unit="trace", disable=not progress) as bar:
         for start in range(0, len(prompts), batch_size):
-            stop = start + batch_size
-            batch, pairs = encode_pairs(tokenizer, prompts[start:stop], responses[start:stop],
-                                        answer_format=settings.answer_format,
-                                        answer_pattern=settings.answer_pattern, chat=chat, step_unit=step_unit)
-            weighed = {m: pipeline.score_and_weight(model, batch, per_method[m], params=params[m],
-                                                    tokenizer=tokenizer) for m in methods}
-            for row, pair in enumerate(pairs):
-                adv = None if advantages is None else float(advantages[start + row])
-                out.append(_trace(pair, prompts[start + row], weighed, row, settings.probe, record,
-                                  adv, len(pairs)))
-            positions += sum(sum(t.scored) for t in out[-len(pairs):])
-            bar.update(len(pairs))
+            part = slice(start, start + batch_size)
+            traces = _attribute_batch(model, tokenizer, prompts[part], responses[part], settings, params,
+                                      None if advantages is None else advantages[part], record, chat, step_unit)
+            out.extend(traces)
+            positions += sum(sum(t.scored) for t in traces)
+            bar.update(len(traces))
             bar.set_postfix(positions=positions)
     return out

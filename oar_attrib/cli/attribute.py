@@ -60,6 +60,8 @@ def read_pairs(path: Path, tokenizer, answer_format: str, skip_line, counts: Cou
         yield number, *got, input_labels(record, got[1], answer_format)
 
 
+DEFAULT_MODEL = "arith-tiny"  # --model when neither it nor --store names one
+
 # The gating flags of `oar attribute`, one per ReshapeSettings field (the same names as
 # attribute()'s keywords and OARConfig's oar_* fields).
 GATING_FLAGS = ("tau", "beta", "w_min", "weighting", "rho", "granularity", "step_pool")
@@ -79,7 +81,7 @@ def command_record(args, **extra) -> dict:
     from ..records.settings_record import settings_record
 
     used = analysis_params(args.methods, method_params_from(args))
-    return settings_record(attribute_settings(args), args.methods, used, model=args.model,
+    return settings_record(attribute_settings(args), args.methods, used, model=args.model or DEFAULT_MODEL,
                            dtype=args.dtype, chat=args.chat, **extra)
 
 
@@ -175,11 +177,11 @@ def run(args: argparse.Namespace) -> int:
     if args.store is not None:
         from .attribute_store import attribute_stored
 
-        return attribute_stored(args, chat_choice)
+        return attribute_stored(args, chat_choice, attribute_settings, command_record)
     if args.input is None or args.out is None:
         raise InputError("pass --input FILE.jsonl and --out (or --store S --run R to attribute "
                          "a stored run in place)")
-    args.model = args.model or "arith-tiny"
+    args.model = args.model or DEFAULT_MODEL
     source = check_input(args.input)
     rank, world = _ranks()
     dist = _process_group(world)

@@ -32,7 +32,7 @@ from typing import Iterable, Iterator, Protocol
 from ..commands import Interrupted, check_writable, interrupted  # noqa: F401  (used through this module too)
 from ..errors import OARError, OutputError
 from ..jsonl import iter_jsonl, parse_line
-from ..records.settings_record import RecordMismatchError, record_differences, stored_record
+from ..records.settings_record import check_resume, record_differences, stored_record
 
 
 def _write_failed(path: Path, err: OSError, kept: int) -> OutputError:
@@ -94,17 +94,10 @@ JSONL_REMEDY = "pass a new --out (a JSONL holds the results of one set of settin
 STORE_REMEDY = "pass a new --out, or --force-new-run to start a new run in it"
 
 
-def check_record(where: str, stored: dict, current: dict, remedy: str) -> None:
-    """RecordMismatchError unless the record `stored` resumes under `current`."""
-    fields = record_differences(stored, current)
-    if fields:
-        raise RecordMismatchError(where, fields, stored, current, remedy)
-
-
 class JsonlOutput:
     """Appends records to a JSON Lines file, flushed and synced per batch; holds the file's
     writer lock (unless `lock` is false) until closed. `record`: the settings record of what
-    is written; a file whose first record carries another is refused (`check_record`)."""
+    is written; a file whose first record carries another is refused (`check_resume`)."""
 
     def __init__(self, path: str | Path, record: dict, lock: bool = True):
         from ..store.lock import WriterLock  # here: `oar --help` builds this command without the store
@@ -118,7 +111,7 @@ class JsonlOutput:
                 _drop_partial_tail(self.path)
                 for record in read_records(self.path):
                     if not self.done:
-                        check_record(f"--out {self.path}", stored_record(record), settings, JSONL_REMEDY)
+                        check_resume(f"--out {self.path}", stored_record(record), settings, JSONL_REMEDY)
                     self.done.add(record["line"])
             self._handle = open(self.path, "a", encoding="utf-8")
         except OSError as err:
@@ -171,7 +164,7 @@ class StoreOutput:
     """Adds records to a run of a store, one transaction per batch. `config` is the settings
     record of the job, with its `input`; the run is the newest one of that input whose record
     matches (a resumed job) or a new one, made at the first write. Another run of the same
-    input with another record is refused (`check_record`) unless `force_new` (a new run)."""
+    input with another record is refused (`check_resume`) unless `force_new` (a new run)."""
 
     def __init__(self, path: str | Path, name: str, model: str, config: dict, lock: bool = True,
                  force_new: bool = False):
@@ -200,7 +193,7 @@ class StoreOutput:
             if not record_differences(run_record(run.config), config):
                 return run.id
         if runs:
-            check_record(f"--out {self.path}", run_record(runs[0].config), config, STORE_REMEDY)
+            check_resume(f"--out {self.path}", run_record(runs[0].config), config, STORE_REMEDY)
         return None
 
     def _lines(self, run_id: int) -> list[int]:

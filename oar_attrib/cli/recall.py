@@ -1,5 +1,9 @@
 """`oar recall`: oracle causal-token recall of every method on the arithmetic world, or, with
-`--data`, against any model's own counterfactual oracle on a JSONL data set."""
+`--data`, against any model's own counterfactual oracle on a JSONL data set.
+
+`--json` prints the report with the settings record of the command (`recall_record`). A
+`--cf-cache` holds the record of the model it was computed with (weights and dtype: its keys
+hold the rest); a rerun with another model or dtype is refused before the model loads."""
 from __future__ import annotations
 
 import argparse
@@ -40,6 +44,46 @@ def stats_table(report, columns, value: str) -> str:
     return "\n".join(lines)
 
 
+RECALL_FIELDS = ("n", "preset", "granularity", "step_pool", "sets", "cf_positions", "replace", "data",
+                 "max_new_tokens", "resample_samples", "intervention_samples")
+
+
+def recall_record(args: argparse.Namespace) -> dict:
+    """The settings record of an `oar recall` command: the methods with their parameters as
+    used, the probe and seed, the model and dtype, and the recall's own knobs (`recall`)."""
+    from ..attribution import analysis_params
+    from ..methods import available_methods
+    from ..records.settings_record import settings_record
+    from ..weights.settings import ReshapeSettings
+
+    methods = args.methods or available_methods()
+    used = analysis_params(methods, method_params_from(args, budget_params(args.max_batch_tokens)))
+    return settings_record(ReshapeSettings(probe=args.probe, seed=args.seed), methods, used,
+                           model=args.model, dtype=args.dtype,
+                           recall={name: getattr(args, name) for name in RECALL_FIELDS})
+
+
+def check_cache(args: argparse.Namespace) -> None:
+    """Refuse a `--cf-cache` computed with another model or dtype (RecordMismatchError, before
+    the model loads); give a cache without a record this command's."""
+    from pathlib import Path
+
+    from ..jsonl import iter_jsonl
+    from ..records.settings_record import check_resume
+
+    if args.cf_cache is None:
+        return
+    path, full = Path(args.cf_cache), recall_record(args)
+    record = {k: full[k] for k in ("format", "model", "dtype", "version")}
+    stored = next((v["record"] for _, v in (iter_jsonl(path) if path.is_file() else ())
+                   if isinstance(v, dict) and isinstance(v.get("record"), dict)), None)
+    if stored is not None:
+        check_resume(f"--cf-cache {path}", stored, record, "pass a new --cf-cache")
+        return
+    with path.open("a", encoding="utf-8") as out:  # readers skip lines without a key
+        out.write(json.dumps({"record": record}) + "\n")
+
+
 def run_steps(args: argparse.Namespace, model, tokenizer) -> int:
     """`--granularity step`: direct-step recall and upstream AUC per method."""
     from ..analysis.step_recall import STEP_METRICS, step_recall
@@ -50,7 +94,7 @@ def run_steps(args: argparse.Namespace, model, tokenizer) -> int:
                          progress=not args.no_progress, resample_samples=args.resample_samples,
                          intervention_samples=args.intervention_samples)
     if args.json:
-        print(json.dumps(report.as_dict()))
+        print(json.dumps({**report.as_dict(), "record": recall_record(args)}))
         return 0
     print(f"preset={report.preset} {report.counts_line()} step pool={report.pool}")
     print(stats_table(report, STEP_METRICS, "mean"))
@@ -105,6 +149,7 @@ def run_data(args: argparse.Namespace) -> int:
               f"wordworld:<preset>), got --sets {' '.join(sets)} --granularity {args.granularity}",
               file=sys.stderr)
         return 2
+    check_cache(args)
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
     report = counterfactual_recall(
         model, tokenizer, records, methods=args.methods, probe=args.probe, seed=args.seed,
@@ -113,7 +158,7 @@ def run_data(args: argparse.Namespace) -> int:
         method_params=method_params_from(args, budget_params(args.max_batch_tokens)),
         progress=not args.no_progress, replacement=args.replace, sets=sets)
     if args.json:
-        print(json.dumps(report.as_dict()))
+        print(json.dumps({**report.as_dict(), "record": recall_record(args)}))
         return 0
     accuracy = "n/a (no gold answers)" if report.accuracy is None else f"{report.accuracy:.3f}"
     print(f"n={report.n} scored={report.n_scored} accuracy={accuracy} skipped={report.skipped} "
@@ -148,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
                            sets=args.sets, cf_positions=args.cf_positions, replacement=args.replace,
                            method_params=method_params_from(args, budget_params(args.max_batch_tokens)))
     if args.json:
-        print(json.dumps(report.as_dict()))
+        print(json.dumps({**report.as_dict(), "record": recall_record(args)}))
         return 0
     print(report.counts_line())
     print(stats_table(report, args.sets, "recall"))

@@ -181,4 +181,4 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m oar_attrib.training", description=__doc__.split("\n\n")[0], epilog=_EPILOG,
         formatter_class=DefaultsHelpFormatter,
     ))
-    return run_command(parser.parse_args(argv), "train")
+    return run_command(parser.parse_args(argv), "train", parser)

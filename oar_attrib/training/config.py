@@ -165,6 +165,24 @@ class OARConfig(GRPOConfig, ReshapeFields):
         """The probe used at optimizer step `step` (warm-up with 'lt')."""
         return "lt" if step < self.oar_probe_warmup_steps else self.oar_probe
 
+    def settings_record(self, model, dtype=None) -> dict:
+        """The settings record of a training with this config (`records.settings_record`):
+        the method with the parameters training runs it with (OAR-G: the paper's 1 draw, not
+        analysis's 8), the reshaping settings, the model and dtype, and the trainer fields of
+        `RECORDED_TRAINER_FIELDS` under `training`. `model`: a name, path or loaded model."""
+        from oar_attrib.records.settings_record import settings_record
+
+        return settings_record(self.reshape_settings(), [self.oar_method], model=model, dtype=dtype,
+                               training={k: getattr(self, k) for k in RECORDED_TRAINER_FIELDS})
+
+
+# Trainer fields beyond the reshaping that change what a run learns, kept in its settings
+# record so that a resume with one changed is refused. Not max_steps (a resume may train on),
+# nor logging, saving or the run store (they change what is written, not what is learned).
+RECORDED_TRAINER_FIELDS = ("oar_probe_warmup_steps", "loss_type", "learning_rate", "num_generations",
+                           "per_device_train_batch_size", "gradient_accumulation_steps", "temperature",
+                           "beta", "seed", "bf16", "fp16")
+
 
 HALF_DTYPE_NAMES = tuple(name for name in DTYPES if name != "float32")
 

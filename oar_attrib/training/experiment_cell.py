@@ -72,6 +72,7 @@ def run_cell(store_path: str, cell_id: int) -> None:
         cell = store.cell(cell_id)
         settings = copy.deepcopy(cell.settings)
         world_seed = int(settings.pop("world_seed"))
+        settings.pop("record", None)  # what the cell was set up with, checked by `oar experiment run`
         run, args = build_configs(settings)
         store.reset_cell(cell_id)
         # The data seed is the grid's, not the cell's: every cell sees the same problems in

@@ -91,7 +91,7 @@ def report_experiment(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = _configure(argparse.ArgumentParser(prog="oar experiment", description=__doc__.split("\n\n")[0]))
-    return run_command(parser.parse_args(argv), "experiment")
+    return run_command(parser.parse_args(argv), "experiment", parser)
 
 
 if __name__ == "__main__":

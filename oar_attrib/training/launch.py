@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -339,13 +340,51 @@ def check_checkpoint(folder: str | Path) -> None:
             raise bad(path.name, f"cannot be read by weights-only loading (damaged: {err})") from None
 
 
+RECORD_FILE = "settings_record.json"
+
+
+def stored_training_record(output_dir: str | Path) -> dict | None:
+    """The settings record an earlier training wrote into `output_dir` (`RECORD_FILE`); for a
+    run from before records, the partial record of its run_settings.yaml (method and the
+    reshaping fields; what it lacks is not compared); None when there is neither."""
+    folder = Path(output_dir)
+    if (folder / RECORD_FILE).is_file():
+        return json.loads((folder / RECORD_FILE).read_text(encoding="utf-8"))
+    if not (folder / "run_settings.yaml").is_file():
+        return None
+    trainer = (yaml.safe_load((folder / "run_settings.yaml").read_text(encoding="utf-8")) or {}).get("trainer") or {}
+    from oar_attrib.weights.settings import ReshapeSettings, config_name
+
+    settings = {f: trainer[config_name(f)] for f in ReshapeSettings.__dataclass_fields__
+                if f != "method" and config_name(f) in trainer}
+    return {"methods": {trainer["oar_method"]: {}} if "oar_method" in trainer else {}, "settings": settings}
+
+
+def check_training_resume(run: RunConfig, args, resume) -> dict:
+    """The settings record of this training, made before the model loads; with `resume`, a
+    RecordMismatchError (one line naming the settings) when the output dir was trained with
+    other settings."""
+    from oar_attrib.records.settings_record import check_resume
+
+    record = args.settings_record(run.model, dtype=run.dtype)
+    stored = stored_training_record(args.output_dir) if resume else None
+    if stored is not None:
+        check_resume(f"--output-dir {args.output_dir}", stored, record,
+                     "resume it with the settings it was trained with, or pass a new --output-dir")
+    return record
+
+
 def train(run: RunConfig, args, resume: str | bool | None = None) -> dict:
-    """Train, save the final model (safetensors) and the resolved settings; return a summary.
-    A `resume` checkpoint folder is checked first (`check_checkpoint`)."""
+    """Train, save the final model (safetensors), the resolved settings and the settings record
+    (`RECORD_FILE`); return a summary. A `resume` checkpoint folder is checked first
+    (`check_checkpoint`), and so are the settings it was trained with (`check_training_resume`)."""
     if isinstance(resume, (str, Path)):
         check_checkpoint(resume)
+    record = check_training_resume(run, args, resume)
     trainer, _ = build_trainer(run, args)
     Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+    if not (resume and (Path(args.output_dir) / RECORD_FILE).is_file()):
+        (Path(args.output_dir) / RECORD_FILE).write_text(json.dumps(record, indent=1), encoding="utf-8")
     settings = {"run": dataclasses.asdict(run), "trainer": {
         f.name: getattr(args, f.name) for f in dataclasses.fields(args)
         if f.name.startswith("oar_") or f.name in ("learning_rate", "max_steps", "seed", "loss_type",

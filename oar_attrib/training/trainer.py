@@ -85,9 +85,12 @@ class OARGRPOTrainer(GRPOTrainer):
         self.run_store = run_store
         self._oar_base_model = base_model_name(self.model)
         self._oar_span_warned = False
+        # What made this run (`OARConfig.settings_record`): each stored trace's params and the
+        # run store's run config. The weights hash is of the files the model came from.
+        self.oar_record = self.args.settings_record(self.model)
         if run_store is None and self.args.oar_store_every > 0 and self.accelerator.is_main_process:
             name = getattr(getattr(self.model, "config", None), "_name_or_path", "") or ""
-            self.run_store = RunStoreHook.from_config(self.args, model=str(name))
+            self.run_store = RunStoreHook.from_config(self.args, model=str(name), record=self.oar_record)
 
     # ------------------------------------------------------------------ TRL hooks
 
@@ -250,6 +253,5 @@ class OARGRPOTrainer(GRPOTrainer):
         self.run_store.write_batch(
             step=step, weights=tw, inputs=inputs, rewards=total.tolist(), correct=correct,
             advantages=advantages.detach().float().cpu().tolist(), method=self.args.oar_method,
-            probe=self.args.probe_at(step),
-            params={"tau": self.args.oar_tau, "beta": self.args.oar_beta, "w_min": self.args.oar_w_min},
+            probe=self.args.probe_at(step), params=self.oar_record,
         )

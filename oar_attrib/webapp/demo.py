@@ -22,7 +22,7 @@ class DemoConfigError(OARError, ValueError):
     """A demo setting that cannot build a store."""
 
 
-DEMO_VERSION = 5  # bump when the demo's content changes, so cached stores are rebuilt
+DEMO_VERSION = 6  # bump when the demo's content changes, so cached stores are rebuilt (6: settings records, 8 OAR-G draws)
 # Integrated Gradients (32 path steps, each a forward and a backward) costs more than every
 # other method together, so `oar demo` serves the app first and adds it in the background.
 DEFERRED_METHODS = ("ig",)
