@@ -44,10 +44,11 @@ def check_input(path: str) -> Path:
 
 
 def read_pairs(path: Path, tokenizer, answer_format: str, skip_line, counts: Counter,
-               report=print, chat: bool | None = None) -> Iterator[tuple[int, object, str, dict]]:
-    """(line number, prompt, response, labels) of the good lines of `path` for which
-    `skip_line(n)` is false (`input_labels`); each bad one is reported (`report`, one line
-    naming file and line) and counted."""
+               report=print, chat: bool | None = None) -> Iterator[tuple[int, object, str, dict, object]]:
+    """(line number, prompt, response, labels, the pair encoded) of the good lines of `path` for
+    which `skip_line(n)` is false (`input_labels`; `inputs.pairs.judge_tokens` encodes each
+    line once, and the attribution scores that encoding); each bad one is reported (`report`,
+    one line naming file and line) and counted."""
     for number, record in iter_jsonl(path):
         if skip_line(number):
             continue
@@ -57,7 +58,7 @@ def read_pairs(path: Path, tokenizer, answer_format: str, skip_line, counts: Cou
             counts[judged.kind] += 1
             report(f"{path}:{number}: skipped ({judged.kind}): {judged}")
             continue
-        yield number, *got, input_labels(record, got[1], answer_format)
+        yield number, *got, input_labels(record, got[1], answer_format), judged
 
 
 DEFAULT_MODEL = "arith-tiny"  # --model when neither it nor --store names one
@@ -86,18 +87,18 @@ def command_record(args, **extra) -> dict:
 
 
 def attribute_lines(model, tokenizer, pairs, output: outputs.Output, args, on_written=None) -> int:
-    """Attribute `pairs` ((line, prompt, response, labels) tuples) in batches of `args.batch_size`,
-    writing each batch to `output` as soon as it is done. Returns the number written;
-    `on_written(k)` is called after each batch (a progress bar's update)."""
+    """Attribute `pairs` ((line, prompt, response, labels, encoded pair) tuples, `read_pairs`) in
+    batches of `args.batch_size`, writing each batch to `output` as soon as it is done. Returns
+    the number written; `on_written(k)` is called after each batch (a progress bar's update)."""
     from ..attribution import attribute
 
     written, batch = 0, []
 
     def flush() -> int:
-        lines, prompts, responses, labels = zip(*batch)
+        lines, prompts, responses, labels, encoded = zip(*batch)
         traces = attribute(model, tokenizer, list(prompts), list(responses), args.methods,
                            attribute_settings(args), batch_size=len(batch), chat=args.chat,
-                           method_params=method_params_from(args))
+                           method_params=method_params_from(args), encoded=list(encoded))
         output.write([{"line": n, **t.to_dict(), **lab} for n, t, lab in zip(lines, traces, labels)])
         if on_written is not None:
             on_written(len(batch))

@@ -239,6 +239,7 @@ def encode_pairs(
     step_unit=AUTO,
     fmt: str | None = None,
     pattern=None,
+    encoded: Sequence[EncodedPair] | None = None,
 ) -> tuple[ScoringBatch, list[EncodedPair]]:
     """Tokenize prompt/response pairs into a ScoringBatch of B rows, and describe each pair.
 
@@ -254,6 +255,9 @@ def encode_pairs(
     step_unit: how the reasoning splits into steps (`steps.step_spans` units, a regex, or
         `auto`: lines, or sentences for a one-line reasoning); sets each pair's `steps` and
         the batch's step_ids.
+    encoded: the pairs `encode_pair` already made of these prompts and responses under the same
+        answer format, chat rule and step unit (`inputs.pairs.judge_tokens` checks each line
+        that way): batched as they are, so no text is tokenized twice.
     Rows without an answer span, with an empty reasoning, or whose answer starts the response
     after an empty prompt (`no_predicting_position`) have no scored positions.
     """
@@ -262,15 +266,15 @@ def encode_pairs(
     pad_token_id = _check_inputs(tokenizer, prompts, responses, response_ids, pad_token_id)
     if max_length is None:
         max_length = _default_max_length(tokenizer)
+    if encoded is not None and len(encoded) != len(prompts):
+        raise InputError(f"{len(encoded)} encoded pairs for {len(prompts)} prompts; pass one per prompt")
     pairs = []
     for row, prompt in enumerate(prompts):
         text = None if responses is None else responses[row]
         ids = None if response_ids is None else response_ids[row]
-        pair = encode_pair(
+        pair = encoded[row] if encoded is not None else encode_pair(
             tokenizer, prompt, text, row=row, answer_format=answer_format, answer_pattern=answer_pattern,
-            chat=chat, response_ids=ids,
-            step_unit=step_unit,
-        )
+            chat=chat, response_ids=ids, step_unit=step_unit)
         if max_length is not None and pair.length > max_length:
             raise InputError(
                 f"row {row} has {pair.length} tokens ({len(pair.prompt_ids)} prompt + "

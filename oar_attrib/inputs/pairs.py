@@ -3,7 +3,8 @@
 `oar attribute` reads its input lines with these, the live page judges a typed pair the same
 way, and the importers, rollouts and training data recognise chat prompts with `is_chat`. A
 line that cannot be attributed is a `Skip`: a one-line reason and the family it is counted
-under in a summary.
+under in a summary. `judge_tokens` encodes the pair it judges; `oar attribute` hands that
+encoding to `attribute(encoded=...)`, so no response is tokenized twice.
 """
 from __future__ import annotations
 
