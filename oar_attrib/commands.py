@@ -4,15 +4,14 @@ training register into it, and `python -m oar_attrib.training`.
 `run_command` runs a parsed command the same way everywhere (an `OARError` is one line and
 exit status 2, a refused resume naming the fields as the command's flags (`record_flag`),
 Ctrl-C one line and 130); `Interrupted` is a Ctrl-C that says what was kept;
-`check_writable` checks an output path before any work; `require_extra` answers a command
-whose optional dependencies are missing with the one line that names the extra to install.
+`check_writable` checks an output path before any work; a command whose optional extra is
+missing (`extras.require_extra`) is answered with the one line that names it.
 At import it loads nothing but the standard library and `errors`, so any command line can
 use it before it parses its arguments.
 """
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 import warnings
@@ -119,27 +118,3 @@ def check_writable(path: Path, flag: str = "--out") -> None:
     if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
         raise OutputError(f"{flag} {path}: cannot create files in {parent} (no permission); "
                           "pass a path in a folder you can write")
-
-
-# The optional extras of the distribution (pyproject.toml's [project.optional-dependencies])
-# and the modules that tell whether each is installed (not PyYAML, which the train extra lists
-# but transformers installs with the core); tests/test_extras.py holds this table to
-# pyproject.toml.
-EXTRAS: dict[str, tuple[str, ...]] = {
-    "web": ("fastapi", "uvicorn", "plotly"),
-    "train": ("trl", "datasets", "accelerate"),
-    "gguf": ("gguf",),
-    "figures": ("matplotlib",),
-}
-
-
-def missing_modules(extra: str) -> list[str]:
-    """The modules of `extra` (`EXTRAS`) that cannot be imported here."""
-    return [name for name in EXTRAS[extra] if importlib.util.find_spec(name) is None]
-
-
-def require_extra(extra: str, use: str) -> None:
-    """Raise MissingExtraError, one line naming the extra, unless every module of `extra` is
-    installed: `use` is what needs it, as the user wrote it ("oar web", "oar_attrib.webapp")."""
-    if missing_modules(extra):
-        raise MissingExtraError(f"{use} needs the {extra} extra: pip install 'oar-attrib[{extra}]'")

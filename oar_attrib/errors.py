@@ -50,4 +50,4 @@ class OutputError(OARError, OSError):
 
 class MissingExtraError(OARError, ImportError):
     """A use of the library that needs an optional extra which is not installed; the message
-    is one line naming the extra and the command that installs it (`commands.require_extra`)."""
+    is one line naming the extra and the command that installs it (`extras.require_extra`)."""

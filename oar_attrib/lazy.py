@@ -7,7 +7,7 @@ A package's `__init__` lists its exports once, as ordinary imports under `if TYP
 when the name is first used. So `import oar_attrib` loads no torch, `oar --help` builds its
 parsers without the web framework or TRL, and what a package exports is written in one place.
 A name whose module needs an optional extra that is not installed is refused with the line
-that names the extra (`commands.require_extra`).
+that names the extra (`extras.require_extra`).
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def declared_exports(source: str, package: str) -> dict[str, str]:
 def lazy_exports(package: str, init_file: str, extras: dict[str, str] | None = None):
     """(`__getattr__`, `__dir__`) for the package `package` whose `__init__` is `init_file`:
     each name of its TYPE_CHECKING imports loads on first use; `extras` maps a module to the
-    extra it needs (`commands.EXTRAS`)."""
+    extra it needs (`extras.EXTRAS`)."""
     exports = declared_exports(Path(init_file).read_text(encoding="utf-8"), package)
     namespace = importlib.import_module(package).__dict__
 
@@ -43,7 +43,7 @@ def lazy_exports(package: str, init_file: str, extras: dict[str, str] | None = N
         module = exports[name]
         extra = (extras or {}).get(module)
         if extra is not None:
-            from .commands import require_extra
+            from .extras import require_extra
 
             require_extra(extra, f"{package}.{name}")
         value = getattr(importlib.import_module(module), name)

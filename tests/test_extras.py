@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from oar_attrib import cli, commands
-from oar_attrib.commands import EXTRAS, require_extra
+from oar_attrib import cli, extras
+from oar_attrib.extras import EXTRAS, require_extra
 from oar_attrib.errors import MissingExtraError
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
@@ -37,7 +37,7 @@ WITH_THE_CORE = {"pyyaml"}
 
 
 def test_the_extras_table_covers_each_extra_with_its_own_modules():
-    """Each module `commands.EXTRAS` checks for an extra comes from a distribution that extra
+    """Each module `extras.EXTRAS` checks for an extra comes from a distribution that extra
     lists, and each distribution an extra lists (but those the core brings) is checked through
     one of them."""
     dists = {m: {d.lower().replace("_", "-") for d in ds} for m, ds in packages_distributions().items()}
@@ -61,7 +61,7 @@ def test_all_is_every_extra_and_dev_pulls_it():
 def test_require_extra_is_one_line_naming_the_extra(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a))
-    assert commands.missing_modules("web") == ["uvicorn"]
+    assert extras.missing_modules("web") == ["uvicorn"]
     with pytest.raises(MissingExtraError) as err:
         require_extra("web", "oar web")
     assert str(err.value) == "oar web needs the web extra: pip install 'oar-attrib[web]'"

@@ -86,7 +86,7 @@ def _curves_matplotlib(ax, report, key: str, col: dict) -> None:
 def save_matplotlib(report, path: Path) -> None:
     """The same panels as `plotly_figure`, as a static image (needs the figures extra:
     matplotlib)."""
-    from ..commands import require_extra
+    from ..extras import require_extra
 
     require_extra("figures", f"a {path.suffix or 'static'} figure (or write .html)")
     import matplotlib

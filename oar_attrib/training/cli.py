@@ -14,7 +14,8 @@ import re
 import sys
 
 from oar_attrib.configs import DefaultsHelpFormatter
-from oar_attrib.commands import require_extra, run_command
+from oar_attrib.commands import run_command
+from oar_attrib.extras import require_extra
 
 _EPILOG = """settings: key=value pairs (YAML values), anywhere among the flags, override the preset
 and --config; so does any setting in TRL's spelling, --key value or --key=value (--output_dir,

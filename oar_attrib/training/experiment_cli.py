@@ -13,7 +13,8 @@ import argparse
 import json
 import sys
 
-from oar_attrib.commands import require_extra, run_command
+from oar_attrib.commands import run_command
+from oar_attrib.extras import require_extra
 
 _EPILOG = """settings: key=value pairs after the experiment override it: experiment.KEY sets the
 experiment section (seeds, steps, eval_every, store, ...); other keys are `oar train` settings
