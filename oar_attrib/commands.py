@@ -4,20 +4,19 @@ training register into it, and `python -m oar_attrib.training`.
 `run_command` runs a parsed command the same way everywhere (an `OARError` is one line and
 exit status 2, a refused resume naming the fields as the command's flags (`record_flag`),
 Ctrl-C one line and 130); `Interrupted` is a Ctrl-C that says what was kept;
-`check_writable` checks an output path before any work; a command whose optional extra is
-missing (`extras.require_extra`) is answered with the one line that names it.
-At import it loads nothing but the standard library and `errors`, so any command line can
-use it before it parses its arguments.
+a command whose optional extra is missing (`extras.require_extra`) is answered with the one
+line that names it. (An output path is checked by `files.check_writable`.)
+At import it loads nothing but the standard library, `console` and `errors`, so any command
+line can use it before it parses its arguments.
 """
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import warnings
-from pathlib import Path
 
-from .errors import MissingExtraError, OARError, OutputError
+from .console import safe_warnings, say
+from .errors import MissingExtraError, OARError
 
 INTERRUPTED = 130  # the shell's status of a command ended by Ctrl-C (128 + SIGINT)
 
@@ -35,26 +34,28 @@ def run_command(args: argparse.Namespace, name: str, parser: argparse.ArgumentPa
     one line `oar NAME: error: ...` on stderr and exit status 2 (a resume refused for other
     settings names the fields as `parser`'s flags; a missing extra is the line that names it);
     Ctrl-C one line `oar NAME: interrupted...` (what was kept, when the command says) and exit
-    status 130."""
+    status 130. Every line, and every warning, is made safe for the terminal
+    (`console.terminal_safe`): the messages quote file names, model metadata and rollout text."""
     from .records.settings_record import RecordMismatchError
 
     quiet_library_deprecations()
+    safe_warnings()
     try:
         return args.func(args)
     except MissingExtraError as err:
-        print(err, file=sys.stderr)
+        say(str(err))
         return 2
     except RecordMismatchError as err:
         sub = command_parser(parser, args) if parser is not None else None
         line = err.line(None if sub is None else lambda field: record_flag(sub, field))
-        print(f"oar {name}: error: {line}", file=sys.stderr)
+        say(f"oar {name}: error: {line}")
         return 2
     except OARError as err:
-        print(f"oar {name}: error: {err}", file=sys.stderr)
+        say(f"oar {name}: error: {err}")
         return 2
     except KeyboardInterrupt as err:
         # A bare Ctrl-C carries no message; a command that keeps work raises one that says so.
-        print(f"oar {name}: {str(err) or 'interrupted'}", file=sys.stderr)
+        say(f"oar {name}: {str(err) or 'interrupted'}")
         return INTERRUPTED
 
 
@@ -101,20 +102,3 @@ def quiet_library_deprecations() -> None:
     for category in (FutureWarning, DeprecationWarning):
         warnings.filterwarnings("ignore", category=category)
         warnings.filterwarnings("default", category=category, module="oar_attrib")
-
-
-def check_writable(path: Path, flag: str = "--out") -> None:
-    """Raise OutputError unless a file can be created or appended at `path`."""
-    if path.is_dir():
-        raise OutputError(f"{flag} {path} is a folder; pass a file path ending in .jsonl or .db")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.exists():
-        raise OutputError(f"{flag} {path}: the folder {parent} does not exist; create it first "
-                          "or pass a path in an existing folder")
-    if not parent.is_dir():
-        raise OutputError(f"{flag} {path}: {parent} is a file, not a folder; pass a path in a folder")
-    if path.exists() and not os.access(path, os.W_OK):
-        raise OutputError(f"{flag} {path} is not writable; pass another path or change its permissions")
-    if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputError(f"{flag} {path}: cannot create files in {parent} (no permission); "
-                          "pass a path in a folder you can write")

@@ -37,7 +37,9 @@ from tqdm.auto import tqdm
 from ..defaults import PROBE
 from ..attribution import attribute
 from ..errors import InputError
+from ..files import check_file
 from ..generation import generate
+from ..inputs.chat_template import chat_ids
 from ..inputs.grading import grade
 from ..jsonl import NotJSON, iter_jsonl
 from ..methods import available_methods
@@ -57,22 +59,41 @@ REGENERATION_MARGIN = 16
 
 def read_records(path: str | Path, n: int | None = None) -> list[dict]:
     """The first `n` usable records of a JSONL file: a `question` / `problem` (and an optional
-    gold `answer`), or a `prompt` and a `response`. A bad line is an InputError naming it."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"--data {path}: no such file; pass a JSON Lines file of questions or traces")
+    gold `answer`), or a `prompt` and a `response`. A bad line is an InputError naming it and
+    what is wrong (a missing field, a value of the wrong type)."""
+    path = check_file(path, "--data", "pass a JSON Lines file of questions or traces")
     records = []
     for number, value in iter_jsonl(path):
         if isinstance(value, NotJSON) or not isinstance(value, dict):
             raise InputError(f"{path}:{number}: {value if isinstance(value, NotJSON) else 'not a JSON object'}")
         if not ({"question", "problem"} & set(value) or {"prompt", "response"} <= set(value)):
             raise InputError(f"{path}:{number}: needs `question` (or `problem`), or `prompt` and `response`")
+        why = _wrong_type(value)
+        if why:
+            raise InputError(f"{path}:{number}: {why}")
         records.append(value)
         if n is not None and len(records) == n:
             break
     if not records:
         raise InputError(f"--data {path} has no records")
     return records
+
+
+def _wrong_type(record: dict) -> str | None:
+    """What in a record has the wrong type (named with the type it has), or None."""
+    for key in ("question", "problem", "response"):
+        if key in record and not isinstance(record[key], str):
+            return f"`{key}` is {type(record[key]).__name__}, not text"
+    prompt = record.get("prompt")
+    if "prompt" in record and not isinstance(prompt, str) and not (
+            isinstance(prompt, list) and prompt and all(
+                isinstance(m, dict) and isinstance(m.get("role"), str)
+                and isinstance(m.get("content"), str) for m in prompt)):
+        return f"`prompt` is {type(prompt).__name__}, not text or {{'role', 'content'}} messages"
+    answer = record.get("answer")
+    if answer is not None and (isinstance(answer, bool) or not isinstance(answer, (str, int, float))):
+        return f"`answer` is {type(answer).__name__}, not text or a number"
+    return None
 
 
 WORDWORLD = "wordworld"
@@ -124,7 +145,7 @@ def encode_prompt_ids(tokenizer, prompt) -> list[int]:
         return tokenizer(prompt, add_special_tokens=False).input_ids
     if isinstance(prompt, str):
         prompt = [{"role": "user", "content": prompt}]
-    return list(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False))
+    return chat_ids(tokenizer, prompt)
 
 
 def model_traces(model, tokenizer, records: list[dict], max_new_tokens: int,

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser()
         args = parser.parse_args(argv)
     except KeyboardInterrupt:  # while the plugins' commands were imported
-        print("oar: interrupted", file=sys.stderr)
+        say("oar: interrupted")
         return INTERRUPTED
     return run_command(args, args.command, parser)
 

@@ -20,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
+from ..console import say, terminal_safe
 from ..errors import InputError
 from ..inputs.pairs import Skip, input_labels, judge_record, judge_tokens
 from ..inputs.segments import n_scored
@@ -32,15 +33,11 @@ from .choices import add_answer_format_arg, add_method_knobs, add_probe_arg, met
 
 def check_input(path: str) -> Path:
     """The input path, or an InputError when it is not a readable file."""
-    p = Path(path)
-    if p.is_dir():
+    from ..files import check_file
+
+    if Path(path).is_dir():
         raise InputError(f"--input {path} is a folder; pass a JSONL file")
-    if not p.is_file():
-        raise InputError(f"--input {path} does not exist; pass a JSONL file with 'prompt' and "
-                         "'response' per line")
-    if not os.access(p, os.R_OK):
-        raise InputError(f"--input {path} is not readable; check its permissions")
-    return p
+    return check_file(path, "--input", "pass a JSONL file with 'prompt' and 'response' per line")
 
 
 def read_pairs(path: Path, tokenizer, answer_format: str, skip_line, counts: Counter,
@@ -163,8 +160,8 @@ def chat_choice(chat: bool | None, tokenizer) -> bool | None:
 
         from ..inputs.encoding import PlainPromptWarning
 
-        print("oar attribute: plain-string prompts get the model's chat template (as one user "
-              "message); --no-chat scores them as plain text", file=sys.stderr)
+        say("oar attribute: plain-string prompts get the model's chat template (as one user "
+            "message); --no-chat scores them as plain text")
         warnings.filterwarnings("ignore", category=PlainPromptWarning)
         return True
     return chat
@@ -220,7 +217,7 @@ def _attribute_into(final: outputs.Output, source: Path, args, rank: int, world:
 
     def report(line: str) -> None:  # a skipped line: counted, and printed above the bar
         bar.update(1)
-        bar.write(line, file=sys.stderr)
+        bar.write(terminal_safe(line), file=sys.stderr)
 
     chat_choice(args.chat, tokenizer)  # said once; args.chat stays as given: it is in the record
     pairs = read_pairs(source, tokenizer, args.answer_format, skip_line, counts, report=report, chat=args.chat)
@@ -237,9 +234,9 @@ def _attribute_into(final: outputs.Output, source: Path, args, rank: int, world:
         outputs.merge_parts(final, args.out)
         final.close()
         if not written and not counts and not done:
-            print(f"oar attribute: error: {args.input} has no line to attribute", file=sys.stderr)
+            say(f"oar attribute: error: {args.input} has no line to attribute")
         else:
-            print(_summary(args.out, written, flagged["n"], len(done), counts), file=sys.stderr)
+            say(_summary(args.out, written, flagged["n"], len(done), counts))
     if dist is not None:
         dist.destroy_process_group()
     return 2 if counts or not (written or done) else 0

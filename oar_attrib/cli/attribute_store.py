@@ -15,9 +15,9 @@ the flags), so a run never holds one method's traces made under two settings.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+from ..console import say
 from ..errors import InputError
 
 
@@ -124,6 +124,6 @@ def attribute_stored(args, default_chat, settings_of, record_of) -> int:
                     _write(store, part, attribute_part(part, flag), run.model or str(args.model))
             done += len(records)
         summarise(store, run.id)
-    print(f"attributed {done} traces of run {run.id} in {args.store} with "
-          f"{', '.join(args.methods)}", file=sys.stderr)
+    say(f"attributed {done} traces of run {run.id} in {args.store} with "
+        f"{', '.join(args.methods)}")
     return 0

@@ -29,8 +29,9 @@ import os
 from pathlib import Path
 from typing import Iterable, Iterator, Protocol
 
-from ..commands import Interrupted, check_writable, interrupted  # noqa: F401  (used through this module too)
+from ..commands import Interrupted, interrupted  # noqa: F401  (used through this module too)
 from ..errors import OARError, OutputError
+from ..files import check_writable, drop_partial_tail  # noqa: F401  (used through this module too)
 from ..jsonl import iter_jsonl, parse_line
 from ..records.settings_record import check_resume, record_differences, stored_record
 
@@ -50,27 +51,6 @@ class Output(Protocol):
     def write(self, records: list[dict]) -> None: ...
 
     def close(self, finish: bool = True) -> None: ...
-
-
-def _drop_partial_tail(path: Path) -> None:
-    """Cut a last line that a kill left without its newline (it was never a full record)."""
-    size = path.stat().st_size
-    if size == 0:
-        return
-    with open(path, "rb+") as handle:
-        handle.seek(size - 1)
-        if handle.read(1) == b"\n":
-            return
-        block, end = 1 << 16, size
-        while end > 0:
-            start = max(0, end - block)
-            handle.seek(start)
-            cut = handle.read(end - start).rfind(b"\n")
-            if cut >= 0:
-                handle.truncate(start + cut + 1)
-                return
-            end = start
-        handle.truncate(0)
 
 
 def _complete_lines(path: Path, known: int) -> int:
@@ -108,7 +88,7 @@ class JsonlOutput:
         self.done: set[int] = set()
         try:
             if self.path.exists():
-                _drop_partial_tail(self.path)
+                drop_partial_tail(self.path)
                 for record in read_records(self.path):
                     if not self.done:
                         check_resume(f"--out {self.path}", stored_record(record), settings, JSONL_REMEDY)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from ..analysis.sets import CLI_SETS, DEFAULT_SETS
 from ..configs import add_model_args
+from ..console import say
 from ..defaults import GRANULARITIES, GRANULARITY, VIEW_STEP_POOL
 from ..inputs.steps import STEP_POOLS
 from .choices import add_method_knobs, add_probe_arg, method_name, method_params_from
@@ -144,10 +144,9 @@ def run_data(args: argparse.Namespace) -> int:
     sets = args.sets or list(known)
     other = [s for s in sets if s not in known]
     if other or args.granularity == "step":
-        print(f"oar recall --data: {args.data} is scored at token granularity on --sets {' '.join(known)} "
-              f"(the other sets are the arithmetic world's; the value oracle's need --data "
-              f"wordworld:<preset>), got --sets {' '.join(sets)} --granularity {args.granularity}",
-              file=sys.stderr)
+        say(f"oar recall --data: {args.data} is scored at token granularity on --sets {' '.join(known)} "
+            f"(the other sets are the arithmetic world's; the value oracle's need --data "
+            f"wordworld:<preset>), got --sets {' '.join(sets)} --granularity {args.granularity}")
         return 2
     check_cache(args)
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
@@ -175,11 +174,10 @@ def run(args: argparse.Namespace) -> int:
     from ..analysis.recall import oracle_recall
 
     if args.resample_samples < 1:
-        print(f"oar recall: --resample-samples must be >= 1, got {args.resample_samples}", file=sys.stderr)
+        say(f"oar recall: --resample-samples must be >= 1, got {args.resample_samples}")
         return 2
     if args.intervention_samples < 0:
-        print(f"oar recall: --intervention-samples must be >= 0 (0: off), got {args.intervention_samples}",
-              file=sys.stderr)
+        say(f"oar recall: --intervention-samples must be >= 0 (0: off), got {args.intervention_samples}")
         return 2
     if args.data is not None:
         return run_data(args)

@@ -14,6 +14,7 @@ import torch
 
 from ..defaults import ANSWER_FORMAT
 from .batch import ScoringBatch, step_ids_from_ranges
+from .chat_template import chat_ids
 from ..errors import InputError, TokenizerError, renamed_keyword
 from .segments import ANSWER, scored_set
 from .spans import AnswerLocation, locate_answer, offsets_from_ids, segment_tokens
@@ -112,8 +113,7 @@ def _encode_prompt(tokenizer, prompt: Prompt, chat: bool | None, row: int) -> li
             f"prompt {row} is a chat, but the tokenizer has no chat_template; set "
             "tokenizer.chat_template or pass the prompt as a string"
         )
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    return _as_ids(ids)
+    return chat_ids(tokenizer, messages)  # the template runs in a bounded sandbox
 
 
 def _encode_response(tokenizer, response: str | None, ids) -> tuple[list[int], list, str]:
@@ -135,6 +135,16 @@ def _default_max_length(tokenizer) -> int | None:
     if isinstance(limit, int) and 0 < limit <= _SANE_MAX_LENGTH:
         return limit
     return None
+
+
+def position_limit(tokenizer, model=None) -> int | None:
+    """The longest row the pair can take: the smaller of the tokenizer's model_max_length
+    (when set) and the model's max_position_embeddings (a converted GGUF tokenizer often
+    says "no limit"); None when neither says."""
+    limits = [_default_max_length(tokenizer),
+              getattr(getattr(model, "config", None), "max_position_embeddings", None)]
+    limits = [x for x in limits if isinstance(x, int) and 0 < x <= _SANE_MAX_LENGTH]
+    return min(limits) if limits else None
 
 
 def _check_inputs(tokenizer, prompts, responses, response_ids, pad_token_id) -> int:

@@ -55,6 +55,7 @@ def judge_tokens(tokenizer, prompt, response, answer_format: str = ANSWER_FORMAT
     scoring row (too long, chat without a template, no response tokens)."""
     import logging
 
+    from .chat_template import TemplateRefusedError
     from .encoding import _default_max_length, encode_pair
 
     # transformers warns of a text longer than the model here; the skip report says it instead.
@@ -63,6 +64,8 @@ def judge_tokens(tokenizer, prompt, response, answer_format: str = ANSWER_FORMAT
     quiet.setLevel(logging.ERROR)
     try:
         pair = encode_pair(tokenizer, prompt, response, answer_format=answer_format, chat=chat)
+    except TemplateRefusedError:
+        raise  # the model's template is at fault, not the line: stop in one line
     except (InputError, TokenizerError) as err:
         return Skip(str(err), "unscorable")
     finally:

@@ -427,6 +427,15 @@ class Store:
                                 [*(f"$.{json.dumps(k)}" for k in keys), run_id])
             return [tuple(r) for r in rows]
 
+    def trace_size(self, trace_id: int) -> tuple[int, int]:
+        """(tokens, characters of prompt and response) of one trace, without reading it."""
+        with self._transaction(write=False) as conn:
+            got = conn.execute("SELECT n_tokens, length(prompt) + length(response) FROM traces "
+                               "WHERE id = ?", (trace_id,)).fetchone()
+        if got is None:
+            raise NotFoundError(f"no trace with id {trace_id} in {self.path.name}")
+        return int(got[0]), int(got[1])
+
     def trace(self, trace_id: int) -> TraceRecord:
         """Every stored detail of one trace."""
         with self._transaction(write=False) as conn:

@@ -101,9 +101,13 @@ def word_dataset(n: int, preset: str, tokenizer=None, template: str = "answer_is
 
 def read_jsonl(path: str | Path) -> list[dict]:
     """Records of a JSON Lines file; errors name the file and line."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path} does not exist; pass a JSON Lines file (one object per line)")
+    from oar_attrib.errors import InputError
+    from oar_attrib.files import check_file
+
+    try:
+        path = check_file(path, hint="pass a JSON Lines file (one object per line)")
+    except InputError as err:  # a folder, a FIFO or a device is not "missing"
+        raise DataError(str(err)) from None
     records = []
     for number, record in iter_jsonl(path):
         if isinstance(record, NotJSON):

@@ -10,13 +10,13 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from oar_attrib.configs import DTYPES
+from oar_attrib.console import say
 from oar_attrib.defaults import PROMPT_FORMAT, WORLD_FORMAT
 from oar_attrib.rollouts import PROMPT_TEMPLATES
 from oar_attrib.world.answers import WORLD_FORMATS
@@ -166,7 +166,7 @@ def resolve(preset: str | None, config_file: str | None, overrides: list[str]) -
         merged["trainer"].update(data["trainer"])
     merged = apply_overrides(merged, overrides, _field_names(OARConfig))
     for line in fit_to_device(merged):
-        print(f"oar train: {line}", file=sys.stderr)
+        say(f"oar train: {line}")
     return merged
 
 

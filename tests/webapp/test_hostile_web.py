@@ -80,7 +80,8 @@ def test_the_views_pieces_hold_the_controls(markup_store):
     assert "".join(p["text"] for p in text_pieces(record.response, record.offsets)) == HOSTILE
 
 
-@pytest.mark.parametrize("page", ["/", "/runs/{run}", "/runs/{run}/report", "/traces/{trace}"])
+@pytest.mark.parametrize("page", ["/", "/runs/{run}", "/runs/{run}/report", "/runs/{run}/profiles",
+                                  "/traces/{trace}"])
 def test_no_control_reaches_a_page_and_the_run_name_is_isolated(markup_client, markup_store, page):
     _, run, hostile = markup_store
     html = markup_client.get(page.format(run=run, trace=hostile)).text
