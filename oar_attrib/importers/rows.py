@@ -187,6 +187,12 @@ def _correct(item: Rollout, threshold: float):
     return UNKNOWN if item.reward is None else item.reward >= threshold
 
 
+def _extras(item: Rollout) -> dict:
+    """What a trace keeps of its rollout's origin: the source, the row and the gold answer."""
+    return {**item.extra, "source": item.source, "source_id": item.source_id, "row": item.row,
+            **({"gold": item.gold} if item.gold is not None else {})}
+
+
 def import_rollouts(store, read: Reader, *, name: str, model: str, tokenizer, config: dict,
                     answer_format: str = ANSWER_FORMAT, correct_threshold: float = 1.0,
                     batch: int = 64, limits: RecordLimits = RecordLimits(),
@@ -215,8 +221,7 @@ def import_rollouts(store, read: Reader, *, name: str, model: str, tokenizer, co
         store.add_traces(run_id, list(traces), rewards=[i.reward for i in items],
                          correct=[_correct(i, correct_threshold) for i in items],
                          steps=[i.step for i in items], groups=[numbers[i.group] for i in items],
-                         extras=[{**i.extra, "source": i.source, "source_id": i.source_id, "row": i.row,
-                                  **({"gold": i.gold} if i.gold is not None else {})} for i in items])
+                         extras=[_extras(i) for i in items])
         written += len(pending)
         pending.clear()
 
