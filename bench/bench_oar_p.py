@@ -74,7 +74,7 @@ def flop_terms(model) -> tuple[int, int]:
 
 def exact_flops(model, batch: ScoringBatch) -> float:
     """FLOPs of the exact windowed method on `batch` (see the module docstring)."""
-    from oar_attrib.methods.oar_p import reachable_positions
+    from oar_attrib.methods.perturb import reachable_positions
     from oar_attrib.methods.probes import probe_sites
 
     config = model.config

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-import oar_attrib.methods.oar_p as engine
+import oar_attrib.methods.perturb as engine
 from oar_attrib.inputs.batch import ScoringBatch
 from oar_attrib.errors import InputError
 from oar_attrib.methods import get_method
