@@ -72,15 +72,21 @@ def flop_terms(model) -> tuple[int, int]:
     return decoder, 4 * config.num_hidden_layers * config.num_attention_heads * head_dim
 
 
-def exact_flops(model, batch: ScoringBatch) -> float:
-    """FLOPs of the exact windowed method on `batch` (see the module docstring)."""
+def exact_flops(model, batch: ScoringBatch, copies: torch.Tensor | None = None) -> float:
+    """FLOPs of the exact windowed method on `batch` (see the module docstring): the clean pass
+    of every row with a copy, plus one window [min(t, q_1), q_K] per copy anchored at t.
+
+    copies: (B, L) int, the number of perturbed copies anchored at each position (a step copy
+    at its step's first position, `perturb.unit_anchors`); default one per reachable position,
+    token OAR-P."""
     from oar_attrib.methods.perturb import reachable_positions
     from oar_attrib.methods.probes import probe_sites
 
     config = model.config
     decoder, per_pair = flop_terms(model)
     sites = probe_sites(batch)
-    reachable = reachable_positions(batch, sites)
+    if copies is None:
+        copies = reachable_positions(batch, sites).long()
 
     def window(start: int, end: int, k: int) -> float:
         pairs = (end * (end + 1) - start * (start + 1)) / 2  # causal query-key pairs
@@ -88,11 +94,12 @@ def exact_flops(model, batch: ScoringBatch) -> float:
 
     total = 0.0
     for row in range(batch.input_ids.shape[0]):
-        if not bool(reachable[row].any()):
+        if not bool(copies[row].any()):
             continue
         end, first, k = int(sites.last[row]) + 1, int(sites.positions[row, 0]), int(sites.valid[row].sum())
         total += window(0, end, k)
-        total += sum(window(min(t, first), end, k) for t in reachable[row].nonzero().flatten().tolist())
+        total += sum(int(copies[row, t]) * window(min(t, first), end, k)
+                     for t in copies[row].nonzero().flatten().tolist())
     return total
 
 

@@ -273,6 +273,22 @@ def test_live_attribution_returns_the_attribution_and_its_view(client):
     assert body["view"]["payload"]["methods"] == ["oar_p", "entropy"]
 
 
+def test_live_attribution_runs_hierarchical_oar_p(store_path, world):
+    """`oar_p_hier` is live by default (registered, not analysis-only) and goes through the
+    pipeline with the response's steps: GOOD's reasoning has two steps, fewer than its default
+    three top steps, so every token is scored exactly and it equals token OAR-P."""
+    _, tokenizer, model = world
+    settings = WebSettings(max_live_tokens=120)
+    assert "oar_p_hier" in settings.live_methods
+    with TestClient(create_app(store_path, model=(model, tokenizer), settings=settings),
+                    base_url=BASE) as c:
+        r = c.post("/api/attribute", json={**GOOD, "methods": ["oar_p_hier", "oar_p"]})
+    assert r.status_code == 200, r.text
+    scores = r.json()["attribution"]["scores"]
+    assert max(scores["oar_p"]) > 0
+    assert scores["oar_p_hier"] == pytest.approx(scores["oar_p"], abs=1e-5)
+
+
 @pytest.mark.parametrize("body, status, message", [
     ({**GOOD, "methods": ["nope"]}, 422, "cannot run live"),
     ({**GOOD, "methods": []}, 422, None),
