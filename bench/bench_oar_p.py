@@ -72,6 +72,15 @@ def flop_terms(model) -> tuple[int, int]:
     return decoder, 4 * config.num_hidden_layers * config.num_attention_heads * head_dim
 
 
+def window_flops(model, start: int, end: int, kept: int) -> float:
+    """FLOPs of one forward of positions [start, end) on a cache of [0, start): the decoder's
+    linear layers, causal attention over every key up to each position, and the head at
+    `kept` positions (`flop_terms`)."""
+    decoder, per_pair = flop_terms(model)
+    pairs = (end * (end + 1) - start * (start + 1)) / 2  # causal query-key pairs
+    return 2 * decoder * (end - start) + per_pair * pairs + 2 * model.config.vocab_size * model.config.hidden_size * kept
+
+
 def exact_flops(model, batch: ScoringBatch, copies: torch.Tensor | None = None) -> float:
     """FLOPs of the exact windowed method on `batch` (see the module docstring): the clean pass
     of every row with a copy, plus one window [min(t, q_1), q_K] per copy anchored at t.
@@ -82,16 +91,10 @@ def exact_flops(model, batch: ScoringBatch, copies: torch.Tensor | None = None) 
     from oar_attrib.methods.perturb import reachable_positions
     from oar_attrib.methods.probes import probe_sites
 
-    config = model.config
-    decoder, per_pair = flop_terms(model)
     sites = probe_sites(batch)
     if copies is None:
         copies = reachable_positions(batch, sites).long()
-
-    def window(start: int, end: int, k: int) -> float:
-        pairs = (end * (end + 1) - start * (start + 1)) / 2  # causal query-key pairs
-        return 2 * decoder * (end - start) + per_pair * pairs + 2 * config.vocab_size * config.hidden_size * k
-
+    window = lambda start, end, k: window_flops(model, start, end, k)  # noqa: E731
     total = 0.0
     for row in range(batch.input_ids.shape[0]):
         if not bool(copies[row].any()):

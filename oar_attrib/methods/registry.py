@@ -26,7 +26,10 @@ Rows with no answer span (batch.has_answer False) get all zeros. A method regist
                   `tokenizer=` unless the caller's method_params give one;
 - uniform:        its weights are 1 everywhere and it never calls the model (`none`, plain
                   GRPO): the pipeline skips the forward and the trainer leaves advantages as
-                  they are.
+                  they are;
+- draws:          it averages random draws and takes `return_draws=True`, which returns the
+                  (n, B, L) per-draw importances instead of their mean (`methods.draws`): the
+                  pipeline averages them itself and judges the ranking's stability from them.
 
 `get_method` / `method_spec` raise an error that lists the known names.
 """
@@ -53,6 +56,7 @@ class MethodSpec:
     analysis_only: bool = False
     needs_tokenizer: bool = False
     uniform: bool = False
+    draws: bool = False
 
     def kwargs(self, values: dict, max_batch_tokens: int | None = None, longest: int = 0,
                generators=None) -> dict:
@@ -77,14 +81,14 @@ _METHODS: dict[str, MethodSpec] = {}
 def register_method(name: str, *, weighting: str = "bilevel", random: bool = False,
                     token_budget: bool = False, train_params: tuple[str, ...] = (),
                     analysis_only: bool = False, needs_tokenizer: bool = False,
-                    uniform: bool = False) -> Callable[[ImportanceFn], ImportanceFn]:
+                    uniform: bool = False, draws: bool = False) -> Callable[[ImportanceFn], ImportanceFn]:
     """Decorator: register `fn` as importance method `name` (see the module docstring)."""
 
     def wrap(fn: ImportanceFn) -> ImportanceFn:
         if name in _METHODS:
             raise ValueError(f"importance method {name!r} is registered twice; pick another name")
         _METHODS[name] = MethodSpec(name, fn, weighting, random, token_budget, tuple(train_params),
-                                    analysis_only, needs_tokenizer, uniform)
+                                    analysis_only, needs_tokenizer, uniform, draws)
         return fn
 
     return wrap
