@@ -44,8 +44,10 @@ def _trace(pair: EncodedPair, prompt, weighed: dict[str, Weighed], row: int, pro
     scores = {m: w.importances[row, s:e] for m, w in weighed.items()}
     weights = {m: w.weights[row, s:e] for m, w in weighed.items()}
     seconds = {m: w.seconds / n_rows for m, w in weighed.items()}
+    draws = {m: w.draws[:, row, s:e] for m, w in weighed.items() if w.draws is not None}
     return build_trace(pair, prompt, probe=probe, scores=scores, weights=weights,
-                       advantage=advantage, params={**gating, "methods": params}, timings=seconds)
+                       advantage=advantage, params={**gating, "methods": params}, timings=seconds,
+                       draws=draws)
 
 
 def attribute(
