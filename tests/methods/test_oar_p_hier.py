@@ -27,10 +27,10 @@ def models():
 
 
 def _batch():
-    """Mixed lengths 22, 15, 19, 9 (the last without an answer), mixed prompts, steps of 1-4."""
-    base = make_batch(lengths=(22, 15, 19, 9), answer_lens=(1, 2, 3), prompt_len=(4, 2, 5, 3),
-                      no_answer_rows=(3,))
-    return with_steps(base, seed=4, max_len=4)
+    """Mixed lengths 24, 17, 20, 9 (the last without an answer), mixed prompts, steps of 1-5."""
+    base = make_batch(lengths=(24, 17, 20, 9), answer_lens=(2, 1, 3), prompt_len=(3, 5, 2, 4),
+                      seed=2, no_answer_rows=(3,))
+    return with_steps(base, seed=7, max_len=5)
 
 
 @pytest.mark.parametrize("name", list(BUILDERS))
