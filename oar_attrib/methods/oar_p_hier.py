@@ -128,7 +128,8 @@ def oar_p_hier_reference(model, batch: ScoringBatch, probe: str = "as_mean", *,
     return fill_steps(step_scores, token_scores, chosen, steps)
 
 
-@register_method("oar_p_hier", token_budget=True, random=True)  # mask="resample" draws
+# random: mask="resample" draws; overhead_tokens and packing group the same copies differently
+@register_method("oar_p_hier", token_budget=True, random=True, speed_params=("overhead_tokens", "packing"))
 def oar_p_hier(model, batch: ScoringBatch, *, probe: str = "as_mean", top_steps: int = TOP_STEPS,
                top_mass: float | None = None, max_batch_tokens: int | None = None,
                generator: torch.Generator | None = None, progress: bool = False,
