@@ -171,3 +171,17 @@ def test_registered_and_checked(models):
         oar_p_hier(models["qwen2"], _batch(), top_steps=0)
     with pytest.raises(InputError, match="top_mass"):
         oar_p_hier(models["qwen2"], _batch(), top_mass=1.5)
+
+
+@pytest.mark.parametrize("mask", ["resample", "delete", "mean"])
+def test_fast_equals_reference_with_other_masks(models, mask):
+    """Both stages draw the same "resample" tokens (one draw, as the engine's one clean pass),
+    "delete" drops a whole step then single tokens, "mean" goes through the embedding hook."""
+    model, batch = models["qwen2"], _batch()
+    gen = lambda: torch.Generator().manual_seed(7)  # noqa: E731
+    ref = oar_p_hier_reference(model, batch, "as_mean", top_steps=2, mask=mask, generator=gen())
+    assert ref.abs().max() > 0.05
+    for packing in ("padded", "packed"):
+        fast = oar_p_hier(model, batch, probe="as_mean", top_steps=2, mask=mask, generator=gen(),
+                          max_batch_tokens=60, packing=packing)
+        torch.testing.assert_close(fast, ref, atol=1e-4, rtol=1e-4)
