@@ -74,8 +74,10 @@ def _trace(pair: EncodedPair, prompt, weighed: dict[str, Weighed], row: int, pro
     scores = {m: w.importances[row, s:e] for m, w in weighed.items()}
     weights = {m: w.weights[row, s:e] for m, w in weighed.items()}
     seconds = {m: w.seconds / n_rows for m, w in weighed.items()}
+    draws = {m: w.draws[:, row, s:e] for m, w in weighed.items() if w.draws is not None}
     return build_trace(pair, prompt, probe=probe, scores=scores, weights=weights,
-                       advantage=advantage, params=record, timings=seconds)
+                       advantage=advantage, params=record, timings=seconds,
+                       draws=draws)
 
 
 def _attribute_batch(model, tokenizer, prompts, responses, settings: ReshapeSettings, params: dict,

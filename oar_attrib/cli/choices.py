@@ -70,6 +70,12 @@ METHOD_KNOBS: tuple[tuple[str, str, type, str], ...] = (
      "eos or unk (the tokenizer's), a token id, zero or mean (embedding), resample, delete"),
     ("oar_p_step", "mask", mask_choice, "step-level OAR-P: what a step's tokens become (as "
      "--oar-p-mask)"),
+    ("oar_p_hier", "top_steps", int, "hierarchical OAR-P: steps per trace whose tokens are "
+     "scored exactly (by count)"),
+    ("oar_p_hier", "top_mass", float, "hierarchical OAR-P: choose steps by mass instead, the "
+     "fewest largest carrying this share (0-1] of the trace's step importance"),
+    ("oar_p_hier", "mask", mask_choice, "hierarchical OAR-P: what a perturbed step or token "
+     "becomes (as --oar-p-mask)"),
 )
 
 

@@ -74,6 +74,8 @@ class AttributionRecord:
     ess_ratio: float | None
     top10_mass: float | None
     seconds: float | None
+    draws: int | None = None  # random draws averaged (OAR-G's noise draws), else None
+    split_half: float | None = None  # the ranking's split-half reliability, None if undefined
 
     def to_dict(self) -> dict:
         return {
@@ -85,6 +87,8 @@ class AttributionRecord:
             "ess_ratio": json_float(self.ess_ratio),
             "top10_mass": json_float(self.top10_mass),
             "seconds": json_float(self.seconds),
+            "draws": self.draws,
+            "split_half": json_float(self.split_half),
         }
 
 
@@ -148,7 +152,8 @@ class TraceRecord:
             record.attributions[m] = AttributionRecord(
                 m, d["probe"], f32(d["scores"][m]), f32(d["weights"][m]),
                 f32(adv[m]) if m in adv else None, (metrics.get(m) or {}).get("ess_ratio"),
-                (metrics.get(m) or {}).get("top10_mass"), timings.get(m))
+                (metrics.get(m) or {}).get("top10_mass"), timings.get(m),
+                (metrics.get(m) or {}).get("draws"), (metrics.get(m) or {}).get("split_half"))
         return record
 
     @property
@@ -186,7 +191,9 @@ class TraceRecord:
             weights={m: r.weights.tolist() for m, r in a.items()},
             token_advantages={m: r.token_advantages.tolist() for m, r in a.items()
                               if r.token_advantages is not None},
-            metrics={m: {"ess_ratio": r.ess_ratio, "top10_mass": r.top10_mass} for m, r in a.items()},
+            metrics={m: {"ess_ratio": r.ess_ratio, "top10_mass": r.top10_mass,
+                         **({"draws": r.draws, "split_half": r.split_half} if r.draws else {})}
+                     for m, r in a.items()},
             timings={m: r.seconds for m, r in a.items() if r.seconds is not None},
             steps=list(self.steps),
         )

@@ -17,7 +17,7 @@ from ..defaults import VIEW_STEP_POOL
 from ..errors import InputError
 from ..weights.gating import reshape_advantages
 from ..inputs.encoding import EncodedPair
-from ..weights.metrics import ess_ratio, top_mass
+from ..weights.metrics import ess_ratio, split_half_reliability, top_mass
 from ..inputs.segments import scored_set
 from ..inputs.steps import STEP_POOLS, check_steps, pool_steps
 
@@ -166,7 +166,8 @@ def _metric(value) -> float | None:
 def build_trace(pair: EncodedPair, prompt, *, probe: str, scores: dict[str, torch.Tensor],
                 weights: dict[str, torch.Tensor], advantage: float | None = None,
                 params: dict | None = None, timings: dict[str, float] | None = None,
-                flags: list[str] | None = None) -> TraceAttribution:
+                flags: list[str] | None = None,
+                draws: dict[str, torch.Tensor] | None = None) -> TraceAttribution:
     """The trace record of one encoded pair.
 
     scores, weights: per method, (T,) float over the response tokens (T = len(response_ids));
@@ -202,6 +203,8 @@ def build_trace(pair: EncodedPair, prompt, *, probe: str, scores: dict[str, torc
         trace.scores[method] = [float(x) if math.isfinite(x) else float("nan") for x in clean.tolist()]
         trace.weights[method] = w.tolist()
         trace.metrics[method] = {"ess_ratio": _metric(ess_ratio(w, scored)) if has_s else None}
+        if draws and method in draws:
+            trace.metrics[method] |= draw_metrics(draws[method], scored)
         if timings and method in timings:
             trace.timings[method] = float(timings[method])
         if advantage is not None:
@@ -209,3 +212,10 @@ def build_trace(pair: EncodedPair, prompt, *, probe: str, scores: dict[str, torc
             trace.token_advantages[method] = adv.tolist()
             trace.metrics[method]["top10_mass"] = _metric(top_mass(adv, scored)) if has_s else None
     return trace
+
+
+def draw_metrics(draws: torch.Tensor, scored: torch.Tensor) -> dict:
+    """{"draws": n, "split_half": the ranking's split-half reliability or None} of (n, T)
+    per-draw scores over the (T,) bool scored set."""
+    reliability = split_half_reliability(draws.float().cpu(), scored) if bool(scored.any()) else math.nan
+    return {"draws": int(draws.shape[0]), "split_half": _metric(reliability)}

@@ -310,10 +310,12 @@ class Store:
                 codec.pack_floats(adv[method]) if method in adv else None,
                 _opt_float(m.get("ess_ratio")), _opt_float(m.get("top10_mass")),
                 _opt_float(timings.get(method)),
+                None if m.get("draws") is None else int(m["draws"]), _opt_float(m.get("split_half")),
             ))
         conn.executemany(
             "INSERT OR REPLACE INTO attributions (trace_id, method, probe, scores, weights, "
-            "token_advantages, ess_ratio, top10_mass, seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "token_advantages, ess_ratio, top10_mass, seconds, draws, split_half) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             rows,
         )
 
@@ -463,12 +465,16 @@ class Store:
             steps=record_steps(extra.pop("steps", None), response, offsets, segments,
                                row.span_found),
         )
-        for (method, a_probe, scores, weights, adv, ess, top, sec) in conn.execute(
+        # A read-only open of a store older than v3 has no draw columns: read them as NULL.
+        draw_columns = ("draws, split_half" if schema.has_column(conn, "attributions", "draws")
+                        else "NULL, NULL")
+        for (method, a_probe, scores, weights, adv, ess, top, sec, draws, half) in conn.execute(
             "SELECT method, probe, scores, weights, token_advantages, ess_ratio, top10_mass, "
-            "seconds FROM attributions WHERE trace_id = ? ORDER BY method", (trace_id,)):
+            f"seconds, {draw_columns} FROM attributions WHERE trace_id = ? ORDER BY method",
+            (trace_id,)):
             record.attributions[method] = AttributionRecord(
                 method, a_probe, codec.unpack_floats(scores), codec.unpack_floats(weights),
-                codec.unpack_floats(adv), ess, top, sec)
+                codec.unpack_floats(adv), ess, top, sec, draws, half)
         for name, spans in conn.execute(
             "SELECT name, spans FROM oracle WHERE trace_id = ? ORDER BY name", (trace_id,)):
             record.oracle[name] = [tuple(s) for s in json.loads(spans)]

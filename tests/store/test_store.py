@@ -441,3 +441,32 @@ def test_numpy_numbers_nan_configs_and_chat_prompts_are_stored(tmp_path, attribu
         assert json.loads(record.prompt) == trace["prompt"] and record.extra == {"chat_prompt": True}
         assert record.to_attribution().prompt == trace["prompt"]
         assert record.attributions["oar_p"].ess_ratio == 0.75
+
+
+def test_draw_metrics_round_trip_and_a_v2_store_reads_them_as_none(tmp_path, world):
+    """OAR-G's draw count and split-half reliability (schema v3) come back from the store; a
+    store written before v3 reads them as None read-only, and a writable open adds them."""
+    problems, tokenizer, model = world
+    traces = attribute(model, tokenizer, [problems[0].prompt], [problems[0].solution],
+                       ["oar_g"], method_params={"oar_g": {"n_noise": 4}})
+    metrics = traces[0].metrics["oar_g"]
+    assert metrics["draws"] == 4 and -1 <= metrics["split_half"] <= 1
+    path = tmp_path / "draws.db"
+    with Store(path) as store:
+        run = store.add_run("draws")
+        store.add_traces(run, traces)
+        back = store.trace(store.trace_ids(run)[0]).to_attribution().metrics["oar_g"]
+    assert back["draws"] == 4 and back["split_half"] == pytest.approx(metrics["split_half"])
+    conn = sqlite3.connect(path)  # what a version-2 writer left: no draw columns
+    conn.execute("ALTER TABLE attributions DROP COLUMN draws")
+    conn.execute("ALTER TABLE attributions DROP COLUMN split_half")
+    conn.execute("PRAGMA user_version = 2")
+    conn.commit()
+    conn.close()
+    with Store(path, readonly=True) as store:
+        record = store.trace(store.trace_ids(run)[0]).attributions["oar_g"]
+        assert record.draws is None and record.split_half is None
+    with Store(path) as store:  # migrated: a new trace keeps its draw metrics
+        store.add_traces(run, traces)
+        assert store.trace(store.trace_ids(run)[-1]).attributions["oar_g"].draws == 4
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3

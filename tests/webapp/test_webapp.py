@@ -233,6 +233,44 @@ def test_live_attribution_returns_the_attribution_and_its_view(client):
     assert body["view"]["payload"]["methods"] == ["oar_p", "entropy"]
 
 
+def test_trace_page_shows_the_reliability_of_a_ranking_over_draws(tmp_path, world):
+    """OAR-G with 8 draws: its split-half reliability on the trace page; with 1 draw the page
+    says the figure is undefined and why, instead of a number."""
+    problems, tokenizer, model = world
+    path = tmp_path / "draws.db"
+    with Store(path) as store:
+        run = store.add_run("draws", model="tiny")
+        for n_noise in (8, 1):
+            store.add_traces(run, attribute(model, tokenizer, [problems[0].prompt],
+                                            [problems[0].solution], ["oar_g", "entropy"],
+                                            method_params={"oar_g": {"n_noise": n_noise}}))
+        eight, one = store.trace_ids(run)
+        split_half = store.trace(eight).attributions["oar_g"].split_half
+    with TestClient(create_app(path), base_url=BASE) as c:
+        page = c.get(f"/traces/{eight}").text
+        block = re.search(r'<p class="meta" id="reliability">(.*?)</p>', page, re.S).group(1)
+        assert f"oar_g {split_half:.2f} over 8 draws" in block and "entropy" not in block
+        page = c.get(f"/traces/{one}").text
+        block = re.search(r'<p class="meta" id="reliability">(.*?)</p>', page, re.S).group(1)
+        assert 'class="reliability noisy"' in block and "undefined with 1 draw" in block
+
+
+def test_live_attribution_runs_hierarchical_oar_p(store_path, world):
+    """`oar_p_hier` is live by default (registered, not analysis-only) and goes through the
+    pipeline with the response's steps: GOOD's reasoning has two steps, fewer than its default
+    three top steps, so every token is scored exactly and it equals token OAR-P."""
+    _, tokenizer, model = world
+    settings = WebSettings(max_live_tokens=120)
+    assert "oar_p_hier" in settings.live_methods
+    with TestClient(create_app(store_path, model=(model, tokenizer), settings=settings),
+                    base_url=BASE) as c:
+        r = c.post("/api/attribute", json={**GOOD, "methods": ["oar_p_hier", "oar_p"]})
+    assert r.status_code == 200, r.text
+    scores = r.json()["attribution"]["scores"]
+    assert max(scores["oar_p"]) > 0
+    assert scores["oar_p_hier"] == pytest.approx(scores["oar_p"], abs=1e-5)
+
+
 @pytest.mark.parametrize("body, status, message", [
     ({**GOOD, "methods": ["nope"]}, 422, "cannot run live"),
     ({**GOOD, "methods": []}, 422, None),

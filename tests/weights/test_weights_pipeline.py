@@ -113,6 +113,33 @@ def test_attribute_the_trainer_and_the_live_page_all_call_the_one_pipeline(tmp_p
     assert calls == ["entropy", "random", "grail"] and trainer.oar_batches == 1
 
 
+def test_a_method_with_draws_hands_them_over_and_their_mean_is_the_methods_own(model, tok, texts):
+    """OAR-G (registered draws=True) returns its 4 draws to the pipeline, which averages them
+    itself: bit for bit the importances OAR-G returns when asked for its mean (a wrapper
+    registered without draws, fed the same per-row generators)."""
+    from oar_attrib.inputs.encoding import encode_pairs
+    from oar_attrib.methods import register_method, unregister_method
+    from oar_attrib.methods.draws import mean_of_draws
+    from oar_attrib.methods.oar_g import oar_g
+
+    batch, _ = encode_pairs(tok, [p for p, _ in texts], [r for _, r in texts])
+    params = {"n_noise": 4}
+    weighed = pipeline.score_and_weight(model, batch, ReshapeSettings(method="oar_g", seed=5),
+                                        params=params)
+    assert weighed.draws.shape == (4, *batch.input_ids.shape)
+    assert torch.equal(weighed.importances, mean_of_draws(weighed.draws))
+    assert (weighed.draws[:, ~weighed.scored] == 0).all() and weighed.draws[:, weighed.scored].abs().max() > 0
+    register_method("test_oar_g_mean", random=True, token_budget=True)(
+        lambda model, batch, **kwargs: oar_g(model, batch, **kwargs))
+    try:
+        mean = pipeline.score_and_weight(model, batch, ReshapeSettings(method="test_oar_g_mean", seed=5),
+                                         params=params)
+    finally:
+        unregister_method("test_oar_g_mean")
+    assert mean.draws is None and torch.equal(mean.importances, weighed.importances)
+    assert torch.equal(mean.weights, weighed.weights)
+
+
 def test_none_is_a_registered_uniform_method_that_runs_no_model(tok, texts):
     spec = method_spec("none")
     assert spec.uniform and spec.weighting == "uniform" and not spec.analysis_only
