@@ -15,9 +15,9 @@ the flags), so a run never holds one method's traces made under two settings.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+from ..console import say
 from ..errors import InputError
 
 
@@ -35,12 +35,10 @@ def _chat(args, run_config: dict, tokenizer, default_chat):
 
 def _todo(store, run_id: int, methods) -> list[int]:
     """Ids of the run's traces that lack a method or their token statistics."""
-    ids: set[int] = set()
+    ids = set(store.trace_ids(run_id, missing_token_stats=True))
     for method in methods:
         ids.update(store.trace_ids(run_id, missing=method))
-    _, rows = store.query("SELECT id FROM traces WHERE run_id = ? AND id NOT IN "
-                          "(SELECT trace_id FROM token_stats)", (run_id,))
-    return sorted(ids | {r[0] for r in rows})
+    return sorted(ids)
 
 
 def _advantages(records) -> list[float] | None:
@@ -126,6 +124,6 @@ def attribute_stored(args, default_chat, settings_of, record_of) -> int:
                     _write(store, part, attribute_part(part, flag), run.model or str(args.model))
             done += len(records)
         summarise(store, run.id)
-    print(f"attributed {done} traces of run {run.id} in {args.store} with "
-          f"{', '.join(args.methods)}", file=sys.stderr)
+    say(f"attributed {done} traces of run {run.id} in {args.store} with "
+        f"{', '.join(args.methods)}")
     return 0

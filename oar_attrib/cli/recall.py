@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from ..analysis.sets import CLI_SETS, DEFAULT_SETS
 from ..configs import add_model_args
-from .choices import add_method_knobs, method_name, method_params_from, probe_name
+from ..console import say
+from ..defaults import GRANULARITIES, GRANULARITY, VIEW_STEP_POOL
+from ..inputs.steps import STEP_POOLS
+from .choices import add_method_knobs, add_probe_arg, method_name, method_params_from
 
 # `oar recall` runs the methods on knobs from the table (resample: --resample-samples).
 RECALL_KNOB_METHODS = ("ig", "oar_g")
@@ -142,10 +144,9 @@ def run_data(args: argparse.Namespace) -> int:
     sets = args.sets or list(known)
     other = [s for s in sets if s not in known]
     if other or args.granularity == "step":
-        print(f"oar recall --data: {args.data} is scored at token granularity on --sets {' '.join(known)} "
-              f"(the other sets are the arithmetic world's; the value oracle's need --data "
-              f"wordworld:<preset>), got --sets {' '.join(sets)} --granularity {args.granularity}",
-              file=sys.stderr)
+        say(f"oar recall --data: {args.data} is scored at token granularity on --sets {' '.join(known)} "
+            f"(the other sets are the arithmetic world's; the value oracle's need --data "
+            f"wordworld:<preset>), got --sets {' '.join(sets)} --granularity {args.granularity}")
         return 2
     check_cache(args)
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
@@ -173,11 +174,10 @@ def run(args: argparse.Namespace) -> int:
     from ..analysis.recall import oracle_recall
 
     if args.resample_samples < 1:
-        print(f"oar recall: --resample-samples must be >= 1, got {args.resample_samples}", file=sys.stderr)
+        say(f"oar recall: --resample-samples must be >= 1, got {args.resample_samples}")
         return 2
     if args.intervention_samples < 0:
-        print(f"oar recall: --intervention-samples must be >= 0 (0: off), got {args.intervention_samples}",
-              file=sys.stderr)
+        say(f"oar recall: --intervention-samples must be >= 0 (0: off), got {args.intervention_samples}")
         return 2
     if args.data is not None:
         return run_data(args)
@@ -208,11 +208,11 @@ def add_parser(sub) -> None:
                     help="world preset (default: recall, whose final results are written once so "
                          "`direct` is exact; with --granularity step: upstream, which has a step "
                          "on the answer's path that the answer does not read)")
-    rc.add_argument("--granularity", choices=("token", "step"), default="token",
+    rc.add_argument("--granularity", choices=GRANULARITIES, default=GRANULARITY,
                     help="token: recall of tokens against oracle sets; step: every method's scores "
                          "pooled per step, recall of the `direct` steps and the AUC of ranking an "
                          "`upstream` step above a distractor")
-    rc.add_argument("--step-pool", choices=("max", "mean", "sum"), default="max",
+    rc.add_argument("--step-pool", choices=STEP_POOLS, default=VIEW_STEP_POOL,
                     help="--granularity step: how a method's token scores pool into a step score")
     rc.add_argument("--resample-samples", type=int, default=8,
                     help="--granularity step, method resample: continuations per side and step")
@@ -222,7 +222,7 @@ def add_parser(sub) -> None:
                          "results), at this many continuations per side and step; 0: off")
     rc.add_argument("--methods", nargs="+", default=None, type=method_name,
                     help="methods (default: all registered)")
-    rc.add_argument("--probe", default="as_mean", type=probe_name, help="outcome probe: lt, as_mean, as_joint")
+    add_probe_arg(rc)
     rc.add_argument("--sets", nargs="+", default=None, choices=CLI_SETS,
                     help="oracle sets to score against (default: direct chain; with --data: "
                          "counterfactual, and on wordworld:<preset> also direct upstream "

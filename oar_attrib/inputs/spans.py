@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-import torch
-
+from ..defaults import ANSWER_FORMAT
 from ..errors import InputError, TokenizerError, renamed_keyword, unknown_name
+from .segments import ANSWER, BRIDGE, REASONING, SEGMENT_LABELS, TAIL, scored_set  # noqa: F401
 
-REASONING, BRIDGE, ANSWER, TAIL = "reasoning", "bridge", "answer", "tail"
-SEGMENT_LABELS = (REASONING, BRIDGE, ANSWER, TAIL)
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -264,7 +264,10 @@ _FORMATS: dict[str, Callable[[str], list[_Candidate]]] = {
     "gsm8k": _gsm8k,
     "answer_is": _answer_is,
 }
-ANSWER_FORMATS = ("auto", *_FORMATS, "regex")
+# The formats with a marker, each of which a prompt can ask for (`rollouts.PROMPT_TEMPLATES`),
+# and every value of `answer_format`: those, `auto` (any of them) and `regex` (answer_pattern).
+MARKER_FORMATS = tuple(_FORMATS)
+ANSWER_FORMATS = ("auto", *MARKER_FORMATS, "regex")
 
 
 def _candidates(text: str, answer_format: str, answer_pattern) -> list[_Candidate]:
@@ -292,7 +295,7 @@ def _restated_before(text: str, at: int, value: str, valued: list[tuple[_Candida
         at = match.marker_start
 
 
-def locate_answer(text: str, answer_format: str = "auto", answer_pattern=None) -> AnswerLocation | None:
+def locate_answer(text: str, answer_format: str = ANSWER_FORMAT, answer_pattern=None) -> AnswerLocation | None:
     """Find the final answer of `text`; None when there is none or none keeps a value.
 
     answer_format: "boxed" (a balanced `\\boxed{...}` / `\\fbox{...}`), "gsm8k" (`#### N`),
@@ -313,7 +316,7 @@ def locate_answer(text: str, answer_format: str = "auto", answer_pattern=None) -
     return AnswerLocation(marker_start, start, end, best.fmt)
 
 
-def find_answer_span(text: str, answer_format: str = "auto", answer_pattern=None, *,
+def find_answer_span(text: str, answer_format: str = ANSWER_FORMAT, answer_pattern=None, *,
                      fmt: str | None = None, pattern=None) -> tuple[int, int] | None:
     """Character span [start, end) of the final answer in `text`, or None (`locate_answer`;
     `fmt` and `pattern` are the old spellings of answer_format and answer_pattern)."""
@@ -338,6 +341,8 @@ class Segments:
 
     def mask(self, *names: str) -> torch.Tensor:
         """(T,) bool: tokens whose label is one of `names`."""
+        import torch  # here: the answer formats and the labels are read without torch
+
         for name in names:
             if name not in SEGMENT_LABELS:
                 raise unknown_name("segment label", name, SEGMENT_LABELS)
@@ -346,9 +351,9 @@ class Segments:
     @property
     def scored(self) -> torch.Tensor:
         """(T,) bool: the scored positions S (reasoning tokens, only if the span was found)."""
-        if not self.span_found:
-            return torch.zeros(len(self.labels), dtype=torch.bool)
-        return self.mask(REASONING)
+        import torch
+
+        return torch.tensor(scored_set(self.labels, self.span_found), dtype=torch.bool)
 
     @property
     def answer(self) -> torch.Tensor:

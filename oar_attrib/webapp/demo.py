@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..configs import DTYPES
+from ..defaults import PROBE, PROBES
 from ..catalogue import cache_dir
 from ..errors import OARError
 
@@ -44,7 +45,7 @@ class DemoConfig:
                 "`direct` oracle is exact; default, medium, hard)"})
     methods: tuple[str, ...] = field(default=(), metadata={
         "help": "importance methods (default: every registered method)"})
-    probe: str = field(default="as_mean", metadata={"help": "outcome probe (lt, as_mean, as_joint)"})
+    probe: str = field(default=PROBE, metadata={"help": f"outcome probe: one of {', '.join(PROBES)}"})
     seed: int = field(default=0, metadata={"help": "seed of the problems and the sampling"})
     dtype: str = field(default="float32", metadata={
         "help": f"dtype the model loads in ({', '.join(DTYPES)}); probe arithmetic stays float32"})
@@ -254,7 +255,7 @@ def complete_pending(store, model, tokenizer, run_id: int, *, batch: int = 8,
                 records = [store.trace(i) for i in ids[start:start + batch]]
                 results = attribute(
                     model, tokenizer, [r.prompt for r in records], [r.response for r in records],
-                    [method], ReshapeSettings(probe=config.get("probe", ReshapeSettings.probe),
+                    [method], ReshapeSettings(probe=config.get("probe", PROBE),
                                               seed=config.get("seed", 0)),
                     advantages=[r.row.advantage or 0.0 for r in records], method_params=params)
                 for record, result in zip(records, results):

@@ -16,6 +16,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from ..console import say
 from .demo import (DEFERRED_METHODS, DemoConfig, complete_pending, demo_complete, prepare_demo_store,
                    sample_world, write_problem_run)
 from .progress import Progress
@@ -213,11 +214,11 @@ def main(argv: list[str] | None = None) -> int:
         status = Progress.of_store(path).read()
         running = next((s.name for s in status.stages if s.state == "running"), WORLD_STAGE)
         status.stage(running, state="failed", note=str(err).splitlines()[0])
-        print(f"oar demo: filling the store failed ({err}); the app serves what is stored; "
-              "`oar demo --rebuild` starts over", file=sys.stderr)
+        say(f"oar demo: filling the store failed ({err}); the app serves what is stored; "
+            "`oar demo --rebuild` starts over")
         return 1
     if done:
-        print("oar demo: the demo store is complete; reload a page to see every run", file=sys.stderr)
+        say("oar demo: the demo store is complete; reload a page to see every run")
     return 0 if done else 1
 
 

@@ -68,6 +68,33 @@ def token_title(token: str, score, weight, advantage) -> str:
             f"weight {_fmt(weight, '.3f')} | reshaped advantage {_fmt(advantage, '.4g')}")
 
 
+# Split-half reliability of a ranking averaged over draws (`metrics.split_half_reliability`):
+# from STABLE on, the ranking holds across draws; below NOISY much of the heatmap is the noise.
+STABLE, NOISY = 0.9, 0.7
+
+
+def reliability_view(record: TraceRecord) -> list[dict]:
+    """One entry per method of the trace that averaged random draws (OAR-G): {"method",
+    "draws", "split_half", "noisy", "text"}, the reading the trace page shows."""
+    out = []
+    for method, a in record.attributions.items():
+        if not a.draws:
+            continue
+        r = a.split_half
+        if a.draws < 2:
+            text = "undefined with 1 draw (it needs at least 2; attribute with more draws, e.g. 8)"
+        elif r is None:
+            text = f"undefined ({a.draws} draws: too few scored tokens, or draws without spread)"
+        else:
+            reading = ("stable" if r >= STABLE else
+                       "the order of tokens shifts between draws" if r >= NOISY else
+                       "noisy: much of this heatmap changes from draw to draw")
+            text = f"{r:.2f} over {a.draws} draws, {reading}"
+        out.append({"method": method, "draws": a.draws, "split_half": json_float(r),
+                    "noisy": a.draws < 2 or r is None or r < NOISY, "text": text})
+    return out
+
+
 def trace_view(record: TraceRecord, method: str | None, oracle_set: str,
                tooltips: bool = True) -> dict:
     """Everything the trace page draws: text pieces with their initial colours, tooltips and
@@ -117,7 +144,8 @@ def trace_view(record: TraceRecord, method: str | None, oracle_set: str,
         "oracle": oracle,
     }
     return {"pieces": pieces, "payload": payload, "methods": methods,
-            "oracle_sets": [s for s in OUTLINE_SETS if s in oracle]}
+            "oracle_sets": [s for s in OUTLINE_SETS if s in oracle],
+            "reliability": reliability_view(record)}
 
 
 # Methods that give every token of a step the step's score (one perturbation or one
