@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from .defaults import PROMPT_FORMAT
 from .errors import ModelLoadError
 from .gguf_header import check_gguf
 from .model_cache import SOURCE_FILE, cache_error, record_files, replace_folder, sha256_of, verify
@@ -43,7 +44,7 @@ class Answering:
     """How a model is asked for its final answer and sampled, unless told otherwise (`oar
     generate`'s defaults): the settings under which it gives answers the grader can read."""
 
-    answer_format: str = field(default="boxed", metadata={
+    answer_format: str = field(default=PROMPT_FORMAT, metadata={
         "help": "the final-answer format the prompt asks for and the grade reads (rollouts.PROMPT_TEMPLATES)"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
     max_new_tokens: int = field(default=512, metadata={"help": "tokens per answer"})

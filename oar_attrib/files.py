@@ -1,4 +1,5 @@
-"""Input files, read only when they are regular files.
+"""Files named on the command line: inputs read only when they are regular files, outputs
+checked before any work, and the partial last line a kill leaves in an appended JSONL.
 
 A path given as input may name anything: a folder, a FIFO (whose open blocks until a writer
 comes, and ignores Ctrl-C while it waits), a device such as /dev/zero (endless), a socket, or a
@@ -6,7 +7,9 @@ link to one of these. `check_file` judges a path by `os.stat` alone, never openi
 `open_regular` opens with O_NONBLOCK (a FIFO's open returns at once) and checks the open
 descriptor again, so a file swapped for a FIFO between the two is refused too; `folder_files`
 lists a folder's matching files, skipping with one line each what is not a regular file or is
-a link out of the folder.
+a link out of the folder. `check_writable` refuses an output path that cannot be created or
+appended (a folder, a FIFO, no permission) before anything runs; `drop_partial_tail` cuts the
+line a kill left without its newline, so a resumed JSONL holds whole records only.
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable
 
-from .errors import InputError
+from .errors import InputError, OutputError
 
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
@@ -94,3 +97,44 @@ def folder_files(folder: Path, names: Iterable[Path], report: Callable[[str], No
             continue
         kept.append(path)
     return kept
+
+
+def check_writable(path: Path, flag: str = "--out") -> None:
+    """Raise OutputError unless a file can be created or appended at `path`."""
+    if path.is_dir():
+        raise OutputError(f"{flag} {path} is a folder; pass a file path ending in .jsonl or .db")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.exists():
+        raise OutputError(f"{flag} {path}: the folder {parent} does not exist; create it first "
+                          "or pass a path in an existing folder")
+    if not parent.is_dir():
+        raise OutputError(f"{flag} {path}: {parent} is a file, not a folder; pass a path in a folder")
+    kind = not_regular(path.stat().st_mode) if path.exists() else None
+    if kind is not None:  # a FIFO's open would block, a device's never end
+        raise OutputError(f"{flag} {path} is {kind}, not a regular file; pass a file path")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise OutputError(f"{flag} {path} is not writable; pass another path or change its permissions")
+    if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"{flag} {path}: cannot create files in {parent} (no permission); "
+                          "pass a path in a folder you can write")
+
+
+def drop_partial_tail(path: Path) -> None:
+    """Cut a last line that a kill left without its newline (it was never a full record)."""
+    size = path.stat().st_size
+    if size == 0:
+        return
+    with open(path, "rb+") as handle:
+        handle.seek(size - 1)
+        if handle.read(1) == b"\n":
+            return
+        block, end = 1 << 16, size
+        while end > 0:
+            start = max(0, end - block)
+            handle.seek(start)
+            cut = handle.read(end - start).rfind(b"\n")
+            if cut >= 0:
+                handle.truncate(start + cut + 1)
+                return
+            end = start
+        handle.truncate(0)

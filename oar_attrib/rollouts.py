@@ -21,26 +21,29 @@ from typing import Callable, Iterator, NamedTuple, Sequence
 
 import torch
 
+from .defaults import PROMPT_FORMAT
 from .errors import InputError
 from .generation import continue_groups, stop_ids
 from .inputs.grading import grade
+from .inputs.pairs import is_chat
+from .inputs.spans import MARKER_FORMATS
 from .jsonl import NotJSON, iter_jsonl
 
-# The instruction asks for the answer in the format the reward and the span finder read.
+# The instruction asks for the answer in the format the reward and the span finder read: one
+# template per `spans.MARKER_FORMATS`, and `plain` (the question alone).
 PROMPT_TEMPLATES = {
     "boxed": "{question}\nPlease reason step by step, and put your final answer within \\boxed{{}}.",
     "gsm8k": "{question}\nPlease reason step by step, and end with a final line '#### <answer>'.",
     "answer_is": "{question}\nPlease reason step by step, and end with a final line 'The answer is <answer>.'",
     "plain": "{question}",
 }
-ANSWER_FORMATS = ("boxed", "gsm8k", "answer_is")  # the templates whose answer the span finder reads
 QUESTION_KEYS = ("question", "problem")
 # TRL's GRPO advantage: (r - mean) / (std + EPS) within a group, std with Bessel's correction
 # (`scale_rewards="group"`, GRPOConfig's default in trl 1.16).
 EPS = 1e-4
 
 
-def format_prompt(question: str, tokenizer=None, template: str = "boxed", system: str | None = None):
+def format_prompt(question: str, tokenizer=None, template: str = PROMPT_FORMAT, system: str | None = None):
     """The prompt of one question: the template's text, as a chat (list of messages) when the
     tokenizer has a chat template, else as a plain string."""
     if template not in PROMPT_TEMPLATES:
@@ -74,12 +77,6 @@ class Question:
     source: str
 
 
-def _chat(prompt) -> bool:
-    return isinstance(prompt, list) and bool(prompt) and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-        for m in prompt)
-
-
 class Bad(NamedTuple):
     """Why a question line cannot be asked; `kind` names the family counted in a summary."""
 
@@ -101,7 +98,7 @@ def question_of(record, tokenizer, template: str, system: str | None = None) -> 
         if isinstance(prompt, str) and prompt.strip():
             chat = getattr(tokenizer, "chat_template", None) is not None
             return ([{"role": "user", "content": prompt}] if chat else prompt), str(gold)
-        if _chat(prompt):
+        if is_chat(prompt):
             return [{"role": m["role"], "content": m["content"]} for m in prompt], str(gold)
         return Bad("bad_chat", "'prompt' must be a non-empty string or a list of {'role', 'content'} messages")
     question = next((record[k] for k in QUESTION_KEYS if isinstance(record.get(k), str)), None)
@@ -110,7 +107,7 @@ def question_of(record, tokenizer, template: str, system: str | None = None) -> 
     return format_prompt(question, tokenizer, template, system), str(gold)
 
 
-def read_questions(path: str | Path, tokenizer, template: str = "boxed", *, system: str | None = None,
+def read_questions(path: str | Path, tokenizer, template: str = PROMPT_FORMAT, *, system: str | None = None,
                    limit: int | None = None, report: Callable[[str, str], None] | None = None
                    ) -> Iterator[Question]:
     """The first `limit` askable questions of `path`, numbered 0, 1, ... (`group`); each bad
@@ -173,7 +170,7 @@ def graded_group(question: Question, answers: Sequence[tuple[str, int, bool]], a
 
 
 def sample_groups(model, tokenizer, questions: Sequence[Question], *, samples: int, greedy: bool = False,
-                  temperature: float = 1.0, max_new_tokens: int = 512, answer_format: str = "boxed",
+                  temperature: float = 1.0, max_new_tokens: int = 512, answer_format: str = PROMPT_FORMAT,
                   batch_size: int = 8, seed: int = 0) -> Iterator[list[list[dict]]]:
     """Per batch of `batch_size` questions (sorted by prompt length, so batches are padded
     little), the graded groups of `samples` answers each: the first greedy when `greedy`, the
@@ -186,7 +183,7 @@ def sample_groups(model, tokenizer, questions: Sequence[Question], *, samples: i
 
 def sample_encoded(model, tokenizer, encoded: Sequence[tuple[list[int], Question]], *, samples: int,
                    greedy: bool = False, temperature: float = 1.0, max_new_tokens: int = 512,
-                   answer_format: str = "boxed", batch_size: int = 8, seed: int = 0,
+                   answer_format: str = PROMPT_FORMAT, batch_size: int = 8, seed: int = 0,
                    first: int = 0, on_step: Callable[[int, int], None] | None = None
                    ) -> Iterator[list[list[dict]]]:
     """`sample_groups` of questions whose prompt ids are known ((ids, question) pairs); the
@@ -218,8 +215,8 @@ class SamplingSettings:
     seed: int = field(metadata={"help": "seed of the sampling"})
 
     def __post_init__(self):
-        if self.answer_format not in ANSWER_FORMATS:
-            raise InputError(f"--answer-format {self.answer_format!r}: known {', '.join(ANSWER_FORMATS)}")
+        if self.answer_format not in MARKER_FORMATS:
+            raise InputError(f"--answer-format {self.answer_format!r}: known {', '.join(MARKER_FORMATS)}")
         if not math.isfinite(self.temperature) or self.temperature < 0:
             raise InputError(f"--temperature must be a finite number >= 0 (0: greedy decoding), "
                              f"got {self.temperature}")

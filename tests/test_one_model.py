@@ -146,11 +146,11 @@ def test_few_answers_are_said_with_the_flag_to_change(tmp_path, capsys):
     # The bundled model never boxes its answer.
     assert generate("arith-tiny", data, tmp_path / "boxed.jsonl", "--answer-format", "boxed",
                     "--max-new-tokens", 64) == 0
-    last = capsys.readouterr().err.strip().splitlines()[-1]
+    last = capsys.readouterr().err.strip().splitlines()[-2]  # the summary line is the last
     assert last.startswith("oar generate: only 0 of 4 replies have an answer in format 'boxed' (")
     assert "pass the --answer-format the model follows (gsm8k, answer_is)" in last
     assert generate("arith-tiny", data, tmp_path / "cut.jsonl", "--max-new-tokens", 4) == 0
-    last = capsys.readouterr().err.strip().splitlines()[-1]
+    last = capsys.readouterr().err.strip().splitlines()[-2]
     assert "(4 cut off at --max-new-tokens 4); most were cut off: raise --max-new-tokens (now 4)" in last
     assert generate("arith-tiny", data, tmp_path / "fine.jsonl", "--max-new-tokens", 64) == 0
     assert "replies have an answer" not in capsys.readouterr().err

@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..console import say
+from ..defaults import ANSWER_FORMAT, DEFAULT_MODEL
 from ..errors import InputError
 
 
@@ -43,12 +44,10 @@ def _tokenizer_only(model: str) -> bool:
 
 def _todo(store, run_id: int, methods) -> list[int]:
     """Ids of the run's traces that lack a method or their token statistics."""
-    ids: set[int] = set()
+    ids = set(store.trace_ids(run_id, missing_token_stats=True))
     for method in methods:
         ids.update(store.trace_ids(run_id, missing=method))
-    _, rows = store.query("SELECT id FROM traces WHERE run_id = ? AND id NOT IN "
-                          "(SELECT trace_id FROM token_stats)", (run_id,))
-    return sorted(ids | {r[0] for r in rows})
+    return sorted(ids)
 
 
 def _advantages(records) -> list[float] | None:
@@ -89,9 +88,7 @@ def attribute_stored(args, default_chat, settings_of, record_of) -> int:
     from ..attribution import attribute
     from ..inputs.chat_template import ROLE_TEMPLATE, ROLE_TEMPLATE_NAME
     from ..models import load_model
-    from ..records.settings_record import lookup
     from ..store import Store
-    from ..store.errors import NotFoundError
     from ..store.lock import WriterLock
     from ..store.schema import identify
     from .choices import method_params_from
@@ -101,19 +98,8 @@ def attribute_stored(args, default_chat, settings_of, record_of) -> int:
                          "the store, so pass one or the other")
     identify(Path(args.store))
     with WriterLock(args.store, "--store"), Store(args.store) as store:
-        try:
-            run = store.run(args.run)
-        except NotFoundError:
-            raise InputError(f"--run {args.run}: no such run in {args.store}; `oar web --store` "
-                             "lists them") from None
-        fmt = (args.answer_format or run.config.get("answer_format")
-               or lookup(run.config, "settings.answer_format") or "auto")
-        if args.model is None and _tokenizer_only(run.model):
-            raise InputError(f"run {run.id} of {args.store} was imported with the tokenizer of "
-                             f"{run.model}, which holds no weights; pass --model with the policy's "
-                             "checkpoint")
-        args.model = args.model or run.model or "arith-tiny"
-        args.answer_format = fmt
+        run = _stored_run(store, args)
+        fmt = args.answer_format
         attributed = _check_attributed(store, run, record_of(args))  # before the model loads
         model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
         if run.config.get("chat_template") == ROLE_TEMPLATE_NAME:  # as the import rendered them
@@ -144,3 +130,24 @@ def attribute_stored(args, default_chat, settings_of, record_of) -> int:
     say(f"attributed {done} traces of run {run.id} in {args.store} with "
         f"{', '.join(args.methods)}")
     return 0
+
+
+def _stored_run(store, args):
+    """Run `args.run` of `store`, with `args.model` and `args.answer_format` filled in from it
+    where left out; InputError when there is no such run or it holds no weights to score with."""
+    from ..records.settings_record import lookup
+    from ..store.errors import NotFoundError
+
+    try:
+        run = store.run(args.run)
+    except NotFoundError:
+        raise InputError(f"--run {args.run}: no such run in {args.store}; `oar web --store` "
+                         "lists them") from None
+    args.answer_format = (args.answer_format or run.config.get("answer_format")
+                          or lookup(run.config, "settings.answer_format") or ANSWER_FORMAT)
+    if args.model is None and _tokenizer_only(run.model):
+        raise InputError(f"run {run.id} of {args.store} was imported with the tokenizer of "
+                         f"{run.model}, which holds no weights; pass --model with the policy's "
+                         "checkpoint")
+    args.model = args.model or run.model or DEFAULT_MODEL
+    return run

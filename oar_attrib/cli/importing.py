@@ -14,10 +14,11 @@ import argparse
 from pathlib import Path
 
 from ..console import say
+from ..defaults import DEFAULT_MODEL
+from ..files import check_writable
 from ..errors import InputError
-from .outputs import check_writable
+from .choices import add_answer_format_arg
 
-DEFAULT_MODEL = "arith-tiny"  # --model when neither it nor the sources name one
 
 
 def _defaults(args, found) -> str | None:
@@ -126,9 +127,8 @@ def add_parser(sub) -> None:
                          "only its tokenizer files), or the model an `oar generate` JSONL names, "
                          f"else {DEFAULT_MODEL}")
     im.add_argument("--name", default=None, help="run name (default: the stack and first source)")
-    im.add_argument("--answer-format", default=None,
-                    help="where the final answer is: auto, boxed, gsm8k, answer_is (default: the "
-                         "format an `oar generate` JSONL was generated with, else auto)")
+    add_answer_format_arg(im, default=None, help_text="where the final answer is (default: the format "
+                          "an `oar generate` JSONL was generated with, else auto)")
     im.add_argument("--correct-threshold", type=float, default=1.0,
                     help="a row is correct when its reward is at least this (unless it logs "
                          "its own verdict: verl's `acc`, a JSONL `correct`)")

@@ -29,23 +29,11 @@ import os
 from pathlib import Path
 from typing import Iterable, Iterator, Protocol
 
-from ..errors import OARError
-from ..files import not_regular
+from ..commands import Interrupted, interrupted  # noqa: F401  (used through this module too)
+from ..errors import OARError, OutputError
+from ..files import check_writable, drop_partial_tail  # noqa: F401  (used through this module too)
 from ..jsonl import iter_jsonl, parse_line
 from ..records.settings_record import check_resume, record_differences, stored_record
-from ..store.lock import WriterLock
-
-
-class OutputError(OARError, OSError):
-    """An `--out` that cannot be written (missing folder, a folder, no permission, a full disk)."""
-
-
-class Interrupted(KeyboardInterrupt):
-    """Ctrl-C, with the line that says what was kept (`oar` prints it and exits 130)."""
-
-
-def interrupted(out, kept: int) -> Interrupted:
-    return Interrupted(f"interrupted; {kept} lines kept in {out}, rerun the same command to resume")
 
 
 def _write_failed(path: Path, err: OSError, kept: int) -> OutputError:
@@ -63,47 +51,6 @@ class Output(Protocol):
     def write(self, records: list[dict]) -> None: ...
 
     def close(self, finish: bool = True) -> None: ...
-
-
-def check_writable(path: Path, flag: str = "--out") -> None:
-    """Raise OutputError unless a file can be created or appended at `path`."""
-    if path.is_dir():
-        raise OutputError(f"{flag} {path} is a folder; pass a file path ending in .jsonl or .db")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.exists():
-        raise OutputError(f"{flag} {path}: the folder {parent} does not exist; create it first "
-                          "or pass a path in an existing folder")
-    if not parent.is_dir():
-        raise OutputError(f"{flag} {path}: {parent} is a file, not a folder; pass a path in a folder")
-    kind = not_regular(path.stat().st_mode) if path.exists() else None
-    if kind is not None:  # a FIFO's open would block, a device's never end
-        raise OutputError(f"{flag} {path} is {kind}, not a regular file; pass a file path")
-    if path.exists() and not os.access(path, os.W_OK):
-        raise OutputError(f"{flag} {path} is not writable; pass another path or change its permissions")
-    if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputError(f"{flag} {path}: cannot create files in {parent} (no permission); "
-                          "pass a path in a folder you can write")
-
-
-def drop_partial_tail(path: Path) -> None:
-    """Cut a last line that a kill left without its newline (it was never a full record)."""
-    size = path.stat().st_size
-    if size == 0:
-        return
-    with open(path, "rb+") as handle:
-        handle.seek(size - 1)
-        if handle.read(1) == b"\n":
-            return
-        block, end = 1 << 16, size
-        while end > 0:
-            start = max(0, end - block)
-            handle.seek(start)
-            cut = handle.read(end - start).rfind(b"\n")
-            if cut >= 0:
-                handle.truncate(start + cut + 1)
-                return
-            end = start
-        handle.truncate(0)
 
 
 def _complete_lines(path: Path, known: int) -> int:
@@ -133,6 +80,8 @@ class JsonlOutput:
     is written; a file whose first record carries another is refused (`check_resume`)."""
 
     def __init__(self, path: str | Path, record: dict, lock: bool = True):
+        from ..store.lock import WriterLock  # here: `oar --help` builds this command without the store
+
         self.path, settings = Path(path), record
         check_writable(self.path)
         self._lock = WriterLock(self.path, "--out") if lock else None
@@ -177,7 +126,7 @@ class JsonlOutput:
             self._lock.release()
 
 
-_LABELS = ("line", "gold", "reward", "correct")  # record keys that are not the trace's own
+_LABELS = ("line", "gold", "reward", "correct", "group")  # record keys that are not the trace's own
 
 
 def run_record(config: dict) -> dict:
@@ -200,6 +149,7 @@ class StoreOutput:
     def __init__(self, path: str | Path, name: str, model: str, config: dict, lock: bool = True,
                  force_new: bool = False):
         from ..store import Store
+        from ..store.lock import WriterLock
         from ..store.schema import identify
 
         self.path = Path(path)
@@ -227,10 +177,7 @@ class StoreOutput:
         return None
 
     def _lines(self, run_id: int) -> list[int]:
-        with self.store._transaction(write=False) as conn:
-            rows = conn.execute("SELECT json_extract(extra, '$.line') FROM traces WHERE run_id = ?",
-                                (run_id,)).fetchall()
-        return [int(r[0]) for r in rows if r[0] is not None]
+        return [int(line) for (line,) in self.store.trace_extras(run_id, "line") if line is not None]
 
     def write(self, records: list[dict]) -> None:
         if not records:
@@ -243,7 +190,7 @@ class StoreOutput:
         # The input's labels (cli.attribute.input_labels): no reward > 0 guess without them.
         self.store.add_traces(
             self.run_id, traces, rewards=[r.get("reward") for r in records],
-            correct=[r.get("correct", UNKNOWN) for r in records],
+            correct=[r.get("correct", UNKNOWN) for r in records], groups=[r.get("group") for r in records],
             extras=[{"line": r["line"], **({"gold": r["gold"]} if "gold" in r else {})} for r in records])
         self.done.update(r["line"] for r in records)
 

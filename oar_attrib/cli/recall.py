@@ -12,7 +12,9 @@ import json
 from ..analysis.sets import CLI_SETS, DEFAULT_SETS
 from ..configs import add_model_args
 from ..console import say
-from .choices import add_method_knobs, method_name, method_params_from, probe_name
+from ..defaults import GRANULARITIES, GRANULARITY, VIEW_STEP_POOL
+from ..inputs.steps import STEP_POOLS
+from .choices import add_method_knobs, add_probe_arg, method_name, method_params_from
 
 # `oar recall` runs the methods on knobs from the table (resample: --resample-samples).
 RECALL_KNOB_METHODS = ("ig", "oar_g")
@@ -206,11 +208,11 @@ def add_parser(sub) -> None:
                     help="world preset (default: recall, whose final results are written once so "
                          "`direct` is exact; with --granularity step: upstream, which has a step "
                          "on the answer's path that the answer does not read)")
-    rc.add_argument("--granularity", choices=("token", "step"), default="token",
+    rc.add_argument("--granularity", choices=GRANULARITIES, default=GRANULARITY,
                     help="token: recall of tokens against oracle sets; step: every method's scores "
                          "pooled per step, recall of the `direct` steps and the AUC of ranking an "
                          "`upstream` step above a distractor")
-    rc.add_argument("--step-pool", choices=("max", "mean", "sum"), default="max",
+    rc.add_argument("--step-pool", choices=STEP_POOLS, default=VIEW_STEP_POOL,
                     help="--granularity step: how a method's token scores pool into a step score")
     rc.add_argument("--resample-samples", type=int, default=8,
                     help="--granularity step, method resample: continuations per side and step")
@@ -220,7 +222,7 @@ def add_parser(sub) -> None:
                          "results), at this many continuations per side and step; 0: off")
     rc.add_argument("--methods", nargs="+", default=None, type=method_name,
                     help="methods (default: all registered)")
-    rc.add_argument("--probe", default="as_mean", type=probe_name, help="outcome probe: lt, as_mean, as_joint")
+    add_probe_arg(rc)
     rc.add_argument("--sets", nargs="+", default=None, choices=CLI_SETS,
                     help="oracle sets to score against (default: direct chain; with --data: "
                          "counterfactual, and on wordworld:<preset> also direct upstream "

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from ..defaults import ANSWER_FORMAT
 from ..errors import InputError
 from .values import text_bytes
 
@@ -123,9 +124,8 @@ def _done_rows(store, run_id: int | None) -> set[tuple[str, int]]:
     carry only their file's name: ("name:" + name, row), matched by name as then."""
     if run_id is None:
         return set()
-    _, rows = store.query("SELECT json_extract(extra, '$.source_id'), json_extract(extra, '$.source'), "
-                          "json_extract(extra, '$.row') FROM traces WHERE run_id = ?", (run_id,))
-    return {(i if i is not None else f"name:{s}", int(r)) for i, s, r in rows
+    return {(i if i is not None else f"name:{s}", int(r))
+            for i, s, r in store.trace_extras(run_id, "source_id", "source", "row")
             if (i is not None or s is not None) and r is not None}
 
 
@@ -187,8 +187,14 @@ def _correct(item: Rollout, threshold: float):
     return UNKNOWN if item.reward is None else item.reward >= threshold
 
 
+def _extras(item: Rollout) -> dict:
+    """What a trace keeps of its rollout's origin: the source, the row and the gold answer."""
+    return {**item.extra, "source": item.source, "source_id": item.source_id, "row": item.row,
+            **({"gold": item.gold} if item.gold is not None else {})}
+
+
 def import_rollouts(store, read: Reader, *, name: str, model: str, tokenizer, config: dict,
-                    answer_format: str = "auto", correct_threshold: float = 1.0,
+                    answer_format: str = ANSWER_FORMAT, correct_threshold: float = 1.0,
                     batch: int = 64, limits: RecordLimits = RecordLimits(),
                     report: Callable[[str], None] = print) -> ImportSummary:
     """Write the rollouts of `read` into the run of `store` whose config is `config` (resumed)
@@ -215,8 +221,7 @@ def import_rollouts(store, read: Reader, *, name: str, model: str, tokenizer, co
         store.add_traces(run_id, list(traces), rewards=[i.reward for i in items],
                          correct=[_correct(i, correct_threshold) for i in items],
                          steps=[i.step for i in items], groups=[numbers[i.group] for i in items],
-                         extras=[{**i.extra, "source": i.source, "source_id": i.source_id, "row": i.row,
-                                  **({"gold": i.gold} if i.gold is not None else {})} for i in items])
+                         extras=[_extras(i) for i in items])
         written += len(pending)
         pending.clear()
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import math
 
+from ..inputs.pairs import is_chat
+
 INT64 = 2 ** 63  # SQLite's INTEGER holds -INT64 .. INT64 - 1
 
 
@@ -127,8 +129,7 @@ def check_text(prompt, response, names=("prompt", "response")) -> Bad | None:
     as the source calls them (verl: input, output; TRL: prompt, completion)."""
     what, said = names
     if isinstance(prompt, list):
-        if not prompt or not all(isinstance(m, dict) and isinstance(m.get("role"), str)
-                                 and isinstance(m.get("content"), str) for m in prompt):
+        if not is_chat(prompt):
             return Bad(f"the {what} is a list but not of {{'role': str, 'content': str}} messages")
     elif not isinstance(prompt, str):
         return Bad(f"the {what} is {type(prompt).__name__} {_shown(prompt)}, not text or chat messages")

@@ -248,7 +248,7 @@ def run(spec: ExperimentSpec, base: dict, jobs: int = 1, echo=print) -> dict:
 
 
 def _run_locked(spec: ExperimentSpec, base: dict, jobs: int, echo) -> dict:
-    from oar_attrib.cli.outputs import Interrupted
+    from oar_attrib.commands import Interrupted
 
     store, cells, finished = plan(spec, base)
     store.close()

@@ -30,6 +30,7 @@ from collections import Counter
 from pathlib import Path
 
 from oar_attrib.configs import add_model_args
+from oar_attrib.inputs.spans import MARKER_FORMATS
 
 # The most rows (questions x samples) decoded at once.
 MAX_ROWS = 1 << 16
@@ -58,7 +59,7 @@ def _held(out: Path, settings: dict) -> Held:
     """What `out` holds (after cutting a last line a kill left unfinished); InputError when a
     line is not an answer of `oar generate`, RecordMismatchError when it was sampled with
     other settings or by another model (its weights: a moved folder is the same model)."""
-    from oar_attrib.cli.outputs import drop_partial_tail
+    from oar_attrib.files import drop_partial_tail
     from oar_attrib.errors import InputError
     from oar_attrib.jsonl import NotJSON, iter_jsonl
     from oar_attrib.records.settings_record import check_resume
@@ -251,7 +252,7 @@ def _answer(model, tokenizer, todo: dict, args, settings, out: Path, report) -> 
 def few_answers(tally: Tally, settings) -> str | None:
     """The line that says fewer than half the replies have an answer, naming the flag to
     change; None when at least half do."""
-    from oar_attrib.rollouts import ANSWER_FORMATS
+    from oar_attrib.inputs.spans import MARKER_FORMATS
 
     if not tally["written"] or 2 * tally["answered"] >= tally["written"]:
         return None
@@ -259,7 +260,7 @@ def few_answers(tally: Tally, settings) -> str | None:
         fix = (f"most were cut off: raise --max-new-tokens (now {settings.max_new_tokens}) or "
                f"lower --temperature (now {settings.temperature:g})")
     else:
-        others = ", ".join(f for f in ANSWER_FORMATS if f != settings.answer_format)
+        others = ", ".join(f for f in MARKER_FORMATS if f != settings.answer_format)
         fix = (f"most never state one: pass the --answer-format the model follows ({others}) "
                f"or lower --temperature (now {settings.temperature:g})")
     return (f"oar generate: only {tally['answered']} of {tally['written']} replies have an answer "
@@ -286,10 +287,9 @@ def model_defaults(args) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from oar_attrib.cli.outputs import check_writable
     from oar_attrib.console import say
     from oar_attrib.errors import InputError
-    from oar_attrib.files import check_file
+    from oar_attrib.files import check_file, check_writable
     from oar_attrib.models import load_model
     from oar_attrib.rollouts import SamplingSettings, read_questions
 
@@ -319,13 +319,13 @@ def run(args: argparse.Namespace) -> int:
     tally = _answer(model, tokenizer, todo, args, settings, out, report)
     if out.exists() and out.stat().st_size:
         _settle(out)
+    warning = few_answers(tally, settings)
+    if warning:  # before the summary, which stays the last line
+        say(warning)
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(skipped.items()))
     say(f"wrote {tally['written']} answers to {tally['asked']} questions to {out} ({tally['right']} right"
         + (f", {done} questions already there" if done else "") + f"); {sum(skipped.values())} "
         "bad lines skipped" + (f" ({kinds})" if kinds else ""))
-    warning = few_answers(tally, settings)
-    if warning:
-        say(warning)
     return 2 if skipped else 0
 
 
@@ -348,8 +348,8 @@ def add_parser(sub) -> None:
                      help="tokens per answer (cut off: reward 0); default: the model's in the "
                           "catalogue (smollm2-135m 320), else 512")
     gen.add_argument("--answer-format", default=None,
-                     help="the format the prompt asks for and the grade reads: boxed, answer_is, "
-                          "gsm8k; default: the one the model follows in the catalogue "
+                     help=f"the format the prompt asks for and the grade reads: one of {', '.join(MARKER_FORMATS)}; "
+                          "default: the one the model follows in the catalogue "
                           "(smollm2-135m answer_is), else boxed")
     gen.add_argument("--batch-size", type=int, default=8, help="questions decoded together")
     gen.add_argument("--seed", type=int, default=0, help="seed of the sampling")

@@ -9,6 +9,7 @@ import argparse
 import socket
 import time
 
+from oar_attrib.extras import require_extra
 from oar_attrib.configs import add_dataclass_args, add_dtype_arg, dataclass_from_args
 from oar_attrib.console import say
 from oar_attrib.errors import OARError
@@ -102,6 +103,8 @@ def _settings(host: str, max_live_tokens: int | None = None):
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    if not args.build_only:  # building the store needs the core only; serving it, the web app
+        require_extra("web", "oar demo")
     from oar_attrib.webapp.demo import DemoConfig, demo_complete, prepare_demo_store
     from oar_attrib.webapp.demo_fill import ensure_demo_store, start_fill
     from oar_attrib.webapp.progress import Progress
@@ -133,6 +136,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_web(args: argparse.Namespace) -> int:
+    require_extra("web", "oar web")
     from .main import create_app
 
     started = time.perf_counter()

@@ -7,14 +7,14 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
 from oar_attrib.records.export import EXPORT_KINDS, export
-from oar_attrib.records.step_view import STEP_POOL
+from oar_attrib.defaults import VIEW_STEP_POOL
 from oar_attrib.inputs.steps import STEP_POOLS
 
 from ..deps import SettingsDep, StoreDep, TemplatesDep, TraceId
 from ..errors import TooLargeError
 from ..step_page import LONG_TRACE, compact_payload, step_view, token_pieces
 from ..token_views import token_views
-from ..views import OUTLINE_SETS, trace_view
+from ..views import OUTLINE_SETS, reward_reason, trace_view
 
 router = APIRouter(tags=["traces"])
 
@@ -61,7 +61,7 @@ def get_trace(trace_id: TraceId, store: StoreDep, settings: SettingsDep) -> dict
                         "steps.json: one row per step with every method's step score.")
 def export_trace(trace_id: TraceId, kind: ExportKind, store: StoreDep, settings: SettingsDep,
                  method: MethodQuery = None, oracle: OracleQuery = "direct",
-                 pool: PoolQuery = STEP_POOL) -> Response:
+                 pool: PoolQuery = VIEW_STEP_POOL) -> Response:
     record = bounded_trace(store, settings, trace_id)
     options = {}
     if kind == "view.html":
@@ -77,7 +77,7 @@ def export_trace(trace_id: TraceId, kind: ExportKind, store: StoreDep, settings:
 @router.get("/traces/{trace_id}", response_class=HTMLResponse, summary="Page: one trace")
 def trace_page(request: Request, trace_id: TraceId, store: StoreDep, templates: TemplatesDep,
                settings: SettingsDep, method: MethodQuery = None, oracle: OracleQuery = "direct",
-               pool: PoolQuery = STEP_POOL):
+               pool: PoolQuery = VIEW_STEP_POOL):
     record = bounded_trace(store, settings, trace_id)
     selected = pick_method(method, list(record.attributions))
     # Long traces: the script builds, colours and titles the token spans (smaller, faster pages).
@@ -90,6 +90,7 @@ def trace_page(request: Request, trace_id: TraceId, store: StoreDep, templates: 
     if long:
         view["pieces"] = None
     run = store.run(record.row.run_id)
-    context = {"record": record, "run": run, "method": selected, "oracle_set": oracle, **view,
+    context = {"record": record, "run": run, "method": selected, "oracle_set": oracle,
+               "reward_reason": reward_reason(record), **view,
                **steps, "pools": STEP_POOLS}
     return templates.TemplateResponse(request, "trace.html", context)
