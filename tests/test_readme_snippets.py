@@ -63,6 +63,7 @@ NOT_RUN = {
     ".venv/bin/mkdocs": "serves or builds this documentation site; tests/test_docs.py builds it with --strict",
     "OMP_NUM_THREADS=1 python bench/": BENCH,
     "python bench/": BENCH,
+    "MKL_CBWR=AUTO,STRICT python bench/": BENCH,
     "python scripts/build_long_store.py":
         "builds a store of 4000-token traces (minutes); tests/webapp/test_webapp_long.py builds a small one",
 }

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..console import say, terminal_safe
-from ..defaults import DEFAULT_MODEL
+from ..defaults import ANSWER_FORMAT, DEFAULT_MODEL
 from ..errors import InputError
 from ..inputs.pairs import Skip, input_labels, judge_record, judge_tokens
 from ..inputs.segments import n_scored
@@ -67,8 +67,9 @@ GATING_FLAGS = ("tau", "beta", "w_min", "weighting", "rho", "granularity", "step
 
 
 def attribute_settings(args) -> ReshapeSettings:
-    """The `ReshapeSettings` of the command line's flags."""
-    return ReshapeSettings(probe=args.probe, answer_format=args.answer_format,
+    """The `ReshapeSettings` of the command line's flags (an --answer-format left out and not
+    yet filled in from the input, `provenance.input_defaults`, is the default's)."""
+    return ReshapeSettings(probe=args.probe, answer_format=args.answer_format or ANSWER_FORMAT,
                            max_batch_tokens=args.max_batch_tokens,
                            **{name: getattr(args, name) for name in GATING_FLAGS})
 

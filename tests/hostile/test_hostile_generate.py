@@ -31,7 +31,8 @@ def _questions(path: Path, first: int, n: int) -> list[str]:
 def _generate(data, out, *extra) -> list[str]:
     return ["generate", "--model", "arith-tiny", "--data", str(data), "--out", str(out),
             "--samples", "2", "--max-new-tokens", "8", "--answer-format", "gsm8k",
-            "--batch-size", "4", "--no-progress", *map(str, extra)]
+            "--temperature", "1",  # every sampling flag given: no line about catalogue defaults
+            "--batch-size", "4", "--no-progress", *map(str, extra)]  # a flag in extra wins
 
 
 def _records(path: Path) -> list[dict]:
@@ -109,7 +110,7 @@ def test_answers_sampled_otherwise_are_never_mixed_in(tmp_path, capsys):
     assert _run(_generate(data, out), capsys)[0] == 0
     before = out.read_bytes()
     _one_line_error(_generate(data, out, "--temperature", "0.5"), capsys,
-                    f"--out {out} holds answers sampled otherwise (temperature 1.0, not 0.5)",
+                    f"--out {out} was made with other settings (--temperature: 1.0 there, 0.5 here)",
                     "pass a new --out")
     assert out.read_bytes() == before
 

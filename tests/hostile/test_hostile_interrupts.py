@@ -103,14 +103,16 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_ctrl_c_while_the_commands_load_is_one_line(tmp_path):
-    """`import oar_attrib.cli` loads no subcommand (and no torch): a Ctrl-C while `main` imports
-    them (seconds) is caught there, one line and exit 130, never a traceback."""
+def test_ctrl_c_while_a_command_starts_is_one_line(tmp_path):
+    """`import oar_attrib.cli` loads no subcommand and no torch, and building the parser loads
+    none either; a Ctrl-C while a command then imports torch and transformers (seconds) is one
+    line and exit 130, never a traceback."""
     proc = subprocess.Popen([PY, "-c", "import sys, time; import oar_attrib.cli as c; "
-                             "print('ready', flush=True); sys.exit(c.main(['models']))"],
-                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "print('ready', flush=True); "
+                             "sys.exit(c.main(['recall', '--n', '2', '--no-progress']))"],
+                            env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline() == "ready\n"  # the package is imported; main starts now
-    time.sleep(0.3)  # inside main, while argparse's subcommands import torch and transformers
+    time.sleep(0.3)  # inside the command, while it imports torch and transformers
     _, err = _interrupt(proc)
     assert proc.returncode == 130, err
-    assert _ours(err) == ["oar: interrupted"]
+    assert _ours(err) == ["oar recall: interrupted"]

@@ -83,20 +83,20 @@ def test_the_legend_follows_the_colour_mode(server, browser, ids):
 
     browser.get(f"{server}/traces/{ids['demo_traces'][1]}?method=oar_p")
     legend = browser.find_element(By.ID, "colour-legend")
-    _wait(browser, lambda d: legend.get_attribute("data-colour") == "importance", message="no legend painted")
+    wait(browser, lambda d: legend.get_attribute("data-colour") == "importance", message="no legend painted")
     assert "low importance" in legend.text
     colour = Select(browser.find_element(By.ID, "colour-select"))
     colour.select_by_value("advantage")
-    _wait(browser, lambda d: legend.get_attribute("data-colour") == "advantage", message="legend kept its mode")
+    wait(browser, lambda d: legend.get_attribute("data-colour") == "advantage", message="legend kept its mode")
     assert "negative A·w_t (blue)" in legend.text and "positive" in legend.text
     swatches = legend.find_elements(By.CSS_SELECTOR, ".swatch")
     blue = browser.execute_script("return getComputedStyle(arguments[0]).backgroundColor", swatches[0])
     assert blue.startswith("rgba(31, 78, 154")  # the colour negative tokens are painted in
     Select(browser.find_element(By.ID, "scale-select")).select_by_value("rank")
-    _wait(browser, lambda d: "(rank)" in legend.text, message="the rank scale is not in the legend")
+    wait(browser, lambda d: "(rank)" in legend.text, message="the rank scale is not in the legend")
     colour.select_by_value("importance")
-    _wait(browser, lambda d: "low importance (rank)" in legend.text, message="legend did not come back")
-    assert _console_errors(browser) == []
+    wait(browser, lambda d: "low importance (rank)" in legend.text, message="legend did not come back")
+    assert console_errors(browser) == []
 
 
 def test_report_page_renders_its_charts(server, browser, ids, tmp_path):
