@@ -6,12 +6,14 @@ progress shows and memory stays bounded; every method sees the same batch.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 import torch
 from tqdm.auto import tqdm
 
 from .errors import InputError
+from .inputs.batch import GroupOutcomes
 from .inputs.encoding import EncodedPair, encode_pairs
 from .methods import method_spec
 from .methods.masks import resolve_mask_names
@@ -43,9 +45,40 @@ def _trace(pair: EncodedPair, prompt, weighed: dict[str, Weighed], row: int, pro
     s, e = pair.response_start, pair.length
     scores = {m: w.importances[row, s:e] for m, w in weighed.items()}
     weights = {m: w.weights[row, s:e] for m, w in weighed.items()}
+    bonus = {m: w.bonus[row, s:e] for m, w in weighed.items()}
     seconds = {m: w.seconds / n_rows for m, w in weighed.items()}
     return build_trace(pair, prompt, probe=probe, scores=scores, weights=weights,
-                       advantage=advantage, params={**gating, "methods": params}, timings=seconds)
+                       advantage=advantage, params={**gating, "methods": params}, timings=seconds,
+                       bonus=bonus)
+
+
+def _chunks(n: int, batch_size: int, groups: Sequence | None) -> list[range]:
+    """Consecutive row ranges of about `batch_size` rows; with `groups`, never one group's
+    rows apart (a group's rows must be contiguous)."""
+    if groups is None:
+        return [range(a, min(a + batch_size, n)) for a in range(0, n, batch_size)]
+    seen, out, start = set(), [], 0
+    for row in range(n):
+        if row and groups[row] != groups[row - 1]:
+            if groups[row] in seen:
+                raise InputError(f"group {groups[row]!r} is not contiguous (row {row}); put each "
+                                 "group's rows next to each other")
+            if row - start >= batch_size:
+                out.append(range(start, row))
+                start = row
+        seen.add(groups[row])
+    return out + ([range(start, n)] if n > start else [])
+
+
+def _outcomes(groups, correct, advantages, rows: range) -> GroupOutcomes | None:
+    """The `GroupOutcomes` of `rows`, or None without groups."""
+    if groups is None:
+        return None
+    ids = {g: i for i, g in enumerate(dict.fromkeys(groups))}
+    return GroupOutcomes(group=torch.tensor([ids[groups[r]] for r in rows]),
+                         correct=torch.tensor([bool(correct[r]) for r in rows]),
+                         advantage=None if advantages is None else
+                         torch.tensor([float(advantages[r]) for r in rows]))
 
 
 def attribute(
@@ -73,6 +106,8 @@ def attribute(
     progress: bool = False,
     step_unit=AUTO,
     max_batch_tokens: int | None = None,
+    groups: Sequence | None = None,
+    correct: Sequence[bool] | None = None,
 ) -> AttributionBatch:
     """Token importances, weights and credit metrics of each response.
 
@@ -99,6 +134,10 @@ def attribute(
     max_batch_tokens: the token budget per forward of the methods that take one (OAR-P);
         None sizes it from the device's free memory (`budget.auto_batch_tokens`).
         `method_params[method]["max_batch_tokens"]` wins over it.
+    groups, correct: B group labels (responses sampled for one prompt share one; each group's
+        rows next to each other) and whether each response is right: what a method comparing a
+        group's rollouts reads (`ktae`); with `advantages`, GRAIL's rollout filter reads their
+        sign. A group is never split across sub-batches.
     Responses whose answer span is not found get weight 1 everywhere and the flag
     `no_answer_span`; one whose answer starts it after an empty prompt (no position predicts
     the answer) is treated the same, flagged `no_predicting_position`. Non-finite importances
@@ -112,6 +151,9 @@ def attribute(
         raise InputError(f"{len(prompts)} prompts but {len(responses)} responses; pass one per response")
     if advantages is not None and len(advantages) != len(responses):
         raise InputError(f"{len(advantages)} advantages for {len(responses)} responses")
+    if (groups is None) != (correct is None) or (groups is not None and not
+                                                 len(groups) == len(correct) == len(responses)):
+        raise InputError("groups and correct go together, one of each per response")
     settings = ReshapeSettings(
         method=methods[0] if methods else _D.method, probe=probe, tau=tau, beta=beta, w_min=w_min,
         weighting=weighting, rho=rho, granularity=granularity, step_pool=step_pool,
@@ -123,15 +165,15 @@ def attribute(
     if granularity != _D.granularity or weighting is not None:
         gating |= {"granularity": granularity, "step_pool": step_pool, "weighting": weighting}
     out = AttributionBatch()
-    starts = range(0, len(prompts), batch_size)
     bar = tqdm(total=len(prompts), desc="attribute", unit="trace", disable=not progress)
     positions = 0  # scored positions so far, beside the traces
     with bar:  # the pipeline puts the model in eval mode while it scores
-        for start in starts:
-            stop = start + batch_size
+        for rows in _chunks(len(prompts), batch_size, groups):
+            start, stop = rows.start, rows.stop
             batch, pairs = encode_pairs(tokenizer, prompts[start:stop], responses[start:stop],
                                         answer_format=answer_format, answer_pattern=answer_pattern, chat=chat,
                                         step_unit=step_unit)
+            batch = dataclasses.replace(batch, outcomes=_outcomes(groups, correct, advantages, rows))
             weighed = {m: pipeline.score_and_weight(model, batch, per_method[m], params=params.get(m),
                                                     tokenizer=tokenizer) for m in methods}
             for row, pair in enumerate(pairs):

@@ -13,7 +13,7 @@ import typing
 from dataclasses import dataclass, field
 
 from ..errors import InputError, UnknownNameError
-from ..methods import available_methods
+from ..methods import registered_methods
 from ..methods.probes import PROBES
 from ..inputs.spans import ANSWER_FORMATS
 from ..inputs.steps import STEP_POOLS
@@ -90,7 +90,7 @@ class ReshapeSettings:
         "this and the row's token ids (`weights.row_seed`).", "seed"))
 
     def __post_init__(self) -> None:
-        _choice("method", self.method, available_methods(uniform=True))
+        _choice("method", self.method, registered_methods())
         _choice("probe", self.probe, PROBES)
         if self.weighting is not None:
             _choice("weighting", self.weighting, available_weightings())
