@@ -273,8 +273,9 @@ EXPERIMENT_DOCS = NOTEBOOKS.parent / "docs" / "experiments"
 def test_06_real_model_reads_the_committed_results():
     """06 shows the committed real-model results as they are in the files: every calibration
     figure, each model's best mask x probe cell recomputed here from its summary (its interval
-    holding its point estimate, recall in [0, 1]), and the SmolLM2 grid summary's paired
-    differences and last ESS / entropy values, read by default (no environment override)."""
+    holding its point estimate, recall in [0, 1]), and the SmolLM2 grid summary's differences
+    from GRPO with their pooled Holm intervals, its ANOVA, and last ESS / entropy values, read
+    by default (no environment override)."""
     grid_file = EXPERIMENT_DOCS / "smollm2-words-grid.json"
     nb, summary = run_notebook("06_real_model.ipynb")
     calibration = json.loads((EXPERIMENT_DOCS / "wordworld" / "calibration.json").read_text())["presets"]
@@ -297,6 +298,11 @@ def test_06_real_model_reads_the_committed_results():
             got = summary["grid"]["paired"][method]
             assert got["mean"] == pytest.approx(entry["vs_grpo"]["mean"]) and got["n"] == entry["vs_grpo"]["n"]
             assert got["lo"] is None if got["n"] < 2 else got["lo"] <= got["mean"] <= got["hi"]
+    anova = grid["anova"][grid["metric"]]  # the pooled analysis the notebook reads (issue 34's)
+    assert summary["grid"]["anova"] == anova and anova["residual"]["df"] == 10
+    assert summary["grid"]["paired"]["oar_g"]["p_holm"] == grid["methods"]["oar_g"]["vs_grpo"]["pooled"]["p_holm"]
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert f"method effect F(5,10) = {anova['method']['F']:.2f}" in printed and "is a hypothesis" in printed
     for key in ("oar/ess_ratio", "entropy"):
         assert summary["grid"]["last_step"][key] == {m: c["mean"][-1] for m, c in grid["curves"][key].items()}
     assert summary["grid"]["last_step"]["oar/ess_ratio"]["none"] == 1.0  # GRPO's weights are uniform
