@@ -167,6 +167,18 @@ def entropy_topk_mask(entropy: torch.Tensor, mask: torch.Tensor | None = None, r
     return weights.squeeze(0) if one_d else weights
 
 
+def _log_moments(saliency: torch.Tensor, mask: torch.Tensor):
+    """GRAIL's statistics of one batch: log(s + 1e-8) (B, T) and its mean and population
+    variance (B, 1) over each row's masked positions (checked finite and >= 0 there)."""
+    _check_scored(saliency, mask, "saliency")
+    logs = torch.log(saliency.clamp_min(0) + 1e-8)
+    n = mask.sum(dim=1, keepdim=True).clamp_min(1).to(logs.dtype)  # (B, 1)
+    zero = torch.zeros_like(logs)
+    mean = torch.where(mask, logs, zero).sum(dim=1, keepdim=True) / n
+    var = torch.where(mask, (logs - mean) ** 2, zero).sum(dim=1, keepdim=True) / n
+    return logs, mean, var
+
+
 def grail_weights(saliency: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """GRAIL's weights: w = clip(1 + 0.5 z, 0.5, 5), z the z-score of log(s + 1e-8) per row.
 
@@ -175,12 +187,7 @@ def grail_weights(saliency: torch.Tensor, mask: torch.Tensor | None = None) -> t
     positions or equal saliencies get 1; off the mask the weight is 1. No renormalisation.
     """
     sal, mask, one_d = _as_rows(saliency, mask, "saliency")
-    _check_scored(sal, mask, "saliency")
-    logs = torch.log(sal.clamp_min(0) + 1e-8)
-    n = mask.sum(dim=1, keepdim=True).clamp_min(1).to(logs.dtype)  # (B, 1)
-    zero = torch.zeros_like(logs)
-    mean = torch.where(mask, logs, zero).sum(dim=1, keepdim=True) / n
-    var = torch.where(mask, (logs - mean) ** 2, zero).sum(dim=1, keepdim=True) / n
+    logs, mean, var = _log_moments(sal, mask)
     std = var.sqrt()
     inf = torch.tensor(float("inf"), device=logs.device)
     hi = torch.where(mask, logs, -inf).amax(dim=1, keepdim=True)
@@ -214,12 +221,7 @@ def grail_published_weights(saliency: torch.Tensor, response: torch.Tensor, answ
     padding). No renormalisation. Returns (B, T) float32.
     """
     sal, response, _ = _as_rows(saliency, response, "saliency")
-    _check_scored(sal, response, "saliency")
-    logs = torch.log(sal.clamp_min(0) + 1e-8)
-    n = response.sum(dim=1, keepdim=True).clamp_min(1).to(logs.dtype)  # (B, 1)
-    zero = torch.zeros_like(logs)
-    mean = torch.where(response, logs, zero).sum(dim=1, keepdim=True) / n
-    var = torch.where(response, (logs - mean) ** 2, zero).sum(dim=1, keepdim=True) / n
+    logs, mean, var = _log_moments(sal, response)
     z = (logs - mean) / torch.sqrt(var + 1e-8)
     shaped = (1.0 + GRAIL_STD * z).clamp(GRAIL_W_MIN, GRAIL_W_MAX)
     keep = reasoning.to(shaped.device) & response & ~fallback.to(shaped.device)[:, None]
