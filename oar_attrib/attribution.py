@@ -1,12 +1,14 @@
-"""The public entry point: `attribute(model, tokenizer, prompts, responses, methods=...)`.
+"""The public entry point: `attribute(model, tokenizer, prompts, responses, methods, settings)`.
 
 Text -> segments -> importances (one registered method each) -> weights -> optional reshaped
 advantages and credit metrics, per response. Importances are computed in sub-batches so that
-progress shows and memory stays bounded; every method sees the same batch.
+progress shows and memory stays bounded; every method sees the same batch. Every trace
+carries the settings record of what made it (`records.settings_record`) as its `params`.
 """
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Sequence
 
 import torch
@@ -18,8 +20,8 @@ from .inputs.encoding import EncodedPair, encode_pairs
 from .methods import method_spec
 from .methods.masks import resolve_mask_names
 from .inputs.steps import AUTO
+from .records.settings_record import settings_record
 from .records.traces import AttributionBatch, TraceAttribution, build_trace
-from .weights.weightings import get_weighting
 from .weights import pipeline
 from .weights.pipeline import Weighed, for_method
 from .weights.settings import ReshapeSettings
@@ -27,19 +29,46 @@ from .weights.settings import ReshapeSettings
 __all__ = ["AttributionBatch", "TraceAttribution", "attribute", "compute_weights"]  # records: traces
 
 _D = ReshapeSettings  # the defaults below are the settings' own objects
+_SETTING_NAMES = tuple(f.name for f in dataclasses.fields(ReshapeSettings) if f.name != "method")
 
 
 def compute_weights(method: str, importance: torch.Tensor, mask: torch.Tensor,
                     tau: float = _D.tau, beta: float = _D.beta, w_min: float = _D.w_min, *,
                     weighting: str | None = None, rho: float = _D.rho) -> torch.Tensor:
-    """(B, L) weights from (B, L) importances over the (B, L) bool scored mask, through
-    `weighting` (default: the one `method` registered with; `weightings.available_weightings()`)."""
-    fn = get_weighting(weighting or method_spec(method).weighting)
-    settings = ReshapeSettings(method=method, tau=tau, beta=beta, w_min=w_min, rho=rho)
-    return fn(importance, mask, settings.weighting_params())
+    """Deprecated (removed in the next release): `weights.pipeline.weigh(importance, mask,
+    ReshapeSettings(method=..., tau=...))`, which this calls. (B, L) weights of (B, L)
+    importances over the (B, L) bool scored mask."""
+    warnings.warn("compute_weights is deprecated and goes in the next release; use "
+                  "oar_attrib.weights.pipeline.weigh(importance, mask, ReshapeSettings(method=..., "
+                  "tau=...))", DeprecationWarning, stacklevel=2)
+    settings = ReshapeSettings(method=method, tau=tau, beta=beta, w_min=w_min, rho=rho, weighting=weighting)
+    return pipeline.weigh(importance, mask, settings)
 
 
-def _trace(pair: EncodedPair, prompt, weighed: dict[str, Weighed], row: int, probe, params, gating,
+def resolve_settings(settings: ReshapeSettings | None, overrides: dict, stacklevel: int = 3) -> ReshapeSettings:
+    """`settings` (default: `ReshapeSettings()`) with the old flat keywords of `attribute`
+    (`tau=`, `probe=`, ... any field but `method`) applied, each with a DeprecationWarning that
+    names `settings=`; an unknown keyword is a TypeError, as Python gives."""
+    unknown = sorted(set(overrides) - set(_SETTING_NAMES))
+    if unknown:
+        raise TypeError(f"attribute() got an unexpected keyword argument {unknown[0]!r}")
+    settings = settings if settings is not None else ReshapeSettings()
+    if overrides:
+        given = ", ".join(f"{k}=..." for k in overrides)
+        warnings.warn(f"attribute({given}) is deprecated and goes in the next release; pass "
+                      f"settings=ReshapeSettings({given})", DeprecationWarning, stacklevel=stacklevel)
+        settings = dataclasses.replace(settings, **overrides)
+    return settings
+
+
+def analysis_params(methods: Sequence[str], method_params: dict | None) -> dict[str, dict]:
+    """Each method's keyword arguments in analysis: its registered `analysis_params` (OAR-G's 8
+    noise draws) under the caller's own `method_params[method]`."""
+    given = method_params or {}  # entries of methods not run are ignored (a shared budget map)
+    return {m: method_spec(m).analysis_kwargs(given.get(m)) for m in methods}
+
+
+def _trace(pair: EncodedPair, prompt, weighed: dict[str, Weighed], row: int, probe, record,
            advantage, n_rows: int):
     """The trace record of the batch's row `row` from each method's pipeline output."""
     s, e = pair.response_start, pair.length
@@ -48,8 +77,7 @@ def _trace(pair: EncodedPair, prompt, weighed: dict[str, Weighed], row: int, pro
     bonus = {m: w.bonus[row, s:e] for m, w in weighed.items()}
     seconds = {m: w.seconds / n_rows for m, w in weighed.items()}
     return build_trace(pair, prompt, probe=probe, scores=scores, weights=weights,
-                       advantage=advantage, params={**gating, "methods": params}, timings=seconds,
-                       bonus=bonus)
+                       advantage=advantage, params=record, timings=seconds, bonus=bonus)
 
 
 def _chunks(n: int, batch_size: int, groups: Sequence | None) -> list[range]:
@@ -74,6 +102,8 @@ def _outcomes(groups, correct, advantages, rows: range) -> GroupOutcomes | None:
     """The `GroupOutcomes` of `rows`, or None without groups."""
     if groups is None:
         return None
+    if correct is None or not len(groups) == len(correct):
+        raise InputError("groups and correct go together, one of each per response")
     ids = {g: i for i, g in enumerate(dict.fromkeys(groups))}
     return GroupOutcomes(group=torch.tensor([ids[groups[r]] for r in rows]),
                          correct=torch.tensor([bool(correct[r]) for r in rows]),
@@ -81,68 +111,8 @@ def _outcomes(groups, correct, advantages, rows: range) -> GroupOutcomes | None:
                          torch.tensor([float(advantages[r]) for r in rows]))
 
 
-def attribute(
-    model,
-    tokenizer,
-    prompts: str | Sequence,
-    responses: str | Sequence[str],
-    methods: Sequence[str] = ("oar_p",),
-    *,
-    probe: str = "as_mean",
-    answer_format: str = "auto",
-    answer_pattern=None,
-    chat: bool | None = None,
-    advantages: Sequence[float] | None = None,
-    tau: float = _D.tau,
-    beta: float = _D.beta,
-    w_min: float = _D.w_min,
-    weighting: str | None = _D.weighting,
-    rho: float = _D.rho,
-    granularity: str = _D.granularity,
-    step_pool: str = _D.step_pool,
-    method_params: dict[str, dict] | None = None,
-    batch_size: int = 16,
-    seed: int = 0,
-    progress: bool = False,
-    step_unit=AUTO,
-    max_batch_tokens: int | None = None,
-    groups: Sequence | None = None,
-    correct: Sequence[bool] | None = None,
-) -> AttributionBatch:
-    """Token importances, weights and credit metrics of each response.
-
-    prompts, responses: one or B of each (a prompt is a string or a chat message list).
-    methods: registered importance methods (`methods.available_methods()`).
-    probe: outcome probe, `lt`, `as_mean` or `as_joint` (METHOD.md section 3).
-    answer_format, answer_pattern: where the final answer is (`spans.locate_answer`: auto,
-        boxed, gsm8k, answer_is, regex with answer_pattern); OARConfig and `oar attribute
-        --answer-format` use the same names.
-    advantages: optional B sequence advantages A_i; adds token advantages A_i * w_t and the
-        top-10% advantage mass per method.
-    tau, beta, w_min: bi-level gating (METHOD.md section 6); w_min floors the suppression gate
-        before the mass-preserving rescale, so a final weight can be below it.
-    weighting, rho: the weighting (default each method's own) and top_rho's kept fraction.
-    granularity, step_pool: 'step' gates pooled step importances and gives each step's weight
-        to its tokens, as a step-granularity trainer does (`ReshapeSettings`).
-    method_params: extra keyword arguments per method, e.g. {"oar_g": {"n_noise": 4}}; an
-        OAR-P `mask` may name the tokenizer's "eos" or "unk" token (`methods.masks`).
-    progress: a progress bar counting traces, with the scored positions so far.
-    step_unit: how reasoning splits into steps (`steps.step_spans`: line, paragraph,
-        sentence, a regex; default auto: lines, or sentences when the reasoning is one line,
-        as the arithmetic world's is, so each `x=a+b=n.` clause is a step). Sets each trace's
-        `steps` and the steps step-level methods (`oar_p_step`) perturb.
-    max_batch_tokens: the token budget per forward of the methods that take one (OAR-P);
-        None sizes it from the device's free memory (`budget.auto_batch_tokens`).
-        `method_params[method]["max_batch_tokens"]` wins over it.
-    groups, correct: B group labels (responses sampled for one prompt share one; each group's
-        rows next to each other) and whether each response is right: what a method comparing a
-        group's rollouts reads (`ktae`); with `advantages`, GRAIL's rollout filter reads their
-        sign. A group is never split across sub-batches.
-    Responses whose answer span is not found get weight 1 everywhere and the flag
-    `no_answer_span`; one whose answer starts it after an empty prompt (no position predicts
-    the answer) is treated the same, flagged `no_predicting_position`. Non-finite importances
-    are flagged, never silently gated.
-    """
+def _as_lists(prompts, responses, advantages) -> tuple[list, list]:
+    """(prompts, responses) as lists of one entry per response, checked against each other."""
     if isinstance(prompts, (str, dict)) or (prompts and isinstance(prompts[0], dict)):
         prompts = [prompts]
     if isinstance(responses, str):
@@ -151,19 +121,62 @@ def attribute(
         raise InputError(f"{len(prompts)} prompts but {len(responses)} responses; pass one per response")
     if advantages is not None and len(advantages) != len(responses):
         raise InputError(f"{len(advantages)} advantages for {len(responses)} responses")
-    if (groups is None) != (correct is None) or (groups is not None and not
-                                                 len(groups) == len(correct) == len(responses)):
+    return list(prompts), list(responses)
+
+
+def attribute(
+    model,
+    tokenizer,
+    prompts: str | Sequence,
+    responses: str | Sequence[str],
+    methods: Sequence[str] = ("oar_p",),
+    settings: ReshapeSettings | None = None,
+    *,
+    method_params: dict[str, dict] | None = None,
+    advantages: Sequence[float] | None = None,
+    chat: bool | None = None,
+    step_unit=AUTO,
+    batch_size: int = 16,
+    progress: bool = False,
+    groups: Sequence | None = None,
+    correct: Sequence[bool] | None = None,
+    **overrides,
+) -> AttributionBatch:
+    """Token importances, weights and credit metrics of each response.
+
+    prompts, responses: one or B of each (a prompt is a string or a chat message list).
+    methods: registered importance methods (`methods.available_methods()`).
+    settings: how importances are computed and become weights (`ReshapeSettings`: probe,
+        tau, beta, w_min, weighting, rho, granularity, step_pool, answer_format,
+        answer_pattern, seed, ...; its `method` is not read, `methods` are). The old flat
+        keywords (`probe=`, `tau=`, ...) still work for one release, with a DeprecationWarning.
+    method_params: keyword arguments per method, e.g. {"oar_g": {"n_noise": 4}}, over the
+        method's analysis defaults (OAR-G: 8 noise draws); an OAR-P `mask` may name the
+        tokenizer's "eos" or "unk" token (`methods.masks`).
+    advantages: optional B sequence advantages A_i; adds token advantages A_i * w_t and the
+        top-10% advantage mass per method.
+    chat: wrap plain-string prompts in the chat template (None: when the tokenizer has one).
+    step_unit: how reasoning splits into steps (`steps.step_spans`: line, paragraph,
+        sentence, a regex; default auto: lines, or sentences of a one-line reasoning). Sets
+        each trace's `steps` and the steps step-level methods (`oar_p_step`) perturb.
+    batch_size: traces scored together; progress: a bar counting traces and scored positions.
+    groups, correct: B group labels (responses sampled for one prompt share one; each group's
+        rows next to each other) and whether each response is right: what a method comparing a
+        group's rollouts reads (`ktae`); with `advantages`, GRAIL's rollout filter reads their
+        sign. A group is never split across sub-batches.
+    Every trace's `params` is the settings record (`records.settings_record`). Responses whose
+    answer span is not found get weight 1 everywhere and the flag `no_answer_span`; one whose
+    answer starts right after an empty prompt is flagged `no_predicting_position`. Non-finite
+    importances are flagged, never silently gated.
+    """
+    settings = resolve_settings(settings, overrides)
+    prompts, responses = _as_lists(prompts, responses, advantages)
+    if (groups is None) != (correct is None) or (groups is not None and len(groups) != len(responses)):
         raise InputError("groups and correct go together, one of each per response")
-    settings = ReshapeSettings(
-        method=methods[0] if methods else _D.method, probe=probe, tau=tau, beta=beta, w_min=w_min,
-        weighting=weighting, rho=rho, granularity=granularity, step_pool=step_pool,
-        max_batch_tokens=max_batch_tokens, answer_format=answer_format, answer_pattern=answer_pattern,
-        seed=seed)
     per_method = {m: for_method(settings, m) for m in methods}  # checks every name
-    params = resolve_mask_names(method_params or {}, tokenizer)  # "eos" / "unk" -> token ids
-    gating = {"tau": tau, "beta": beta, "w_min": w_min}
-    if granularity != _D.granularity or weighting is not None:
-        gating |= {"granularity": granularity, "step_pool": step_pool, "weighting": weighting}
+    used = analysis_params(methods, method_params)
+    record = settings_record(settings, methods, used, model=model, step_unit=step_unit, chat=chat)
+    params = resolve_mask_names(used, tokenizer)  # "eos" / "unk" -> token ids
     out = AttributionBatch()
     bar = tqdm(total=len(prompts), desc="attribute", unit="trace", disable=not progress)
     positions = 0  # scored positions so far, beside the traces
@@ -171,14 +184,14 @@ def attribute(
         for rows in _chunks(len(prompts), batch_size, groups):
             start, stop = rows.start, rows.stop
             batch, pairs = encode_pairs(tokenizer, prompts[start:stop], responses[start:stop],
-                                        answer_format=answer_format, answer_pattern=answer_pattern, chat=chat,
-                                        step_unit=step_unit)
+                                        answer_format=settings.answer_format,
+                                        answer_pattern=settings.answer_pattern, chat=chat, step_unit=step_unit)
             batch = dataclasses.replace(batch, outcomes=_outcomes(groups, correct, advantages, rows))
-            weighed = {m: pipeline.score_and_weight(model, batch, per_method[m], params=params.get(m),
+            weighed = {m: pipeline.score_and_weight(model, batch, per_method[m], params=params[m],
                                                     tokenizer=tokenizer) for m in methods}
             for row, pair in enumerate(pairs):
                 adv = None if advantages is None else float(advantages[start + row])
-                out.append(_trace(pair, prompts[start + row], weighed, row, probe, params, gating,
+                out.append(_trace(pair, prompts[start + row], weighed, row, settings.probe, record,
                                   adv, len(pairs)))
             positions += sum(sum(t.scored) for t in out[-len(pairs):])
             bar.update(len(pairs))

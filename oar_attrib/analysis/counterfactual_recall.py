@@ -46,6 +46,7 @@ from ..world.words import WordProblem, generate_word_problems
 from .counterfactual import check_replacement, counterfactual_oracle
 from .recall import RecallReport, summarize, trace_recall
 from .sets import COUNTERFACTUAL
+from ..weights.settings import ReshapeSettings
 
 # The instruction of the `answer_is` prompt template (training.data, which the core does not import).
 INSTRUCTION = "{question}\nPlease reason step by step, and end with a final line 'The answer is <answer>.'"
@@ -209,7 +210,7 @@ def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None
     known = _read_cache(cache)
     texts = model_traces(model, tokenizer, records, max_new_tokens, progress)
     prompts = [record_prompt(r) for r in records]
-    traces = attribute(model, tokenizer, prompts, texts, methods, probe=probe, seed=seed,
+    traces = attribute(model, tokenizer, prompts, texts, methods, ReshapeSettings(probe=probe, seed=seed),
                        progress=progress, method_params=method_params)
     correct = [None if "answer" not in r else grade(t, r["answer"]).correct for r, t in zip(records, texts)]
     status, per_trace, tested, found = [], [], 0, 0

@@ -15,8 +15,9 @@ ranking's expectation is 0 (Spearman) and 0.5 (AUC).
 Resumable end to end, in one JSON Lines cache (`GradedCache`): each model answer, each
 method's scores of each trace and each trace's oracle are appended as soon as they are made,
 keyed by a hash of the trace (prompt and response ids) and of the record of everything that
-made them (`settings_record`: the model, its dtype, the method and its parameters, the oracle's
-settings); a rerun with the same cache reads them back and calls the model for nothing.
+made them (`records.settings_record`: the model's identity (its weights' hash) and dtype, the
+method and the parameters it ran with, the settings; the oracle's settings); a rerun with the
+same cache reads them back and calls the model for nothing.
 
 KTAE compares a group of rollouts: with `group_samples` G > 0, G answers per problem are
 sampled (temperature 1, seeded) and graded against the gold answer, and the greedy trace and
@@ -34,12 +35,13 @@ from typing import Callable
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..attribution import attribute
+from ..attribution import analysis_params, attribute
 from ..errors import InputError
 from ..generation import continue_groups, stop_ids
 from ..inputs.grading import grade
 from ..jsonl import iter_jsonl
 from ..methods import available_methods, method_spec, ranking_scores
+from ..records.settings_record import model_dtype, model_identity, settings_record
 from ..weights.metrics import mean_ci, spearman
 from ..weights.settings import ReshapeSettings
 from .counterfactual_recall import answer_key, encode_prompt_ids, record_prompt
@@ -48,18 +50,6 @@ from .report import RecallSummary
 from .sets import GRADED
 METRICS = ("spearman", "auc")
 EXPECTED = {"spearman": 0.0, "auc": 0.5}  # a random ranking's
-
-
-def settings_record(settings, methods, method_params: dict | None = None, *, model=None,
-                    dtype=None, **extra) -> dict:
-    """The record of what made a result (the shape of `records.settings_record`, written
-    here until that module is in this branch): the methods with their parameters, every
-    setting but the method, the model's name and dtype, and `extra`."""
-    fields = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings) if f.name != "method"}
-    names = [methods] if isinstance(methods, str) else list(methods)
-    return json.loads(json.dumps({
-        "format": 1, "methods": {m: dict(sorted((method_params or {}).get(m, {}).items())) for m in sorted(names)},
-        "settings": fields, "dtype": str(dtype), "model": {"name": model}, **extra}, default=repr))
 
 
 def cache_key(record: dict, *parts) -> str:
@@ -171,13 +161,13 @@ class _Run:
     model: object
     tokenizer: object
     cache: GradedCache
-    model_name: str
-    dtype: str
     settings: GradedSettings
     progress: bool
 
     def record(self, **extra) -> dict:
-        return {"model": self.model_name, "dtype": self.dtype, **extra}
+        """The record keying a model output that is not a method's scores (an answer, a group,
+        an oracle): the model's identity and dtype, and `extra`."""
+        return {"model": model_identity(self.model), "dtype": model_dtype(self.model), **extra}
 
 
 def _answers(run: _Run, prompts: list[list[int]], max_new_tokens: int) -> list[str]:
@@ -232,8 +222,8 @@ def _scores(run: _Run, prompts, texts, prompt_ids, traces, methods, reshape: Res
     now, method by method over the traces that lack them."""
     out = [dict() for _ in traces]
     for method in methods:
-        record = settings_record(dataclasses.replace(reshape, method=method), [method], method_params,
-                                 model=run.model_name, dtype=run.dtype)
+        record = settings_record(dataclasses.replace(reshape, method=method), [method],
+                                 analysis_params([method], method_params), model=run.model)
         grouped = method_spec(method).grouped
         keys = []
         for i, (ids, trace) in enumerate(zip(prompt_ids, traces)):
@@ -250,8 +240,7 @@ def _scores(run: _Run, prompts, texts, prompt_ids, traces, methods, reshape: Res
             _group_scores(run, prompts, groups, todo, method, reshape, method_params, out, keys)
         elif todo:
             done = attribute(run.model, run.tokenizer, [prompts[i] for i in todo], [texts[i] for i in todo], [method],
-                             probe=reshape.probe, seed=reshape.seed, method_params=method_params,
-                             progress=run.progress)
+                             reshape, method_params=method_params, progress=run.progress)
             for i, trace in zip(todo, done):
                 _keep(run, out, i, method, keys[i], trace.scores[method])
     return out
@@ -269,8 +258,8 @@ def _group_scores(run, prompts, groups, todo, method, reshape, method_params, ou
     texts, right = groups
     for i in todo:
         n = len(texts[i])
-        done = attribute(run.model, run.tokenizer, [prompts[i]] * n, texts[i], [method], probe=reshape.probe,
-                         seed=reshape.seed, method_params=method_params, groups=[0] * n, correct=right[i])
+        done = attribute(run.model, run.tokenizer, [prompts[i]] * n, texts[i], [method], reshape,
+                         method_params=method_params, groups=[0] * n, correct=right[i])
         _keep(run, out, i, method, keys[i], done[0].scores[method])
 
 
@@ -288,29 +277,29 @@ def _oracle(run: _Run, prompt_ids, trace, answer_of, max_batch_tokens: int) -> G
 
 def graded_recall(model, tokenizer, records: list[dict], *, methods=None, probe: str = "as_mean",
                   settings: GradedSettings = GradedSettings(), max_new_tokens: int = 256,
-                  max_batch_tokens: int = 16384, cache: str | Path | None = None, model_name: str = "",
+                  max_batch_tokens: int = 16384, cache: str | Path | None = None,
                   method_params: dict | None = None, group_samples: int = 0,
                   answer_of: Callable[[str], str | None] = answer_key, progress: bool = False) -> GradedReport:
     """Graded recall of every method against the model's own graded oracle on `records`
     (module docstring; records as `counterfactual_recall.data_records` gives them: a question
-    and its gold answer, or a `prompt`). `model_name` and the model's dtype key the cache with
-    everything else that made each entry. `answer_of`: response text -> comparable answer."""
+    and its gold answer, or a `prompt`). The model's identity (`records.settings_record.
+    model_identity`: its name and its weights' hash) and dtype key the cache with everything
+    else that made each entry. `answer_of`: response text -> comparable answer."""
     methods = list(methods or available_methods())
     grouped = [m for m in methods if method_spec(m).grouped]
     if grouped and group_samples < 1:
         raise InputError(f"{', '.join(grouped)} compares a group of rollouts, which single traces do not "
                          "have: pass --group-samples G (answers sampled per problem), or leave it out")
-    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    run = _Run(model, tokenizer, GradedCache(cache), model_name, dtype, settings, progress)
+    run = _Run(model, tokenizer, GradedCache(cache), settings, progress)
     prompts = [record_prompt(r) for r in records]
     prompt_ids = [encode_prompt_ids(tokenizer, p) for p in prompts]
     texts = [r.get("response") for r in records]
     if any(t is None for t in texts):
         fresh = _answers(run, prompt_ids, max_new_tokens)
         texts = [t if t is not None else f for t, f in zip(texts, fresh)]
-    traces = attribute(model, tokenizer, prompts, texts, [], probe=probe, seed=settings.seed)
-    groups = _ktae_groups(run, prompt_ids, records, texts, group_samples, max_new_tokens) if grouped else None
     reshape = ReshapeSettings(probe=probe, seed=settings.seed)
+    traces = attribute(model, tokenizer, prompts, texts, [], reshape)
+    groups = _ktae_groups(run, prompt_ids, records, texts, group_samples, max_new_tokens) if grouped else None
     scores = _scores(run, prompts, texts, prompt_ids, traces, methods, reshape, method_params or {}, groups)
     per_trace, graded, status, decode = [], [], [], DecodeStats()
     rows = tqdm(list(zip(prompt_ids, traces, scores)), desc="graded oracle", disable=not progress)

@@ -27,6 +27,7 @@ from ..store.codec import span_mask
 from ..world import Oracle, Problem, extract_answer, generate_problems
 from .report import RecallSummary
 from .sets import COUNTERFACTUAL, DEFAULT_SETS, RECALL_SETS
+from ..weights.settings import ReshapeSettings
 EXPECTED = "random_expectation"
 
 
@@ -172,7 +173,8 @@ def oracle_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "
     ids = generate(model, tokenizer, [p.prompt for p in problems], progress=progress)
     texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
     traces = attribute(model, tokenizer, [p.prompt for p in problems], texts, methods,
-                       probe=probe, seed=seed, progress=progress, method_params=method_params)
+                       ReshapeSettings(probe=probe, seed=seed), progress=progress,
+                       method_params=method_params)
     correct = [problem.reward(text) == 1.0 for problem, text in zip(problems, texts)]
     oracles = [problem.oracle(text) for problem, text in zip(problems, texts)]
     skipped, status, per_trace = {"no_answer_span": 0, "incomplete_trace": 0}, [], []

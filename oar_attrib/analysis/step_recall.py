@@ -40,6 +40,7 @@ from ..inputs.steps import STEP_POOLS, pool_steps
 from ..world import Oracle, generate_problems, shift_result
 from ..weights.defaults import VIEW_STEP_POOL
 from .report import RecallSummary
+from ..weights.settings import ReshapeSettings
 
 STEP_SETS = ("direct", "upstream", "distractor")
 STEP_METRICS = ("direct", "upstream")
@@ -152,8 +153,8 @@ def step_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "up
     problems = generate_problems(n, preset, seed=seed, split="test")
     ids = generate(model, tokenizer, [p.prompt for p in problems], progress=progress)
     texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
-    traces = attribute(model, tokenizer, [p.prompt for p in problems], texts, methods, probe=probe,
-                       seed=seed, progress=progress, method_params=params)
+    traces = attribute(model, tokenizer, [p.prompt for p in problems], texts, methods,
+                       ReshapeSettings(probe=probe, seed=seed), progress=progress, method_params=params)
     correct = [p.reward(t) == 1.0 for p, t in zip(problems, texts)]
     oracles = [p.oracle(t) for p, t in zip(problems, texts)]
     skipped, per_trace = {"no_answer_span": 0, "incomplete_trace": 0}, []

@@ -7,6 +7,9 @@ before the model loads; a rerun with the same input and output resumes after the
 already written. Under `torchrun` / `accelerate launch` rank r of n takes the lines whose
 number is r + 1, r + 1 + n, ... and rank 0 merges the ranks' parts into `--out` at the end.
 Exit status 0 when every line was attributed, 2 when some were skipped (or on bad arguments).
+Every output carries the settings record of the command (`command_record`); a rerun into an
+output made with other settings is refused, naming the flags that differ, before the model
+loads.
 """
 from __future__ import annotations
 
@@ -141,6 +144,24 @@ def read_pairs(path: Path, tokenizer, answer_format: str, skip_line, counts: Cou
 GATING_FLAGS = ("tau", "beta", "w_min", "weighting", "rho", "granularity", "step_pool")
 
 
+def attribute_settings(args) -> ReshapeSettings:
+    """The `ReshapeSettings` of the command line's flags."""
+    return ReshapeSettings(probe=args.probe, answer_format=args.answer_format,
+                           max_batch_tokens=args.max_batch_tokens,
+                           **{name: getattr(args, name) for name in GATING_FLAGS})
+
+
+def command_record(args, **extra) -> dict:
+    """The settings record of `oar attribute`'s flags, made before the model loads; equal to
+    the record `attribute()` gives each trace of this command."""
+    from ..attribution import analysis_params
+    from ..records.settings_record import settings_record
+
+    used = analysis_params(args.methods, method_params_from(args))
+    return settings_record(attribute_settings(args), args.methods, used, model=args.model,
+                           dtype=args.dtype, chat=args.chat, **extra)
+
+
 def attribute_lines(model, tokenizer, pairs, output: outputs.Output, args, on_written=None) -> int:
     """Attribute `pairs` ((line, prompt, response, labels) tuples) in batches of `args.batch_size`,
     writing each batch to `output` as soon as it is done. Returns the number written;
@@ -152,10 +173,8 @@ def attribute_lines(model, tokenizer, pairs, output: outputs.Output, args, on_wr
     def flush() -> int:
         lines, prompts, responses, labels = zip(*batch)
         traces = attribute(model, tokenizer, list(prompts), list(responses), args.methods,
-                           probe=args.probe, answer_format=args.answer_format,
-                           **{name: getattr(args, name) for name in GATING_FLAGS},
-                           batch_size=len(batch), max_batch_tokens=args.max_batch_tokens,
-                           chat=args.chat, method_params=method_params_from(args))
+                           attribute_settings(args), batch_size=len(batch), chat=args.chat,
+                           method_params=method_params_from(args))
         output.write([{"line": n, **t.to_dict(), **lab} for n, t, lab in zip(lines, traces, labels)])
         if on_written is not None:
             on_written(len(batch))
@@ -193,10 +212,13 @@ def open_output(args, lock: bool = True) -> outputs.Output:
     """The `--out` JsonlOutput or StoreOutput, checked, with the lines it already holds, and
     (with `lock`: every process but the ranks > 0 of a sharded run) its writer lock."""
     if str(args.out).endswith(".db"):
-        config = {"methods": list(args.methods), "probe": args.probe, "input": str(args.input),
-                  "answer_format": args.answer_format, "tau": args.tau, "beta": args.beta, "w_min": args.w_min}
-        return outputs.StoreOutput(args.out, f"attribute {args.input}", args.model, config, lock=lock)
-    return outputs.JsonlOutput(args.out, args.methods, args.probe, lock=lock)
+        config = command_record(args, input=str(args.input))
+        return outputs.StoreOutput(args.out, f"attribute {args.input}", args.model, config, lock=lock,
+                                   force_new=args.force_new_run)
+    if args.force_new_run:
+        raise InputError(f"--force-new-run starts a new run in a run store (*.db); --out {args.out} "
+                         "is a JSONL, which holds one run's settings: pass a new --out")
+    return outputs.JsonlOutput(args.out, command_record(args), lock=lock)
 
 
 def _summary(out: str, written: int, flagged: int, resumed: int, counts: Counter) -> str:
@@ -210,10 +232,16 @@ def _summary(out: str, written: int, flagged: int, resumed: int, counts: Counter
 
 def chat_choice(chat: bool | None, tokenizer) -> bool | None:
     """--chat/--no-chat, or when neither is given: plain-string prompts get the tokenizer's chat
-    template when it has one, said once on stderr (not once per line)."""
+    template when it has one, said once on stderr (and not once per line: the library's
+    `PlainPromptWarning` is silenced)."""
     if chat is None and getattr(tokenizer, "chat_template", None) is not None:
+        import warnings
+
+        from ..inputs.encoding import PlainPromptWarning
+
         print("oar attribute: plain-string prompts get the model's chat template (as one user "
               "message); --no-chat scores them as plain text", file=sys.stderr)
+        warnings.filterwarnings("ignore", category=PlainPromptWarning)
         return True
     return chat
 
@@ -226,8 +254,7 @@ def run(args: argparse.Namespace) -> int:
     if args.store is not None:
         from .attribute_store import attribute_stored
 
-        return attribute_stored(args, {name: getattr(args, name) for name in GATING_FLAGS},
-                                chat_choice)
+        return attribute_stored(args, chat_choice)
     if args.input is None or args.out is None:
         raise InputError("pass --input FILE.jsonl and --out (or --store S --run R to attribute "
                          "a stored run in place)")
@@ -254,7 +281,7 @@ def _attribute_into(final: outputs.Output, source: Path, args, rank: int, world:
     if world > 1:
         if rank != 0:
             final.close(finish=False)
-        writer = outputs.JsonlOutput(outputs.part_path(args.out, rank, world), args.methods, args.probe)
+        writer = outputs.JsonlOutput(outputs.part_path(args.out, rank, world), command_record(args))
     device = args.device
     if world > 1 and device == "cuda":
         device = f"cuda:{os.environ.get('LOCAL_RANK', rank)}"
@@ -271,7 +298,7 @@ def _attribute_into(final: outputs.Output, source: Path, args, rank: int, world:
         bar.update(1)
         bar.write(line, file=sys.stderr)
 
-    args.chat = chat_choice(args.chat, tokenizer)
+    chat_choice(args.chat, tokenizer)  # said once; args.chat stays as given: it is in the record
     pairs = read_pairs(source, tokenizer, args.answer_format, skip_line, counts, report=report, chat=args.chat)
     with bar:
         written = attribute_lines(model, tokenizer, pairs, _Flagged(writer, flagged, bar), args)
@@ -366,5 +393,8 @@ def add_parser(sub) -> None:
                          "prompts always get it)")
     add_method_knobs(at)
     add_model_args(at)
+    at.add_argument("--force-new-run", action="store_true",
+                    help="--out *.db: start a new run even when the store holds this input's run "
+                         "made with other settings (a JSONL holds one run: pass a new --out)")
     at.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     at.set_defaults(func=run)

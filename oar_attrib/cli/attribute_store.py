@@ -8,6 +8,10 @@ the run's answer format, and its chat rule (imports: message lists get the chat 
 text prompts are used as they are, e.g. verl's already templated input). The trace's stored
 sequence advantage gives the token advantages A_i * w_t. Then the run's summaries are
 recomputed.
+
+The run's config keeps, per method attributed in place, the settings record it was made with
+(`attributed`); attributing a method again under another record is refused (one line naming
+the flags), so a run never holds one method's traces made under two settings.
 """
 from __future__ import annotations
 
@@ -52,18 +56,35 @@ def _write(store, records, got, model_name: str) -> None:
     store.add_token_stats([(r.row.id, model_name, lp, h) for r, (lp, h) in zip(records, stats)])
 
 
-def attribute_stored(args, gating: dict, default_chat) -> int:
-    """Attribute run `args.run` of store `args.store` in place; the exit status. `gating`: the
-    gating keywords of `attribute`; `default_chat(None, tokenizer)`: `oar attribute`'s chat rule
-    for runs that do not record theirs."""
+def _check_attributed(store, run, record: dict) -> dict:
+    """The run's per-method records with this command's methods added; RecordMismatchError
+    when a method was attributed here before under another record."""
+    from .outputs import check_record
+
+    held = dict(run.config.get("attributed") or {})
+    for method, params in record["methods"].items():
+        mine = {**record, "methods": {method: params}}
+        if method in held:
+            check_record(f"--store {store.path} --run {run.id}", held[method], mine,
+                         "attribute into a new --out, or import the run again")
+        held[method] = mine
+    return held
+
+
+def attribute_stored(args, default_chat) -> int:
+    """Attribute run `args.run` of store `args.store` in place; the exit status.
+    `default_chat(None, tokenizer)`: `oar attribute`'s chat rule for runs that do not record
+    theirs."""
     from ..analysis.run_summary import summarise
     from ..analysis.token_stats import response_stats
     from ..attribution import attribute
     from ..models import load_model
+    from ..records.settings_record import lookup
     from ..store import Store
     from ..store.errors import NotFoundError
     from ..store.lock import WriterLock
     from ..store.schema import identify
+    from .attribute import attribute_settings, command_record
     from .choices import method_params_from
 
     if args.input is not None:
@@ -76,20 +97,23 @@ def attribute_stored(args, gating: dict, default_chat) -> int:
         except NotFoundError:
             raise InputError(f"--run {args.run}: no such run in {args.store}; `oar web --store` "
                              "lists them") from None
-        model, tokenizer = load_model(args.model or run.model or "arith-tiny", device=args.device,
-                                      dtype=args.dtype)
+        fmt = (run.config.get("answer_format") or lookup(run.config, "settings.answer_format")
+               or args.answer_format)
+        args.model = args.model or run.model or "arith-tiny"
+        args.answer_format = fmt
+        attributed = _check_attributed(store, run, command_record(args))  # before the model loads
+        model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
         chat = _chat(args, run.config, tokenizer, default_chat)
-        fmt = run.config.get("answer_format", args.answer_format)
         todo, done = _todo(store, run.id, args.methods), 0
+        if todo:
+            store.update_run_config(run.id, attributed=attributed)
 
         def attribute_part(records, flag: bool):
             prompts = [r.to_attribution().prompt for r in records]
             responses = [r.response for r in records]
-            results = attribute(model, tokenizer, prompts, responses, args.methods, probe=args.probe,
-                                answer_format=fmt, chat=flag, advantages=_advantages(records),
-                                **gating, batch_size=len(records),
-                                max_batch_tokens=args.max_batch_tokens,
-                                method_params=method_params_from(args))
+            results = attribute(model, tokenizer, prompts, responses, args.methods,
+                                attribute_settings(args), chat=flag, advantages=_advantages(records),
+                                batch_size=len(records), method_params=method_params_from(args))
             stats = response_stats(model, tokenizer, prompts, responses, chat=flag,
                                    answer_format=fmt)
             return results, stats

@@ -1,10 +1,15 @@
 """Where `oar attribute` writes: a JSON Lines file or a run store, written line by line as
 results arrive, and resumed by input line number.
 
-Every record is `{"line": n, **TraceAttribution.to_dict()}` (n the input file's line). A JSONL
-output is appended to and flushed after each batch; a store output commits each batch in one
-transaction. Opening an output checks it (before any model loads) and reads the line numbers
-it already holds, so a rerun skips them; a JSONL line cut short by a kill is dropped.
+Every record is `{"line": n, **TraceAttribution.to_dict()}` (n the input file's line), so every
+line carries the settings record of what made it (`records.settings_record`, the trace's
+`params`). A JSONL output is appended to and flushed after each batch; a store output commits
+each batch in one transaction, in a run whose config is the record. Opening an output checks
+it (before any model loads): a record that differs from the one it holds is refused with one
+line (`RecordMismatchError`) and nothing is written; otherwise it reads the line numbers it
+already holds, so a rerun skips them; a JSONL line cut short by a kill is dropped. A JSONL
+holds one run's settings, so a changed setting needs a new `--out`; a store takes a new run
+with `--force-new-run`.
 
 Several processes (`torchrun`, `accelerate launch`) each write a part file next to the output,
 `<out>.rank<r>-of-<n>.part` (JSONL, resumable the same way); rank 0 merges the parts into the
@@ -26,6 +31,7 @@ from typing import Iterable, Iterator, Protocol
 
 from ..errors import OARError
 from ..jsonl import iter_jsonl, parse_line
+from ..records.settings_record import RecordMismatchError, record_differences, stored_record
 from ..store.lock import WriterLock
 
 
@@ -113,22 +119,24 @@ def read_records(path: Path) -> Iterable[dict]:
             yield record
 
 
-def _check_same_job(path: Path, record: dict, methods, probe: str) -> None:
-    held = sorted(record.get("scores") or {})
-    if held != sorted(methods) or record.get("probe") != probe:
-        raise OutputError(
-            f"{path} holds attributions of methods {held} with probe {record.get('probe')!r}, "
-            f"not {sorted(methods)} with {probe!r}; rerun with those to resume it, or pass "
-            "another --out"
-        )
+JSONL_REMEDY = "pass a new --out (a JSONL holds the results of one set of settings)"
+STORE_REMEDY = "pass a new --out, or --force-new-run to start a new run in it"
+
+
+def check_record(where: str, stored: dict, current: dict, remedy: str) -> None:
+    """RecordMismatchError unless the record `stored` resumes under `current`."""
+    fields = record_differences(stored, current)
+    if fields:
+        raise RecordMismatchError(where, fields, stored, current, remedy)
 
 
 class JsonlOutput:
     """Appends records to a JSON Lines file, flushed and synced per batch; holds the file's
-    writer lock (unless `lock` is false) until closed."""
+    writer lock (unless `lock` is false) until closed. `record`: the settings record of what
+    is written; a file whose first record carries another is refused (`check_record`)."""
 
-    def __init__(self, path: str | Path, methods, probe: str, lock: bool = True):
-        self.path = Path(path)
+    def __init__(self, path: str | Path, record: dict, lock: bool = True):
+        self.path, settings = Path(path), record
         check_writable(self.path)
         self._lock = WriterLock(self.path, "--out") if lock else None
         self.done: set[int] = set()
@@ -137,7 +145,7 @@ class JsonlOutput:
                 _drop_partial_tail(self.path)
                 for record in read_records(self.path):
                     if not self.done:
-                        _check_same_job(self.path, record, methods, probe)
+                        check_record(f"--out {self.path}", stored_record(record), settings, JSONL_REMEDY)
                     self.done.add(record["line"])
             self._handle = open(self.path, "a", encoding="utf-8")
         except OSError as err:
@@ -175,11 +183,25 @@ class JsonlOutput:
 _LABELS = ("line", "gold", "reward", "correct")  # record keys that are not the trace's own
 
 
-class StoreOutput:
-    """Adds records to a run of a store, one transaction per batch. The run is the newest one
-    with the same `config` (a resumed job) or a new one, made at the first write."""
+def run_record(config: dict) -> dict:
+    """The settings record of a run's config: the config itself, or for a run written before
+    records existed, the partial record its config held (methods, probe, answer format and
+    tau, beta, w_min; what it lacks is not compared)."""
+    if config.get("format"):
+        return config
+    settings = {k: config[k] for k in ("probe", "answer_format", "tau", "beta", "w_min") if k in config}
+    return {"methods": {m: {} for m in config.get("methods") or []}, "settings": settings,
+            **({"input": config["input"]} if "input" in config else {})}
 
-    def __init__(self, path: str | Path, name: str, model: str, config: dict, lock: bool = True):
+
+class StoreOutput:
+    """Adds records to a run of a store, one transaction per batch. `config` is the settings
+    record of the job, with its `input`; the run is the newest one of that input whose record
+    matches (a resumed job) or a new one, made at the first write. Another run of the same
+    input with another record is refused (`check_record`) unless `force_new` (a new run)."""
+
+    def __init__(self, path: str | Path, name: str, model: str, config: dict, lock: bool = True,
+                 force_new: bool = False):
         from ..store import Store
         from ..store.schema import identify
 
@@ -190,11 +212,22 @@ class StoreOutput:
         try:
             self.store = Store(self.path)
             self.name, self.model, self.config = name, model, config
-            self.run_id = next((r.id for r in self.store.runs() if r.config == config), None)
+            self.run_id = None if force_new else self._same_job(config)
             self.done = set() if self.run_id is None else set(self._lines(self.run_id))
         except BaseException:
             self._release()
             raise
+
+    def _same_job(self, config: dict) -> int | None:
+        """The newest run of `config`'s input whose record matches it; None when the input has
+        no run; RecordMismatchError (against the newest) when it has only others."""
+        runs = [r for r in self.store.runs() if run_record(r.config).get("input") == config.get("input")]
+        for run in runs:
+            if not record_differences(run_record(run.config), config):
+                return run.id
+        if runs:
+            check_record(f"--out {self.path}", run_record(runs[0].config), config, STORE_REMEDY)
+        return None
 
     def _lines(self, run_id: int) -> list[int]:
         with self.store._transaction(write=False) as conn:

@@ -152,7 +152,7 @@ def run_graded(args: argparse.Namespace) -> int:
         model, tokenizer, records, methods=args.methods, probe=args.probe,
         settings=GradedSettings(k=args.graded_k, positions=args.cf_positions, seed=args.seed),
         max_new_tokens=args.max_new_tokens, max_batch_tokens=args.max_batch_tokens or 16384,
-        cache=args.cf_cache, model_name=args.model, group_samples=args.group_samples,
+        cache=args.cf_cache, group_samples=args.group_samples,
         method_params=method_params_from(args, budget_params(args.max_batch_tokens)),
         progress=not args.no_progress)
     if args.json:

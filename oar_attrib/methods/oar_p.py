@@ -158,7 +158,8 @@ class Clean:
     delete: bool = False  # perturbed positions are deleted instead (mask="delete")
 
 
-@register_method("oar_p", token_budget=True, random=True)  # random: mask="resample" draws
+# random: mask="resample" draws; overhead_tokens and packing group the same copies differently
+@register_method("oar_p", token_budget=True, random=True, speed_params=("overhead_tokens", "packing"))
 def oar_p(model, batch: ScoringBatch, *, probe: str = "as_mean",
           max_batch_tokens: int | None = None, generator: torch.Generator | None = None,
           progress: bool = False, overhead_tokens: int | None = None,

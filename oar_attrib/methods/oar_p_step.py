@@ -47,7 +47,8 @@ def oar_p_step_reference(model, batch: ScoringBatch, probe: str = "as_mean", *, 
     return engine.masked_reference(model, batch, steps, probe, mask=mask, generator=generator)
 
 
-@register_method("oar_p_step", token_budget=True, random=True)  # mask="resample" draws
+# random: mask="resample" draws; overhead_tokens groups the same copies differently
+@register_method("oar_p_step", token_budget=True, random=True, speed_params=("overhead_tokens",))
 def oar_p_step(model, batch: ScoringBatch, *, probe: str = "as_mean", max_batch_tokens: int | None = None,
                generator: torch.Generator | None = None, progress: bool = False,
                overhead_tokens: int | None = None, mask="pad") -> torch.Tensor:

@@ -27,7 +27,7 @@ declaring what the attribution and the trainer need to run it:
                   `tokenizer=` unless the caller's method_params give one;
 - uniform:        its weights are 1 everywhere and it never calls the model (`none`, plain
                   GRPO): the pipeline skips the forward and the trainer leaves advantages as
-                  they are.
+                  they are;
 - scope:          the positions it scores and its weighting weighs: "reasoning" (S, rows with
                   an answer span) or "response" (every response token of every row,
                   `batch.response_mask`: the published entropy and GRAIL baselines);
@@ -39,13 +39,22 @@ declaring what the attribution and the trainer need to run it:
                   reads their magnitude (`ranking_scores`);
 - variant_of:     it has the scores of the method named here on S and differs only in its
                   positions or weighting (e.g. `grail_all`): analysis lists leave it out, as it
-                  would rank every trace exactly as that method does.
+                  would rank every trace exactly as that method does;
+- speed_params:   keyword arguments that change speed, memory, display or a guard, never the
+                  scores (e.g. `packing`, `internal_batch_size`): they stay out of the settings
+                  record (`records.settings_record`), so changing one does not refuse a resume.
+                  Every other keyword is in the record with the value used; the token budget
+                  of a `token_budget` method and `progress` are speed for every method
+                  (`RUN_ONLY`);
+- analysis_params: defaults of analysis (`attribute`, `oar attribute`, the live page, recall)
+                  that differ from the function's own, which training keeps (OAR-G reads with
+                  8 noise draws, trains with the paper's 1); the caller's method_params win.
 
 `get_method` / `method_spec` raise an error that lists the known names.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import unknown_name
@@ -70,6 +79,12 @@ class MethodSpec:
     grouped: bool = False
     signed: bool = False
     variant_of: str | None = None
+    speed_params: tuple[str, ...] = ()
+    analysis_params: dict = field(default_factory=dict, hash=False)
+
+    def analysis_kwargs(self, params: dict | None = None) -> dict:
+        """The method's keyword arguments in analysis: its `analysis_params` under `params`."""
+        return {**self.analysis_params, **(params or {})}
 
     def kwargs(self, values: dict, max_batch_tokens: int | None = None, longest: int = 0,
                generators=None) -> dict:
@@ -90,6 +105,12 @@ class MethodSpec:
 
 _METHODS: dict[str, MethodSpec] = {}
 
+# Keywords no method's scores depend on: the pipeline fills `generator` from the settings' seed
+# (recorded there) and `tokenizer` from the model (recorded by its identity); `progress` only
+# draws a bar; `max_batch_tokens` sizes forwards, and a method registered with `token_budget`
+# promises the same scores under every budget (its fast == reference tests hold it to that).
+RUN_ONLY = ("generator", "tokenizer", "progress", "max_batch_tokens")
+
 
 SCOPES = ("reasoning", "response")
 
@@ -97,8 +118,9 @@ SCOPES = ("reasoning", "response")
 def register_method(name: str, *, weighting: str = "bilevel", random: bool = False,
                     token_budget: bool = False, train_params: tuple[str, ...] = (),
                     analysis_only: bool = False, needs_tokenizer: bool = False,
-                    uniform: bool = False, scope: str = "reasoning", grouped: bool = False,
-                    signed: bool = False, variant_of: str | None = None
+                    uniform: bool = False, speed_params: tuple[str, ...] = (),
+                    analysis_params: dict | None = None, scope: str = "reasoning",
+                    grouped: bool = False, signed: bool = False, variant_of: str | None = None
                     ) -> Callable[[ImportanceFn], ImportanceFn]:
     """Decorator: register `fn` as importance method `name` (see the module docstring)."""
     if scope not in SCOPES:
@@ -108,8 +130,9 @@ def register_method(name: str, *, weighting: str = "bilevel", random: bool = Fal
         if name in _METHODS:
             raise ValueError(f"importance method {name!r} is registered twice; pick another name")
         _METHODS[name] = MethodSpec(name, fn, weighting, random, token_budget, tuple(train_params),
-                                    analysis_only, needs_tokenizer, uniform, scope, grouped, signed,
-                                    variant_of)
+                                    analysis_only, needs_tokenizer, uniform, scope=scope, grouped=grouped,
+                                    signed=signed, variant_of=variant_of, speed_params=tuple(speed_params),
+                                    analysis_params=dict(analysis_params or {}))
         return fn
 
     return wrap

@@ -157,7 +157,9 @@ def resample_steps(model, tokenizer, batch: ScoringBatch, *, n_samples: int = 8,
     return out
 
 
-@register_method("resample", analysis_only=True, needs_tokenizer=True)
+# max_rollouts only refuses a row that needs more; batch_size is not speed-only: each chunk
+# reseeds the sampler, so it changes the draws
+@register_method("resample", analysis_only=True, needs_tokenizer=True, speed_params=("max_rollouts",))
 def resample(model, batch: ScoringBatch, *, probe: str = "as_mean", generator: torch.Generator | None = None,
              tokenizer=None, n_samples: int = 8, removal: str = "pad", answer_format: str = "auto",
              temperature: float = 1.0, max_rollouts: int = 4096, batch_size: int = 64,

@@ -140,6 +140,7 @@ def write_problem_run(store, model, tokenizer, owners, texts, *, name: str = "de
     (then None is returned and the run stays unfinished)."""
     from ..analysis.run_summary import summarise
     from ..attribution import attribute
+    from ..weights.settings import ReshapeSettings
     from ..methods import available_methods
 
     all_methods = list(config.methods or available_methods())
@@ -159,8 +160,9 @@ def write_problem_run(store, model, tokenizer, owners, texts, *, name: str = "de
             return None
         end = min(start + step, len(texts))
         traces = attribute(model, tokenizer, [p.prompt for p in owners[start:end]],
-                           list(texts[start:end]), methods, probe=config.probe,
-                           advantages=advantages[start:end], seed=config.seed + start,
+                           list(texts[start:end]), methods,
+                           ReshapeSettings(probe=config.probe, seed=config.seed + start),
+                           advantages=advantages[start:end],
                            progress=progress, method_params=method_params)
         store.add_traces(
             run_id, traces, rewards=rewards[start:end], correct=[r == 1.0 for r in rewards[start:end]],
@@ -219,6 +221,7 @@ def complete_pending(store, model, tokenizer, run_id: int, *, batch: int = 8,
 
     from ..analysis.run_summary import summarise
     from ..attribution import attribute
+    from ..weights.settings import ReshapeSettings
 
     config = store.run(run_id).config
     for method in list(config.get("pending_methods", [])):
@@ -231,7 +234,8 @@ def complete_pending(store, model, tokenizer, run_id: int, *, batch: int = 8,
                 records = [store.trace(i) for i in ids[start:start + batch]]
                 results = attribute(
                     model, tokenizer, [r.prompt for r in records], [r.response for r in records],
-                    [method], probe=config.get("probe", "as_mean"), seed=config.get("seed", 0),
+                    [method], ReshapeSettings(probe=config.get("probe", ReshapeSettings.probe),
+                                              seed=config.get("seed", 0)),
                     advantages=[r.row.advantage or 0.0 for r in records], method_params=params)
                 for record, result in zip(records, results):
                     store.add_attributions(record.id, result)

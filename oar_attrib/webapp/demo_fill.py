@@ -86,6 +86,7 @@ def fill_real(store, config: DemoConfig, status: Progress, *, model=None, stop=N
     by REAL_METHODS; a model that cannot be loaded skips the stage with its one-line reason.
     True when the stage has ended."""
     from ..attribution import attribute
+    from ..weights.settings import ReshapeSettings
     from ..errors import OARError
     from ..models import load_model
     from ..rollouts import sample_groups
@@ -117,8 +118,9 @@ def fill_real(store, config: DemoConfig, status: Progress, *, model=None, stop=N
         if stop is not None and stop.is_set():
             return False
         traces = attribute(model, tokenizer, [r["prompt"] for r in group], [r["response"] for r in group],
-                           list(REAL_METHODS), probe=config.probe, answer_format=REAL_FORMAT,
-                           advantages=[r["advantage"] for r in group], seed=config.seed)
+                           list(REAL_METHODS), ReshapeSettings(probe=config.probe, answer_format=REAL_FORMAT,
+                                                               seed=config.seed),
+                           advantages=[r["advantage"] for r in group])
         store.add_traces(run.id, traces, rewards=[r["reward"] for r in group],
                          correct=[r["correct"] for r in group], groups=[r["group"] for r in group],
                          extras=[{"question": _text(r["prompt"]), "true_answer": r["gold"],

@@ -29,6 +29,7 @@ class LiveAttributor:
             advantage: float | None = None):
         """The `TraceAttribution` of the pair."""
         from oar_attrib.attribution import attribute
+        from oar_attrib.weights.settings import ReshapeSettings
         from oar_attrib.cli.attribute import Skip, judge_record
         from oar_attrib.errors import InputError
 
@@ -46,7 +47,7 @@ class LiveAttributor:
         try:
             adv = None if advantage is None else [advantage]
             return attribute(self.model, self.tokenizer, [prompt], [response], list(methods),
-                             probe=probe, advantages=adv)[0]
+                             ReshapeSettings(probe=probe), advantages=adv)[0]
         finally:
             self._slots.release()
 

@@ -149,9 +149,9 @@ def positions(batch: ScoringBatch, spec: MethodSpec) -> torch.Tensor:
     return batch.scored_mask & batch.has_answer[:, None]
 
 
-def weigh(importances: torch.Tensor, scored: torch.Tensor, settings: ReshapeSettings,
-          step_ids: torch.Tensor | None = None, batch: ScoringBatch | None = None
-          ) -> tuple[torch.Tensor, torch.Tensor]:
+def token_credit(importances: torch.Tensor, scored: torch.Tensor, settings: ReshapeSettings,
+                 step_ids: torch.Tensor | None = None, batch: ScoringBatch | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(weights, bonus), each (B, L), of finite (B, L) importances over the (B, L) bool mask
     `scored` (step 4): the settings' weighting, else the method's own; with granularity 'step'
     the weighting runs over the steps of `step_ids` (B, L) and each step's weight goes to its
@@ -172,6 +172,13 @@ def weigh(importances: torch.Tensor, scored: torch.Tensor, settings: ReshapeSett
         return weights, torch.zeros_like(ones)
     out = spec.fn(importances, scored, params, batch)
     return (ones, out.float()) if spec.additive else (out, torch.zeros_like(ones))
+
+
+def weigh(importances: torch.Tensor, scored: torch.Tensor, settings: ReshapeSettings,
+          step_ids: torch.Tensor | None = None, batch: ScoringBatch | None = None) -> torch.Tensor:
+    """The (B, L) weights of `token_credit` (1 everywhere for an additive weighting, whose term
+    is `token_credit`'s bonus)."""
+    return token_credit(importances, scored, settings, step_ids, batch)[0]
 
 
 def score_and_weight(model, batch: ScoringBatch, settings: ReshapeSettings, *,
@@ -198,7 +205,7 @@ def score_and_weight(model, batch: ScoringBatch, settings: ReshapeSettings, *,
     nonfinite = (scored & ~torch.isfinite(importances)).any(dim=1)
     gated = scored & (attributed & ~nonfinite)[:, None]
     clean = torch.where(gated, importances, torch.zeros_like(importances))
-    weights, bonus = weigh(clean, gated, settings, batch.step_ids, batch)
+    weights, bonus = token_credit(clean, gated, settings, batch.step_ids, batch)
     return Weighed(importances=torch.where(scored, importances, torch.zeros_like(importances)),
                    weights=weights, scored=scored, attributed=attributed, nonfinite=nonfinite,
                    seconds=time.perf_counter() - start, bonus=bonus)

@@ -98,7 +98,7 @@ def test_a_rerun_with_the_same_cache_calls_the_model_for_nothing(bundled, tmp_pa
     hook = model.register_forward_pre_hook(lambda module, args: calls.append(1))
     settings = GradedSettings(k=2, positions=4)
     kwargs = dict(methods=["oar_p", "entropy", "random"], settings=settings, cache=tmp_path / "c.jsonl",
-                  model_name="arith-tiny", max_new_tokens=96)
+                  max_new_tokens=96)
     try:
         first = graded_recall(model, tok, records(), **kwargs)
         assert calls and first.n_scored == 3
@@ -122,7 +122,7 @@ def test_ktae_applies_with_sampled_groups_only(bundled, tmp_path):
     with pytest.raises(InputError, match="group"):
         graded_recall(model, tok, records(2), methods=["ktae"], settings=settings)
     report = graded_recall(model, tok, records(2), methods=["ktae", "random"], settings=settings,
-                           group_samples=3, cache=tmp_path / "k.jsonl", model_name="arith-tiny")
+                           group_samples=3, cache=tmp_path / "k.jsonl")
     assert report.cache["group"]["computed"] == 2 and "ktae" in report.methods
     sampled = [json.loads(line)["texts"] for line in (tmp_path / "k.jsonl").read_text().splitlines()
                if json.loads(line)["kind"] == "group"]

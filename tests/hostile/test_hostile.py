@@ -145,7 +145,7 @@ def test_resuming_with_other_methods_is_refused_and_changes_nothing(tmp_path, pr
     assert _run(_attribute(src, out), capsys)[0] == 0
     before = out.read_bytes()
     _one_line_error(["attribute", "--input", str(src), "--out", str(out), "--methods", "entropy"],
-                    capsys, "holds attributions of methods ['oar_p']", "another --out")
+                    capsys, "--methods: oar_p there, entropy here", "new --out")
     assert out.read_bytes() == before
 
 
@@ -644,7 +644,7 @@ def test_parts_merge_in_line_order_once_even_when_resumed_out_of_order(tmp_path)
     for (rank, world), lines in parts.items():
         text = "".join(json.dumps(record(n)) + "\n" for n in lines)
         outputs.part_path(out, rank, world).write_text(text + '{"line": 8, "cut sh')  # a kill
-    final = outputs.JsonlOutput(out, ["oar_p"], "as_mean")
+    final = outputs.JsonlOutput(out, {"methods": {"oar_p": {}}, "settings": {"probe": "as_mean"}})
     assert outputs.merge_parts(final, out, batch=2) == 6
     final.close()
     assert _jsonl_lines(out) == [1, 2, 3, 4, 5, 6, 7] and not outputs.part_files(out)

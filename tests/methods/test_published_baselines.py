@@ -19,7 +19,7 @@ from oar_attrib.inputs.batch import GroupOutcomes, ScoringBatch
 from oar_attrib.methods import get_method, method_spec
 from oar_attrib.methods.baselines.ktae import fisher_score, information_gain, key_token_values
 from oar_attrib.weights.gating import grail_published_weights, reshape_advantages
-from oar_attrib.weights.pipeline import score_and_weight, weigh
+from oar_attrib.weights.pipeline import score_and_weight, token_credit
 from oar_attrib.weights.settings import ReshapeSettings
 from models import PAD_ID, make_batch, tiny_qwen2
 
@@ -52,7 +52,7 @@ def test_entropy_keeps_the_top_fifth_of_every_response_token_of_the_batch():
                          batch.answer_mask, PAD_ID, response_mask=batch.response_mask)
     entropy = torch.tensor([[0.0, 0.0, 0.1, 0.9, 0.3, 0.2, 0.5, 0.2],
                             [0.0, 0.0, 0.0, 0.0, 0.8, 0.05, 0.7, 0.4]])
-    weights, bonus = weigh(entropy, batch.response_mask, ReshapeSettings(method="entropy"), batch=batch)
+    weights, bonus = token_credit(entropy, batch.response_mask, ReshapeSettings(method="entropy"), batch=batch)
     expected = torch.tensor([[1, 1, 0, 1, 0, 0, 0, 0], [1, 1, 1, 1, 1, 0, 0, 0]], dtype=torch.float32)
     assert torch.equal(weights, expected) and not bonus.any()
 
@@ -116,12 +116,12 @@ def test_grail_reweights_wrong_rollouts_only_and_all_rows_without_advantages():
                                                                 torch.tensor(advantage))
         this = ScoringBatch(batch.input_ids, batch.attention_mask, batch.scored_mask, batch.answer_mask,
                             PAD_ID, response_mask=batch.response_mask, outcomes=outcomes)
-        weights, _ = weigh(importance, batch.response_mask, ReshapeSettings(method="grail"), batch=this)
+        weights, _ = token_credit(importance, batch.response_mask, ReshapeSettings(method="grail"), batch=this)
         for row, on in enumerate(reweighted):
             want = hand if on else torch.tensor([1.0, 1.0, 1.0, 1.0, 5.0, 1.0])
             torch.testing.assert_close(weights[row, 1:], want)
         assert (weights[2] == 1).all() and (weights[:, 0] == 1).all()  # no span; the prompt
-    all_rows, _ = weigh(importance, batch.response_mask, ReshapeSettings(method="grail_all"), batch=this)
+    all_rows, _ = token_credit(importance, batch.response_mask, ReshapeSettings(method="grail_all"), batch=this)
     torch.testing.assert_close(all_rows[1, 1:], hand)  # the 'both' variant reweights right ones too
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from oar_attrib import cli
-from oar_attrib.attribution import attribute, compute_weights
+from oar_attrib.attribution import attribute, compute_weights, resolve_settings
 from oar_attrib.errors import InputError, UnknownNameError
 from oar_attrib.weights.gating import bilevel_weights, entropy_topk_mask, gate
 from oar_attrib.methods import method_spec
@@ -53,12 +53,17 @@ def trainer_weights(model, tok, texts, settings):
     return token_weights(model, tok, prompts, completions, max(map(len, completions)), settings)
 
 
+# Analysis reads OAR-G with 8 noise draws, training with 1: compared with the trainer, attribute
+# is given the trainer's draws.
+TRAINING_DRAWS = {"oar_g": {"n_noise": 1}}
+
+
 @pytest.mark.parametrize("method", ["oar_g", "oar_p"])
 def test_attribute_at_step_granularity_gives_the_step_trainers_weights(model, tok, texts, method):
     settings = ReshapeSettings(method=method, granularity="step", step_pool="max", seed=5)
     tw = trainer_weights(model, tok, texts, settings)
-    traces = attribute(model, tok, [p for p, _ in texts], [r for _, r in texts], [method],
-                       granularity="step", step_pool="max", seed=5, batch_size=3)
+    traces = attribute(model, tok, [p for p, _ in texts], [r for _, r in texts], [method], settings,
+                       batch_size=3, method_params=TRAINING_DRAWS)
     assert tw.attributed.all()
     for b, trace in enumerate(traces):
         n = len(trace.token_ids)
@@ -68,22 +73,27 @@ def test_attribute_at_step_granularity_gives_the_step_trainers_weights(model, to
         steps = [weights[a:e] for a, e in trace.steps]
         assert len(steps) >= 2 and all((s == s[0]).all() for s in steps)  # one weight per step
         assert len({round(float(s[0]), 4) for s in steps}) >= 2  # and the steps differ
-    token = attribute(model, tok, texts[0][0], texts[0][1], [method], seed=5)[0]
+    token = attribute(model, tok, texts[0][0], texts[0][1], [method], ReshapeSettings(seed=5),
+                      method_params=TRAINING_DRAWS)[0]
     assert token.weights[method] != traces[0].weights[method]  # granularity is not ignored
 
 
 def test_oar_g_scores_of_a_trace_do_not_depend_on_its_batch_and_equal_the_trainers(model, tok, texts):
     prompts, responses = [p for p, _ in texts], [r for _, r in texts]
-    batched = attribute(model, tok, prompts, responses, ["oar_g"], seed=3, batch_size=4)
-    tw = trainer_weights(model, tok, texts, ReshapeSettings(method="oar_g", seed=3))
+    settings = ReshapeSettings(method="oar_g", seed=3)
+    batched = attribute(model, tok, prompts, responses, ["oar_g"], settings, batch_size=4,
+                        method_params=TRAINING_DRAWS)
+    tw = trainer_weights(model, tok, texts, settings)
     for b in range(len(texts)):
-        alone = attribute(model, tok, prompts[b], responses[b], ["oar_g"], seed=3)[0]
+        alone = attribute(model, tok, prompts[b], responses[b], ["oar_g"], settings,
+                          method_params=TRAINING_DRAWS)[0]
         n = len(alone.token_ids)
         torch.testing.assert_close(torch.tensor(batched[b].scores["oar_g"]),
                                    torch.tensor(alone.scores["oar_g"]), rtol=1e-4, atol=1e-7)
         torch.testing.assert_close(tw.importances[b, :n], torch.tensor(alone.scores["oar_g"]),
                                    rtol=1e-4, atol=1e-7)
-    other = attribute(model, tok, prompts[0], responses[0], ["oar_g"], seed=4)[0]
+    other = attribute(model, tok, prompts[0], responses[0], ["oar_g"], ReshapeSettings(seed=4),
+                      method_params=TRAINING_DRAWS)[0]
     assert other.scores["oar_g"] != batched[0].scores["oar_g"]  # the seed is used
 
 
@@ -156,10 +166,9 @@ def _default(fn, name):
 
 def test_every_gating_default_is_the_settings_own_object():
     d = ReshapeSettings
-    pairs = [(_default(attribute, "tau"), d.tau), (_default(attribute, "beta"), d.beta),
-             (_default(attribute, "w_min"), d.w_min), (_default(attribute, "rho"), d.rho),
-             (_default(attribute, "step_pool"), d.step_pool), (_default(attribute, "granularity"), d.granularity),
-             (_default(compute_weights, "tau"), d.tau), (_default(bilevel_weights, "tau"), d.tau),
+    # attribute() takes one settings object: its default is ReshapeSettings() itself.
+    assert _default(attribute, "settings") is None and resolve_settings(None, {}) == d()
+    pairs = [(_default(compute_weights, "tau"), d.tau), (_default(bilevel_weights, "tau"), d.tau),
              (_default(bilevel_weights, "beta"), d.beta), (_default(bilevel_weights, "w_min"), d.w_min),
              (_default(gate, "beta"), d.beta), (_default(gate, "w_min"), d.w_min),
              (_default(entropy_topk_mask, "rho"), d.rho), (_default(step_weights, "how"), d.step_pool),

@@ -28,7 +28,8 @@ from ..registry import register_method
 from ..probes import ProbeSites, check_probe, probe_sites, probe_values
 
 
-@register_method("ig", token_budget=True)
+# internal_batch_size splits the same path points; reuse_prefix reads the prompt from a cache
+@register_method("ig", token_budget=True, speed_params=("internal_batch_size", "reuse_prefix"))
 def ig(model, batch: ScoringBatch, *, probe: str = "as_mean",
        generator: torch.Generator | None = None, n_steps: int = 32,
        internal_batch_size: int | None = None,
