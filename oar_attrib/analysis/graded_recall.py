@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import torch
 from tqdm.auto import tqdm
 
 from ..attribution import analysis_params, attribute
@@ -138,8 +139,10 @@ def pooled(per_trace: list[dict], methods: list[str], seed: int = 0) -> tuple[di
 @dataclass
 class GradedReport(RecallSummary):
     """The summary `oar recall --sets graded --json` prints (`RecallSummary`'s fields, then
-    `between`, `oracle`, `decode` and `cache`), with the per-trace data kept for a closer
-    look (`graded`: each trace's `GradedTrace`, None when skipped)."""
+    `between`, `oracle`, `decode` (the regeneration work of the oracles computed in this run,
+    and summed over those read from the cache, when they were made) and `cache`), with the
+    per-trace data kept for a closer look (`graded`: each trace's `GradedTrace`, None when
+    skipped)."""
 
     SUMMARY_FIELDS = RecallSummary.SUMMARY_FIELDS + ("between", "oracle", "decode", "cache")
     _: KW_ONLY
@@ -163,6 +166,7 @@ class _Run:
     cache: GradedCache
     settings: GradedSettings
     progress: bool
+    cached_decode: dict = field(default_factory=dict)  # the summed decode stats of cached oracles
 
     def record(self, **extra) -> dict:
         """The record keying a model output that is not a method's scores (an answer, a group,
@@ -202,8 +206,6 @@ def _ktae_groups(run: _Run, prompts, records, texts, samples: int, max_new_token
         key = cache_key(record, ids)
         hit = run.cache.get("group", key)
         if hit is None:
-            import torch
-
             torch.manual_seed(run.settings.seed)
             new = continue_groups(run.model, [ids], pad, max_new_tokens=max_new_tokens, samples=samples,
                                   greedy=False, eos_token_id=stop or None).tolist()
@@ -267,6 +269,9 @@ def _oracle(run: _Run, prompt_ids, trace, answer_of, max_batch_tokens: int) -> G
     key = cache_key(run.record(oracle=GRADED, **dataclasses.asdict(run.settings)), prompt_ids, trace.token_ids)
     hit = run.cache.get("oracle", key)
     if hit is not None:
+        for name, value in (hit.get("decode") or {}).items():  # the work it took when it was made
+            if isinstance(value, (int, float)) and name != "tokens_per_second":
+                run.cached_decode[name] = run.cached_decode.get(name, 0) + value
         return GradedTrace.from_json(hit)
     positions = [t for t, s in enumerate(trace.scored) if s]
     graded = graded_oracle(run.model, run.tokenizer, prompt_ids, trace.token_ids, positions, answer_of,
@@ -336,5 +341,6 @@ def _report(records, texts, traces, methods, per_trace, graded, status, decode, 
         n=len(records), n_scored=status.count("scored"),
         accuracy=sum(known) / len(known) if known else None,
         skipped={"no_answer_span": status.count("no_answer_span")}, traces=traces, per_trace=per_trace,
-        between=between, oracle=oracle, decode=decode.to_dict(), cache=run.cache.counts,
+        between=between, oracle=oracle, cache=run.cache.counts,
+        decode={"computed": decode.to_dict(), "cached": {k: round(v, 3) for k, v in run.cached_decode.items()}},
         graded=graded, texts=texts)
