@@ -38,11 +38,11 @@ from tqdm.auto import tqdm
 
 from ..attribution import analysis_params, attribute
 from ..errors import InputError
-from ..generation import continue_groups, stop_ids
 from ..inputs.grading import grade
 from ..jsonl import iter_jsonl
 from ..methods import available_methods, method_spec, ranking_scores
 from ..records.settings_record import model_dtype, model_identity, settings_record
+from ..rollouts import decode_answers
 from ..weights.metrics import mean_ci, spearman
 from ..weights.settings import ReshapeSettings
 from .counterfactual_recall import answer_key, encode_prompt_ids, record_prompt
@@ -174,32 +174,34 @@ class _Run:
         return {"model": model_identity(self.model), "dtype": model_dtype(self.model), **extra}
 
 
+def _decode(run: _Run, prompts: list[list[int]], samples: int, greedy: bool, max_new_tokens: int) -> list[list[str]]:
+    """Per prompt its answers' texts (`rollouts.decode_answers`: each prompt prefilled once)."""
+    chunk = [(ids, None) for ids in prompts]
+    answers = decode_answers(run.model, run.tokenizer, chunk, samples=samples, greedy=greedy, temperature=1.0,
+                             max_new_tokens=max_new_tokens)
+    return [[text for text, _, _ in group] for group in answers]
+
+
 def _answers(run: _Run, prompts: list[list[int]], max_new_tokens: int) -> list[str]:
-    """Each prompt's greedy answer, from the cache or decoded now (left-padded batches)."""
+    """Each prompt's greedy answer, from the cache or decoded now (8 prompts at a time)."""
     record = run.record(answer="greedy", max_new_tokens=max_new_tokens)
     keys = [cache_key(record, ids) for ids in prompts]
     found = {i: run.cache.get("answer", k) for i, k in enumerate(keys)}
     todo = [i for i, hit in found.items() if hit is None]
-    stop = stop_ids(run.model, run.tokenizer)
-    pad = run.tokenizer.pad_token_id if run.tokenizer.pad_token_id is not None else (stop or [0])[0]
     for start in tqdm(range(0, len(todo), 8), desc="answers", disable=not run.progress or not todo):
         chunk = todo[start:start + 8]
-        new = continue_groups(run.model, [prompts[i] for i in chunk], pad, max_new_tokens=max_new_tokens,
-                              eos_token_id=stop or None).tolist()
-        for i, row in zip(chunk, new):
-            kept = row[:next((j for j, t in enumerate(row) if t in stop), len(row))]
-            found[i] = run.cache.put("answer", keys[i], {"text": run.tokenizer.decode(kept, skip_special_tokens=True)})
+        for i, (text,) in zip(chunk, _decode(run, [prompts[i] for i in chunk], 1, True, max_new_tokens)):
+            found[i] = run.cache.put("answer", keys[i], {"text": text})
     return [found[i]["text"] for i in range(len(prompts))]
 
 
 def _ktae_groups(run: _Run, prompts, records, texts, samples: int, max_new_tokens: int) -> tuple[list, list]:
-    """KTAE's groups: per problem its greedy trace and `samples` sampled answers, graded
-    against the gold answer; (texts of every row, right or wrong of every row)."""
+    """KTAE's groups: per problem its greedy trace and `samples` answers sampled at
+    temperature 1 (seeded per problem), graded against the gold answer; (texts of every row,
+    right or wrong of every row)."""
     record = run.record(answer="sampled", samples=samples, temperature=1.0, seed=run.settings.seed,
                         max_new_tokens=max_new_tokens)
     rows, right = [], []
-    stop = stop_ids(run.model, run.tokenizer)
-    pad = run.tokenizer.pad_token_id if run.tokenizer.pad_token_id is not None else (stop or [0])[0]
     for ids, rec, text in tqdm(list(zip(prompts, records, texts)), desc="KTAE groups", disable=not run.progress):
         if "answer" not in rec:
             raise InputError("KTAE's groups are graded against the gold answer: every record needs `answer`")
@@ -207,11 +209,7 @@ def _ktae_groups(run: _Run, prompts, records, texts, samples: int, max_new_token
         hit = run.cache.get("group", key)
         if hit is None:
             torch.manual_seed(run.settings.seed)
-            new = continue_groups(run.model, [ids], pad, max_new_tokens=max_new_tokens, samples=samples,
-                                  greedy=False, eos_token_id=stop or None).tolist()
-            sampled = [run.tokenizer.decode(r[:next((j for j, t in enumerate(r) if t in stop), len(r))],
-                                            skip_special_tokens=True) for r in new]
-            hit = run.cache.put("group", key, {"texts": sampled})
+            hit = run.cache.put("group", key, {"texts": _decode(run, [ids], samples, False, max_new_tokens)[0]})
         group = [text] + hit["texts"]
         rows.append(group)
         right.append([grade(t, rec["answer"]).correct for t in group])
