@@ -36,9 +36,7 @@ from ..errors import InputError
 from ..generation import continue_rows, cut_at_stop, left_pad, stop_ids
 from ..lm import cache_of, eval_mode, plain_kv, with_cache
 from .counterfactual import choose_positions
-
-# Tokens a regeneration may write beyond what is left of the original response.
-REGENERATION_MARGIN = 16
+from .counterfactual_recall import REGENERATION_MARGIN  # tokens beyond what is left of the response
 
 
 @dataclass(frozen=True)

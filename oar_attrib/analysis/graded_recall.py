@@ -37,6 +37,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..attribution import analysis_params, attribute
+from ..defaults import PROBE
 from ..errors import InputError
 from ..inputs.grading import grade
 from ..jsonl import iter_jsonl
@@ -50,7 +51,7 @@ from .graded_oracle import DecodeStats, GradedSettings, GradedTrace, graded_orac
 from .report import RecallSummary
 from .sets import GRADED
 METRICS = ("spearman", "auc")
-EXPECTED = {"spearman": 0.0, "auc": 0.5}  # a random ranking's
+RANDOM_RANKING = {"spearman": 0.0, "auc": 0.5}  # a random ranking's
 
 
 def cache_key(record: dict, *parts) -> str:
@@ -278,7 +279,7 @@ def _oracle(run: _Run, prompt_ids, trace, answer_of, max_batch_tokens: int) -> G
     return graded
 
 
-def graded_recall(model, tokenizer, records: list[dict], *, methods=None, probe: str = "as_mean",
+def graded_recall(model, tokenizer, records: list[dict], *, methods=None, probe: str = PROBE,
                   settings: GradedSettings = GradedSettings(), max_new_tokens: int = 256,
                   max_batch_tokens: int = 16384, cache: str | Path | None = None,
                   method_params: dict | None = None, group_samples: int = 0,
@@ -335,7 +336,7 @@ def _report(records, texts, traces, methods, per_trace, graded, status, decode, 
               "mean_flip_rate": float(rates.mean()) if rates.size else None,
               "flip_rate_counts": {f"{j}/{k}": int((levels == j).sum()) for j in range(k + 1)}}
     return GradedReport(
-        methods=summary, random={m: {"mean": v, "expected": True} for m, v in EXPECTED.items()},
+        methods=summary, random={m: {"mean": v, "expected": True} for m, v in RANDOM_RANKING.items()},
         n=len(records), n_scored=status.count("scored"),
         accuracy=sum(known) / len(known) if known else None,
         skipped={"no_answer_span": status.count("no_answer_span")}, traces=traces, per_trace=per_trace,

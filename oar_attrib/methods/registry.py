@@ -6,7 +6,7 @@ members, so its lookups see them.
 
 An importance method is a plain function
 
-    fn(model, batch: ScoringBatch, *, probe: str = "as_mean", generator=None, **params)
+    fn(model, batch: ScoringBatch, *, probe: str = defaults.PROBE, generator=None, **params)
         -> torch.Tensor  # (B, L) float32, >= 0 on its positions, exactly 0 elsewhere
 
 Its positions are its `scope`'s: by default the scored reasoning S of rows with an answer span
@@ -48,7 +48,10 @@ declaring what the attribution and the trainer need to run it:
                   (`RUN_ONLY`);
 - analysis_params: defaults of analysis (`attribute`, `oar attribute`, the live page, recall)
                   that differ from the function's own, which training keeps (OAR-G reads with
-                  8 noise draws, trains with the paper's 1); the caller's method_params win.
+                  8 noise draws, trains with the paper's 1); the caller's method_params win;
+- draws:          it averages random draws and takes `return_draws=True`, which returns the
+                  (n, B, L) per-draw importances instead of their mean (`methods.draws`): the
+                  pipeline averages them itself and judges the ranking's stability from them.
 
 `get_method` / `method_spec` raise an error that lists the known names.
 """
@@ -81,6 +84,7 @@ class MethodSpec:
     variant_of: str | None = None
     speed_params: tuple[str, ...] = ()
     analysis_params: dict = field(default_factory=dict, hash=False)
+    draws: bool = False
 
     def analysis_kwargs(self, params: dict | None = None) -> dict:
         """The method's keyword arguments in analysis: its `analysis_params` under `params`."""
@@ -108,8 +112,9 @@ _METHODS: dict[str, MethodSpec] = {}
 # Keywords no method's scores depend on: the pipeline fills `generator` from the settings' seed
 # (recorded there) and `tokenizer` from the model (recorded by its identity); `progress` only
 # draws a bar; `max_batch_tokens` sizes forwards, and a method registered with `token_budget`
-# promises the same scores under every budget (its fast == reference tests hold it to that).
-RUN_ONLY = ("generator", "tokenizer", "progress", "max_batch_tokens")
+# promises the same scores under every budget (its fast == reference tests hold it to that);
+# `return_draws` (the pipeline's, for a `draws` method) returns the draws whose mean it is.
+RUN_ONLY = ("generator", "tokenizer", "progress", "max_batch_tokens", "return_draws")
 
 
 SCOPES = ("reasoning", "response")
@@ -120,8 +125,8 @@ def register_method(name: str, *, weighting: str = "bilevel", random: bool = Fal
                     analysis_only: bool = False, needs_tokenizer: bool = False,
                     uniform: bool = False, speed_params: tuple[str, ...] = (),
                     analysis_params: dict | None = None, scope: str = "reasoning",
-                    grouped: bool = False, signed: bool = False, variant_of: str | None = None
-                    ) -> Callable[[ImportanceFn], ImportanceFn]:
+                    grouped: bool = False, signed: bool = False, variant_of: str | None = None,
+                    draws: bool = False) -> Callable[[ImportanceFn], ImportanceFn]:
     """Decorator: register `fn` as importance method `name` (see the module docstring)."""
     if scope not in SCOPES:
         raise ValueError(f"scope={scope!r} of method {name!r}: choose one of {', '.join(SCOPES)}")
@@ -132,7 +137,7 @@ def register_method(name: str, *, weighting: str = "bilevel", random: bool = Fal
         _METHODS[name] = MethodSpec(name, fn, weighting, random, token_budget, tuple(train_params),
                                     analysis_only, needs_tokenizer, uniform, scope=scope, grouped=grouped,
                                     signed=signed, variant_of=variant_of, speed_params=tuple(speed_params),
-                                    analysis_params=dict(analysis_params or {}))
+                                    analysis_params=dict(analysis_params or {}), draws=draws)
         return fn
 
     return wrap

@@ -24,7 +24,7 @@ import torch
 from ..errors import InputError, unknown_name
 from ..inputs.batch import ScoringBatch
 from .gating import bilevel_weights, entropy_topk_mask, grail_published_weights, grail_weights
-from . import defaults
+from .. import defaults
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from ...defaults import PROBE
 from ...inputs.batch import ScoringBatch
 from ...budget import backward_tokens, row_groups
 from ...lm import (check_positions, check_token_budget, eval_mode, input_embeddings,
@@ -25,7 +26,7 @@ from ..probes import check_probe, probe_sites, probe_values
 
 
 @register_method("grail", weighting="grail", token_budget=True, scope="response")
-def grail(model, batch: ScoringBatch, *, probe: str = "as_mean",
+def grail(model, batch: ScoringBatch, *, probe: str = PROBE,
           generator: torch.Generator | None = None,
           max_batch_tokens: int | None = None) -> torch.Tensor:
     """GRAIL saliency s_t >= 0 of every response token of the rows with an answer span, one
@@ -47,7 +48,7 @@ def grail(model, batch: ScoringBatch, *, probe: str = "as_mean",
 
 @register_method("grail_all", weighting="grail_all", token_budget=True, scope="response",
                  variant_of="grail")
-def grail_all(model, batch: ScoringBatch, *, probe: str = "as_mean",
+def grail_all(model, batch: ScoringBatch, *, probe: str = PROBE,
               generator: torch.Generator | None = None,
               max_batch_tokens: int | None = None) -> torch.Tensor:
     """`grail`'s saliency; its weighting reweights every rollout, right ones too."""
@@ -56,7 +57,7 @@ def grail_all(model, batch: ScoringBatch, *, probe: str = "as_mean",
 
 @register_method("grail_reasoning", weighting="grail_reasoning", token_budget=True,
                  variant_of="grail")
-def grail_reasoning(model, batch: ScoringBatch, *, probe: str = "as_mean",
+def grail_reasoning(model, batch: ScoringBatch, *, probe: str = PROBE,
                     generator: torch.Generator | None = None,
                     max_batch_tokens: int | None = None) -> torch.Tensor:
     """`grail`'s saliency on the scored reasoning positions only (the earlier variant).

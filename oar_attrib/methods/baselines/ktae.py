@@ -35,6 +35,7 @@ import math
 
 import torch
 
+from ...defaults import PROBE
 from ...errors import InputError
 from ...inputs.batch import ScoringBatch
 from ..probes import check_probe
@@ -46,7 +47,7 @@ FISHER_TIES = 1.0 + 1e-7  # scipy.stats.fisher_exact's relative tolerance
 
 
 @register_method("ktae", weighting="additive", scope="response", grouped=True, signed=True)
-def ktae(model, batch: ScoringBatch, *, probe: str = "as_mean",
+def ktae(model, batch: ScoringBatch, *, probe: str = PROBE,
          generator: torch.Generator | None = None) -> torch.Tensor:
     """Key-token values k(y_t) of every response token (module docstring).
 
