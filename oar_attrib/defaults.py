@@ -33,3 +33,7 @@ VIEW_STEP_POOL = "max"  # how a step is ranked where it is shown or scored
 ANSWER_FORMAT = "auto"
 PROMPT_FORMAT = "boxed"
 WORLD_FORMAT = "gsm8k"
+
+# The model a command runs on when neither its flags nor its input name one (`catalogue`:
+# the bundled arithmetic model, which needs no download).
+DEFAULT_MODEL = "arith-tiny"

@@ -14,11 +14,11 @@ prefill and one decode loop. `model.generate` stops as soon as every row has hit
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from tqdm.auto import tqdm
-from transformers import LogitsProcessor, LogitsProcessorList
+from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from .lm import cache_of, eval_mode, with_cache
 
@@ -119,6 +119,24 @@ class GreedyRows(LogitsProcessor):
         return torch.where(self.rows.to(scores.device)[:, None], top, scores)
 
 
+class StepCounter(StoppingCriteria):
+    """Tells `on_step(tokens, ended)` after each decoding step of `generate`: how many rows
+    made a token this step and how many of them ended with it (a stop id); never stops a
+    row. A progress bar counts tokens and answers with it as they are made."""
+
+    def __init__(self, rows: int, stop: Sequence[int], on_step: Callable[[int, int], None]):
+        self.alive = torch.ones(rows, dtype=torch.bool)
+        self.stop, self.on_step = torch.tensor(list(stop), dtype=torch.long), on_step
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        """input_ids: (R, L), the last column the token just made -> (R,) all False."""
+        last = input_ids[:, -1].cpu()
+        ended = self.alive & torch.isin(last, self.stop)
+        self.on_step(int(self.alive.sum()), int(ended.sum()))
+        self.alive &= ~ended
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
 def _prefill(model, ids: torch.Tensor, attn: torch.Tensor):
     """The KV cache of every column of the (B, L) left-padded rows but the last, at the
     positions `generate` gives left-padded rows (attention-mask cumsum - 1); None when L == 1."""
@@ -134,12 +152,14 @@ def _prefill(model, ids: torch.Tensor, attn: torch.Tensor):
 def continue_groups(
     model, rows: Sequence[Sequence[int]], pad_id: int, *, max_new_tokens: int, samples: int = 0,
     greedy: bool = True, temperature: float = 1.0, eos_token_id: int | list[int] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> torch.Tensor:
     """(B * K, N) new token ids, K = greedy + samples answers per row of ids, row-major (a
     row's K answers together, its greedy one first), N <= max_new_tokens; after an answer's EOS
     `generate` fills in `pad_id`. Each row is prefilled once and its cache repeated K times;
     the greedy answer equals `continue_rows`'s greedy one, the others are sampled at
-    `temperature` (no top-k/top-p). Dropout is off."""
+    `temperature` (no top-k/top-p). Dropout is off. `on_step(tokens, ended)` hears of every
+    decoding step (`StepCounter`; answers cut off at max_new_tokens are not counted as ended)."""
     k = int(greedy) + samples
     if k < 1:
         raise ValueError("continue_groups needs greedy=True or samples >= 1")
@@ -149,6 +169,10 @@ def continue_groups(
     greedy_rows = (torch.arange(len(rows) * k, device=device) % k == 0) & greedy
     if samples and greedy:
         kwargs["logits_processor"] = LogitsProcessorList([GreedyRows(greedy_rows)])
+    if on_step is not None:
+        eos = eos_token_id if eos_token_id is not None else getattr(model.generation_config, "eos_token_id", None)
+        stop = [eos] if isinstance(eos, int) else list(eos or [])
+        kwargs["stopping_criteria"] = StoppingCriteriaList([StepCounter(len(rows) * k, stop, on_step)])
     with eval_mode(model):
         cache = _prefill(model, ids, attn)
         if cache is not None and k > 1:

@@ -7,12 +7,10 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from .catalogue import CATALOGUE, bundled_path, entry_folder, gguf_folder
+from .catalogue import CATALOGUE, TOKENIZER_FILES, bundled_path, entry_folder, gguf_folder
 from .errors import ModelLoadError
 
 BUNDLED = tuple(name for name, entry in CATALOGUE.items() if entry.bundled)
-# A folder holds a tokenizer when it has one of these (fast, sentencepiece or BPE files).
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
 
 
 def resolve(name_or_path: str | Path) -> Path:
@@ -121,6 +119,27 @@ def _read(name_or_path, path: Path, what: str, auto):
                              f"{mend}") from None
 
 
+def load_tokenizer(name_or_path: str | Path):
+    """(tokenizer, config) of a catalogue name, a .gguf file or a local folder, without the
+    weights (the pad token set as `load_model` sets it); a folder that holds only a tokenizer
+    (a run folder) gives config None."""
+    path = Path(name_or_path).expanduser()
+    if path.is_dir() and not (path / "config.json").is_file() and any(
+            (path / name).is_file() for name in TOKENIZER_FILES):
+        config = None
+    else:
+        path = resolve(name_or_path)
+        config = _read(name_or_path, path, "config.json", AutoConfig)
+    return _padded(_read(name_or_path, path, "tokenizer files", AutoTokenizer)), config
+
+
+def _padded(tokenizer):
+    """The tokenizer, its pad token the EOS when it has none (batches are padded)."""
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
 def load_model(name_or_path: str | Path = "arith-tiny", device: str | None = None, dtype=None):
     """(model, tokenizer) from a catalogue name (`oar models`), a .gguf file or a local
     folder; model in eval mode.
@@ -143,8 +162,7 @@ def load_model(name_or_path: str | Path = "arith-tiny", device: str | None = Non
         local_files_only=True,
     )
     check_pair(model, tokenizer)
-    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
-        tokenizer.pad_token = tokenizer.eos_token
+    _padded(tokenizer)
     model.eval()
     if device is not None:
         model.to(device)

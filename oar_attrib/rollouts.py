@@ -15,7 +15,7 @@ takes; `oar generate` writes them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple, Sequence
 
@@ -134,14 +134,16 @@ def prompt_ids(tokenizer, prompt) -> list[int]:
 
 
 def decode_answers(model, tokenizer, chunk: Sequence[tuple[list[int], Question]], *, samples: int,
-                   greedy: bool, temperature: float, max_new_tokens: int) -> list[list[tuple[str, int, bool]]]:
+                   greedy: bool, temperature: float, max_new_tokens: int,
+                   on_step: Callable[[int, int], None] | None = None) -> list[list[tuple[str, int, bool]]]:
     """Per (prompt ids, question) of `chunk`, its `samples` answers as (text, tokens with the
-    EOS, cut off at max_new_tokens), decoded together (`continue_groups`)."""
+    EOS, cut off at max_new_tokens), decoded together (`continue_groups`; `on_step(tokens,
+    ended)` after each decoding step)."""
     stop = stop_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (stop or [0])[0]
     new = continue_groups(model, [ids for ids, _ in chunk], pad, max_new_tokens=max_new_tokens,
                           samples=samples - int(greedy), greedy=greedy, temperature=temperature,
-                          eos_token_id=stop or None).tolist()
+                          eos_token_id=stop or None, on_step=on_step).tolist()
     out = []
     for row in new:
         end = next((i for i, t in enumerate(row) if t in stop), None)
@@ -182,9 +184,12 @@ def sample_groups(model, tokenizer, questions: Sequence[Question], *, samples: i
 def sample_encoded(model, tokenizer, encoded: Sequence[tuple[list[int], Question]], *, samples: int,
                    greedy: bool = False, temperature: float = 1.0, max_new_tokens: int = 512,
                    answer_format: str = PROMPT_FORMAT, batch_size: int = 8, seed: int = 0,
-                   first: int = 0) -> Iterator[list[list[dict]]]:
+                   first: int = 0, on_step: Callable[[int, int], None] | None = None
+                   ) -> Iterator[list[list[dict]]]:
     """`sample_groups` of questions whose prompt ids are known ((ids, question) pairs); the
-    answers are numbered from `first` (answers added to groups already held)."""
+    answers are numbered from `first` (answers added to groups already held). `on_step(tokens,
+    ended)` hears of each decoding step (`generation.StepCounter`), so progress moves while a
+    batch decodes."""
     if samples < 1:
         raise InputError(f"samples must be at least 1 (answers per question), got {samples}")
     encoded = sorted(encoded, key=lambda e: len(e[0]))
@@ -192,7 +197,7 @@ def sample_encoded(model, tokenizer, encoded: Sequence[tuple[list[int], Question
     for start in range(0, len(encoded), batch_size):
         chunk = encoded[start:start + batch_size]
         answers = decode_answers(model, tokenizer, chunk, samples=samples, greedy=greedy,
-                                 temperature=temperature, max_new_tokens=max_new_tokens)
+                                 temperature=temperature, max_new_tokens=max_new_tokens, on_step=on_step)
         yield [graded_group(q, a, answer_format, greedy, first) for (_, q), a in zip(chunk, answers)]
 
 
@@ -219,6 +224,14 @@ class SamplingSettings:
             raise InputError(f"--max-new-tokens must be at least 1, got {self.max_new_tokens}")
         if not 0 <= self.seed < 2 ** 63:
             raise InputError(f"--seed must be in [0, 2**63), got {self.seed}")
+
+    def record(self) -> dict:
+        """What each answer carries as `sampling`: these settings, the model named as the
+        settings record names it (`model_identity`: catalogue name or path, and the sha256 of
+        its weights), so that `oar attribute` and `oar import` know which model wrote a file."""
+        from .records.settings_record import model_identity
+
+        return {**asdict(self), "model": model_identity(self.model)}
 
     @property
     def all_greedy(self) -> bool:

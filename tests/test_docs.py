@@ -69,7 +69,7 @@ def test_the_cli_reference_generator_on_its_own():
     text = cli_reference(build_parser())
     section = text[text.index("## `oar attribute`"):]
     section = section[:section.index("\n## ", 1)]
-    assert "| `--answer-format` | `auto` |" in section
+    assert "| `--probe` | `as_mean` |" in section
     assert "usage: oar attribute" in section
     # the column gives the default; the help text does not say it again
     tau = next(line for line in section.splitlines() if line.startswith("| `--tau`"))

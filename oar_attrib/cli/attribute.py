@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..console import say, terminal_safe
+from ..defaults import DEFAULT_MODEL
 from ..errors import InputError
 from ..inputs.pairs import Skip, input_labels, judge_record, judge_tokens
 from ..inputs.segments import n_scored
@@ -29,6 +30,7 @@ from . import outputs
 from ..configs import add_dataclass_args, add_model_args
 from ..weights.settings import ReshapeSettings
 from .choices import add_answer_format_arg, add_method_knobs, add_probe_arg, method_name, method_params_from
+from .provenance import input_defaults
 
 
 def check_input(path: str) -> Path:
@@ -58,7 +60,6 @@ def read_pairs(path: Path, tokenizer, answer_format: str, skip_line, counts: Cou
         yield number, *got, input_labels(record, got[1], answer_format), judged
 
 
-DEFAULT_MODEL = "arith-tiny"  # --model when neither it nor --store names one
 
 # The gating flags of `oar attribute`, one per ReshapeSettings field (the same names as
 # attribute()'s keywords and OARConfig's oar_* fields).
@@ -196,9 +197,11 @@ def run(args: argparse.Namespace) -> int:
     if args.input is None or args.out is None:
         raise InputError("pass --input FILE.jsonl and --out (or --store S --run R to attribute "
                          "a stored run in place)")
-    args.model = args.model or DEFAULT_MODEL
     source = check_input(args.input)
     rank, world = _ranks()
+    said = input_defaults(args, source, DEFAULT_MODEL, "attribute")
+    if said and rank == 0:
+        say(said)
     dist = _process_group(world)
     final = open_output(args, lock=rank == 0)  # every check of --out, before the model loads
     try:
@@ -307,8 +310,9 @@ def progress_bar(path: Path, skip_line, disable: bool):
 def add_parser(sub) -> None:
     at = sub.add_parser("attribute", help="token importances of prompt/response pairs (JSONL in, JSONL out)")
     at.add_argument("--model", default=None,
-                    help="bundled name or local checkpoint folder (default: arith-tiny; with "
-                         "--store, the run's model)")
+                    help="catalogue name or local checkpoint folder (default: the model that wrote "
+                         "--input, as `oar generate` records it, else arith-tiny; with --store, "
+                         "the run's model)")
     at.add_argument("--input", default=None, help="JSONL with 'prompt' and 'response' per line")
     at.add_argument("--store", default=None,
                     help="a run store *.db whose run --run is attributed in place (an `oar import`ed "
@@ -321,7 +325,9 @@ def add_parser(sub) -> None:
     at.add_argument("--methods", nargs="+", default=["oar_p", "oar_g"], type=method_name,
                     help="registered importance methods (oar_attrib.available_methods())")
     add_probe_arg(at)
-    add_answer_format_arg(at)
+    add_answer_format_arg(at, default=None, help_text="where the final answer is (default: the format "
+                          "--input was generated with, as `oar generate` records it, or the --store "
+                          "run's; else auto)")
     add_dataclass_args(at, ReshapeSettings, GATING_FLAGS)  # generated from ReshapeSettings: defaults and help text
     at.add_argument("--batch-size", type=int, default=16,
                     help="lines attributed (and then written) together; each record's `timings` is "

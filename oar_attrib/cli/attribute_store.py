@@ -4,8 +4,9 @@ For imported runs (`oar import`: TRL, verl, JSONL) and for runs that want one mo
 Each batch of traces that lack a method is attributed and written in one transaction, with the
 policy's per-token log-probability and entropy (`analysis.token_stats`, one more forward),
 so a rerun resumes after the traces done. The prompt is encoded as when the run was written:
-the run's answer format, and its chat rule (imports: message lists get the chat template,
-text prompts are used as they are, e.g. verl's already templated input). The trace's stored
+the run's answer format (unless --answer-format is given), and its chat rule (imports: message lists get the chat template,
+text prompts are used as they are, e.g. verl's already templated input; a run imported with
+the plain role template, for a tokenizer without one, gets it again). The trace's stored
 sequence advantage gives the token advantages A_i * w_t. Then the run's summaries are
 recomputed.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..console import say
+from ..defaults import ANSWER_FORMAT, DEFAULT_MODEL
 from ..errors import InputError
 
 
@@ -31,6 +33,13 @@ def _chat(args, run_config: dict, tokenizer, default_chat):
         return chat_rule
     chat = default_chat(None, tokenizer)  # what `oar attribute --out` chose by default
     return lambda prompt: chat
+
+
+def _tokenizer_only(model: str) -> bool:
+    """Whether a run's model is a folder without weights (`oar import` took only the tokenizer
+    of a run folder)."""
+    folder = Path(model).expanduser() if model else None
+    return folder is not None and folder.is_dir() and not (folder / "config.json").is_file()
 
 
 def _todo(store, run_id: int, methods) -> list[int]:
@@ -77,10 +86,9 @@ def attribute_stored(args, default_chat, settings_of, record_of) -> int:
     from ..analysis.run_summary import summarise
     from ..analysis.token_stats import response_stats
     from ..attribution import attribute
+    from ..inputs.chat_template import ROLE_TEMPLATE, ROLE_TEMPLATE_NAME
     from ..models import load_model
-    from ..records.settings_record import lookup
     from ..store import Store
-    from ..store.errors import NotFoundError
     from ..store.lock import WriterLock
     from ..store.schema import identify
     from .choices import method_params_from
@@ -90,17 +98,12 @@ def attribute_stored(args, default_chat, settings_of, record_of) -> int:
                          "the store, so pass one or the other")
     identify(Path(args.store))
     with WriterLock(args.store, "--store"), Store(args.store) as store:
-        try:
-            run = store.run(args.run)
-        except NotFoundError:
-            raise InputError(f"--run {args.run}: no such run in {args.store}; `oar web --store` "
-                             "lists them") from None
-        fmt = (run.config.get("answer_format") or lookup(run.config, "settings.answer_format")
-               or args.answer_format)
-        args.model = args.model or run.model or "arith-tiny"
-        args.answer_format = fmt
+        run = _stored_run(store, args)
+        fmt = args.answer_format
         attributed = _check_attributed(store, run, record_of(args))  # before the model loads
         model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
+        if run.config.get("chat_template") == ROLE_TEMPLATE_NAME:  # as the import rendered them
+            tokenizer.chat_template = ROLE_TEMPLATE
         chat = _chat(args, run.config, tokenizer, default_chat)
         todo, done = _todo(store, run.id, args.methods), 0
         if todo:
@@ -127,3 +130,24 @@ def attribute_stored(args, default_chat, settings_of, record_of) -> int:
     say(f"attributed {done} traces of run {run.id} in {args.store} with "
         f"{', '.join(args.methods)}")
     return 0
+
+
+def _stored_run(store, args):
+    """Run `args.run` of `store`, with `args.model` and `args.answer_format` filled in from it
+    where left out; InputError when there is no such run or it holds no weights to score with."""
+    from ..records.settings_record import lookup
+    from ..store.errors import NotFoundError
+
+    try:
+        run = store.run(args.run)
+    except NotFoundError:
+        raise InputError(f"--run {args.run}: no such run in {args.store}; `oar web --store` "
+                         "lists them") from None
+    args.answer_format = (args.answer_format or run.config.get("answer_format")
+                          or lookup(run.config, "settings.answer_format") or ANSWER_FORMAT)
+    if args.model is None and _tokenizer_only(run.model):
+        raise InputError(f"run {run.id} of {args.store} was imported with the tokenizer of "
+                         f"{run.model}, which holds no weights; pass --model with the policy's "
+                         "checkpoint")
+    args.model = args.model or run.model or DEFAULT_MODEL
+    return run

@@ -34,11 +34,13 @@ def add_probe_arg(parser: argparse.ArgumentParser) -> None:
                         help=f"outcome probe (METHOD.md 3): one of {', '.join(PROBES)}")
 
 
-def add_answer_format_arg(parser: argparse.ArgumentParser, help_text: str = "where the final answer is") -> None:
+def add_answer_format_arg(parser: argparse.ArgumentParser, help_text: str = "where the final answer is",
+                          default: str | None = ANSWER_FORMAT) -> None:
     """`--answer-format NAME`: how the span finder finds the answer (`spans.ANSWER_FORMATS` but
-    `regex`, which needs a pattern the command line does not take)."""
+    `regex`, which needs a pattern the command line does not take). default None: the command
+    fills it in from its input (`cli.provenance`)."""
     formats = [f for f in ANSWER_FORMATS if f != "regex"]
-    parser.add_argument("--answer-format", default=ANSWER_FORMAT,
+    parser.add_argument("--answer-format", default=default,
                         help=f"{help_text}: one of {', '.join(formats)} (auto: any of the others)")
 
 

@@ -14,16 +14,53 @@ import argparse
 from pathlib import Path
 
 from ..console import say
+from ..defaults import DEFAULT_MODEL
 from ..files import check_writable
 from ..errors import InputError
 from .choices import add_answer_format_arg
 
 
+
+def _defaults(args, found) -> str | None:
+    """Fill in --model and --answer-format where left out (None), and return the line that
+    says where they came from (None: from nowhere but the defaults). A JSONL of `oar generate`
+    names its model and answer format (`provenance.input_defaults`); a TRL or verl run folder
+    holds its policy (`provenance.run_policy`); else the bundled model and auto."""
+    from .provenance import input_defaults, run_policy
+
+    if args.stack == "jsonl" and found:
+        return input_defaults(args, found[0].path, DEFAULT_MODEL, "import")
+    args.answer_format = args.answer_format or "auto"
+    if args.model is not None:
+        return None
+    policy = run_policy(args.sources)
+    args.model = DEFAULT_MODEL if policy is None else str(policy.folder)
+    return None if policy is None else policy.says("import")
+
+
+def _say_at_first_chat(read, line: str):
+    """`read` (rows.Reader) that says `line` once, at the first row with a chat prompt."""
+    from ..importers import Rollout
+
+    said = False
+
+    def wrapped():
+        nonlocal said
+        for item in read():
+            if not said and isinstance(item, Rollout) and isinstance(item.prompt, list):
+                said = True
+                say(line)
+            yield item
+
+    return wrapped
+
+
 def run(args: argparse.Namespace) -> int:
     from ..analysis.run_summary import summarise
     from ..importers import READERS, RecordLimits, import_rollouts
+    from ..inputs.chat_template import ROLE_TEMPLATE, ROLE_TEMPLATE_NAME
     from ..inputs.encoding import position_limit
-    from ..models import load_model
+    from ..models import load_tokenizer
     from ..store import Store
     from ..store.lock import WriterLock
     from ..store.schema import identify
@@ -43,18 +80,28 @@ def run(args: argparse.Namespace) -> int:
         left_out.append(line)
         say(line)
 
-    read, _ = READERS[args.stack](args.sources, **options, report=leave_out)
+    read, found = READERS[args.stack](args.sources, **options, report=leave_out)
     identify(out)  # read-only: another program's file or a newer store fails unchanged
-    model, tokenizer = load_model(args.model)
-    limits = RecordLimits(args.max_bytes, position_limit(tokenizer, model))
+    said = _defaults(args, found)
+    if said:
+        say(said)
+    model = args.model
+    tokenizer, model_config = load_tokenizer(model)
+    limits = RecordLimits(args.max_bytes, position_limit(tokenizer, model_config))
     # The sources as given (not the files found), each once: a rerun after more steps resumes.
     given = list(dict.fromkeys(str(Path(p).resolve()) for p in args.sources))
     config = {"importer": args.stack, "sources": given,
               "answer_format": args.answer_format, "correct_threshold": args.correct_threshold,
               "chat": "messages"}  # importers.rows.chat_rule, for `oar attribute --store`
+    if getattr(tokenizer, "chat_template", None) is None:  # chat prompts are read all the same
+        tokenizer.chat_template, config["chat_template"] = ROLE_TEMPLATE, ROLE_TEMPLATE_NAME
+        read = _say_at_first_chat(read, (
+            f"oar import: {model} has no chat template, so chat prompts are rendered as "
+            "'role: content' lines; pass --model with the policy's checkpoint (or keep its "
+            "tokenizer in the run folder) for its own"))
     name = args.name or f"{args.stack} {Path(args.sources[0]).name}"
     with WriterLock(out, "--out"), Store(out) as store:
-        summary = import_rollouts(store, read, name=name, model=args.model, tokenizer=tokenizer,
+        summary = import_rollouts(store, read, name=name, model=model, tokenizer=tokenizer,
                                   config=config, answer_format=args.answer_format,
                                   correct_threshold=args.correct_threshold, batch=args.batch_size,
                                   limits=limits, report=say)
@@ -73,11 +120,15 @@ def add_parser(sub) -> None:
                          "prompt/response/reward/group lines")
     im.add_argument("sources", nargs="+", help="folders or files to import")
     im.add_argument("--out", required=True, help="run store *.db to add the run to (created if new)")
-    im.add_argument("--model", default="arith-tiny",
-                    help="the policy's bundled name or checkpoint folder (its tokenizer splits "
-                         "the responses; `oar attribute --store` must use the same model)")
+    im.add_argument("--model", default=None,
+                    help="the policy: a catalogue name or checkpoint folder (its tokenizer splits "
+                         "the responses; `oar attribute --store` scores with it). Default: the "
+                         "policy the run folder holds (its top, its newest checkpoint-N/, or "
+                         "only its tokenizer files), or the model an `oar generate` JSONL names, "
+                         f"else {DEFAULT_MODEL}")
     im.add_argument("--name", default=None, help="run name (default: the stack and first source)")
-    add_answer_format_arg(im)
+    add_answer_format_arg(im, default=None, help_text="where the final answer is (default: the format "
+                          "an `oar generate` JSONL was generated with, else auto)")
     im.add_argument("--correct-threshold", type=float, default=1.0,
                     help="a row is correct when its reward is at least this (unless it logs "
                          "its own verdict: verl's `acc`, a JSONL `correct`)")

@@ -1,5 +1,5 @@
 """`oar models`: the model catalogue (name, architecture, parameters, vocabulary, licence,
-source, whether it is on this machine); `--fetch NAME` brings one onto this machine now,
+how `oar generate` asks it for answers by default, source, whether it is on this machine); `--fetch NAME` brings one onto this machine now,
 `--verify` rehashes every converted model in the cache against the hashes recorded when it
 was converted, `--rebuild NAME|FILE.gguf` converts one again over a damaged folder."""
 from __future__ import annotations
@@ -12,7 +12,12 @@ from ..catalogue import CATALOGUE, cache_dir, entry_folder, gguf_folder, listing
 from ..console import say, terminal_safe
 from ..errors import ModelLoadError
 
-COLUMNS = ("name", "architecture", "parameters", "vocabulary", "licence", "cached", "source")
+COLUMNS = ("name", "architecture", "parameters", "vocabulary", "licence", "answers", "cached", "source")
+
+
+def _answers(answering: dict) -> str:
+    """How `oar generate` asks the model by default: `answer_is T0.5 320`."""
+    return f"{answering['answer_format']} T{answering['temperature']:g} {answering['max_new_tokens']}"
 
 
 def _entry(name: str):
@@ -68,7 +73,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    shown = [[str(row[c]) for c in COLUMNS] for row in rows]
+    shown = [[str(row[c]) if c != "answers" else _answers(row["answering"]) for c in COLUMNS] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in shown)) for i, c in enumerate(COLUMNS[:-1])]
     for cells in [list(COLUMNS), *shown]:
         print("  ".join(cell.ljust(w) for cell, w in zip(cells, widths)) + "  " + cells[-1])

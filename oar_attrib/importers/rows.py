@@ -162,7 +162,7 @@ def _trace_of(tokenizer, item: Rollout, advantage, answer_format: str, limits: "
         return _bad(item, "unscorable", "the response has no tokens")
     if limits.max_tokens is not None and pair.length > limits.max_tokens:  # never attributable
         return _bad(item, "too_long", f"{pair.length} tokens, more than the model's "
-                                      f"{limits.max_tokens} positions")
+                                      f"{limits.max_tokens} positions (--model: the policy's)")
     return build_trace(pair, item.prompt, probe="", scores={}, weights={}, advantage=advantage)
 
 

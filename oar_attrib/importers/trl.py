@@ -5,7 +5,9 @@ function (its unweighted reward), any columns a reward function logged (`log_ext
 `advantage` (the sequence advantage TRL trained with).
 
 The reward of a row is the sum of its reward columns: every numeric column other than `step`
-and `advantage` unless `reward_columns` names them (TRL's default reward_weights are all 1).
+and `advantage` unless `reward_columns` names them (TRL's default reward_weights are all 1). A
+NaN in a reward column is a reward function's None (it does not apply to that row): left out of
+the sum as TRL's nansum leaves it; a row where every reward is NaN has no reward (not known).
 A prompt's samples are consecutive rows (TRL's RepeatSampler), which makes the groups.
 Parquet is read in record batches, never whole. Every value is checked on its row (a step that
 is NaN or a list, a completion that is a number, rewards that sum to inf: that row is skipped
@@ -13,6 +15,7 @@ and named, the rest imported).
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -84,16 +87,25 @@ def _rows(source: Source, reward_columns: Sequence[str] | None) -> Iterator[Roll
                 yield _rollout(source, number, row, columns)
 
 
+def _reward_part(value, column: str) -> float | None | Bad:
+    """A reward column's value: None where it is NaN (TRL logs a reward function's None, "does
+    not apply to this row", as NaN and sums the others with nansum), else `as_number`'s."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return as_number(value, f"reward {column!r}")
+
+
 def _rollout(source: Source, number: int, row: dict, columns: list[str]) -> Rollout | BadRow:
     response = _text(row.get("completion"))
     why = check_text(row.get("prompt"), response, ("prompt", "completion"))
     if why:
         return BadRow.of(source, number, "fields", why)
-    parts = {c: as_number(row.get(c), f"reward {c!r}") for c in columns}
+    parts = {c: _reward_part(row.get(c), c) for c in columns}
     bad = next((p for p in parts.values() if isinstance(p, Bad)), None)
     reward = total([p for p in parts.values() if p is not None]) if bad is None else bad
     if isinstance(reward, Bad):
-        return BadRow.of(source, number, "bad_reward", reward)
+        return BadRow.of(source, number, "bad_reward", f"{reward}; --reward-columns names the "
+                                                       "columns that are rewards")
     advantage = as_number(row.get("advantage"), "advantage")
     if isinstance(advantage, Bad):
         return BadRow.of(source, number, "bad_advantage", advantage)

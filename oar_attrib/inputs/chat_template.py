@@ -48,6 +48,15 @@ class TemplateRefusedError(ChatTemplateError):
     the sandbox's time or memory bound. Callers stop here rather than try the next prompt."""
 
 
+# For a tokenizer without a chat template of its own: each message as a "role: content" line,
+# then "assistant: " (the generation prompt). `oar import` renders chat prompts with it, and says
+# so, rather than skip them; the run records it (`"chat_template": ROLE_TEMPLATE_NAME`) so that
+# `oar attribute --store` encodes them the same way.
+ROLE_TEMPLATE = ("{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n"
+                 "{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}")
+ROLE_TEMPLATE_NAME = "roles"
+
+
 @dataclass(frozen=True)
 class TemplateLimits:
     """How far a chat template may go on one prompt."""

@@ -110,8 +110,8 @@ def _encode_prompt(tokenizer, prompt: Prompt, chat: bool | None, row: int) -> li
         )
     if getattr(tokenizer, "chat_template", None) is None:
         raise TokenizerError(
-            f"prompt {row} is a chat, but the tokenizer has no chat_template; set "
-            "tokenizer.chat_template or pass the prompt as a string"
+            f"prompt {row} is a chat, but the tokenizer has no chat_template; use a chat "
+            "model (command line: --model), set tokenizer.chat_template, or pass the prompt as a string"
         )
     return chat_ids(tokenizer, messages)  # the template runs in a bounded sandbox
 
@@ -139,10 +139,10 @@ def _default_max_length(tokenizer) -> int | None:
 
 def position_limit(tokenizer, model=None) -> int | None:
     """The longest row the pair can take: the smaller of the tokenizer's model_max_length
-    (when set) and the model's max_position_embeddings (a converted GGUF tokenizer often
-    says "no limit"); None when neither says."""
-    limits = [_default_max_length(tokenizer),
-              getattr(getattr(model, "config", None), "max_position_embeddings", None)]
+    (when set) and the max_position_embeddings of `model` (a loaded model, or its config) (a
+    converted GGUF tokenizer often says "no limit"); None when neither says."""
+    config = getattr(model, "config", model)
+    limits = [_default_max_length(tokenizer), getattr(config, "max_position_embeddings", None)]
     limits = [x for x in limits if isinstance(x, int) and 0 < x <= _SANE_MAX_LENGTH]
     return min(limits) if limits else None
 

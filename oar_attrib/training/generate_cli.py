@@ -1,12 +1,17 @@
 """`oar generate`: from a JSONL of questions to graded groups of answers, the lines `oar attribute` takes.
 
     oar generate --model smollm2-135m --data gsm8k_test.jsonl --out traces.jsonl --n 20 --samples 4
-    oar attribute --model smollm2-135m --input traces.jsonl --out runs.db   # then: oar web --store runs.db
+    oar attribute --input traces.jsonl --out runs.db   # then: oar web --store runs.db
 
 Each question gets --samples answers (with --greedy the first is the greedy one; --temperature 0
 is greedy decoding, one answer per question), graded by the answer span in --answer-format and
-given GRPO group advantages (`oar_attrib.rollouts`). Every answer carries the sampling settings
-(`rollouts.SamplingSettings`). A question's answers are written together, flushed and fsynced.
+given GRPO group advantages (`oar_attrib.rollouts`). The answer format, temperature and token
+limit default to the model's catalogue entry (`catalogue.Answering`: how it gives answers).
+Every answer carries the sampling settings and the model that wrote it (`sampling`,
+`rollouts.SamplingSettings.record`), which `oar attribute --input` takes as its defaults. A
+question's answers are written together, flushed and fsynced; the progress bar counts answers
+and tokens as they are made, and a line says so when fewer than half the replies have an
+answer, naming the flag to change.
 A rerun resumes by content: a question is known by its prompt and gold answer (not by the
 file or line it came from), the answers --out already holds are kept, never rewritten away,
 and only the missing ones are asked (a higher --samples adds to each group, whose advantages
@@ -25,7 +30,6 @@ from collections import Counter
 from pathlib import Path
 
 from oar_attrib.configs import add_model_args
-from oar_attrib.defaults import PROMPT_FORMAT
 from oar_attrib.inputs.spans import MARKER_FORMATS
 
 # The most rows (questions x samples) decoded at once.
@@ -53,26 +57,30 @@ class Held:
 
 def _held(out: Path, settings: dict) -> Held:
     """What `out` holds (after cutting a last line a kill left unfinished); InputError when a
-    line is not an answer of `oar generate` or was sampled with other settings."""
+    line is not an answer of `oar generate`, RecordMismatchError when it was sampled with
+    other settings or by another model (its weights: a moved folder is the same model)."""
     from oar_attrib.files import drop_partial_tail
     from oar_attrib.errors import InputError
     from oar_attrib.jsonl import NotJSON, iter_jsonl
+    from oar_attrib.records.settings_record import check_resume
 
-    held = Held()
+    held, checked = Held(), set()
     if not out.exists() or out.stat().st_size == 0:
         return held
     drop_partial_tail(out)
     for number, record in iter_jsonl(out):
         if isinstance(record, NotJSON) or not isinstance(record, dict) or not {
-                "prompt", "gold", "group"} <= set(record):
+                "prompt", "gold", "group"} <= set(record) or not isinstance(record.get("sampling"), dict):
             raise InputError(f"--out {out}:{number} is not an answer line of oar generate; pass "
                              "a new --out (the file is left as it is)")
-        theirs = record.get("sampling")
-        if theirs != settings:
-            changed = [f"{k} {theirs.get(k)!r}, not {v!r}" for k, v in settings.items()
-                       if theirs.get(k) != v] if isinstance(theirs, dict) else ["no settings recorded"]
-            raise InputError(f"--out {out} holds answers sampled otherwise ({'; '.join(changed)}); "
-                             "rerun with those settings to add to them, or pass a new --out")
+        theirs = record["sampling"]
+        if isinstance(theirs.get("model"), str):  # written before the model carried its hash
+            theirs = {**theirs, "model": {"name": theirs["model"]}}
+        key = json.dumps(theirs, sort_keys=True)
+        if key not in checked:
+            check_resume(f"--out {out}", theirs, settings,
+                         "rerun with those settings to add to them, or pass a new --out")
+            checked.add(key)
         key = question_key(record["prompt"], record["gold"])
         held.counts[key] += 1
         held.groups.setdefault(key, record["group"])
@@ -170,39 +178,112 @@ def _to_ask(questions, held: Held, samples: int) -> tuple[dict, int]:
     return todo, done
 
 
-def _answer(model, tokenizer, todo: dict, args, settings, out: Path, report) -> tuple[int, int, int]:
-    """Append the answers `todo` lacks to `out`, a batch of groups at a time; (answers
-    written, right, questions asked). Ctrl-C keeps what was written and says so."""
+class Tally(Counter):
+    """What `_answer` made: `written` answers (`right`, `answered`: with an answer span in
+    the format, `cut`: cut off at --max-new-tokens) to `asked` questions."""
+
+    def add(self, groups: list[list[dict]]) -> None:
+        from oar_attrib.inputs.grading import NO_ANSWER, TRUNCATED
+
+        answers = [r for g in groups for r in g]
+        self["written"] += len(answers)
+        self["right"] += sum(r["correct"] for r in answers)
+        self["answered"] += sum(r["why"] not in (NO_ANSWER, TRUNCATED) for r in answers)
+        self["cut"] += sum(r["why"] == TRUNCATED for r in answers)
+
+
+class Progress:
+    """`oar generate`'s progress bar: answers counted as they end (an EOS; those cut off at
+    --max-new-tokens when their batch ends) and the tokens made so far, step by step."""
+
+    def __init__(self, bar):
+        self.bar, self.tokens, self.ended = bar, 0, 0
+
+    def step(self, tokens: int, ended: int) -> None:
+        """After each decoding step (`generation.StepCounter`)."""
+        self.tokens += tokens
+        self.ended += ended
+        self.bar.set_postfix_str(f"{self.tokens} tokens", refresh=not ended)
+        if ended:
+            self.bar.update(ended)
+
+    def batch(self, answers: int) -> None:
+        """A batch of `answers` ended: the ones not counted yet were cut off."""
+        self.bar.update(answers - self.ended)
+        self.ended = 0
+
+
+def _answer(model, tokenizer, todo: dict, args, settings, out: Path, report) -> Tally:
+    """Append the answers `todo` lacks to `out`, a batch of groups at a time (`Tally` of
+    what was written). Ctrl-C keeps what was written and says so."""
     from tqdm.auto import tqdm
 
     from oar_attrib.inputs.encoding import position_limit
     from oar_attrib.rollouts import sample_encoded
 
-    record, limit = dataclasses.asdict(settings), position_limit(tokenizer, model)
-    written = right = asked = 0
+    record, limit = settings.record(), position_limit(tokenizer, model)
+    tally = Tally()
     try:
         with open(out, "a", encoding="utf-8") as handle, \
-                tqdm(total=sum(map(len, todo.values())), desc="generate", unit="question",
-                     disable=args.no_progress) as bar:
+                tqdm(total=sum(len(q) * (args.samples - have) for have, q in todo.items()),
+                     desc="generate", unit="answer", disable=args.no_progress) as bar:
+            progress = Progress(bar)
             for have, questions in sorted(todo.items()):
                 encoded = _askable(tokenizer, questions, limit, args.max_new_tokens, Path(args.data), report)
-                bar.update(len(questions) - len(encoded))
-                asked += len(encoded)
+                bar.update((len(questions) - len(encoded)) * (args.samples - have))
+                tally["asked"] += len(encoded)
                 for groups in sample_encoded(
                         model, tokenizer, encoded, samples=args.samples - have,
                         greedy=settings.greedy and have == 0, temperature=args.temperature or 1.0,
                         max_new_tokens=args.max_new_tokens, answer_format=args.answer_format,
-                        batch_size=args.batch_size, seed=args.seed + have, first=have):
+                        batch_size=args.batch_size, seed=args.seed + have, first=have,
+                        on_step=progress.step):
                     for answer in (r for g in groups for r in g):
                         answer["sampling"] = record
                     _write(handle, groups)
-                    written += sum(len(g) for g in groups)
-                    right += sum(r["correct"] for g in groups for r in g)
-                    bar.update(len(groups))
+                    tally.add(groups)
+                    progress.batch(sum(len(g) for g in groups))
     except KeyboardInterrupt:
-        raise KeyboardInterrupt(f"interrupted; the {written} answers written to {out} are kept, "
-                                "rerun the same command to resume") from None
-    return written, right, asked
+        raise KeyboardInterrupt(f"interrupted; the {tally['written']} answers written to {out} are "
+                                "kept, rerun the same command to resume") from None
+    return tally
+
+
+def few_answers(tally: Tally, settings) -> str | None:
+    """The line that says fewer than half the replies have an answer, naming the flag to
+    change; None when at least half do."""
+    from oar_attrib.inputs.spans import MARKER_FORMATS
+
+    if not tally["written"] or 2 * tally["answered"] >= tally["written"]:
+        return None
+    if 2 * tally["cut"] > tally["written"] - tally["answered"]:
+        fix = (f"most were cut off: raise --max-new-tokens (now {settings.max_new_tokens}) or "
+               f"lower --temperature (now {settings.temperature:g})")
+    else:
+        others = ", ".join(f for f in MARKER_FORMATS if f != settings.answer_format)
+        fix = (f"most never state one: pass the --answer-format the model follows ({others}) "
+               f"or lower --temperature (now {settings.temperature:g})")
+    return (f"oar generate: only {tally['answered']} of {tally['written']} replies have an answer "
+            f"in format {settings.answer_format!r} ({tally['cut']} cut off at --max-new-tokens "
+            f"{settings.max_new_tokens}); {fix}")
+
+
+def model_defaults(args) -> str | None:
+    """Fill in the sampling flags left out (None) from the model's catalogue entry
+    (`catalogue.Answering`: how it gives answers), else the generic defaults; the line that
+    says which came from the catalogue, None when none did."""
+    from oar_attrib.catalogue import answering
+
+    defaults, known = answering(args.model)
+    taken = [name for name in ("answer_format", "temperature", "max_new_tokens")
+             if getattr(args, name) is None]
+    for name in taken:
+        setattr(args, name, getattr(defaults, name))
+    if not known or not taken:
+        return None
+    shown = ", ".join(f"--{n.replace('_', '-')} {getattr(args, n):g}" if n == "temperature"
+                      else f"--{n.replace('_', '-')} {getattr(args, n)}" for n in taken)
+    return f"oar generate: {args.model} answers with {shown} (its catalogue defaults; pass the flag to change one)"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -212,6 +293,7 @@ def run(args: argparse.Namespace) -> int:
     from oar_attrib.models import load_model
     from oar_attrib.rollouts import SamplingSettings, read_questions
 
+    said = model_defaults(args)
     settings = SamplingSettings(args.model, args.answer_format, args.temperature,
                                 args.greedy or args.temperature == 0, args.max_new_tokens, args.seed)
     _check(args, settings)
@@ -222,7 +304,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--out {out}: oar generate writes JSONL; attribute it into a store with "
                          f"oar attribute --input {out.with_suffix('.jsonl')} --out {out}")
     check_writable(out)
-    held = _held(out, dataclasses.asdict(settings))
+    held = _held(out, settings.record())
+    if said:  # once every refusal has had its say
+        say(said)
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
     skipped: Counter = Counter()
 
@@ -232,11 +316,14 @@ def run(args: argparse.Namespace) -> int:
 
     questions = read_questions(data, tokenizer, args.answer_format, limit=args.n, report=report)
     todo, done = _to_ask(questions, held, args.samples)
-    written, right, asked = _answer(model, tokenizer, todo, args, settings, out, report)
+    tally = _answer(model, tokenizer, todo, args, settings, out, report)
     if out.exists() and out.stat().st_size:
         _settle(out)
+    warning = few_answers(tally, settings)
+    if warning:  # before the summary, which stays the last line
+        say(warning)
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(skipped.items()))
-    say(f"wrote {written} answers to {asked} questions to {out} ({right} right"
+    say(f"wrote {tally['written']} answers to {tally['asked']} questions to {out} ({tally['right']} right"
         + (f", {done} questions already there" if done else "") + f"); {sum(skipped.values())} "
         "bad lines skipped" + (f" ({kinds})" if kinds else ""))
     return 2 if skipped else 0
@@ -253,12 +340,17 @@ def add_parser(sub) -> None:
     gen.add_argument("--n", type=int, default=None, help="the first N questions (default: all)")
     gen.add_argument("--samples", type=int, default=4,
                      help="answers per question (GRPO's group size G); a rerun with more adds to the groups")
-    gen.add_argument("--temperature", type=float, default=1.0,
-                     help="sampling temperature; 0 is greedy decoding (needs --samples 1)")
+    gen.add_argument("--temperature", type=float, default=None,
+                     help="sampling temperature; 0 is greedy decoding (needs --samples 1); default: "
+                          "the model's in the catalogue (`oar models`: smollm2-135m 0.5), else 1.0")
     gen.add_argument("--greedy", action="store_true", help="the first answer of each group is the greedy one")
-    gen.add_argument("--max-new-tokens", type=int, default=512, help="tokens per answer (cut off: reward 0)")
-    gen.add_argument("--answer-format", default=PROMPT_FORMAT,
-                     help=f"the format the prompt asks for and the grade reads: one of {', '.join(MARKER_FORMATS)}")
+    gen.add_argument("--max-new-tokens", type=int, default=None,
+                     help="tokens per answer (cut off: reward 0); default: the model's in the "
+                          "catalogue (smollm2-135m 320), else 512")
+    gen.add_argument("--answer-format", default=None,
+                     help=f"the format the prompt asks for and the grade reads: one of {', '.join(MARKER_FORMATS)}; "
+                          "default: the one the model follows in the catalogue "
+                          "(smollm2-135m answer_is), else boxed")
     gen.add_argument("--batch-size", type=int, default=8, help="questions decoded together")
     gen.add_argument("--seed", type=int, default=0, help="seed of the sampling")
     add_model_args(gen, budget=False)

@@ -45,7 +45,8 @@ BASE = ["--methods", *KNOB_METHODS, "--ig-n-steps", "2", "--resample-n-samples",
 # Another value for flags whose type does not give one (strings, names, paths).
 OTHER = {"--methods": KNOB_METHODS[1:], "--probe": ["lt"], "--answer-format": ["boxed"],
          "--weighting": ["top_rho"], "--granularity": ["step"], "--step-pool": ["max"],
-         "--dtype": ["bfloat16"], "--oar-p-mask": ["eos"], "--oar-p-step-mask": ["eos"]}
+         "--dtype": ["bfloat16"], "--oar-p-mask": ["eos"], "--oar-p-step-mask": ["eos"],
+         "--oar-p-hier-mask": ["eos"], "--oar-p-hier-top-steps": ["7"]}  # 3 is its default
 
 
 def _attribute_parser() -> argparse.ArgumentParser:
@@ -120,7 +121,7 @@ def other_model(tmp_path_factory) -> Path:
 def fast_scores(monkeypatch):
     """Every method scores zeros: these tests are about the record around the scores."""
     monkeypatch.setattr(pipeline, "score", lambda model, batch, settings, rows, **kw:
-                        torch.zeros(batch.input_ids.shape, dtype=torch.float32))
+                        (torch.zeros(batch.input_ids.shape, dtype=torch.float32), None))
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +129,7 @@ def made(lines, tmp_path_factory) -> Path:
     """A JSONL made by the base command over one line (zero scores: the records are real)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(pipeline, "score", lambda model, batch, settings, rows, **kw:
-                      torch.zeros(batch.input_ids.shape, dtype=torch.float32))
+                      (torch.zeros(batch.input_ids.shape, dtype=torch.float32), None))
         out = tmp_path_factory.mktemp("out") / "out.jsonl"
         assert cli.main(["attribute", "--input", str(lines / "in1.jsonl"), "--out", str(out), *BASE]) == 0
     return out

@@ -15,7 +15,8 @@ from oar_attrib.webapp.demo import graded
 from oar_attrib.webapp.views import REASONS, STEP_LEVEL_METHODS, report_view, reward_reason
 from models import wrong_solution
 # The store the TestClient tests use (built by the demo's writer from a tiny in-code model).
-from test_webapp import BASE, client, ids, store_path, world  # noqa: F401 - pytest fixtures
+from test_webapp import client  # noqa: F401 - a pytest fixture (the others are in conftest.py)
+from webtools import BASE
 
 
 def _reason(html: str) -> str | None:
