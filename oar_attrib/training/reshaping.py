@@ -22,9 +22,11 @@ import torch
 from oar_attrib.inputs.encoding import EncodedPair, pair_from_offsets, pairs_to_batch
 from oar_attrib.inputs.spans import offsets_from_ids_batch
 from oar_attrib.weights import pipeline
+from oar_attrib.weights.gating import reshape_advantages
 from oar_attrib.weights.settings import ReshapeSettings
 
-__all__ = ["ReshapeSettings", "TokenWeights", "encode_row", "encode_rows", "token_weights", "unpad_rows"]
+__all__ = ["ReshapeSettings", "TokenWeights", "encode_row", "encode_rows", "token_advantages", "token_weights",
+           "unpad_rows"]
 
 
 @dataclass
@@ -100,17 +102,20 @@ def _to_completion(values: torch.Tensor, pairs: list[EncodedPair], width: int, f
 
 
 def token_weights(model, tokenizer, prompt_rows: list[list[int]], completion_rows: list[list[int]],
-                  width: int, settings: ReshapeSettings, select: Sequence[bool] | None = None) -> TokenWeights:
+                  width: int, settings: ReshapeSettings, select: Sequence[bool] | None = None,
+                  params: dict | None = None) -> TokenWeights:
     """Weights (B, width) of B completions for the current policy `model` (no parameter grads).
 
     prompt_rows, completion_rows: B unpadded token id lists. width: C, the completion width.
     select: (B,) which rows to attribute (default all); the others keep weight 1.
+    params: extra keyword arguments of the method (e.g. {"n_noise": 8}).
     With a uniform method ('none') the spans are still found (for metrics and the run store),
     weights are 1 and `model` may be None.
     """
     pairs = encode_rows(tokenizer, prompt_rows, completion_rows, settings.answer_format, settings.answer_pattern)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    weighed = pipeline.score_and_weight(model, pairs_to_batch(pairs, int(pad)), settings, rows=select)
+    weighed = pipeline.score_and_weight(model, pairs_to_batch(pairs, int(pad)), settings, rows=select,
+                                        params=params)
     return TokenWeights(
         weights=_to_completion(weighed.weights, pairs, width, 1.0),
         importances=_to_completion(weighed.importances, pairs, width, 0.0),
@@ -121,3 +126,11 @@ def token_weights(model, tokenizer, prompt_rows: list[list[int]], completion_row
         pairs=pairs,
         seconds=weighed.seconds,
     )
+
+
+def token_advantages(advantages: torch.Tensor, weights: TokenWeights, uniform: bool) -> torch.Tensor:
+    """The advantages TRL's loss takes: the (B,) sequence advantages as they are under a uniform
+    method (plain GRPO), else the (B, C) token advantages A_i * w_t (on the advantages' device)."""
+    if uniform:
+        return advantages
+    return reshape_advantages(advantages, weights.weights.to(advantages.device))
