@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 from statistics import NormalDist
 
@@ -104,10 +105,13 @@ def per_batch(data: dict) -> dict:
 
 def bootstrap_means(values: np.ndarray, index: np.ndarray) -> np.ndarray:
     """(n_boot,) means of `values` (n,) over the resampled batch indices `index` (n_boot, n),
-    NaN entries left out of each mean."""
+    NaN entries left out of each mean (NaN where a resample holds none)."""
     picked = values[index]
-    with np.errstate(invalid="ignore"):
-        return np.nanmean(picked, axis=1) if np.isnan(values).any() else picked.mean(axis=1)
+    if not np.isnan(values).any():
+        return picked.mean(axis=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a resample of NaNs only: its mean is NaN
+        return np.nanmean(picked, axis=1)
 
 
 def interval(values: np.ndarray, boot: np.ndarray, level: float) -> dict:
@@ -258,7 +262,7 @@ def summarise(folder: str | Path, *, n_boot: int = 10_000, alpha: float = 0.05, 
         if held is not None:  # the Holm-level interval of the contrast with GRPO
             own["delta_cos"] = held
         elif label == BASELINE and n:
-            own["delta_cos"] = {"mean": 0.0, "low": 0.0, "high": 0.0, "p": 1.0, "p_holm": 1.0}
+            own["delta_cos"] = {"mean": 0.0, "low": 0.0, "high": 0.0, "level": None, "p": 1.0, "p_holm": 1.0}
         seconds = [r["methods"][label]["seconds"] for r in data["results"]]
         methods[label] = {**own, "pos": entry["pos"], "neg": entry["neg"], "mean_gradient": bias.get(label),
                           "seconds_per_batch": _seconds(seconds)}
@@ -303,14 +307,18 @@ def format_summary(summary: dict) -> str:
              f"(split-half cos {_fmt(ref['split_half_cos'], '.3f')}, reliability {_fmt(ref['reliability'], '.3f')}); "
              f"screen kept {summary['screen']['mixed']} of {summary['screen']['prompts']} prompts",
              "", f"{'method':<20} {'delta cos(g,g*) [Holm interval]':<38} {'p_holm':>7} {'cos':>8} "
-             f"{'sign':>7} {'|g|/|gG|':>8} {'cos gG':>7} {'dir gG':>7} {'noise/sig':>9}"]
+             f"{'sign':>7} {'|g|/|gG|':>8} {'cos gG':>7} {'dir gG':>7} {'noise/sig':>9} {'cpu s':>7}"]
+    if summary["batches"] < 20:
+        lines.insert(1, "(fewer than 20 batches: bootstrap intervals this short are too narrow)")
     for label, m in summary["methods"].items():
         d, bias = m.get("delta_cos") or {}, m.get("mean_gradient") or {}
+        seconds = m.get("seconds_per_batch") or {}
+        cpu = seconds.get("weights_cpu", 0.0) + seconds.get("backward_cpu", 0.0) if "weights_cpu" in seconds else None
         shown = f"{_fmt(d.get('mean'))} [{_fmt(d.get('low'))}, {_fmt(d.get('high'))}]"
         lines.append(f"{label:<20} {shown:<38} {_fmt(d.get('p_holm'), '.4f'):>7} {_fmt(m['cos']['mean'], '.4f'):>8} "
                      f"{_fmt(m['sign_agreement']['mean'], '.4f'):>7} {_fmt(m['norm_ratio']['mean'], '.3f'):>8} "
                      f"{_fmt(m['cos_grpo']['mean'], '.3f'):>7} {_fmt(bias.get('direction_grpo'), '.3f'):>7} "
-                     f"{_fmt(bias.get('noise_to_signal'), '.1f'):>9}")
+                     f"{_fmt(bias.get('noise_to_signal'), '.1f'):>9} {_fmt(cpu, '.1f'):>7}")
     for name, c in summary["contrasts"].items():
         lines.append(f"{name:<20} {_fmt(c['mean'])} [{_fmt(c['low'])}, {_fmt(c['high'])}]  p_holm {_fmt(c['p_holm'], '.4f')}")
     power = summary.get("power")

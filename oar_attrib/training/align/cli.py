@@ -46,6 +46,8 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                                                              "is given; read the power table")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line, last")
     parser.add_argument("--summary", metavar="PATH", help="also write the summary JSON there")
+    parser.add_argument("--export", metavar="DIR", help="also copy the files the statistics are made from "
+                                                        "(kilobytes) to DIR, e.g. docs/experiments/align/NAME")
     parser.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples of the batches")
     parser.add_argument("--effects", type=float, nargs="+", default=None,
                         help="effects in delta cos the power table sizes batches for (default: 0.002 "
@@ -95,6 +97,10 @@ def run_align(args: argparse.Namespace) -> int:
     summary = summarise(store, n_boot=args.n_boot, effects=tuple(args.effects or DEFAULT_EFFECTS),
                         seed=settings.seed)
     text = json.dumps(summary)
+    if args.export:
+        from .store import export
+
+        export(store, args.export)
     if args.summary:
         Path(args.summary).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     if args.json:

@@ -208,3 +208,24 @@ class AlignStore:
         with open(tmp, "wb") as handle:
             np.save(handle, vector.astype(np.float32))
         os.replace(tmp, self.path / "reference" / "gstar.npy")
+
+
+# The files the statistics are made from (kilobytes, not the gigabytes of running sums and
+# rollouts): what a results folder under docs/experiments/ holds.
+RESULT_FILES = ("record.json", "screen.jsonl", "layout.json", "reference/reference.json", "reference/pool.jsonl",
+                "results.jsonl", "mean_gradients.json")
+
+
+def export(store: str | Path, dest: str | Path) -> list[Path]:
+    """Copy a store's `RESULT_FILES` into `dest` (made if needed); returns the copies."""
+    import shutil
+
+    out = []
+    for name in RESULT_FILES:
+        source = Path(store) / name
+        if source.exists():
+            target = Path(dest) / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+            out.append(target)
+    return out
