@@ -19,18 +19,7 @@ from oar_attrib.training.align import run as align_run
 from oar_attrib.training.align.gradients import ParamLayout, method_gradient, shared_forward
 from oar_attrib.training.align.settings import AlignSettings, MethodChoice, resolve_methods
 from oar_attrib.training.errors import AlignError
-from oar_attrib.training.toy import world_tokenizer
-from models import tiny_trainer, train_world
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return world_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def world():
-    return train_world()
+from models import tiny_trainer
 
 
 class KeepGradients(TrainerCallback):
