@@ -5,10 +5,10 @@ generation batch of the trainer (`batch_prompts` prompts x G completions through
 `_generate_and_score_completions`, the call a training step makes), seeded per call so a
 resumed screen samples what an uninterrupted one would. A group (one prompt's G completions)
 is *mixed* when its rewards differ; only a mixed group has a non-zero GRPO advantage, and the
-screen keeps the mixed ones, as DAPO's dynamic sampling fills a batch. The kept groups are dealt
-by a seeded permutation into the reference pool and the training batches (disjoint prompts,
-`deal`), and a batch of groups from different calls is padded again exactly as TRL pads one
-generation batch (`collate`, with TRL's own `pad`). The advantages stay the ones TRL computed
+screen keeps the mixed ones, as DAPO's dynamic sampling fills a batch. The prompts come in a
+seeded random order (`prompt_order`); the kept groups make the reference pool first and the
+training batches after it (disjoint prompts), and a batch of groups from different calls is
+padded again exactly as TRL pads one generation batch (`collate`, with TRL's own `pad`). The advantages stay the ones TRL computed
 within each group, which is why `gradients.check_trainer` refuses batch-wide reward scaling.
 """
 from __future__ import annotations
@@ -17,8 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
-from ..errors import AlignError
 
 
 @dataclass(frozen=True)
@@ -69,17 +67,6 @@ def screen_call(trainer, dataset, indices: list[int], seed: int) -> tuple[dict, 
              for i, group in zip(indices, rewards)]
     keep = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "num_items_in_batch")
     return {k: output[k].detach().cpu() for k in keep}, lines
-
-
-def deal(mixed: list[GroupRef], pool_groups: int, batch_groups: int, seed: int) -> tuple[list[GroupRef], list[GroupRef]]:
-    """(pool, batches): the mixed groups in a seeded random order, the first `pool_groups` to the
-    reference pool, the next `batch_groups` to the training batches."""
-    if len(mixed) < pool_groups + batch_groups:
-        raise AlignError(f"the screen kept {len(mixed)} mixed groups; the pool and the batches need "
-                         f"{pool_groups + batch_groups}")
-    order = np.random.default_rng(seed + 1).permutation(len(mixed)).tolist()
-    chosen = [mixed[i] for i in order]
-    return chosen[:pool_groups], chosen[pool_groups: pool_groups + batch_groups]
 
 
 def group_rows(output: dict, group: int, generations: int) -> dict:

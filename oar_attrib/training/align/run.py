@@ -1,13 +1,14 @@
 """`align(settings, store)`: the phases of a gradient-alignment run, each resumable.
 
-1. screen: the trainer samples G completions per prompt (prompts in a seeded order) until
-   the pool and the batches have their mixed-reward groups (`rollouts`);
-2. layout: the mixed groups dealt into pool batches and training batches;
-3. reference: g* = the mean GRPO gradient of the pool batches, with the cosine of its two
+1. screen (`Screen`, on demand): the trainer samples G completions per prompt (prompts in a
+   seeded random order); the mixed-reward groups, in that order, make the pool batches first
+   and then the training batches (`rollouts`);
+2. reference: g* = the mean GRPO gradient of the pool batches, with the cosine of its two
    halves' sums (even and odd pool batches) as its reliability;
-4. batches: per training batch, every method's gradient on the same rollouts (`gradients`),
-   its endpoint sums against g* and GRPO, and its running sums;
-5. mean gradients: the sums over the methods' running sums that tell a bias from a variance.
+3. batches: per training batch, every method's gradient on the same rollouts (`gradients`),
+   its endpoint sums against g* and GRPO, and its running sums; the first batches' results
+   are there long before the last ones are screened;
+4. mean gradients: the sums over the methods' running sums that tell a bias from a variance.
 
 The statistics are made from the store afterwards (`oar_attrib.analysis.align`).
 """
@@ -24,7 +25,7 @@ from tqdm.auto import tqdm
 from ..errors import AlignError
 from . import gradients
 from .gradients import ParamLayout, dot64, endpoint_sums, grpo_gradient, method_gradient, shared_forward
-from .rollouts import GroupRef, batch_of, call_seed, deal, prompt_order, screen_call
+from .rollouts import GroupRef, batch_of, call_seed, prompt_order, screen_call
 from .settings import AlignSettings, MethodChoice
 from .store import HALVES, AlignStore
 
@@ -116,84 +117,87 @@ def open_run(settings: AlignSettings, store_path: str | Path):
 # ---------------------------------------------------------------------------- phases
 
 
-def screen(store: AlignStore, trainer, settings: AlignSettings, progress: bool) -> list[GroupRef]:
-    """The mixed groups in screening order, screening more prompts until there are enough."""
-    dataset = trainer.train_dataset
-    order = prompt_order(len(dataset), settings.seed)
-    lines = store.screen_lines()
-    calls = sorted({line["call"] for line in lines})
-    mixed = [GroupRef(line["call"], line["group"]) for line in lines if line["mixed"]]
-    needed = settings.groups_needed
-    bar = tqdm(total=needed, initial=min(len(mixed), needed), desc="screen", unit="group", disable=not progress)
-    call = (calls[-1] + 1) if calls else 0
-    while len(mixed) < needed:
-        start = call * settings.batch_prompts
-        if start + settings.batch_prompts > len(dataset):
-            bar.close()
-            raise AlignError(f"the training set has {len(dataset)} prompts and {len(mixed)} of the "
-                             f"{start} screened have mixed rewards; {needed} are needed: lower --batches "
-                             "or --pool-batches, or use a larger training set (world_train_size=...)")
+class Screen:
+    """The screen of a run, grown on demand: the mixed groups in screening order. The pool is
+    the first pool_batches x batch_prompts of them, batch b the next batch_prompts after the
+    pool and the batches before it (the prompts come in a seeded random order, so taking them in
+    order deals them at random); a resumed run reads the same groups back from screen.jsonl."""
+
+    def __init__(self, store: AlignStore, trainer, settings: AlignSettings, progress: bool):
+        self.store, self.trainer, self.settings = store, trainer, settings
+        self.order = prompt_order(len(trainer.train_dataset), settings.seed)
+        lines = store.screen_lines()
+        self.prompts = len(lines)
+        self.calls = max((line["call"] for line in lines), default=-1) + 1
+        self.mixed = [GroupRef(line["call"], line["group"]) for line in lines if line["mixed"]]
+        self.progress = progress
+
+    def groups(self, start: int, stop: int) -> list[GroupRef]:
+        """Mixed groups start..stop-1 in screening order, screening more prompts when needed."""
+        bar = tqdm(total=stop, initial=min(len(self.mixed), stop), desc="screen", unit="group",
+                   disable=not self.progress or len(self.mixed) >= stop, leave=False)
+        while len(self.mixed) < stop:
+            self._call()
+            bar.update(min(len(self.mixed), stop) - bar.n)
+            bar.set_postfix(prompts=self.prompts, refresh=False)
+        bar.close()
+        return self.mixed[start:stop]
+
+    def _call(self) -> None:
+        per, dataset = self.settings.batch_prompts, self.trainer.train_dataset
+        start = self.calls * per
+        if start + per > len(dataset):
+            raise AlignError(f"the training set has {len(dataset)} prompts and {len(self.mixed)} of the "
+                             f"{start} screened have mixed rewards; {self.settings.groups_needed} are needed: "
+                             "lower --batches or --pool-batches, or use a larger training set "
+                             "(world_train_size=... or data_limit=...)")
         began, cpu = time.perf_counter(), time.process_time()
-        output, found = screen_call(trainer, dataset, order[start:start + settings.batch_prompts],
-                                    call_seed(settings.seed, call))
-        seconds = (time.perf_counter() - began) / len(found)
-        cpu = (time.process_time() - cpu) / len(found)
+        output, found = screen_call(self.trainer, dataset, self.order[start:start + per],
+                                    call_seed(self.settings.seed, self.calls))
+        seconds, cpu = (time.perf_counter() - began) / len(found), (time.process_time() - cpu) / len(found)
         found = [{**line, "group": g, "seconds": seconds, "cpu_seconds": cpu} for g, line in enumerate(found)]
-        store.add_screen_call(call, output, found)
-        new = [GroupRef(call, line["group"]) for line in found if line["mixed"]]
-        mixed += new
-        bar.update(min(len(new), max(needed - bar.n, 0)))
-        bar.set_postfix(prompts=start + len(found), refresh=False)
-        call += 1
-    bar.close()
-    return mixed
-
-
-def layout(store: AlignStore, trainer, settings: AlignSettings, progress: bool) -> dict:
-    """The pool batches and training batches (screening first when the store has no layout)."""
-    found = store.layout()
-    if found is not None:
-        return found
-    mixed = screen(store, trainer, settings, progress)
-    per = settings.batch_prompts
-    pool, batches = deal(mixed, settings.pool_batches * per, settings.batches * per, settings.seed)
-    store.write_layout([pool[i:i + per] for i in range(0, len(pool), per)],
-                       [batches[i:i + per] for i in range(0, len(batches), per)])
-    return store.layout()
+        self.store.add_screen_call(self.calls, output, found)
+        self.mixed += [GroupRef(self.calls, line["group"]) for line in found if line["mixed"]]
+        self.prompts += len(found)
+        self.calls += 1
 
 
 def _counts(lines: list[dict]) -> dict[str, int]:
     return {h: sum(1 for line in lines if line["half"] == h) for h in HALVES}
 
 
-def reference(store: AlignStore, trainer, layout_: ParamLayout, pool: list[list[GroupRef]],
+def reference(store: AlignStore, trainer, layout_: ParamLayout, screen: Screen, settings: AlignSettings,
               progress: bool) -> dict:
     """g* on disk and its reference.json: the mean GRPO gradient of the pool batches."""
     found = store.json("reference/reference.json")
     if found is not None:
         return found
+    per, n = settings.batch_prompts, settings.pool_batches
     sums = store.sums("reference", layout_.size)
     lines = store.lines("pool")
     counts = _counts(lines)
     for half in HALVES:
         sums[half].keep(counts[half])
-    for k in tqdm(range(len(lines), len(pool)), desc="reference pool", unit="batch", disable=not progress,
-                  initial=len(lines), total=len(pool)):
+    screen.groups(0, n * per)
+    for k in tqdm(range(len(lines), n), desc="reference pool", unit="batch", disable=not progress,
+                  initial=len(lines), total=n):
+        refs = screen.groups(k * per, (k + 1) * per)
         began, cpu = time.perf_counter(), time.process_time()
-        gradient = grpo_gradient(trainer, layout_, batch_of(store, pool[k], trainer))
+        gradient = grpo_gradient(trainer, layout_, batch_of(store, refs, trainer))
         half = HALVES[k % 2]
         sums[half].add((gradient,), counts[half])
-        store.commit("pool", {"pool_batch": k, "half": half, "sq": dot64(gradient, gradient),
-                              "seconds": time.perf_counter() - began, "cpu_seconds": time.process_time() - cpu})
+        store.commit("pool", {"pool_batch": k, "half": half, "groups": [[r.call, r.group] for r in refs],
+                              "sq": dot64(gradient, gradient), "seconds": time.perf_counter() - began,
+                              "cpu_seconds": time.process_time() - cpu})
         counts[half] += 1
         sums[half].keep(counts[half])
     lines = store.lines("pool")
     a, b = (sums[h].read(counts[h]) for h in HALVES)
     cross, aa, bb = _dots(a, b)
-    star = (np.asarray(a, dtype=np.float32) + np.asarray(b, dtype=np.float32)) / len(pool)
+    star = (np.asarray(a, dtype=np.float32) + np.asarray(b, dtype=np.float32)) / n
     store.write_gstar(star)
     star = store.gstar()
-    info = {"pool_batches": len(pool), "halves": counts, "split_half_cos": cross / np.sqrt(aa * bb),
+    info = {"pool_batches": n, "halves": counts, "split_half_cos": cross / np.sqrt(aa * bb),
             "sq": _dot(star, star), "l1": float(np.abs(star).astype(np.float64).sum()),
             "batch_sq_mean": float(np.mean([line["sq"] for line in lines])),
             "signal_sq": cross / (counts["a"] * counts["b"]),
@@ -211,9 +215,11 @@ def _dots(a, b) -> tuple[float, float, float]:
     return _dot(a, b), _dot(a, a), _dot(b, b)
 
 
-def measure(store: AlignStore, trainer, layout_: ParamLayout, methods: list[MethodChoice],
-            batches: list[list[GroupRef]], progress: bool) -> None:
-    """Every method's endpoint sums and running sums on every training batch not yet committed."""
+def measure(store: AlignStore, trainer, layout_: ParamLayout, methods: list[MethodChoice], screen: Screen,
+            settings: AlignSettings, progress: bool) -> None:
+    """Every method's endpoint sums and running sums on every training batch not yet committed
+    (its groups screened when it comes)."""
+    per, first = settings.batch_prompts, settings.pool_batches * settings.batch_prompts
     star = store.gstar()
     base = gradients.base_settings(trainer)
     sums = [store.sums(str(i), layout_.size) for i in range(len(methods))]
@@ -222,13 +228,14 @@ def measure(store: AlignStore, trainer, layout_: ParamLayout, methods: list[Meth
     for method_sums in sums:
         for half in HALVES:
             method_sums[half].keep(counts[half])
-    bar = tqdm(range(len(lines), len(batches)), desc="batches", unit="batch", disable=not progress,
-               initial=len(lines), total=len(batches))
+    bar = tqdm(range(len(lines), settings.batches), desc="batches", unit="batch", disable=not progress,
+               initial=len(lines), total=settings.batches)
     for b in bar:
         half = HALVES[b % 2]
-        inputs = batch_of(store, batches[b], trainer)
+        refs = screen.groups(first + b * per, first + (b + 1) * per)
+        inputs = batch_of(store, refs, trainer)
         advantages = inputs["advantages"]
-        line = {"batch": b, "half": half, "groups": [[r.call, r.group] for r in batches[b]],
+        line = {"batch": b, "half": half, "groups": [[r.call, r.group] for r in refs],
                 "rows": int(advantages.numel()), "pos_rows": int((advantages > 0).sum()),
                 "neg_rows": int((advantages < 0).sum()), "tokens": int(inputs["num_items_in_batch"]),
                 "methods": {}}
@@ -277,9 +284,9 @@ def align(settings: AlignSettings, store_path: str | Path, progress: bool = True
     store, trainer, methods = open_run(settings, store_path)
     try:
         layout_ = ParamLayout(trainer.model)
-        found = layout(store, trainer, settings, progress)
-        reference(store, trainer, layout_, found["pool"], progress)
-        measure(store, trainer, layout_, methods, found["batches"], progress)
+        screen = Screen(store, trainer, settings, progress)
+        reference(store, trainer, layout_, screen, settings, progress)
+        measure(store, trainer, layout_, methods, screen, settings, progress)
         mean_gradients(store, methods, layout_.size, progress)
     finally:
         store.close()

@@ -3,11 +3,12 @@
     record.json          the settings record (refused on resume when it differs)
     screen.jsonl         one line per screened prompt: call, index, prompt, rewards, mixed
     rollouts/call-N.pt   the trainer's generation output of screening call N
-    layout.json          the groups of the reference pool and of each training batch
-    reference/           the pool's running sums (a-N.npy, b-N.npy), pool.jsonl, gstar.npy,
-                         reference.json (g*'s norms and split-half cosine)
+    reference/           the pool's running sums (a-N.npy, b-N.npy), pool.jsonl (one line per
+                         pool batch: its groups, ||g||^2), gstar.npy, reference.json (g*'s norms
+                         and split-half cosine)
     accum/<i>/           method i's running sums of its batch gradients, by batch parity
-    results.jsonl        one line per training batch: every method's endpoint sums and seconds
+    results.jsonl        one line per training batch: its groups, every method's endpoint sums
+                         and seconds
     mean_gradients.json  the sums over the running sums (bias and variance), at n batches
 
 Commit order (what makes a kill harmless): a screening call's output file is renamed into place
@@ -32,7 +33,6 @@ from oar_attrib.records.settings_record import RecordMismatchError, record_diffe
 from oar_attrib.store.lock import WriterLock
 
 from ..errors import AlignError
-from .rollouts import GroupRef
 
 HALVES = ("a", "b")  # batches 0, 2, 4, ... and 1, 3, 5, ...: two independent halves
 CHUNK = 1 << 24
@@ -161,20 +161,6 @@ class AlignStore:
             self._outputs[call] = torch.load(self.path / "rollouts" / f"call-{call}.pt", weights_only=True)
         return self._outputs[call]
 
-    # ------------------------------------------------------------------ layout
-
-    def layout(self) -> dict | None:
-        """{"pool": [[GroupRef, ...] per pool batch], "batches": [[GroupRef, ...] per batch]} or None."""
-        path = self.path / "layout.json"
-        if not path.exists():
-            return None
-        raw = json.loads(path.read_text(encoding="utf-8"))
-        return {k: [[GroupRef(*ref) for ref in batch] for batch in raw[k]] for k in ("pool", "batches")}
-
-    def write_layout(self, pool: list[list[GroupRef]], batches: list[list[GroupRef]]) -> None:
-        _write_json(self.path / "layout.json", {k: [[[r.call, r.group] for r in batch] for batch in v]
-                                                for k, v in (("pool", pool), ("batches", batches))})
-
     # ------------------------------------------------------------------ running sums
 
     def sums(self, kind: str, size: int) -> dict[str, RunningSum]:
@@ -212,7 +198,7 @@ class AlignStore:
 
 # The files the statistics are made from (kilobytes, not the gigabytes of running sums and
 # rollouts): what a results folder under docs/experiments/ holds.
-RESULT_FILES = ("record.json", "screen.jsonl", "layout.json", "reference/reference.json", "reference/pool.jsonl",
+RESULT_FILES = ("record.json", "screen.jsonl", "reference/reference.json", "reference/pool.jsonl",
                 "results.jsonl", "mean_gradients.json")
 
 
