@@ -24,8 +24,9 @@ The forward pass is the same for every method of a batch (same policy, same toke
 input and its graph is kept for every method's backward. The loss code that follows it is the
 trainer's, unchanged.
 
-Gradients are flat float32 vectors on the CPU over the trainable parameters in
-`named_parameters()` order (`ParamLayout`); a tied weight counts once.
+Gradients are flat float32 vectors over the trainable parameters in `named_parameters()` order
+(`ParamLayout`; a tied weight counts once), on the parameters' device, so a GPU run takes its
+sums there; only the running sums go to the CPU, chunk by chunk, on their way to disk.
 """
 from __future__ import annotations
 
@@ -81,9 +82,10 @@ class ParamLayout:
         self.size = sum(p.numel() for p in self.params)
 
     def flat_grad(self) -> torch.Tensor:
-        """(size,) float32 CPU copy of the parameters' gradients (0 where a parameter has none)."""
-        return torch.cat([(p.grad.detach().float().reshape(-1).cpu() if p.grad is not None
-                           else torch.zeros(p.numel())) for p in self.params])
+        """(size,) float32 copy of the parameters' gradients on their device (0 where a
+        parameter has none)."""
+        return torch.cat([(p.grad.detach().float().reshape(-1) if p.grad is not None
+                           else torch.zeros(p.numel(), device=p.device)) for p in self.params])
 
     def zero_grad(self) -> None:
         for p in self.params:
@@ -162,8 +164,8 @@ class MethodGradient:
     """A method's gradient on a batch, split by the sign of the rows' advantages (pos + neg is
     the batch's gradient), and where its time went."""
 
-    pos: torch.Tensor       # (D,) float32
-    neg: torch.Tensor       # (D,) float32
+    pos: torch.Tensor       # (D,) float32, on the parameters' device
+    neg: torch.Tensor       # (D,) float32, on the parameters' device
     seconds: dict           # weights, backward: wall seconds; *_cpu: this process's CPU seconds
 
     @property
@@ -188,7 +190,7 @@ def method_gradient(trainer, layout: ParamLayout, inputs: dict, choice: MethodCh
         layout.zero_grad()
         sub = half_inputs(trainer, inputs, advantages, sign)
         if sub is None:
-            halves.append(torch.zeros(layout.size))
+            halves.append(torch.zeros(layout.size, device=layout.params[0].device))
             continue
         backward(trainer, sub)
         halves.append(layout.flat_grad())
@@ -219,7 +221,7 @@ def endpoint_sums(gradient: MethodGradient, grpo: MethodGradient, star) -> dict:
     out = {part: dict.fromkeys(("dot_star", "sq", "dot_grpo", "sign_star"), 0.0) for part in PARTS}
     for i in range(0, gradient.pos.numel(), SUM_CHUNK):
         cut = slice(i, i + SUM_CHUNK)
-        s = torch.tensor(np.asarray(star[cut]), dtype=torch.float64)
+        s = torch.tensor(np.asarray(star[cut]), dtype=torch.float64, device=gradient.pos.device)
         pos, neg = gradient.pos[cut].double(), gradient.neg[cut].double()
         gpos, gneg = grpo.pos[cut].double(), grpo.neg[cut].double()
         for part, v, w in (("all", pos + neg, gpos + gneg), ("pos", pos, gpos), ("neg", neg, gneg)):

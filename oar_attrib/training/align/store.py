@@ -80,14 +80,14 @@ class RunningSum:
         return np.load(self.path(n), mmap_mode="r")
 
     def add(self, parts: tuple[torch.Tensor, ...], n: int) -> None:
-        """Write sum n+1 = sum n + the sum of the (D,) float32 `parts`, chunk by chunk."""
+        """Write sum n+1 = sum n + the sum of the (D,) float32 `parts` (on any device), chunk by chunk."""
         old = self.read(n)
         tmp = self.folder / f"{self.name}-{n + 1}.npy.tmp"
         new = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(self.size,))
         for i in range(0, self.size, CHUNK):
             new[i:i + CHUNK] = old[i:i + CHUNK]
             for part in parts:
-                new[i:i + CHUNK] += part[i:i + CHUNK].numpy()
+                new[i:i + CHUNK] += part[i:i + CHUNK].cpu().numpy()
         new.flush()
         del new
         os.replace(tmp, self.path(n + 1))
