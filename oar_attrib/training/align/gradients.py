@@ -92,10 +92,19 @@ class ParamLayout:
             p.grad = None
 
 
-def dot64(a: torch.Tensor, b: torch.Tensor) -> float:
-    """<a, b> of two (D,) float32 vectors, summed in float64 chunk by chunk."""
-    return float(sum(torch.dot(a[i:i + CHUNK].double(), b[i:i + CHUNK].double())
-                     for i in range(0, a.numel(), CHUNK)))
+def chunk64(vector, cut: slice, device=None) -> torch.Tensor:
+    """vector[cut] as a float64 tensor (on `device`, default the vector's): `vector` is a
+    (D,) tensor, or an array such as a memmap of running sums, read only where it is cut."""
+    if torch.is_tensor(vector):
+        return vector[cut].to(device=device, dtype=torch.float64)
+    return torch.tensor(np.asarray(vector[cut]), dtype=torch.float64, device=device)
+
+
+def dot64(a, b) -> float:
+    """<a, b> of two (D,) float32 vectors (tensors or arrays), summed in float64 chunk by chunk."""
+    device = a.device if torch.is_tensor(a) else None
+    return float(sum(torch.dot(chunk64(a, cut), chunk64(b, cut, device))
+                     for cut in (slice(i, i + CHUNK) for i in range(0, len(a), CHUNK))))
 
 
 def _key(tensors) -> str:
@@ -221,7 +230,7 @@ def endpoint_sums(gradient: MethodGradient, grpo: MethodGradient, star) -> dict:
     out = {part: dict.fromkeys(("dot_star", "sq", "dot_grpo", "sign_star"), 0.0) for part in PARTS}
     for i in range(0, gradient.pos.numel(), SUM_CHUNK):
         cut = slice(i, i + SUM_CHUNK)
-        s = torch.tensor(np.asarray(star[cut]), dtype=torch.float64, device=gradient.pos.device)
+        s = chunk64(star, cut, gradient.pos.device)
         pos, neg = gradient.pos[cut].double(), gradient.neg[cut].double()
         gpos, gneg = grpo.pos[cut].double(), grpo.neg[cut].double()
         for part, v, w in (("all", pos + neg, gpos + gneg), ("pos", pos, gpos), ("neg", neg, gneg)):

@@ -198,7 +198,7 @@ def reference(store: AlignStore, trainer, layout_: ParamLayout, screen: Screen, 
     store.write_gstar(star)
     star = store.gstar()
     info = {"pool_batches": n, "halves": counts, "split_half_cos": cross / np.sqrt(aa * bb),
-            "sq": _dot(star, star), "l1": float(np.abs(star).astype(np.float64).sum()),
+            "sq": dot64(star, star), "l1": _l1(star),
             "batch_sq_mean": float(np.mean([line["sq"] for line in lines])),
             "signal_sq": cross / (counts["a"] * counts["b"]),
             "seconds_per_batch": float(np.mean([line["seconds"] for line in lines]))}
@@ -206,13 +206,14 @@ def reference(store: AlignStore, trainer, layout_: ParamLayout, screen: Screen, 
     return info
 
 
-def _dot(x, y) -> float:
-    return float(sum(np.dot(np.asarray(x[i:i + gradients.CHUNK], np.float64), np.asarray(y[i:i + gradients.CHUNK], np.float64))
-                     for i in range(0, len(x), gradients.CHUNK)))
+def _l1(vector) -> float:
+    """||v||_1 of a (D,) array, summed in float64 chunk by chunk."""
+    return float(sum(gradients.chunk64(vector, slice(i, i + gradients.CHUNK)).abs().sum()
+                     for i in range(0, len(vector), gradients.CHUNK)))
 
 
 def _dots(a, b) -> tuple[float, float, float]:
-    return _dot(a, b), _dot(a, a), _dot(b, b)
+    return dot64(a, b), dot64(a, a), dot64(b, b)
 
 
 def measure(store: AlignStore, trainer, layout_: ParamLayout, methods: list[MethodChoice], screen: Screen,
@@ -271,9 +272,9 @@ def mean_gradients(store: AlignStore, methods: list[MethodChoice], size: int, pr
     for i, choice in enumerate(tqdm(methods, desc="mean gradients", unit="method", disable=not progress)):
         sums = store.sums(str(i), size)
         a, b = (sums[h].read(counts[h]) for h in HALVES)
-        out["methods"][choice.label] = {"ab": _dot(a, b), "aa": _dot(a, a), "bb": _dot(b, b),
-                                        "star": _dot(a, star) + _dot(b, star),
-                                        "cross_grpo": _dot(a, gb) + _dot(b, ga)}
+        ab, aa, bb = _dots(a, b)
+        out["methods"][choice.label] = {"ab": ab, "aa": aa, "bb": bb, "star": dot64(a, star) + dot64(b, star),
+                                        "cross_grpo": dot64(a, gb) + dot64(b, ga)}
     store.write("mean_gradients.json", out)
     return out
 
