@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
 from ..errors import AlignError
@@ -70,6 +69,7 @@ def align_record(settings: AlignSettings, methods: list[MethodChoice], merged: d
     base = ReshapeSettings.from_config(args)
     sections = {name: {k: v for k, v in merged[name].items() if k not in EXECUTION_ONLY[name]}
                 for name in ("run", "trainer")}
+    sections["run"].pop("model")  # the record's model is compared by the sha256 of its weights
     own = {"preset": settings.preset, "batches": settings.batches, "batch_prompts": settings.batch_prompts,
            "pool_batches": settings.pool_batches, "seed": settings.seed,
            "methods": {c.label: {"method": c.name, **method_record(c.name, base, c.params)} for c in methods}}
@@ -85,10 +85,12 @@ def spell(field: str) -> str:
     name = rest.partition(".")[0]
     if head == "align":
         return "--methods" if name == "methods" else "--" + name.replace("_", "-")
-    if head in ("model", "dtype") or field == "methods":
-        return "--model" if head == "model" else ("dtype=" if head == "dtype" else "--methods")
-    if head in ("run", "trainer"):
-        return f"{name}="
+    if head == "methods":
+        return "--methods"
+    if head == "model":
+        return "--model"
+    if head in ("run", "trainer", "dtype"):
+        return f"{name or head}="
     if head == "settings":
         return f"{config_name(name)}="
     return field
