@@ -5,6 +5,7 @@ rollouts), keep the generation batch TRL produced and the gradient the optimizer
 apply, and measure the same batch with align's `method_gradient` on a fresh copy of the
 starting policy. The command-line tests run the issue's bar command once (module fixture).
 """
+import argparse
 import json
 
 import numpy as np
@@ -115,6 +116,11 @@ def test_method_choices_parse_and_are_checked():
         resolve_methods(["oar_g", "oar_g"])
     with pytest.raises(AlignError, match="pool_batches"):
         AlignSettings(pool_batches=1)
+    parsed = align_cli._configure(argparse.ArgumentParser()).parse_args(
+        ["--methods", "oar_g", "oar_g:n_noise=8", "temperature=0.5", "trainer.seed=1"])
+    settings = align_cli.settings_from_args(parsed)
+    assert settings.methods == ("oar_g", "oar_g:n_noise=8")
+    assert settings.overrides == ("temperature=0.5", "trainer.seed=1")
 
 
 # ---------------------------------------------------------------------------- the command line

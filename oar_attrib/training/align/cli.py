@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from oar_attrib.configs import DefaultsHelpFormatter, add_dataclass_args
 from .settings import QUICK, AlignSettings
 
 PILOT_BATCHES = 12
+SETTING = re.compile(r"^[A-Za-z_][\w.]*=")  # key=value; a method's keywords follow a colon
 EPILOG = """settings: key=value pairs override the preset's trainer and run settings as in `oar train`
 (temperature=0.5 num_generations=8 max_completion_length=96 threads=1).
 --quick: a tiny pool and 3 batches (minutes on a CPU). --pilot: 12 batches unless --batches is
@@ -77,9 +79,11 @@ def settings_from_args(args: argparse.Namespace) -> AlignSettings:
             value = PILOT_BATCHES
         if value is not None:
             sizes[name] = value
-    return AlignSettings(preset=args.preset, model=args.model, overrides=tuple(args.overrides),
-                         methods=tuple(args.methods or ()), batch_prompts=args.batch_prompts,
-                         seed=args.seed, **sizes)
+    # `--methods a b key=value`: argparse gives the settings after the methods to --methods.
+    methods = [m for m in args.methods or () if not SETTING.match(m)]
+    overrides = [m for m in args.methods or () if SETTING.match(m)] + list(args.overrides)
+    return AlignSettings(preset=args.preset, model=args.model, overrides=tuple(overrides),
+                         methods=tuple(methods), batch_prompts=args.batch_prompts, seed=args.seed, **sizes)
 
 
 def default_store(args: argparse.Namespace) -> Path:
