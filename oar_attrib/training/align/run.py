@@ -98,7 +98,7 @@ def spell(field: str) -> str:
 
 def open_run(settings: AlignSettings, store_path: str | Path):
     """(store, trainer, methods): the settings checked and recorded (before the model loads),
-    then the measuring trainer built."""
+    then the measuring trainer built (None when the store holds the finished run)."""
     from ..launch import build_configs, build_trainer
     from .settings import resolve_methods
 
@@ -107,6 +107,8 @@ def open_run(settings: AlignSettings, store_path: str | Path):
     merged = trainer_settings(settings, store_path)
     run, args = build_configs(merged)
     store = AlignStore(store_path).open(align_record(settings, methods, merged, args), spell)
+    if finished(store, settings):
+        return store, None, methods
     try:
         trainer, _ = build_trainer(run, args, data_seed=settings.seed)
         gradients.check_trainer(trainer)
@@ -281,10 +283,19 @@ def mean_gradients(store: AlignStore, methods: list[MethodChoice], size: int, pr
     return out
 
 
+def finished(store: AlignStore, settings: AlignSettings) -> bool:
+    """Whether the store holds every batch and the mean-gradient sums of all of them."""
+    sums = store.json("mean_gradients.json")
+    return sums is not None and sum(sums["halves"].values()) == settings.batches
+
+
 def align(settings: AlignSettings, store_path: str | Path, progress: bool = True) -> Path:
     """Run (or resume) a gradient-alignment measurement into the folder `store_path`; returns
     the folder. `oar_attrib.analysis.align.summarise(folder)` makes the statistics."""
     store, trainer, methods = open_run(settings, store_path)
+    if trainer is None:
+        store.close()
+        return Path(store_path)
     try:
         layout_ = ParamLayout(trainer.model)
         screen = Screen(store, trainer, settings, progress)
