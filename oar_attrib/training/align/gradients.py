@@ -108,6 +108,7 @@ def dot64(a, b) -> float:
 
 
 def _key(tensors) -> str:
+    """A digest of the values (tensors by shape and bytes, anything else by repr)."""
     digest = hashlib.sha1()
     for t in tensors:
         if torch.is_tensor(t):
@@ -127,7 +128,8 @@ def shared_forward(trainer):
     cache: dict[str, tuple] = {}
 
     def cached(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        key = _key([id(model), input_ids, attention_mask, logits_to_keep, *args, *sorted(kwargs.items())])
+        named = [part for name in sorted(kwargs) for part in (name, kwargs[name])]
+        key = _key([id(model), input_ids, attention_mask, logits_to_keep, *args, *named])
         if key not in cache:
             cache[key] = original(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
         return cache[key]
