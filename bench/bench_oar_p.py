@@ -72,27 +72,37 @@ def flop_terms(model) -> tuple[int, int]:
     return decoder, 4 * config.num_hidden_layers * config.num_attention_heads * head_dim
 
 
-def exact_flops(model, batch: ScoringBatch) -> float:
-    """FLOPs of the exact windowed method on `batch` (see the module docstring)."""
-    from oar_attrib.methods.oar_p import reachable_positions
+def window_flops(model, start: int, end: int, kept: int) -> float:
+    """FLOPs of one forward of positions [start, end) on a cache of [0, start): the decoder's
+    linear layers, causal attention over every key up to each position, and the head at
+    `kept` positions (`flop_terms`)."""
+    decoder, per_pair = flop_terms(model)
+    pairs = (end * (end + 1) - start * (start + 1)) / 2  # causal query-key pairs
+    return 2 * decoder * (end - start) + per_pair * pairs + 2 * model.config.vocab_size * model.config.hidden_size * kept
+
+
+def exact_flops(model, batch: ScoringBatch, copies: torch.Tensor | None = None) -> float:
+    """FLOPs of the exact windowed method on `batch` (see the module docstring): the clean pass
+    of every row with a copy, plus one window [min(t, q_1), q_K] per copy anchored at t.
+
+    copies: (B, L) int, the number of perturbed copies anchored at each position (a step copy
+    at its step's first position, `perturb.unit_anchors`); default one per reachable position,
+    token OAR-P."""
+    from oar_attrib.methods.perturb import reachable_positions
     from oar_attrib.methods.probes import probe_sites
 
-    config = model.config
-    decoder, per_pair = flop_terms(model)
     sites = probe_sites(batch)
-    reachable = reachable_positions(batch, sites)
-
-    def window(start: int, end: int, k: int) -> float:
-        pairs = (end * (end + 1) - start * (start + 1)) / 2  # causal query-key pairs
-        return 2 * decoder * (end - start) + per_pair * pairs + 2 * config.vocab_size * config.hidden_size * k
-
+    if copies is None:
+        copies = reachable_positions(batch, sites).long()
+    window = lambda start, end, k: window_flops(model, start, end, k)  # noqa: E731
     total = 0.0
     for row in range(batch.input_ids.shape[0]):
-        if not bool(reachable[row].any()):
+        if not bool(copies[row].any()):
             continue
         end, first, k = int(sites.last[row]) + 1, int(sites.positions[row, 0]), int(sites.valid[row].sum())
         total += window(0, end, k)
-        total += sum(window(min(t, first), end, k) for t in reachable[row].nonzero().flatten().tolist())
+        total += sum(int(copies[row, t]) * window(min(t, first), end, k)
+                     for t in copies[row].nonzero().flatten().tolist())
     return total
 
 

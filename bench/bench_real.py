@@ -22,6 +22,7 @@ process with the same threads gives the CPU's rate; "x limit" = seconds / (FLOPs
     python bench/bench_real.py                      # new settings, then old ones beside them
     python bench/bench_real.py --methods entropy oar_g --no-old --threads 2
     python bench/bench_real.py --methods oar_p --traces 5   # the short trace: OAR-P's FLOP ratio
+    python bench/bench_real.py --methods oar_g --no-old --method-params '{"oar_g": {"n_noise": 8}}'
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-METHODS = ("oar_p", "oar_p_step", "oar_g", "entropy", "grail", "ig", "random")
+METHODS = ("oar_p", "oar_p_step", "oar_p_hier", "oar_g", "entropy", "grail", "ig", "random")
 MODEL = "smollm2-135m"
 QUESTIONS = ROOT / "tests" / "data" / "gsm8k_test_sample.jsonl"
 MAX_NEW_TOKENS = 300
@@ -52,6 +53,7 @@ OLD = {
     "ig": {"reuse_prefix": False},
     "oar_p": {"max_batch_tokens": 16384},
     "oar_p_step": {"max_batch_tokens": 16384},
+    "oar_p_hier": {"max_batch_tokens": 16384},
     "oar_g": {"max_batch_tokens": 16384},
     "grail": {"max_batch_tokens": 16384},
     "entropy": {"max_batch_tokens": 16384},
@@ -164,6 +166,8 @@ def main() -> None:
     parser.add_argument("--no-old", action="store_true", help="skip the old settings' table")
     parser.add_argument("--traces", nargs="+", type=int, help="indices (0-5) of the traces to run "
                         "(default all six)")
+    parser.add_argument("--method-params", default="{}", help="JSON {method: {keyword: value}} "
+                        "of the new settings' runs, e.g. '{\"oar_g\": {\"n_noise\": 8}}'")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--params", default="{}", help=argparse.SUPPRESS)
@@ -172,7 +176,8 @@ def main() -> None:
         print(json.dumps(worker(args.worker, json.loads(args.params), args.threads, args.traces)))
         return
     print(f"{MODEL} fp32, {args.threads} threads, {os.cpu_count()} CPUs; each method in its own process")
-    rows = [run_one(m, {}, args.threads, args.traces) for m in args.methods]
+    given = json.loads(args.method_params)
+    rows = [run_one(m, given.get(m, {}), args.threads, args.traces) for m in args.methods]
     table("new settings (memory-bounded defaults)", rows)
     old = []
     if not args.no_old:

@@ -1,20 +1,30 @@
-"""Step-level OAR-P against token OAR-P on the same long trace, side by side in one run.
+"""Token, step and hierarchical OAR-P (oar_p, oar_p_step, oar_p_hier) on the same long traces,
+side by side in one run, each against its FLOP limit.
 
-Model: a small Qwen2 with random weights (the timings do not depend on the weights; the ratio
-is what this measures: one perturbation per step instead of one per token). The trace is one
-row: a prompt, a reasoning of `--length` tokens cut into steps of 20-40 tokens (the length of
-a GSM8K / MATH-500 solution line), a 1-token bridge, a 2-token answer span and a 1-token tail.
-Both engines score every reasoning token (token OAR-P: one perturbation per token; oar_p_step:
-one per step) with the same budget, probe and defaults, and the script prints seconds, the
-number of perturbations and the ratio.
+Models (`--models`):
+- `qwen2-0.5b` (or `qwen2.5-1.5b`): the shape of bench_oar_p with RANDOM weights (the timings
+  do not depend on the weights; the overlap figure on them says nothing about real text). The
+  trace is one row: a 64-token prompt, `--length` reasoning tokens cut into `--steps` steps of
+  about equal length (+-25%), a 1-token bridge, a 2-token answer span and a 1-token tail.
+- `smollm2`: the real SmolLM2-135M-Instruct (`load_model("smollm2-135m")`) on real text:
+  GSM8K and MATH-500 solutions joined (`webapp.longtrace.long_responses`, from the shared data
+  folder), cut at `--length` tokens, then "The answer is 42." (the answer's value does not
+  matter to the cost); its steps are the text's own (`--step-unit`, default lines).
+All three methods score every reasoning token with the same budget, probe (as_mean) and mask
+(pad). Printed per trace: seconds of each; the FLOPs of its exact windowed work
+(`bench_oar_p.exact_flops`: the clean pass plus one window [min(t, q_1), q_K] per copy, at
+the step's first position for a step copy) over the matrix rate measured in the same run
+("x of limit"); oar_p_hier's cost as a ratio to token OAR-P (time and FLOPs); and the top-10%
+token overlap of oar_p_hier with token OAR-P over the whole trace (random: 0.10).
 
-    OMP_NUM_THREADS=1 python bench/bench_steps.py --length 2048
-    python bench/bench_steps.py --length 256 --skip-token   # smoke run
+    python bench/bench_steps.py --models qwen2-0.5b smollm2 --lengths 512 2048 4096   # the figures
+    python bench/bench_steps.py --models qwen2-0.5b --layers 2 --lengths 256 --steps 8   # smoke run
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import sys
 import time
@@ -23,76 +33,168 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_oar_p import CLOCK, PAD_ID, SHAPES, build_model, exact_flops, matrix_rate  # noqa: E402
 from oar_attrib.inputs.batch import ScoringBatch, step_ids_from_ranges  # noqa: E402
 from oar_attrib.methods.oar_p import oar_p  # noqa: E402
-from oar_attrib.methods.oar_p_step import oar_p_step  # noqa: E402
+from oar_attrib.methods.oar_p_hier import choose_steps, oar_p_hier  # noqa: E402
+from oar_attrib.methods.oar_p_step import oar_p_step, step_units  # noqa: E402
+from oar_attrib.methods.perturb import reachable_positions, unit_anchors  # noqa: E402
+from oar_attrib.methods.probes import probe_sites  # noqa: E402
 
-PAD_ID = 0
-
-
-def build_model(hidden: int, layers: int, vocab: int, device: str):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    config = Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=4 * hidden,
-                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=8192, tie_word_embeddings=True, pad_token_id=PAD_ID,
-                         rope_parameters={"rope_type": "default", "rope_theta": 1e6})
-    torch.manual_seed(0)
-    return Qwen2ForCausalLM(config).to(device).eval()
+PROBE = "as_mean"
+MODELS = (*SHAPES, "smollm2")
 
 
-def make_trace(length: int, vocab: int, prompt_len: int = 64, seed: int = 0) -> ScoringBatch:
-    """One row: prompt | `length` reasoning tokens in steps of 20-40 | bridge | answer (2) | tail."""
+def synthetic_trace(length: int, n_steps: int, vocab: int, prompt_len: int = 64,
+                    seed: int = 0) -> ScoringBatch:
+    """One row: prompt | `length` reasoning tokens in `n_steps` steps | bridge | answer (2) | tail."""
     gen = torch.Generator().manual_seed(seed)
     total = prompt_len + length + 4
-    ids = torch.randint(1, vocab, (1, total), generator=gen)
+    ids = torch.randint(1, min(vocab, 150000), (1, total), generator=gen)
     scored = torch.zeros((1, total), dtype=torch.bool)
     scored[0, prompt_len:prompt_len + length] = True
     answer = torch.zeros((1, total), dtype=torch.bool)
     answer[0, prompt_len + length + 1:prompt_len + length + 3] = True
+    mean = length / n_steps
     ranges, start = [], prompt_len
     while start < prompt_len + length:
-        end = min(start + int(torch.randint(20, 41, (1,), generator=gen)), prompt_len + length)
-        ranges.append((start, end))
-        start = end
+        size = max(1, round(mean * (0.75 + 0.5 * float(torch.rand((), generator=gen)))))
+        ranges.append((start, min(start + size, prompt_len + length)))
+        start = ranges[-1][1]
     return ScoringBatch(ids, torch.ones_like(ids), scored, answer, PAD_ID,
                         step_ids_from_ranges((1, total), [ranges]))
 
 
-def timed(fn, *args, **kwargs):
-    start = time.perf_counter()
-    out = fn(*args, **kwargs)
+def text_trace(tokenizer, length: int, step_unit: str) -> ScoringBatch:
+    """One row of real text of `length` reasoning tokens (module docstring)."""
+    from oar_attrib.inputs.encoding import encode_pairs
+    from oar_attrib.webapp.longtrace import long_responses, shared_dir
+
+    prompt, response = long_responses(shared_dir(), tokenizer, 1, target_tokens=length + 64)[0]
+    offsets = tokenizer(response, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    response = response[:offsets[length][0]].rstrip() + "\nThe answer is 42."
+    batch, pairs = encode_pairs(tokenizer, [prompt], [response], answer_format="answer_is",
+                                chat=True, step_unit=step_unit)
+    if not pairs[0].span_found:
+        raise SystemExit("the answer span of the text trace was not found")
+    return batch
+
+
+def _timed(fn):
+    start = CLOCK[0]()
+    out = fn()
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-    return out, time.perf_counter() - start
+    return out.float().cpu(), CLOCK[0]() - start
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--length", type=int, default=2048, help="reasoning tokens")
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--vocab", type=int, default=4096)
-    parser.add_argument("--budget", type=int, default=16384, help="max_batch_tokens of both engines")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--skip-token", action="store_true", help="time oar_p_step only")
-    args = parser.parse_args()
-    model = build_model(args.hidden, args.layers, args.vocab, args.device)
-    batch = make_trace(args.length, args.vocab).to(args.device)
-    n_steps = len(batch.step_ranges(0))
-    with torch.no_grad():
-        oar_p_step(model, make_trace(64, args.vocab).to(args.device), probe="as_mean")  # warm-up
-    step_scores, step_s = timed(oar_p_step, model, batch, probe="as_mean", max_batch_tokens=args.budget)
-    result = {"length": args.length, "steps": n_steps, "oar_p_step_s": round(step_s, 3),
-              "device": args.device, "machine": platform.machine(), "torch": torch.__version__}
+def top_overlap(a: torch.Tensor, b: torch.Tensor, scored: torch.Tensor, frac: float = 0.1) -> float:
+    """|top-k(a) & top-k(b)| / k over the (L,) scored positions, k = ceil(frac * |S|)."""
+    k = max(1, math.ceil(frac * int(scored.sum()) - 1e-9))
+    top = [set(x[scored].topk(k).indices.tolist()) for x in (a, b)]
+    return len(top[0] & top[1]) / k
+
+
+def measure(model, batch: ScoringBatch, args, rate: float) -> dict:
+    """One trace: every method timed, its exact FLOPs, ratios and the overlap."""
+    kwargs = dict(probe=PROBE, max_batch_tokens=args.budget)
+    choice = dict(top_steps=args.top_steps, top_mass=args.top_mass)
+    step_scores, step_s = _timed(lambda: oar_p_step(model, batch, **kwargs))
+    hier_scores, hier_s = _timed(lambda: oar_p_hier(model, batch, **kwargs, **choice))
+    reachable = reachable_positions(batch, probe_sites(batch))
+    steps = step_units(batch, reachable)
+    chosen = choose_steps(step_scores, steps, **choice)
+    step_copies = unit_anchors(steps).long()
+    flops = {"oar_p": exact_flops(model, batch), "oar_p_step": exact_flops(model, batch, step_copies),
+             "oar_p_hier": exact_flops(model, batch, step_copies + chosen.long())}
+    row = dict(length=int(batch.scored_mask.sum()), seq_len=int(batch.input_ids.shape[1]),
+               steps=int(step_copies.sum()), chosen_tokens=int(chosen.sum()),
+               flops=flops, limit_s={m: f / rate for m, f in flops.items()},
+               seconds={"oar_p_step": step_s, "oar_p_hier": hier_s},
+               token_over_hier_flops=flops["oar_p"] / flops["oar_p_hier"])
     if not args.skip_token:
-        token_scores, token_s = timed(oar_p, model, batch, probe="as_mean", max_batch_tokens=args.budget)
-        # A sanity link between the two: both are >= 0 on the reasoning and 0 elsewhere.
-        assert (token_scores[~batch.scored_mask] == 0).all() and (step_scores[~batch.scored_mask] == 0).all()
-        result |= {"perturbations_token": int(batch.scored_mask.sum()), "oar_p_s": round(token_s, 3),
-                   "ratio_token_over_step": round(token_s / step_s, 1)}
-    print(json.dumps(result))
+        token_scores, row["seconds"]["oar_p"] = _timed(lambda: oar_p(model, batch, **kwargs))
+        row["token_over_hier_s"] = row["seconds"]["oar_p"] / hier_s
+        scored = batch.scored_mask[0]
+        row["top10_overlap"] = top_overlap(hier_scores[0], token_scores[0], scored)
+        row["max_diff_in_chosen"] = float((hier_scores - token_scores)[chosen].abs().max())
+    row["x_of_limit"] = {m: s / row["limit_s"][m] for m, s in row["seconds"].items()}
+    return row
+
+
+def _format(name: str, row: dict) -> str:
+    text = (f"{name} reasoning {row['length']} (seq {row['seq_len']}), {row['steps']} steps, "
+            f"{row['chosen_tokens']} tokens in the chosen steps:")
+    for method, seconds in row["seconds"].items():
+        text += (f"\n    {method:<10} {seconds:9.2f}s  limit {row['limit_s'][method]:8.2f}s "
+                 f"({row['flops'][method] / 1e12:.3f} TFLOP)  {row['x_of_limit'][method]:5.2f}x of limit")
+    text += f"\n    oar_p / oar_p_hier FLOPs {row['token_over_hier_flops']:.2f}x"
+    if "token_over_hier_s" in row:
+        text += (f", seconds {row['token_over_hier_s']:.2f}x; top-10% overlap with oar_p "
+                 f"{row['top10_overlap']:.2f} (random 0.10); max |diff| in the chosen steps "
+                 f"{row['max_diff_in_chosen']:.1e}")
+    return text
+
+
+def load(name: str, args):
+    """(model, trace builder) of `--models` entry `name`."""
+    dtype = getattr(torch, args.dtype)
+    if name == "smollm2":
+        from oar_attrib.models import load_model
+
+        model, tokenizer = load_model("smollm2-135m")
+        model = model.to(args.device, dtype)
+        return model, lambda length: text_trace(tokenizer, length, args.step_unit)
+    model = build_model(name, args.layers, args.device, dtype)
+    return model, lambda length: synthetic_trace(length, args.steps, model.config.vocab_size)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=["qwen2-0.5b"],
+                        help="qwen2 shapes have random weights; smollm2 is the real model on real text")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[512, 2048, 4096],
+                        help="reasoning tokens per trace")
+    parser.add_argument("--steps", type=int, default=20, help="steps per synthetic trace")
+    parser.add_argument("--step-unit", default="line", help="step unit of the smollm2 text (steps.step_spans)")
+    parser.add_argument("--top-steps", type=int, default=3, help="oar_p_hier: steps scored per token")
+    parser.add_argument("--top-mass", type=float, default=None, help="oar_p_hier: choose steps by mass instead")
+    parser.add_argument("--layers", type=int, default=None, help="decoder layers of a qwen2 shape (smoke runs)")
+    parser.add_argument("--budget", type=int, default=None, help="max_batch_tokens (default: auto)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
+                        help="default: bfloat16 on a GPU, float32 on CPU")
+    parser.add_argument("--skip-token", action="store_true",
+                        help="do not run token OAR-P (no time ratio, no overlap; FLOP ratio only)")
+    parser.add_argument("--clock", default="wall", choices=["wall", "cpu"],
+                        help="wall seconds, or this process's CPU seconds (one thread, shared CPU)")
+    args = parser.parse_args(argv)
+    gpu = args.device.startswith("cuda")
+    args.dtype = args.dtype or ("bfloat16" if gpu else "float32")
+    if args.clock == "cpu":
+        CLOCK[0] = time.process_time
+    rate = matrix_rate(args.device, torch.bfloat16 if gpu else getattr(torch, args.dtype))
+    print(f"{args.dtype} on {args.device} ({torch.get_num_threads()} threads, torch "
+          f"{torch.__version__}, {platform.machine()}), {args.clock} clock, matrix rate "
+          f"{rate / 1e12:.3f} TFLOP/s; probe {PROBE}, budget {args.budget or 'auto'}, oar_p_hier "
+          f"top_steps {args.top_steps} top_mass {args.top_mass}. qwen2 shapes: RANDOM weights "
+          f"(layers: {args.layers or 'the shape own'}).", flush=True)
+    results = []
+    for name in args.models:
+        model, trace = load(name, args)
+        with torch.no_grad():  # warm-up, charged to no method
+            oar_p_step(model, trace(min(args.lengths)).to(args.device), probe=PROBE)
+        for length in args.lengths:
+            row = {"model": name, **measure(model, trace(length).to(args.device), args, rate)}
+            results.append(row)
+            print(_format(name, row), flush=True)
+        del model
+    print(json.dumps({"bench": "steps", "device": args.device, "dtype": args.dtype,
+                      "layers": args.layers, "matrix_tflops": rate / 1e12,
+                      "random_weights": [m for m in args.models if m != "smollm2"],
+                      "results": results}))
 
 
 if __name__ == "__main__":

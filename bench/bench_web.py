@@ -32,7 +32,8 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the package; tests/longtrace.py and shared_data.py
 
 import httpx  # noqa: E402
 
@@ -307,11 +308,12 @@ def main(argv=None) -> int:
         if args.part in ("all", "long"):
             long_store = args.long_store
             if long_store is None:
-                from oar_attrib.webapp.longtrace import build_long_store
+                from longtrace import build_long_store  # tests/longtrace.py
+                from shared_data import shared_folder
 
                 long_store = Path(tmp) / "long.db"
                 t0 = time.perf_counter()
-                build_long_store(long_store, methods=LONG_METHODS)
+                build_long_store(long_store, shared=shared_folder(), methods=LONG_METHODS)
                 print(f"built {long_store.name}: one long trace in {time.perf_counter() - t0:.0f} s")
             bench_long(long_store, args.repeats)
         if args.part in ("all", "scale"):

@@ -1,70 +1,53 @@
 """oar-attrib: Outcome-grounded Advantage Reshaping for reasoning LLMs.
 
-The public API is imported lazily (PEP 562), so that `import oar_attrib` and the command line
-start without loading torch until a name that needs it is used.
+The public API is declared below and imported lazily (PEP 562, `lazy.lazy_exports`), so that
+`import oar_attrib` and the command line start without loading torch until a name that needs
+it is used.
 """
 from __future__ import annotations
 
-import importlib
+from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from .lazy import lazy_exports
 
-_EXPORTS = {
-    "attribute": "attribution",
-    "AttributionBatch": "records.traces",
-    "TraceAttribution": "records.traces",
-    "compute_weights": "attribution",
-    "load_model": "models",
-    "find_answer_span": "inputs.spans",
-    "locate_answer": "inputs.spans",
-    "segment_tokens": "inputs.spans",
-    "step_spans": "inputs.steps",
-    "token_steps": "inputs.steps",
-    "encode_pairs": "inputs.encoding",
-    "ScoringBatch": "inputs.batch",
-    "bilevel_weights": "weights.gating",
-    "entropy_topk_mask": "weights.gating",
-    "grail_weights": "weights.gating",
-    "reshape_advantages": "weights.gating",
-    "ess_ratio": "weights.metrics",
-    "top_mass": "weights.metrics",
-    "recall_at_k": "weights.metrics",
-    "average_precision": "weights.metrics",
-    "counterfactual_oracle": "analysis.counterfactual",
-    "oracle_recall": "analysis.recall",
-    "RecallReport": "analysis.recall",
-    "generate": "generation",
-    "recall_figure": "analysis.figures",
-    "token_heatmap": "analysis.figures",
-    "agreement_matrix": "analysis.agreement",
-    "method_agreement": "analysis.figures",
-    "weights_figure": "analysis.figures",
-    "experiment_report": "analysis.experiment",
-    "paired_difference": "analysis.experiment",
-    "experiment_figure": "analysis.experiment_figures",
-    "experiment_credit_figure": "analysis.experiment_figures",
-    "get_method": "methods",
-    "register_method": "methods",
-    "available_methods": "methods",
-    "oar_p_reference": "methods.oar_p",
-    "WorldConfig": "world",
-    "generate_problems": "world",
-    "oracle_spans": "world",
-    "reward": "world",
-    "Store": "store",
-    "summarise": "analysis.run_summary",
-}
+__version__ = "0.2.0.dev0"  # the one place; pyproject.toml reads it (CHANGELOG.md: 0.2.0 is unreleased)
 
-__all__ = sorted(_EXPORTS)
+if TYPE_CHECKING:  # every export; each loads on first use
+    from .analysis.agreement import agreement_matrix
+    from .analysis.counterfactual import counterfactual_oracle
+    from .analysis.experiment import experiment_report, paired_difference
+    from .analysis.experiment_figures import experiment_credit_figure, experiment_figure
+    from .analysis.figures import method_agreement, recall_figure, token_heatmap, weights_figure
+    from .analysis.recall import RecallReport, oracle_recall
+    from .analysis.run_summary import summarise
+    from .attribution import attribute, compute_weights  # compute_weights: deprecated, weights.pipeline.weigh
+    from .generation import generate
+    from .inputs.batch import ScoringBatch
+    from .inputs.encoding import encode_pairs
+    from .inputs.spans import find_answer_span, locate_answer, segment_tokens
+    from .inputs.steps import step_spans, token_steps
+    from .methods import available_methods, get_method, register_method
+    from .methods.oar_p import oar_p_reference
+    from .models import load_model
+    from .records.traces import AttributionBatch, TraceAttribution
+    from .store import Store
+    from .weights.gating import bilevel_weights, entropy_topk_mask, grail_weights, reshape_advantages
+    from .weights.metrics import average_precision, ess_ratio, recall_at_k, top_mass
+    from .weights.settings import ReshapeSettings
+    from .world import WorldConfig, generate_problems, oracle_spans, reward
 
+__all__ = [
+    "AttributionBatch", "RecallReport", "ReshapeSettings", "ScoringBatch", "Store", "TraceAttribution",
+    "WorldConfig", "agreement_matrix", "attribute", "available_methods", "average_precision", "bilevel_weights",
+    "compute_weights", "counterfactual_oracle", "encode_pairs", "entropy_topk_mask", "ess_ratio",
+    "experiment_credit_figure", "experiment_figure", "experiment_report", "find_answer_span",
+    "generate", "generate_problems", "get_method", "grail_weights", "load_model", "locate_answer",
+    "method_agreement", "oar_p_reference", "oracle_recall", "oracle_spans", "paired_difference",
+    "recall_at_k", "recall_figure", "register_method", "reshape_advantages", "reward",
+    "segment_tokens", "step_spans", "summarise", "token_heatmap", "token_steps", "top_mass",
+    "weights_figure",
+]
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'oar_attrib' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+# The figures are plotly's, which comes with the web extra.
+__getattr__, __dir__ = lazy_exports(__name__, __file__, extras={
+    "oar_attrib.analysis.figures": "web", "oar_attrib.analysis.experiment_figures": "web"})

@@ -74,8 +74,24 @@ def _trace(pair: EncodedPair, prompt, weighed: dict[str, Weighed], row: int, pro
     scores = {m: w.importances[row, s:e] for m, w in weighed.items()}
     weights = {m: w.weights[row, s:e] for m, w in weighed.items()}
     seconds = {m: w.seconds / n_rows for m, w in weighed.items()}
+    draws = {m: w.draws[:, row, s:e] for m, w in weighed.items() if w.draws is not None}
     return build_trace(pair, prompt, probe=probe, scores=scores, weights=weights,
-                       advantage=advantage, params=record, timings=seconds)
+                       advantage=advantage, params=record, timings=seconds,
+                       draws=draws)
+
+
+def _attribute_batch(model, tokenizer, prompts, responses, settings: ReshapeSettings, params: dict,
+                     advantages, record: dict, chat, step_unit, encoded=None) -> list[TraceAttribution]:
+    """The traces of one batch: encoded once (or `encoded` already), scored and weighed by every
+    method of `params` (method -> keyword arguments) under `settings`, each trace carrying `record`."""
+    batch, pairs = encode_pairs(tokenizer, prompts, responses, answer_format=settings.answer_format,
+                                answer_pattern=settings.answer_pattern, chat=chat, step_unit=step_unit,
+                                encoded=encoded)
+    weighed = {m: pipeline.score_and_weight(model, batch, for_method(settings, m), params=p, tokenizer=tokenizer)
+               for m, p in params.items()}
+    return [_trace(pair, prompts[row], weighed, row, settings.probe, record,
+                   None if advantages is None else float(advantages[row]), len(pairs))
+            for row, pair in enumerate(pairs)]
 
 
 def _as_lists(prompts, responses, advantages) -> tuple[list, list]:
@@ -105,6 +121,7 @@ def attribute(
     step_unit=AUTO,
     batch_size: int = 16,
     progress: bool = False,
+    encoded: Sequence[EncodedPair] | None = None,
     **overrides,
 ) -> AttributionBatch:
     """Token importances, weights and credit metrics of each response.
@@ -125,6 +142,8 @@ def attribute(
         sentence, a regex; default auto: lines, or sentences of a one-line reasoning). Sets
         each trace's `steps` and the steps step-level methods (`oar_p_step`) perturb.
     batch_size: traces scored together; progress: a bar counting traces and scored positions.
+    encoded: the pairs already encoded with this call's answer format, chat and step unit
+        (`encoding.encode_pair`, as `oar attribute` judges each line): not tokenized again.
     Every trace's `params` is the settings record (`records.settings_record`). Responses whose
     answer span is not found get weight 1 everywhere and the flag `no_answer_span`; one whose
     answer starts right after an empty prompt is flagged `no_predicting_position`. Non-finite
@@ -132,26 +151,19 @@ def attribute(
     """
     settings = resolve_settings(settings, overrides)
     prompts, responses = _as_lists(prompts, responses, advantages)
-    per_method = {m: for_method(settings, m) for m in methods}  # checks every name
+    for method in methods:
+        for_method(settings, method)  # checks every name before anything runs
     used = analysis_params(methods, method_params)
     record = settings_record(settings, methods, used, model=model, step_unit=step_unit, chat=chat)
     params = resolve_mask_names(used, tokenizer)  # "eos" / "unk" -> token ids
-    out = AttributionBatch()
-    bar = tqdm(total=len(prompts), desc="attribute", unit="trace", disable=not progress)
-    positions = 0  # scored positions so far, beside the traces
-    with bar:  # the pipeline puts the model in eval mode while it scores
-        for start in range(0, len(prompts), batch_size):
-            stop = start + batch_size
-            batch, pairs = encode_pairs(tokenizer, prompts[start:stop], responses[start:stop],
-                                        answer_format=settings.answer_format,
-                                        answer_pattern=settings.answer_pattern, chat=chat, step_unit=step_unit)
-            weighed = {m: pipeline.score_and_weight(model, batch, per_method[m], params=params[m],
-                                                    tokenizer=tokenizer) for m in methods}
-            for row, pair in enumerate(pairs):
-                adv = None if advantages is None else float(advantages[start + row])
-                out.append(_trace(pair, prompts[start + row], weighed, row, settings.probe, record,
-                                  adv, len(pairs)))
-            positions += sum(sum(t.scored) for t in out[-len(pairs):])
-            bar.update(len(pairs))
+    out, positions = AttributionBatch(), 0  # scored positions so far, beside the traces
+    with tqdm(total=len(prompts), desc="attribute", unit="trace", disable=not progress) as bar:
+        for part in (slice(start, start + batch_size) for start in range(0, len(prompts), batch_size)):
+            traces = _attribute_batch(model, tokenizer, prompts[part], responses[part], settings, params,
+                                      None if advantages is None else advantages[part], record, chat, step_unit,
+                                      None if encoded is None else encoded[part])
+            out.extend(traces)
+            bar.update(len(traces))
+            positions += sum(sum(t.scored) for t in traces) if progress else 0  # shown only
             bar.set_postfix(positions=positions)
     return out

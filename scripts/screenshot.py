@@ -1,4 +1,4 @@
-"""Screenshots of the web app for the README, in headless Chromium (no network needed).
+"""Screenshots of the web app for the README and the docs, in headless Chromium (no network needed).
 
     oar demo --build-only                  # prints the demo store's path
     python scripts/screenshot.py --store PATH --out docs/img

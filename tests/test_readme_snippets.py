@@ -1,15 +1,19 @@
-"""Every ```python and ```bash block of README.md and the training README runs as pasted.
+"""Every ```python and ```bash block of the README, the folder READMEs and the documentation
+site's pages (docs/) runs as pasted.
 
-Python blocks run in a fresh interpreter in an empty working directory. Bash blocks run line by
-line with `set -e` in one, with `oar` and `python` being this interpreter's (`python -m
+The Python blocks of a page run in order in one fresh interpreter (as a notebook's cells do:
+a block may use what an earlier block of its page defined), in an empty working directory;
+tracebacks name the page and its line. Bash blocks run one by one, line by line with `set -e`,
+each in an empty directory, with `oar` and `python` being this interpreter's (`python -m
 oar_attrib.cli`), on the bundled model; `$OAR_TRAIN_OVERRIDES` (documented in the training
-README) makes each `oar train` a one-step run. A line that needs a GPU, ../shared, a large
+guide) makes each `oar train` a one-step run. A line that needs a GPU, ../shared, a large
 checkpoint or a long run is listed below with the reason, and the test fails if a listed line
 is no longer in the docs (the list cannot go stale) or if a block has a line neither run nor
 listed. Python blocks that are not run are still compiled.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -21,12 +25,15 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ("README.md", "training/README.md", "webapp/README.md")
+DOCS = ("README.md", "training/README.md", "webapp/README.md",
+        *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md")
+                if "hooks" not in p.relative_to(ROOT / "docs").parts))
 SHORT_RUN = ("max_steps=1 eval_every=0 world_train_size=32 per_device_train_batch_size=8 "
              "num_generations=4 max_completion_length=48 oar_store_samples=4 save_steps=1")
 
 GPU = "needs a GPU: the math-7b preset trains a 7B-class checkpoint in bf16"
 MULTI_GPU = "needs several GPUs (accelerate launch of DDP / DeepSpeed)"
+BENCH = "a benchmark: minutes of the whole machine, run alone for the page's figures"
 # A command line's beginning -> why the test does not run it.
 NOT_RUN = {
     "bash scripts/setup.sh && .venv/bin/oar demo":
@@ -53,6 +60,21 @@ NOT_RUN = {
     "oar experiment run my-grid.yaml": "a grid file of the user's own (my-grid.yaml), not in the repository",
     "OAR_STORE=runs/train-arith-tiny/runs.db OAR_MODEL=arith-tiny":
         "a web server that runs until stopped; tests/test_root_folders.py builds the app from the factory",
+    ".venv/bin/mkdocs": "serves or builds this documentation site; tests/test_docs.py builds it with --strict",
+    "OMP_NUM_THREADS=1 python bench/": BENCH,
+    "python bench/": BENCH,
+    "oar align --preset smollm2-words":
+        "SmolLM2-135M-Instruct's gradients on 12 to 100 screened batches (hours on a CPU); "
+        "tests/training/test_align.py runs oar align on the bundled model",
+    "oar align --preset gsm8k-gpu": "needs a GPU, a 0.5B checkpoint and GSM8K's training file",
+    "oar web --store runs.db --align": "a web server that runs until stopped; tests/webapp/test_align_page.py "
+                                       "builds the /align pages",
+    "nice -n 10 env OMP_NUM_THREADS=1 oar train --preset smollm2-words":
+        "checkpoint 2 of the alignment plan: 15 GRPO steps of SmolLM2-135M-Instruct (hours on a CPU)",
+    "nice -n 10 env OMP_NUM_THREADS=1 oar align --preset smollm2-words":
+        "the alignment plan's measurements: 100 batches of SmolLM2-135M-Instruct per checkpoint (days on a CPU)",
+    "python scripts/build_long_store.py":
+        "builds a store of 4000-token traces (minutes); tests/webapp/test_webapp_long.py builds a small one",
 }
 # Python blocks that are compiled but not run, by a line they contain.
 PYTHON_NOT_RUN = {
@@ -85,6 +107,16 @@ def reason_not_run(command: str) -> str | None:
 
 
 BLOCKS = [(doc, *block) for doc in DOCS for block in code_blocks(doc)]
+PYTHON_PAGES = sorted({doc for doc, lang, _, _ in BLOCKS if lang == "python"}, key=DOCS.index)
+BASH_BLOCKS = [(doc, line, code) for doc, lang, line, code in BLOCKS if lang == "bash"]
+# Runs a page's Python blocks in order in one namespace, each compiled with its page and line
+# (so a traceback points into the markdown file).
+DRIVER = """
+import json, sys
+namespace = {"__name__": "__main__"}
+for where, line, code in json.load(open(sys.argv[1])):
+    exec(compile("\\n" * line + code, where, "exec"), namespace)
+"""
 
 
 def _env() -> dict:
@@ -100,24 +132,34 @@ def _run(argv: list[str], cwd: Path, timeout: int = 300) -> subprocess.Completed
 def test_the_docs_hold_the_blocks_this_test_knows():
     kinds = [lang for _, lang, _, _ in BLOCKS]
     assert kinds.count("python") >= 4 and kinds.count("bash") >= 5
-    every_command = [c for _, lang, _, code in BLOCKS if lang == "bash" for c in commands(code)]
+    assert {"README.md", "docs/guide/attribution.md", "docs/guide/training.md"} <= set(PYTHON_PAGES)
+    every_command = [c for _, _, code in BASH_BLOCKS for c in commands(code)]
     for start in NOT_RUN:  # no stale entry: each one still names a documented command
         assert any(c.startswith(start) for c in every_command), start
     every_python = "\n".join(code for _, lang, _, code in BLOCKS if lang == "python")
     assert all(line in every_python for line in PYTHON_NOT_RUN)
 
 
-@pytest.mark.parametrize("doc, lang, line, code", BLOCKS, ids=[f"{d}:{n}" for d, _, n, _ in BLOCKS])
-def test_block_runs_as_pasted(doc, lang, line, code, tmp_path):
-    where = f"{doc}:{line}"
-    if lang == "python":
-        compile(code, where, "exec")
-        if any(marker in code for marker in PYTHON_NOT_RUN):
-            return  # compiled above; the reason is in PYTHON_NOT_RUN
-        (tmp_path / "snippet.py").write_text(code)
-        done = _run([sys.executable, "snippet.py"], tmp_path)
-        assert done.returncode == 0, f"{where} failed:\n{done.stderr[-3000:]}"
+@pytest.mark.parametrize("doc", PYTHON_PAGES, ids=[f"{d}:python" for d in PYTHON_PAGES])
+def test_python_blocks_of_a_page_run_as_pasted(doc, tmp_path):
+    blocks = []
+    for _, lang, line, code in (b for b in BLOCKS if b[0] == doc):
+        if lang != "python":
+            continue
+        compile(code, f"{doc}:{line}", "exec")
+        if not any(marker in code for marker in PYTHON_NOT_RUN):  # else compiled only (the reason is listed)
+            blocks.append((doc, line, code))
+    if not blocks:
         return
+    (tmp_path / "blocks.json").write_text(json.dumps(blocks))
+    (tmp_path / "driver.py").write_text(DRIVER)
+    done = _run([sys.executable, "driver.py", "blocks.json"], tmp_path, timeout=900)
+    assert done.returncode == 0, f"{doc} failed:\n{done.stderr[-3000:]}"
+
+
+@pytest.mark.parametrize("doc, line, code", BASH_BLOCKS, ids=[f"{d}:{n}" for d, n, _ in BASH_BLOCKS])
+def test_bash_block_runs_as_pasted(doc, line, code, tmp_path):
+    where = f"{doc}:{line}"
     script = ["set -euo pipefail",
               f'oar() {{ "{sys.executable}" -m oar_attrib.cli "$@"; }}',
               f'python() {{ "{sys.executable}" "$@"; }}']
@@ -133,6 +175,6 @@ def test_block_runs_as_pasted(doc, lang, line, code, tmp_path):
     assert syntax.returncode == 0, f"{where}: {syntax.stderr}"
     if not ran:
         return  # every command is listed in NOT_RUN with its reason
-    done = _run(["bash", "-c", "\n".join(script)], tmp_path, timeout=600)
+    done = _run(["bash", "-c", "\n".join(script)], tmp_path, timeout=1200)
     assert done.returncode == 0, f"{where} failed:\n{done.stderr[-3000:]}"
     assert any(tmp_path.glob("runs/*/model.safetensors")) or "oar train" not in code

@@ -38,10 +38,10 @@ from statistics import NormalDist
 
 import numpy as np
 
+from ..defaults import NO_METHOD as BASELINE
 from ..errors import InputError
 from ..jsonl import iter_jsonl
 
-BASELINE = "none"
 PARTS = ("all", "pos", "neg")
 ENDPOINTS = ("cos", "delta_cos", "sign_agreement", "norm_ratio", "cos_grpo")
 DEFAULT_EFFECTS = (0.002, 0.005, 0.01, 0.02, 0.05)

@@ -34,9 +34,12 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..defaults import PROBE
 from ..attribution import attribute
 from ..errors import InputError
+from ..files import check_file
 from ..generation import generate
+from ..inputs.chat_template import chat_ids
 from ..inputs.grading import grade
 from ..jsonl import NotJSON, iter_jsonl
 from ..methods import available_methods
@@ -56,22 +59,41 @@ REGENERATION_MARGIN = 16
 
 def read_records(path: str | Path, n: int | None = None) -> list[dict]:
     """The first `n` usable records of a JSONL file: a `question` / `problem` (and an optional
-    gold `answer`), or a `prompt` and a `response`. A bad line is an InputError naming it."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"--data {path}: no such file; pass a JSON Lines file of questions or traces")
+    gold `answer`), or a `prompt` and a `response`. A bad line is an InputError naming it and
+    what is wrong (a missing field, a value of the wrong type)."""
+    path = check_file(path, "--data", "pass a JSON Lines file of questions or traces")
     records = []
     for number, value in iter_jsonl(path):
         if isinstance(value, NotJSON) or not isinstance(value, dict):
             raise InputError(f"{path}:{number}: {value if isinstance(value, NotJSON) else 'not a JSON object'}")
         if not ({"question", "problem"} & set(value) or {"prompt", "response"} <= set(value)):
             raise InputError(f"{path}:{number}: needs `question` (or `problem`), or `prompt` and `response`")
+        why = _wrong_type(value)
+        if why:
+            raise InputError(f"{path}:{number}: {why}")
         records.append(value)
         if n is not None and len(records) == n:
             break
     if not records:
         raise InputError(f"--data {path} has no records")
     return records
+
+
+def _wrong_type(record: dict) -> str | None:
+    """What in a record has the wrong type (named with the type it has), or None."""
+    for key in ("question", "problem", "response"):
+        if key in record and not isinstance(record[key], str):
+            return f"`{key}` is {type(record[key]).__name__}, not text"
+    prompt = record.get("prompt")
+    if "prompt" in record and not isinstance(prompt, str) and not (
+            isinstance(prompt, list) and prompt and all(
+                isinstance(m, dict) and isinstance(m.get("role"), str)
+                and isinstance(m.get("content"), str) for m in prompt)):
+        return f"`prompt` is {type(prompt).__name__}, not text or {{'role', 'content'}} messages"
+    answer = record.get("answer")
+    if answer is not None and (isinstance(answer, bool) or not isinstance(answer, (str, int, float))):
+        return f"`answer` is {type(answer).__name__}, not text or a number"
+    return None
 
 
 WORDWORLD = "wordworld"
@@ -123,7 +145,7 @@ def encode_prompt_ids(tokenizer, prompt) -> list[int]:
         return tokenizer(prompt, add_special_tokens=False).input_ids
     if isinstance(prompt, str):
         prompt = [{"role": "user", "content": prompt}]
-    return list(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False))
+    return chat_ids(tokenizer, prompt)
 
 
 def model_traces(model, tokenizer, records: list[dict], max_new_tokens: int,
@@ -185,7 +207,38 @@ def _causal(model, tokenizer, trace, prompt_ids, cf_positions, seed, max_batch_t
     return causal
 
 
-def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None, probe: str = "as_mean",
+def _counterfactual_set(model, tokenizer, trace, prompt, cf_positions: int, seed: int,
+                        max_batch_tokens: int, known: dict, cache: Path | None, model_name: str,
+                        replacement) -> tuple[np.ndarray, np.ndarray]:
+    """(target, tested): (T,) bool masks of the trace's causal positions and of the positions
+    the oracle tested, from `known` (the cache read) or computed now and appended to `cache`."""
+    prompt_ids = encode_prompt_ids(tokenizer, prompt)
+    key = _cache_key(model_name, prompt_ids, trace.token_ids, cf_positions, seed, replacement)
+    fresh = key not in known
+    causal = _causal(model, tokenizer, trace, prompt_ids, cf_positions, seed, max_batch_tokens, known,
+                     key, replacement)
+    if fresh and cache is not None:
+        with cache.open("a") as out:
+            out.write(json.dumps({"key": key, "causal": sorted(causal.items())}) + "\n")
+    target = np.zeros(len(trace.token_ids), dtype=bool)
+    tested = np.zeros_like(target)
+    tested[list(causal)] = True
+    target[[t for t, c in causal.items() if c]] = True
+    return target, tested
+
+
+def _by_outcome(per_trace: list, correct: list, methods, sets, seed: int) -> dict:
+    """The recall summaries of the right and of the wrong traces, each where there are any."""
+    out = {}
+    for name, want in (("right", True), ("wrong", False)):
+        part = [t for t, c in zip(per_trace, correct) if t is not None and c is want]
+        if part:
+            m, r = summarize(part, methods, sets, seed=seed)
+            out[name] = {"methods": m, "random": r, "n": len(part)}
+    return out
+
+
+def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None, probe: str = PROBE,
                           seed: int = 0, cf_positions: int = 32, max_new_tokens: int = 256,
                           max_batch_tokens: int = 16384, cache: str | Path | None = None,
                           model_name: str = "", method_params: dict | None = None,
@@ -223,31 +276,16 @@ def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None
             continue
         token_sets = {}
         if COUNTERFACTUAL in sets:
-            prompt_ids = encode_prompt_ids(tokenizer, prompt)
-            key = _cache_key(model_name, prompt_ids, trace.token_ids, cf_positions, seed, replacement)
-            fresh = key not in known
-            causal = _causal(model, tokenizer, trace, prompt_ids, cf_positions, seed, max_batch_tokens, known,
-                             key, replacement)
-            if fresh and cache is not None:
-                with cache.open("a") as out:
-                    out.write(json.dumps({"key": key, "causal": sorted(causal.items())}) + "\n")
-            target = np.zeros(len(trace.token_ids), dtype=bool)
-            was_tested = np.zeros_like(target)
-            was_tested[list(causal)] = True
-            target[[t for t, c in causal.items() if c]] = True
-            tested, found = tested + len(causal), found + int(target.sum())
+            target, was_tested = _counterfactual_set(model, tokenizer, trace, prompt, cf_positions, seed,
+                                                     max_batch_tokens, known, cache, model_name, replacement)
+            tested, found = tested + int(was_tested.sum()), found + int(target.sum())
             token_sets[COUNTERFACTUAL] = (target, was_tested)
         oracle = value_oracle(record[WORD_PROBLEM], text) if set(VALUE_SETS) & set(sets) else None
         status.append("scored")
         per_trace.append(trace_recall(trace, oracle, sets, token_sets))
     scored = [t for t in per_trace if t is not None]
     summary, rand = summarize(scored, methods, sets, seed=seed)
-    by_outcome = {}
-    for name, want in (("right", True), ("wrong", False)):
-        part = [t for t, c in zip(per_trace, correct) if t is not None and c is want]
-        if part:
-            m, r = summarize(part, methods, sets, seed=seed)
-            by_outcome[name] = {"methods": m, "random": r, "n": len(part)}
+    by_outcome = _by_outcome(per_trace, correct, methods, sets, seed)
     graded = [c for c in correct if c is not None]
     return CounterfactualReport(
         methods=summary, random=rand, n=len(records), n_scored=status.count("scored"),

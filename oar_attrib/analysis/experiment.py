@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from oar_attrib.defaults import NO_METHOD as BASELINE
 from oar_attrib.errors import unknown_name
 from oar_attrib.store.experiments import STEP_KEY, open_readonly
 
-BASELINE = "none"
 CREDIT_KEYS = ("oar/ess_ratio", "oar/top10_mass", "oar/weight_max", "entropy", "reward")
 
 

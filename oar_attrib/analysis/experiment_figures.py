@@ -84,11 +84,13 @@ def _curves_matplotlib(ax, report, key: str, col: dict) -> None:
 
 
 def save_matplotlib(report, path: Path) -> None:
-    """The same panels as `plotly_figure`, as a static image (needs matplotlib)."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise ImportError("a .png figure needs matplotlib (pip install matplotlib), or write .html") from None
+    """The same panels as `plotly_figure`, as a static image (needs the figures extra:
+    matplotlib)."""
+    from ..extras import require_extra
+
+    require_extra("figures", f"a {path.suffix or 'static'} figure (or write .html)")
+    import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -27,19 +27,23 @@ import dataclasses
 import numpy as np
 import torch
 
+from ..defaults import PROBES
 from ..errors import InputError
 from ..inputs.encoding import encode_pair, pairs_to_batch
 from ..inputs.gold import with_gold_answer
-from ..methods.masks import resolve_token_name
+from ..inputs.segments import scored_set
+from ..methods.masks import MASKS, TOKEN_NAMES, resolve_token_name
 from ..methods.oar_p import oar_p
 from ..methods.oar_p_step import oar_p_step
 from ..weights.metrics import mean_ci, random_recall, recall_at_k, spearman
 from .counterfactual import choose_positions, counterfactual_oracle
 from .counterfactual_recall import REGENERATION_MARGIN, answer_key
 
-MASKS: tuple[str, ...] = ("pad", "eos", "unk", "zero", "mean", "resample", "delete")
-PROBES: tuple[str, ...] = ("lt", "as_mean", "as_joint", "gold")
 GOLD = "gold"  # the probe `as_joint` on the trace re-encoded with the gold answer
+# The table's rows and columns: every OAR-P mask (the tokenizer's tokens after pad), and every
+# probe of the model, then the gold one.
+TABLE_MASKS: tuple[str, ...] = (MASKS[0], *TOKEN_NAMES, *MASKS[1:])
+TABLE_PROBES: tuple[str, ...] = (*PROBES, GOLD)
 REFERENCE = "pad/as_mean"  # the paper's mask with its best probe: differences are taken to it
 
 
@@ -48,7 +52,7 @@ def cell_name(mask: str, probe: str, step: bool = False) -> str:
     return f"{mask}/{probe}/step" if step else f"{mask}/{probe}"
 
 
-def usable_masks(tokenizer, masks=MASKS) -> dict[str, str | int]:
+def usable_masks(tokenizer, masks=TABLE_MASKS) -> dict[str, str | int]:
     """{name: the `mask` value oar_p takes} of the names the tokenizer allows ("eos" and "unk"
     resolve to its token ids; one it lacks is left out)."""
     out = {}
@@ -116,7 +120,7 @@ def score_cells(model, batch, gold_batch, columns, masks: dict, probes, seed: in
 
 
 def trace_row(model, tokenizer, prompt, response: str, gold: str | None = None, *,
-              masks: dict, probes=PROBES, cf_positions: int = 16, seed: int = 0,
+              masks: dict, probes=TABLE_PROBES, cf_positions: int = 16, seed: int = 0,
               replacement="resample", max_batch_tokens: int | None = None,
               step: bool = False) -> dict:
     """One trace's JSON row: {"status", "positions" (tested, into the response), "causal"
@@ -128,7 +132,7 @@ def trace_row(model, tokenizer, prompt, response: str, gold: str | None = None, 
     pair = encode_pair(tokenizer, prompt, response)
     if not pair.span_found or pair.empty_reasoning or answer_key(pair.text) is None:
         return {"status": "no_answer_span"}
-    scored = [i for i, label in enumerate(pair.labels) if label == "reasoning"]
+    scored = [i for i, s in enumerate(scored_set(pair.labels, pair.span_found)) if s]
     tested = choose_positions(scored, cf_positions, seed)
     causal = counterfactual_oracle(
         model, tokenizer, pair.prompt_ids, pair.response_ids, tested, answer_key,
@@ -182,8 +186,8 @@ def summarize_rows(rows: list[dict], seed: int = 0, reference: str = REFERENCE) 
 
 def _cell_order(cell: str):
     mask, probe, *step = cell.split("/")
-    return (bool(step), MASKS.index(mask) if mask in MASKS else len(MASKS), mask,
-            PROBES.index(probe) if probe in PROBES else len(PROBES))
+    return (bool(step), TABLE_MASKS.index(mask) if mask in TABLE_MASKS else len(TABLE_MASKS), mask,
+            TABLE_PROBES.index(probe) if probe in TABLE_PROBES else len(TABLE_PROBES))
 
 
 def markdown_table(summary: dict, stat: str = "recall", step: bool = False,
@@ -192,7 +196,7 @@ def markdown_table(summary: dict, stat: str = "recall", step: bool = False,
     of token or step OAR-P (`step`); `paired`: the difference to the reference cell instead."""
     cells = {c: v for c, v in summary["cells"].items() if (c.count("/") == 2) == step}
     masks = list(dict.fromkeys(c.split("/")[0] for c in cells))
-    probes = [p for p in PROBES if any(c.split("/")[1] == p for c in cells)]
+    probes = [p for p in TABLE_PROBES if any(c.split("/")[1] == p for c in cells)]
     lines = ["| mask | " + " | ".join(probes) + " |", "|---" * (len(probes) + 1) + "|"]
     for mask in masks:
         got = [cells.get(cell_name(mask, p, step), {}) for p in probes]

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .sets import SUBSETS
+
 DEFAULT_BINS = 20
-SUBSETS = ("all", "correct", "wrong")
 
 
 def position_bins(n: int, bins: int) -> np.ndarray:

@@ -17,13 +17,14 @@ from dataclasses import KW_ONLY, dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..defaults import PROBE
 from ..attribution import TraceAttribution, attribute
 from .counterfactual import counterfactual_oracle
 from ..generation import generate
 from ..errors import InputError
 from ..methods import available_methods
 from ..weights.metrics import average_precision, mean_ci, random_recall, recall_at_k
-from ..store.codec import span_mask
+from ..inputs.segments import span_mask
 from ..world import Oracle, Problem, extract_answer, generate_problems
 from .report import RecallSummary
 from .sets import COUNTERFACTUAL, DEFAULT_SETS, RECALL_SETS
@@ -31,7 +32,7 @@ from ..weights.settings import ReshapeSettings
 EXPECTED = "random_expectation"
 
 
-# (T,) bool: tokens whose character span overlaps any oracle span; the store's definition.
+# (T,) bool: tokens whose character span overlaps any oracle span (`segments.span_mask`).
 oracle_token_mask = span_mask
 
 
@@ -150,7 +151,7 @@ def summarize(per_trace: list[dict], methods, sets=DEFAULT_SETS, seed: int = 0) 
 
 
 def oracle_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "recall",
-                  methods=None, probe: str = "as_mean", progress: bool = False,
+                  methods=None, probe: str = PROBE, progress: bool = False,
                   method_params: dict | None = None, sets=DEFAULT_SETS,
                   cf_positions: int = 64, replacement="pad") -> RecallReport:
     """Sample `n` held-out problems, let the model answer, attribute, and score against the

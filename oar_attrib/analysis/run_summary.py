@@ -13,9 +13,8 @@ import numpy as np
 
 from .agreement import agreement_matrix
 from .recall import EXPECTED, summarize, trace_recall
-from .sets import DEFAULT_SETS
+from .sets import DEFAULT_SETS, SUBSETS
 
-SUBSETS = ("all", "correct", "wrong")
 N_BOOT = 2000  # the default of metrics.bootstrap_ci, which recall.summarize uses
 
 

@@ -38,7 +38,7 @@ from ..methods.resample import resample_steps
 from ..weights.metrics import mean_ci, random_recall, recall_at_k
 from ..inputs.steps import STEP_POOLS, pool_steps
 from ..world import Oracle, generate_problems, shift_result
-from ..weights.defaults import VIEW_STEP_POOL
+from ..defaults import PROBE, VIEW_STEP_POOL
 from .report import RecallSummary
 from ..weights.settings import ReshapeSettings
 
@@ -134,7 +134,7 @@ def intervention_auc(model, tokenizer, prompts, texts, traces, oracles, *, n_sam
 
 
 def step_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "upstream", methods=None,
-                probe: str = "as_mean", pool: str = VIEW_STEP_POOL, progress: bool = False,
+                probe: str = PROBE, pool: str = VIEW_STEP_POOL, progress: bool = False,
                 method_params: dict | None = None, resample_samples: int = 8,
                 intervention_samples: int = 0) -> StepRecallReport:
     """Sample `n` held-out problems of `preset`, let the model answer greedily, attribute with

@@ -11,6 +11,7 @@ from typing import Sequence
 
 import torch
 
+from ..defaults import ANSWER_FORMAT
 from ..methods.baselines.entropy import token_entropy
 from ..inputs.batch import ScoringBatch
 from ..lm import eval_mode, model_device
@@ -41,7 +42,7 @@ def token_stats(model, batch: ScoringBatch, chunk: int = 256) -> tuple[torch.Ten
 
 
 def response_stats(model, tokenizer, prompts: Sequence, responses: Sequence[str], *,
-                   chat: bool | None, answer_format: str = "auto") -> list[tuple[list, list]]:
+                   chat: bool | None, answer_format: str = ANSWER_FORMAT) -> list[tuple[list, list]]:
     """(logprob, entropy) lists over each response's T tokens (the tokens a stored trace of
     the pair holds), one forward for the whole batch."""
     from ..inputs.encoding import encode_pairs

@@ -1,6 +1,6 @@
 """`oar attribute`: token importances of prompt/response pairs from a JSONL file.
 
-The input is read lazily, line by line, each line judged on its own (see `judge_record`):
+The input is read lazily, line by line, each line judged on its own (`inputs.pairs`):
 a bad line is reported with its line number and skipped, the good ones are attributed in
 batches and each batch is written at once (see `outputs`). `--input` and `--out` are checked
 before the model loads; a rerun with the same input and output resumes after the lines
@@ -14,130 +14,51 @@ loads.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from collections import Counter
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import InputError, OARError, TokenizerError
-from ..jsonl import NotJSON, iter_jsonl
+from ..console import say, terminal_safe
+from ..errors import InputError
+from ..inputs.pairs import Skip, input_labels, judge_record, judge_tokens
+from ..inputs.segments import n_scored
+from ..jsonl import iter_jsonl
 from . import outputs
 from ..configs import add_dataclass_args, add_model_args
 from ..weights.settings import ReshapeSettings
-from .choices import add_method_knobs, method_name, method_params_from, probe_name
-
-
-class Skip(str):
-    """Why a line is skipped; `kind` names the family counted in the summary."""
-
-    def __new__(cls, message: str, kind: str) -> "Skip":
-        self = super().__new__(cls, message)
-        self.kind = kind
-        return self
+from .choices import add_answer_format_arg, add_method_knobs, add_probe_arg, method_name, method_params_from
 
 
 def check_input(path: str) -> Path:
     """The input path, or an InputError when it is not a readable file."""
-    p = Path(path)
-    if p.is_dir():
+    from ..files import check_file
+
+    if Path(path).is_dir():
         raise InputError(f"--input {path} is a folder; pass a JSONL file")
-    if not p.is_file():
-        raise InputError(f"--input {path} does not exist; pass a JSONL file with 'prompt' and "
-                         "'response' per line")
-    if not os.access(p, os.R_OK):
-        raise InputError(f"--input {path} is not readable; check its permissions")
-    return p
-
-
-def _chat_ok(prompt: list) -> bool:
-    return bool(prompt) and all(
-        isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-        for m in prompt
-    )
-
-
-def judge_record(record) -> tuple | Skip:
-    """(prompt, response) of a parsed line, or the Skip that says what is wrong with it."""
-    if isinstance(record, NotJSON):
-        text = record if record.kind != "not_json" else f"not JSON ({record})"
-        return Skip(text, record.kind)
-    prompt = record.get("prompt") if isinstance(record, dict) else None
-    response = record.get("response") if isinstance(record, dict) else None
-    if not isinstance(prompt, (str, list)) or not isinstance(response, str):
-        return Skip("needs a 'prompt' (string or chat messages) and a 'response' string", "fields")
-    if isinstance(prompt, list) and not _chat_ok(prompt):
-        return Skip("the prompt is a list but not of {'role': str, 'content': str} chat messages",
-                    "bad_chat")
-    if not response.strip():
-        return Skip("the response is empty; there is nothing to attribute", "empty_response")
-    return prompt, response
-
-
-def judge_tokens(tokenizer, prompt, response, answer_format: str, chat: bool | None = None) -> Skip | None:
-    """A Skip when the pair cannot be encoded as one scoring row (too long, chat without a
-    template, ...), else None. Tokenizing here costs little next to attribution."""
-    import logging
-
-    from ..inputs.encoding import _default_max_length, encode_pair
-
-    # transformers warns of a text longer than the model here; the skip report says it instead.
-    quiet = logging.getLogger("transformers.tokenization_utils_base")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)
-    try:
-        pair = encode_pair(tokenizer, prompt, response, answer_format=answer_format, chat=chat)
-    except (InputError, TokenizerError) as err:
-        return Skip(str(err), "unscorable")
-    finally:
-        quiet.setLevel(level)
-    limit = _default_max_length(tokenizer)
-    if limit is not None and pair.length > limit:
-        return Skip(f"{pair.length} tokens, more than the model's {limit}; shorten it", "too_long")
-    if not pair.response_ids:
-        return Skip("the response has no tokens; there is nothing to attribute", "empty_response")
-    return None
-
-
-def input_labels(record: dict, response: str, answer_format: str) -> dict:
-    """What a line says about its response beside the text, carried into the output: `gold`
-    (the line's `gold` or `answer`), `reward` (a number) and `correct` (the line's own bool, or
-    else graded against the gold answer)."""
-    from ..inputs.grading import grade
-
-    labels = {}
-    gold = record.get("gold", record.get("answer"))
-    if isinstance(gold, (str, int, float)) and not isinstance(gold, bool):
-        labels["gold"] = str(gold)
-    reward = record.get("reward")
-    if isinstance(reward, (int, float)) and not isinstance(reward, bool) and math.isfinite(reward):
-        labels["reward"] = float(reward)
-    if isinstance(record.get("correct"), bool):
-        labels["correct"] = record["correct"]
-    elif "gold" in labels:
-        labels["correct"] = grade(response, labels["gold"], answer_format).correct
-    return labels
+    return check_file(path, "--input", "pass a JSONL file with 'prompt' and 'response' per line")
 
 
 def read_pairs(path: Path, tokenizer, answer_format: str, skip_line, counts: Counter,
-               report=print, chat: bool | None = None) -> Iterator[tuple[int, object, str, dict]]:
-    """(line number, prompt, response, labels) of the good lines of `path` for which
-    `skip_line(n)` is false (`input_labels`); each bad one is reported (`report`, one line
-    naming file and line) and counted."""
+               report=print, chat: bool | None = None) -> Iterator[tuple[int, object, str, dict, object]]:
+    """(line number, prompt, response, labels, the pair encoded) of the good lines of `path` for
+    which `skip_line(n)` is false (`input_labels`; `inputs.pairs.judge_tokens` encodes each
+    line once, and the attribution scores that encoding); each bad one is reported (`report`,
+    one line naming file and line) and counted."""
     for number, record in iter_jsonl(path):
         if skip_line(number):
             continue
         got = judge_record(record)
-        if not isinstance(got, Skip):
-            got = judge_tokens(tokenizer, *got, answer_format, chat) or got
-        if isinstance(got, Skip):
-            counts[got.kind] += 1
-            report(f"{path}:{number}: skipped ({got.kind}): {got}")
+        judged = got if isinstance(got, Skip) else judge_tokens(tokenizer, *got, answer_format, chat)
+        if isinstance(judged, Skip):
+            counts[judged.kind] += 1
+            report(f"{path}:{number}: skipped ({judged.kind}): {judged}")
             continue
-        yield number, *got, input_labels(record, got[1], answer_format)
+        yield number, *got, input_labels(record, got[1], answer_format), judged
 
+
+DEFAULT_MODEL = "arith-tiny"  # --model when neither it nor --store names one
 
 # The gating flags of `oar attribute`, one per ReshapeSettings field (the same names as
 # attribute()'s keywords and OARConfig's oar_* fields).
@@ -158,24 +79,26 @@ def command_record(args, **extra) -> dict:
     from ..records.settings_record import settings_record
 
     used = analysis_params(args.methods, method_params_from(args))
-    return settings_record(attribute_settings(args), args.methods, used, model=args.model,
+    return settings_record(attribute_settings(args), args.methods, used, model=args.model or DEFAULT_MODEL,
                            dtype=args.dtype, chat=args.chat, **extra)
 
 
 def attribute_lines(model, tokenizer, pairs, output: outputs.Output, args, on_written=None) -> int:
-    """Attribute `pairs` ((line, prompt, response, labels) tuples) in batches of `args.batch_size`,
-    writing each batch to `output` as soon as it is done. Returns the number written;
-    `on_written(k)` is called after each batch (a progress bar's update)."""
+    """Attribute `pairs` ((line, prompt, response, labels, encoded pair) tuples, `read_pairs`) in
+    batches of `args.batch_size`, writing each batch to `output` as soon as it is done. Returns
+    the number written; `on_written(k)` is called after each batch (a progress bar's update)."""
     from ..attribution import attribute
 
     written, batch = 0, []
 
     def flush() -> int:
-        lines, prompts, responses, labels = zip(*batch)
+        lines, prompts, responses, labels, encoded = zip(*batch)
         traces = attribute(model, tokenizer, list(prompts), list(responses), args.methods,
-                           attribute_settings(args), batch_size=len(batch), chat=args.chat,
-                           method_params=method_params_from(args))
-        output.write([{"line": n, **t.to_dict(), **lab} for n, t, lab in zip(lines, traces, labels)])
+                           attribute_settings(args), advantages=[lab.get("advantage", 0.0) for lab in labels],
+                           batch_size=len(batch), chat=args.chat, method_params=method_params_from(args),
+                           encoded=list(encoded))
+        output.write([{"line": n, **_without_advantage(t.to_dict(), lab), **lab}
+                      for n, t, lab in zip(lines, traces, labels)])
         if on_written is not None:
             on_written(len(batch))
         return len(batch)
@@ -187,6 +110,16 @@ def attribute_lines(model, tokenizer, pairs, output: outputs.Output, args, on_wr
     if batch:
         written += flush()
     return written
+
+
+def _without_advantage(record: dict, labels: dict) -> dict:
+    """A trace's record as attributed, less the advantage and token advantages of a line that
+    gave no advantage (the batch was attributed with 0 in its place)."""
+    if "advantage" not in labels:
+        record.update(advantage=None, token_advantages={})
+        for metrics in record["metrics"].values():
+            metrics.pop("top10_mass", None)
+    return record
 
 
 def _ranks() -> tuple[int, int]:
@@ -221,8 +154,13 @@ def open_output(args, lock: bool = True) -> outputs.Output:
     return outputs.JsonlOutput(args.out, command_record(args), lock=lock)
 
 
-def _summary(out: str, written: int, flagged: int, resumed: int, counts: Counter) -> str:
-    text = f"wrote {written} attributions to {out} ({flagged} flagged"
+def _summary(out: str, written: int, flagged: Counter, resumed: int, counts: Counter,
+             answer_format: str) -> str:
+    text = f"wrote {written} attributions to {out} ({flagged['n']} flagged"
+    if flagged["no_span"]:
+        # Such a trace costs no method a forward; the reader should know why it has no scores.
+        text += (f"; {flagged['no_span']} without an answer in format {answer_format!r}: not "
+                 "scored, every weight 1 (--answer-format picks another)")
     if resumed:
         text += f", {resumed} lines already there"
     skipped = sum(counts.values())
@@ -239,8 +177,8 @@ def chat_choice(chat: bool | None, tokenizer) -> bool | None:
 
         from ..inputs.encoding import PlainPromptWarning
 
-        print("oar attribute: plain-string prompts get the model's chat template (as one user "
-              "message); --no-chat scores them as plain text", file=sys.stderr)
+        say("oar attribute: plain-string prompts get the model's chat template (as one user "
+            "message); --no-chat scores them as plain text")
         warnings.filterwarnings("ignore", category=PlainPromptWarning)
         return True
     return chat
@@ -254,11 +192,11 @@ def run(args: argparse.Namespace) -> int:
     if args.store is not None:
         from .attribute_store import attribute_stored
 
-        return attribute_stored(args, chat_choice)
+        return attribute_stored(args, chat_choice, attribute_settings, command_record)
     if args.input is None or args.out is None:
         raise InputError("pass --input FILE.jsonl and --out (or --store S --run R to attribute "
                          "a stored run in place)")
-    args.model = args.model or "arith-tiny"
+    args.model = args.model or DEFAULT_MODEL
     source = check_input(args.input)
     rank, world = _ranks()
     dist = _process_group(world)
@@ -296,7 +234,7 @@ def _attribute_into(final: outputs.Output, source: Path, args, rank: int, world:
 
     def report(line: str) -> None:  # a skipped line: counted, and printed above the bar
         bar.update(1)
-        bar.write(line, file=sys.stderr)
+        bar.write(terminal_safe(line), file=sys.stderr)
 
     chat_choice(args.chat, tokenizer)  # said once; args.chat stays as given: it is in the record
     pairs = read_pairs(source, tokenizer, args.answer_format, skip_line, counts, report=report, chat=args.chat)
@@ -305,25 +243,25 @@ def _attribute_into(final: outputs.Output, source: Path, args, rank: int, world:
     if dist is not None:
         writer.close()
         gathered = [None] * world
-        dist.all_gather_object(gathered, (written, flagged["n"], dict(counts)))
+        dist.all_gather_object(gathered, (written, dict(flagged), dict(counts)))
         written = sum(g[0] for g in gathered)
-        flagged["n"] = sum(g[1] for g in gathered)
+        flagged = sum((Counter(g[1]) for g in gathered), Counter())
         counts = sum((Counter(g[2]) for g in gathered), Counter())
     if rank == 0:
         outputs.merge_parts(final, args.out)
         final.close()
         if not written and not counts and not done:
-            print(f"oar attribute: error: {args.input} has no line to attribute", file=sys.stderr)
+            say(f"oar attribute: error: {args.input} has no line to attribute")
         else:
-            print(_summary(args.out, written, flagged["n"], len(done), counts), file=sys.stderr)
+            say(_summary(args.out, written, flagged, len(done), counts, args.answer_format))
     if dist is not None:
         dist.destroy_process_group()
     return 2 if counts or not (written or done) else 0
 
 
 class _Flagged:
-    """An output that also counts the records that carry flags, and moves the progress bar
-    (traces, and the scored positions so far)."""
+    """An output that also counts the records that carry flags (`n`) and those without an
+    answer span (`no_span`), and moves the progress bar (traces, and the scored positions so far)."""
 
     def __init__(self, output: outputs.Output, counter: Counter, bar=None):
         self.output, self.counter, self.done, self.bar = output, counter, output.done, bar
@@ -332,8 +270,9 @@ class _Flagged:
     def write(self, records: list[dict]) -> None:
         self.output.write(records)
         self.counter["n"] += sum(bool(r.get("flags")) for r in records)
+        self.counter["no_span"] += sum(not r["span_found"] for r in records)
         if self.bar is not None:
-            self.positions += sum(r["span_found"] * r["segments"].count("reasoning") for r in records)
+            self.positions += sum(n_scored(r["segments"], r["span_found"]) for r in records)
             self.bar.update(len(records))
             self.bar.set_postfix(positions=self.positions)
 
@@ -381,8 +320,8 @@ def add_parser(sub) -> None:
                          "input and output resumes after the lines already written")
     at.add_argument("--methods", nargs="+", default=["oar_p", "oar_g"], type=method_name,
                     help="registered importance methods (oar_attrib.available_methods())")
-    at.add_argument("--probe", default="as_mean", type=probe_name, help="outcome probe: lt, as_mean, as_joint")
-    at.add_argument("--answer-format", default="auto", help="answer format: auto, boxed, gsm8k, answer_is")
+    add_probe_arg(at)
+    add_answer_format_arg(at)
     add_dataclass_args(at, ReshapeSettings, GATING_FLAGS)  # generated from ReshapeSettings: defaults and help text
     at.add_argument("--batch-size", type=int, default=16,
                     help="lines attributed (and then written) together; each record's `timings` is "

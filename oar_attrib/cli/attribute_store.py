@@ -15,9 +15,9 @@ the flags), so a run never holds one method's traces made under two settings.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+from ..console import say
 from ..errors import InputError
 
 
@@ -35,12 +35,10 @@ def _chat(args, run_config: dict, tokenizer, default_chat):
 
 def _todo(store, run_id: int, methods) -> list[int]:
     """Ids of the run's traces that lack a method or their token statistics."""
-    ids: set[int] = set()
+    ids = set(store.trace_ids(run_id, missing_token_stats=True))
     for method in methods:
         ids.update(store.trace_ids(run_id, missing=method))
-    _, rows = store.query("SELECT id FROM traces WHERE run_id = ? AND id NOT IN "
-                          "(SELECT trace_id FROM token_stats)", (run_id,))
-    return sorted(ids | {r[0] for r in rows})
+    return sorted(ids)
 
 
 def _advantages(records) -> list[float] | None:
@@ -59,22 +57,23 @@ def _write(store, records, got, model_name: str) -> None:
 def _check_attributed(store, run, record: dict) -> dict:
     """The run's per-method records with this command's methods added; RecordMismatchError
     when a method was attributed here before under another record."""
-    from .outputs import check_record
+    from ..records.settings_record import check_resume
 
     held = dict(run.config.get("attributed") or {})
     for method, params in record["methods"].items():
         mine = {**record, "methods": {method: params}}
         if method in held:
-            check_record(f"--store {store.path} --run {run.id}", held[method], mine,
+            check_resume(f"--store {store.path} --run {run.id}", held[method], mine,
                          "attribute into a new --out, or import the run again")
         held[method] = mine
     return held
 
 
-def attribute_stored(args, default_chat) -> int:
+def attribute_stored(args, default_chat, settings_of, record_of) -> int:
     """Attribute run `args.run` of store `args.store` in place; the exit status.
     `default_chat(None, tokenizer)`: `oar attribute`'s chat rule for runs that do not record
-    theirs."""
+    theirs; `settings_of(args)`, `record_of(args)`: the command's `ReshapeSettings` and
+    settings record (`cli.attribute`, which imports this module)."""
     from ..analysis.run_summary import summarise
     from ..analysis.token_stats import response_stats
     from ..attribution import attribute
@@ -84,7 +83,6 @@ def attribute_stored(args, default_chat) -> int:
     from ..store.errors import NotFoundError
     from ..store.lock import WriterLock
     from ..store.schema import identify
-    from .attribute import attribute_settings, command_record
     from .choices import method_params_from
 
     if args.input is not None:
@@ -101,7 +99,7 @@ def attribute_stored(args, default_chat) -> int:
                or args.answer_format)
         args.model = args.model or run.model or "arith-tiny"
         args.answer_format = fmt
-        attributed = _check_attributed(store, run, command_record(args))  # before the model loads
+        attributed = _check_attributed(store, run, record_of(args))  # before the model loads
         model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
         chat = _chat(args, run.config, tokenizer, default_chat)
         todo, done = _todo(store, run.id, args.methods), 0
@@ -112,7 +110,7 @@ def attribute_stored(args, default_chat) -> int:
             prompts = [r.to_attribution().prompt for r in records]
             responses = [r.response for r in records]
             results = attribute(model, tokenizer, prompts, responses, args.methods,
-                                attribute_settings(args), chat=flag, advantages=_advantages(records),
+                                settings_of(args), chat=flag, advantages=_advantages(records),
                                 batch_size=len(records), method_params=method_params_from(args))
             stats = response_stats(model, tokenizer, prompts, responses, chat=flag,
                                    answer_format=fmt)
@@ -126,6 +124,6 @@ def attribute_stored(args, default_chat) -> int:
                     _write(store, part, attribute_part(part, flag), run.model or str(args.model))
             done += len(records)
         summarise(store, run.id)
-    print(f"attributed {done} traces of run {run.id} in {args.store} with "
-          f"{', '.join(args.methods)}", file=sys.stderr)
+    say(f"attributed {done} traces of run {run.id} in {args.store} with "
+        f"{', '.join(args.methods)}")
     return 0

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import UnknownNameError
+from ..defaults import ANSWER_FORMAT, PROBE, PROBES
+from ..errors import UnknownNameError, unknown_name
+from ..inputs.spans import ANSWER_FORMATS
 
 
 def method_name(name: str) -> str:
@@ -20,14 +22,24 @@ def method_name(name: str) -> str:
 
 
 def probe_name(name: str) -> str:
-    """An outcome probe (`oar_attrib.methods.probes.PROBES`)."""
-    from ..methods.probes import check_probe
-
-    try:
-        check_probe(name)
-    except UnknownNameError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+    """An outcome probe (`oar_attrib.defaults.PROBES`)."""
+    if name not in PROBES:
+        raise argparse.ArgumentTypeError(str(unknown_name("probe", name, PROBES)))
     return name
+
+
+def add_probe_arg(parser: argparse.ArgumentParser) -> None:
+    """`--probe NAME`: the outcome probe (`defaults.PROBES`, default `defaults.PROBE`)."""
+    parser.add_argument("--probe", default=PROBE, type=probe_name,
+                        help=f"outcome probe (METHOD.md 3): one of {', '.join(PROBES)}")
+
+
+def add_answer_format_arg(parser: argparse.ArgumentParser, help_text: str = "where the final answer is") -> None:
+    """`--answer-format NAME`: how the span finder finds the answer (`spans.ANSWER_FORMATS` but
+    `regex`, which needs a pattern the command line does not take)."""
+    formats = [f for f in ANSWER_FORMATS if f != "regex"]
+    parser.add_argument("--answer-format", default=ANSWER_FORMAT,
+                        help=f"{help_text}: one of {', '.join(formats)} (auto: any of the others)")
 
 
 def mask_choice(text: str) -> str | int:
@@ -58,6 +70,12 @@ METHOD_KNOBS: tuple[tuple[str, str, type, str], ...] = (
      "eos or unk (the tokenizer's), a token id, zero or mean (embedding), resample, delete"),
     ("oar_p_step", "mask", mask_choice, "step-level OAR-P: what a step's tokens become (as "
      "--oar-p-mask)"),
+    ("oar_p_hier", "top_steps", int, "hierarchical OAR-P: steps per trace whose tokens are "
+     "scored exactly (by count)"),
+    ("oar_p_hier", "top_mass", float, "hierarchical OAR-P: choose steps by mass instead, the "
+     "fewest largest carrying this share (0-1] of the trace's step importance"),
+    ("oar_p_hier", "mask", mask_choice, "hierarchical OAR-P: what a perturbed step or token "
+     "becomes (as --oar-p-mask)"),
 )
 
 

@@ -3,22 +3,26 @@ and for `oar attribute --store S --run R` (any method, attributed in place).
 
 The sources are checked and the tokenizer loaded before anything is written; rows are read
 twice, streaming (group rewards, then the rows), and written in batches; a rerun with the same
-sources and store resumes after the rows already there. Bad rows are reported as
-`FILE:ROW: skipped (KIND): why`; the exit status is 2 when any row was skipped.
+sources and store resumes each file after its rows already there (files are known by their
+content: two runs' files of the same name are never confused, a file named twice is read
+once). Only regular files are read. Bad rows are reported as `FILE:ROW: skipped (KIND): why`,
+files left out as `FILE: skipped: why`; the exit status is 2 when any row or file was skipped.
 """
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
+from ..console import say
+from ..files import check_writable
 from ..errors import InputError
-from .outputs import check_writable
+from .choices import add_answer_format_arg
 
 
 def run(args: argparse.Namespace) -> int:
     from ..analysis.run_summary import summarise
-    from ..importers import READERS, import_rollouts
+    from ..importers import READERS, RecordLimits, import_rollouts
+    from ..inputs.encoding import position_limit
     from ..models import load_model
     from ..store import Store
     from ..store.lock import WriterLock
@@ -31,11 +35,21 @@ def run(args: argparse.Namespace) -> int:
     options = {"reward_columns": args.reward_columns} if args.stack == "trl" else {}
     if args.reward_columns and args.stack != "trl":
         raise InputError("--reward-columns is for TRL logs; verl and JSONL rows carry one reward")
-    read, files = READERS[args.stack](args.sources, **options)
+    if args.max_bytes < 1:
+        raise InputError(f"--max-bytes must be at least 1, got {args.max_bytes}")
+    left_out: list[str] = []  # files not read (a FIFO, a link out of the folder, a copy)
+
+    def leave_out(line: str) -> None:
+        left_out.append(line)
+        say(line)
+
+    read, _ = READERS[args.stack](args.sources, **options, report=leave_out)
     identify(out)  # read-only: another program's file or a newer store fails unchanged
-    _, tokenizer = load_model(args.model)
-    # The sources as given (not the files found): a rerun after more steps resumes the run.
-    config = {"importer": args.stack, "sources": [str(Path(p).resolve()) for p in args.sources],
+    model, tokenizer = load_model(args.model)
+    limits = RecordLimits(args.max_bytes, position_limit(tokenizer, model))
+    # The sources as given (not the files found), each once: a rerun after more steps resumes.
+    given = list(dict.fromkeys(str(Path(p).resolve()) for p in args.sources))
+    config = {"importer": args.stack, "sources": given,
               "answer_format": args.answer_format, "correct_threshold": args.correct_threshold,
               "chat": "messages"}  # importers.rows.chat_rule, for `oar attribute --store`
     name = args.name or f"{args.stack} {Path(args.sources[0]).name}"
@@ -43,13 +57,15 @@ def run(args: argparse.Namespace) -> int:
         summary = import_rollouts(store, read, name=name, model=args.model, tokenizer=tokenizer,
                                   config=config, answer_format=args.answer_format,
                                   correct_threshold=args.correct_threshold, batch=args.batch_size,
-                                  report=lambda line: print(line, file=sys.stderr))
+                                  limits=limits, report=say)
         summarise(store, summary.run_id)
-    print(summary.line(out), file=sys.stderr)
-    return 2 if summary.skipped else 0
+    say(summary.line(out) + (f"; {len(left_out)} files left out" if left_out else ""))
+    return 2 if summary.skipped or left_out else 0
 
 
 def add_parser(sub) -> None:
+    from ..importers.rows import MAX_RECORD_BYTES
+
     im = sub.add_parser("import", help="rollouts of TRL, verl or JSONL into a run store")
     im.add_argument("stack", choices=("trl", "verl", "jsonl"),
                     help="trl: GRPOTrainer completion logs (output_dir or completions_*.parquet); "
@@ -61,8 +77,7 @@ def add_parser(sub) -> None:
                     help="the policy's bundled name or checkpoint folder (its tokenizer splits "
                          "the responses; `oar attribute --store` must use the same model)")
     im.add_argument("--name", default=None, help="run name (default: the stack and first source)")
-    im.add_argument("--answer-format", default="auto",
-                    help="where the final answer is: auto, boxed, gsm8k, answer_is")
+    add_answer_format_arg(im)
     im.add_argument("--correct-threshold", type=float, default=1.0,
                     help="a row is correct when its reward is at least this (unless it logs "
                          "its own verdict: verl's `acc`, a JSONL `correct`)")
@@ -70,4 +85,8 @@ def add_parser(sub) -> None:
                     help="TRL: the reward function columns summed into the reward (default: "
                          "every numeric column but step and advantage)")
     im.add_argument("--batch-size", type=int, default=64, help="rows written per transaction")
+    im.add_argument("--max-bytes", type=int, default=MAX_RECORD_BYTES,
+                    help="longest row imported, prompt and response text in UTF-8 bytes (a longer "
+                         "one is skipped as too_long before it is tokenised; rows of more tokens "
+                         "than the model has positions are skipped too)")
     im.set_defaults(func=run)

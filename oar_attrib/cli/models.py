@@ -1,21 +1,68 @@
 """`oar models`: the model catalogue (name, architecture, parameters, vocabulary, licence,
-source, whether it is on this machine); `--fetch NAME` brings one onto this machine now."""
+source, whether it is on this machine); `--fetch NAME` brings one onto this machine now,
+`--verify` rehashes every converted model in the cache against the hashes recorded when it
+was converted, `--rebuild NAME|FILE.gguf` converts one again over a damaged folder."""
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
-from ..catalogue import CATALOGUE, entry_folder, listing
+from ..catalogue import CATALOGUE, cache_dir, entry_folder, gguf_folder, listing
+from ..console import say, terminal_safe
 from ..errors import ModelLoadError
 
 COLUMNS = ("name", "architecture", "parameters", "vocabulary", "licence", "cached", "source")
 
 
+def _entry(name: str):
+    if name not in CATALOGUE:
+        raise ModelLoadError(f"no catalogue model {name!r}; known: {', '.join(CATALOGUE)}")
+    return CATALOGUE[name]
+
+
+def _verify() -> int:
+    """One line per converted folder of the cache: ok, damaged (why), or unverifiable."""
+    from ..model_cache import damage, read_record
+
+    models = cache_dir() / "models"
+    folders = sorted(p for p in models.iterdir() if p.is_dir() and not p.name.startswith(".")) \
+        if models.is_dir() else []
+    bad = 0
+    for folder in folders:
+        record = read_record(folder) or {}
+        why = damage(folder, record.get("sha256", ""), full=True)
+        if why is None and "files" not in record:
+            say(f"{folder}: not verifiable (converted before file hashes were recorded); "
+                f"`oar models --rebuild {record.get('name', folder.name)}` records them")
+        elif why is None:
+            say(f"{folder}: ok ({len(record['files'])} files as converted)")
+        else:
+            bad += 1
+            name = record.get("name", folder.name)
+            say(f"{folder}: damaged: {why}; rebuild it with `oar models --rebuild {name}`")
+    if not folders:
+        say(f"{models}: no converted model")
+    return 2 if bad else 0
+
+
+def _rebuild(name: str) -> Path:
+    if name in CATALOGUE:
+        return entry_folder(_entry(name), rebuild=True)
+    if Path(name).suffix == ".gguf":
+        return gguf_folder(Path(name), rebuild=True)
+    raise ModelLoadError(f"--rebuild {name}: pass a catalogue name ({', '.join(CATALOGUE)}) or "
+                         "the .gguf file the folder was converted from")
+
+
 def _cmd_models(args: argparse.Namespace) -> int:
+    if args.verify:
+        return _verify()
+    if args.rebuild:
+        print(terminal_safe(f"{args.rebuild}: {_rebuild(args.rebuild)}"))
+        return 0
     if args.fetch:
-        if args.fetch not in CATALOGUE:
-            raise ModelLoadError(f"no catalogue model {args.fetch!r}; known: {', '.join(CATALOGUE)}")
-        print(f"{args.fetch}: {entry_folder(CATALOGUE[args.fetch])}")
+        print(f"{args.fetch}: {entry_folder(_entry(args.fetch))}")
         return 0
     rows = listing()
     if args.json:
@@ -34,4 +81,10 @@ def add_parser(sub) -> None:
     parser.add_argument("--json", action="store_true", help="print the catalogue as JSON")
     parser.add_argument("--fetch", metavar="NAME", default=None,
                         help="bring a catalogue model onto this machine now (its folder is printed)")
+    parser.add_argument("--verify", action="store_true",
+                        help="rehash every converted model in the cache against the hashes "
+                             "recorded at conversion (exit status 2 when one is damaged)")
+    parser.add_argument("--rebuild", metavar="NAME_OR_GGUF", default=None,
+                        help="convert a catalogue model or a .gguf file again, replacing its "
+                             "cached folder (damaged or not)")
     parser.set_defaults(func=_cmd_models)

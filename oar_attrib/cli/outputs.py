@@ -29,22 +29,11 @@ import os
 from pathlib import Path
 from typing import Iterable, Iterator, Protocol
 
-from ..errors import OARError
+from ..commands import Interrupted, interrupted  # noqa: F401  (used through this module too)
+from ..errors import OARError, OutputError
+from ..files import check_writable, drop_partial_tail  # noqa: F401  (used through this module too)
 from ..jsonl import iter_jsonl, parse_line
-from ..records.settings_record import RecordMismatchError, record_differences, stored_record
-from ..store.lock import WriterLock
-
-
-class OutputError(OARError, OSError):
-    """An `--out` that cannot be written (missing folder, a folder, no permission, a full disk)."""
-
-
-class Interrupted(KeyboardInterrupt):
-    """Ctrl-C, with the line that says what was kept (`oar` prints it and exits 130)."""
-
-
-def interrupted(out, kept: int) -> Interrupted:
-    return Interrupted(f"interrupted; {kept} lines kept in {out}, rerun the same command to resume")
+from ..records.settings_record import check_resume, record_differences, stored_record
 
 
 def _write_failed(path: Path, err: OSError, kept: int) -> OutputError:
@@ -62,44 +51,6 @@ class Output(Protocol):
     def write(self, records: list[dict]) -> None: ...
 
     def close(self, finish: bool = True) -> None: ...
-
-
-def check_writable(path: Path, flag: str = "--out") -> None:
-    """Raise OutputError unless a file can be created or appended at `path`."""
-    if path.is_dir():
-        raise OutputError(f"{flag} {path} is a folder; pass a file path ending in .jsonl or .db")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.exists():
-        raise OutputError(f"{flag} {path}: the folder {parent} does not exist; create it first "
-                          "or pass a path in an existing folder")
-    if not parent.is_dir():
-        raise OutputError(f"{flag} {path}: {parent} is a file, not a folder; pass a path in a folder")
-    if path.exists() and not os.access(path, os.W_OK):
-        raise OutputError(f"{flag} {path} is not writable; pass another path or change its permissions")
-    if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputError(f"{flag} {path}: cannot create files in {parent} (no permission); "
-                          "pass a path in a folder you can write")
-
-
-def _drop_partial_tail(path: Path) -> None:
-    """Cut a last line that a kill left without its newline (it was never a full record)."""
-    size = path.stat().st_size
-    if size == 0:
-        return
-    with open(path, "rb+") as handle:
-        handle.seek(size - 1)
-        if handle.read(1) == b"\n":
-            return
-        block, end = 1 << 16, size
-        while end > 0:
-            start = max(0, end - block)
-            handle.seek(start)
-            cut = handle.read(end - start).rfind(b"\n")
-            if cut >= 0:
-                handle.truncate(start + cut + 1)
-                return
-            end = start
-        handle.truncate(0)
 
 
 def _complete_lines(path: Path, known: int) -> int:
@@ -123,29 +74,24 @@ JSONL_REMEDY = "pass a new --out (a JSONL holds the results of one set of settin
 STORE_REMEDY = "pass a new --out, or --force-new-run to start a new run in it"
 
 
-def check_record(where: str, stored: dict, current: dict, remedy: str) -> None:
-    """RecordMismatchError unless the record `stored` resumes under `current`."""
-    fields = record_differences(stored, current)
-    if fields:
-        raise RecordMismatchError(where, fields, stored, current, remedy)
-
-
 class JsonlOutput:
     """Appends records to a JSON Lines file, flushed and synced per batch; holds the file's
     writer lock (unless `lock` is false) until closed. `record`: the settings record of what
-    is written; a file whose first record carries another is refused (`check_record`)."""
+    is written; a file whose first record carries another is refused (`check_resume`)."""
 
     def __init__(self, path: str | Path, record: dict, lock: bool = True):
+        from ..store.lock import WriterLock  # here: `oar --help` builds this command without the store
+
         self.path, settings = Path(path), record
         check_writable(self.path)
         self._lock = WriterLock(self.path, "--out") if lock else None
         self.done: set[int] = set()
         try:
             if self.path.exists():
-                _drop_partial_tail(self.path)
+                drop_partial_tail(self.path)
                 for record in read_records(self.path):
                     if not self.done:
-                        check_record(f"--out {self.path}", stored_record(record), settings, JSONL_REMEDY)
+                        check_resume(f"--out {self.path}", stored_record(record), settings, JSONL_REMEDY)
                     self.done.add(record["line"])
             self._handle = open(self.path, "a", encoding="utf-8")
         except OSError as err:
@@ -180,7 +126,7 @@ class JsonlOutput:
             self._lock.release()
 
 
-_LABELS = ("line", "gold", "reward", "correct")  # record keys that are not the trace's own
+_LABELS = ("line", "gold", "reward", "correct", "group")  # record keys that are not the trace's own
 
 
 def run_record(config: dict) -> dict:
@@ -198,11 +144,12 @@ class StoreOutput:
     """Adds records to a run of a store, one transaction per batch. `config` is the settings
     record of the job, with its `input`; the run is the newest one of that input whose record
     matches (a resumed job) or a new one, made at the first write. Another run of the same
-    input with another record is refused (`check_record`) unless `force_new` (a new run)."""
+    input with another record is refused (`check_resume`) unless `force_new` (a new run)."""
 
     def __init__(self, path: str | Path, name: str, model: str, config: dict, lock: bool = True,
                  force_new: bool = False):
         from ..store import Store
+        from ..store.lock import WriterLock
         from ..store.schema import identify
 
         self.path = Path(path)
@@ -226,14 +173,11 @@ class StoreOutput:
             if not record_differences(run_record(run.config), config):
                 return run.id
         if runs:
-            check_record(f"--out {self.path}", run_record(runs[0].config), config, STORE_REMEDY)
+            check_resume(f"--out {self.path}", run_record(runs[0].config), config, STORE_REMEDY)
         return None
 
     def _lines(self, run_id: int) -> list[int]:
-        with self.store._transaction(write=False) as conn:
-            rows = conn.execute("SELECT json_extract(extra, '$.line') FROM traces WHERE run_id = ?",
-                                (run_id,)).fetchall()
-        return [int(r[0]) for r in rows if r[0] is not None]
+        return [int(line) for (line,) in self.store.trace_extras(run_id, "line") if line is not None]
 
     def write(self, records: list[dict]) -> None:
         if not records:
@@ -246,7 +190,7 @@ class StoreOutput:
         # The input's labels (cli.attribute.input_labels): no reward > 0 guess without them.
         self.store.add_traces(
             self.run_id, traces, rewards=[r.get("reward") for r in records],
-            correct=[r.get("correct", UNKNOWN) for r in records],
+            correct=[r.get("correct", UNKNOWN) for r in records], groups=[r.get("group") for r in records],
             extras=[{"line": r["line"], **({"gold": r["gold"]} if "gold" in r else {})} for r in records])
         self.done.update(r["line"] for r in records)
 

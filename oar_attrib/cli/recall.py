@@ -1,14 +1,20 @@
 """`oar recall`: oracle causal-token recall of every method on the arithmetic world, or, with
-`--data`, against any model's own counterfactual oracle on a JSONL data set."""
+`--data`, against any model's own counterfactual oracle on a JSONL data set.
+
+`--json` prints the report with the settings record of the command (`recall_record`). A
+`--cf-cache` holds the record of the model it was computed with (weights and dtype: its keys
+hold the rest); a rerun with another model or dtype is refused before the model loads."""
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from ..analysis.sets import CLI_SETS, DEFAULT_SETS
 from ..configs import add_model_args
-from .choices import add_method_knobs, method_name, method_params_from, probe_name
+from ..console import say
+from ..defaults import GRANULARITIES, GRANULARITY, VIEW_STEP_POOL
+from ..inputs.steps import STEP_POOLS
+from .choices import add_method_knobs, add_probe_arg, method_name, method_params_from
 
 # `oar recall` runs the methods on knobs from the table (resample: --resample-samples).
 RECALL_KNOB_METHODS = ("ig", "oar_g")
@@ -38,6 +44,46 @@ def stats_table(report, columns, value: str) -> str:
     return "\n".join(lines)
 
 
+RECALL_FIELDS = ("n", "preset", "granularity", "step_pool", "sets", "cf_positions", "replace", "data",
+                 "max_new_tokens", "resample_samples", "intervention_samples")
+
+
+def recall_record(args: argparse.Namespace) -> dict:
+    """The settings record of an `oar recall` command: the methods with their parameters as
+    used, the probe and seed, the model and dtype, and the recall's own knobs (`recall`)."""
+    from ..attribution import analysis_params
+    from ..methods import available_methods
+    from ..records.settings_record import settings_record
+    from ..weights.settings import ReshapeSettings
+
+    methods = args.methods or available_methods()
+    used = analysis_params(methods, method_params_from(args, budget_params(args.max_batch_tokens)))
+    return settings_record(ReshapeSettings(probe=args.probe, seed=args.seed), methods, used,
+                           model=args.model, dtype=args.dtype,
+                           recall={name: getattr(args, name) for name in RECALL_FIELDS})
+
+
+def check_cache(args: argparse.Namespace) -> None:
+    """Refuse a `--cf-cache` computed with another model or dtype (RecordMismatchError, before
+    the model loads); give a cache without a record this command's."""
+    from pathlib import Path
+
+    from ..jsonl import iter_jsonl
+    from ..records.settings_record import check_resume
+
+    if args.cf_cache is None:
+        return
+    path, full = Path(args.cf_cache), recall_record(args)
+    record = {k: full[k] for k in ("format", "model", "dtype", "version")}
+    stored = next((v["record"] for _, v in (iter_jsonl(path) if path.is_file() else ())
+                   if isinstance(v, dict) and isinstance(v.get("record"), dict)), None)
+    if stored is not None:
+        check_resume(f"--cf-cache {path}", stored, record, "pass a new --cf-cache")
+        return
+    with path.open("a", encoding="utf-8") as out:  # readers skip lines without a key
+        out.write(json.dumps({"record": record}) + "\n")
+
+
 def run_steps(args: argparse.Namespace, model, tokenizer) -> int:
     """`--granularity step`: direct-step recall and upstream AUC per method."""
     from ..analysis.step_recall import STEP_METRICS, step_recall
@@ -48,7 +94,7 @@ def run_steps(args: argparse.Namespace, model, tokenizer) -> int:
                          progress=not args.no_progress, resample_samples=args.resample_samples,
                          intervention_samples=args.intervention_samples)
     if args.json:
-        print(json.dumps(report.as_dict()))
+        print(json.dumps({**report.as_dict(), "record": recall_record(args)}))
         return 0
     print(f"preset={report.preset} {report.counts_line()} step pool={report.pool}")
     print(stats_table(report, STEP_METRICS, "mean"))
@@ -98,11 +144,11 @@ def run_data(args: argparse.Namespace) -> int:
     sets = args.sets or list(known)
     other = [s for s in sets if s not in known]
     if other or args.granularity == "step":
-        print(f"oar recall --data: {args.data} is scored at token granularity on --sets {' '.join(known)} "
-              f"(the other sets are the arithmetic world's; the value oracle's need --data "
-              f"wordworld:<preset>), got --sets {' '.join(sets)} --granularity {args.granularity}",
-              file=sys.stderr)
+        say(f"oar recall --data: {args.data} is scored at token granularity on --sets {' '.join(known)} "
+            f"(the other sets are the arithmetic world's; the value oracle's need --data "
+            f"wordworld:<preset>), got --sets {' '.join(sets)} --granularity {args.granularity}")
         return 2
+    check_cache(args)
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
     report = counterfactual_recall(
         model, tokenizer, records, methods=args.methods, probe=args.probe, seed=args.seed,
@@ -111,7 +157,7 @@ def run_data(args: argparse.Namespace) -> int:
         method_params=method_params_from(args, budget_params(args.max_batch_tokens)),
         progress=not args.no_progress, replacement=args.replace, sets=sets)
     if args.json:
-        print(json.dumps(report.as_dict()))
+        print(json.dumps({**report.as_dict(), "record": recall_record(args)}))
         return 0
     accuracy = "n/a (no gold answers)" if report.accuracy is None else f"{report.accuracy:.3f}"
     print(f"n={report.n} scored={report.n_scored} accuracy={accuracy} skipped={report.skipped} "
@@ -128,11 +174,10 @@ def run(args: argparse.Namespace) -> int:
     from ..analysis.recall import oracle_recall
 
     if args.resample_samples < 1:
-        print(f"oar recall: --resample-samples must be >= 1, got {args.resample_samples}", file=sys.stderr)
+        say(f"oar recall: --resample-samples must be >= 1, got {args.resample_samples}")
         return 2
     if args.intervention_samples < 0:
-        print(f"oar recall: --intervention-samples must be >= 0 (0: off), got {args.intervention_samples}",
-              file=sys.stderr)
+        say(f"oar recall: --intervention-samples must be >= 0 (0: off), got {args.intervention_samples}")
         return 2
     if args.data is not None:
         return run_data(args)
@@ -146,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
                            sets=args.sets, cf_positions=args.cf_positions, replacement=args.replace,
                            method_params=method_params_from(args, budget_params(args.max_batch_tokens)))
     if args.json:
-        print(json.dumps(report.as_dict()))
+        print(json.dumps({**report.as_dict(), "record": recall_record(args)}))
         return 0
     print(report.counts_line())
     print(stats_table(report, args.sets, "recall"))
@@ -163,11 +208,11 @@ def add_parser(sub) -> None:
                     help="world preset (default: recall, whose final results are written once so "
                          "`direct` is exact; with --granularity step: upstream, which has a step "
                          "on the answer's path that the answer does not read)")
-    rc.add_argument("--granularity", choices=("token", "step"), default="token",
+    rc.add_argument("--granularity", choices=GRANULARITIES, default=GRANULARITY,
                     help="token: recall of tokens against oracle sets; step: every method's scores "
                          "pooled per step, recall of the `direct` steps and the AUC of ranking an "
                          "`upstream` step above a distractor")
-    rc.add_argument("--step-pool", choices=("max", "mean", "sum"), default="max",
+    rc.add_argument("--step-pool", choices=STEP_POOLS, default=VIEW_STEP_POOL,
                     help="--granularity step: how a method's token scores pool into a step score")
     rc.add_argument("--resample-samples", type=int, default=8,
                     help="--granularity step, method resample: continuations per side and step")
@@ -177,7 +222,7 @@ def add_parser(sub) -> None:
                          "results), at this many continuations per side and step; 0: off")
     rc.add_argument("--methods", nargs="+", default=None, type=method_name,
                     help="methods (default: all registered)")
-    rc.add_argument("--probe", default="as_mean", type=probe_name, help="outcome probe: lt, as_mean, as_joint")
+    add_probe_arg(rc)
     rc.add_argument("--sets", nargs="+", default=None, choices=CLI_SETS,
                     help="oracle sets to score against (default: direct chain; with --data: "
                          "counterfactual, and on wordworld:<preset> also direct upstream "

@@ -12,8 +12,11 @@ from typing import Sequence, Union
 
 import torch
 
+from ..defaults import ANSWER_FORMAT
 from .batch import ScoringBatch, step_ids_from_ranges
+from .chat_template import chat_ids
 from ..errors import InputError, TokenizerError, renamed_keyword
+from .segments import ANSWER, scored_set
 from .spans import AnswerLocation, locate_answer, offsets_from_ids, segment_tokens
 from .steps import AUTO, reasoning_steps
 
@@ -110,8 +113,7 @@ def _encode_prompt(tokenizer, prompt: Prompt, chat: bool | None, row: int) -> li
             f"prompt {row} is a chat, but the tokenizer has no chat_template; set "
             "tokenizer.chat_template or pass the prompt as a string"
         )
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    return _as_ids(ids)
+    return chat_ids(tokenizer, messages)  # the template runs in a bounded sandbox
 
 
 def _encode_response(tokenizer, response: str | None, ids) -> tuple[list[int], list, str]:
@@ -133,6 +135,16 @@ def _default_max_length(tokenizer) -> int | None:
     if isinstance(limit, int) and 0 < limit <= _SANE_MAX_LENGTH:
         return limit
     return None
+
+
+def position_limit(tokenizer, model=None) -> int | None:
+    """The longest row the pair can take: the smaller of the tokenizer's model_max_length
+    (when set) and the model's max_position_embeddings (a converted GGUF tokenizer often
+    says "no limit"); None when neither says."""
+    limits = [_default_max_length(tokenizer),
+              getattr(getattr(model, "config", None), "max_position_embeddings", None)]
+    limits = [x for x in limits if isinstance(x, int) and 0 < x <= _SANE_MAX_LENGTH]
+    return min(limits) if limits else None
 
 
 def _check_inputs(tokenizer, prompts, responses, response_ids, pad_token_id) -> int:
@@ -162,7 +174,7 @@ def _check_inputs(tokenizer, prompts, responses, response_ids, pad_token_id) -> 
 
 
 def encode_pair(
-    tokenizer, prompt: Prompt, response: str | None, *, row: int = 0, answer_format: str = "auto",
+    tokenizer, prompt: Prompt, response: str | None, *, row: int = 0, answer_format: str = ANSWER_FORMAT,
     answer_pattern=None, chat: bool | None = None, response_ids=None, step_unit=AUTO,
 ) -> EncodedPair:
     """Encode one pair (see `encode_pairs`); `row` only names the pair in error messages."""
@@ -173,7 +185,7 @@ def encode_pair(
 
 
 def pair_from_offsets(prompt_ids: Sequence[int], response_ids: Sequence[int], offsets, text: str, *,
-                      answer_format: str = "auto", answer_pattern=None, step_unit=AUTO) -> EncodedPair:
+                      answer_format: str = ANSWER_FORMAT, answer_pattern=None, step_unit=AUTO) -> EncodedPair:
     """The EncodedPair of token ids, the response tokens' (start, end) character `offsets` into
     `text`: the answer located (`spans.locate_answer`), each token labelled by segment, the
     reasoning cut into steps. `attribute()` (texts) and training (sampled ids) both build
@@ -216,9 +228,8 @@ def pairs_to_batch(pairs: Sequence[EncodedPair], pad_token_id: int) -> ScoringBa
         input_ids[b, : p.length] = torch.tensor(p.prompt_ids + p.response_ids, dtype=torch.long)
         attention[b, : p.length] = 1
         if p.span_found:
-            labels = p.labels
-            scored[b, s : p.length] = torch.tensor([lab == "reasoning" for lab in labels])
-            answer[b, s : p.length] = torch.tensor([lab == "answer" for lab in labels])
+            scored[b, s : p.length] = torch.tensor(scored_set(p.labels, p.span_found))
+            answer[b, s : p.length] = torch.tensor([lab == ANSWER for lab in p.labels])
     steps = [[(p.response_start + a, p.response_start + b) for a, b in p.steps] for p in pairs]
     return ScoringBatch(input_ids, attention, scored, answer, pad_token_id,
                         step_ids_from_ranges((len(pairs), width), steps))
@@ -229,7 +240,7 @@ def encode_pairs(
     prompts: Sequence[Prompt],
     responses: Sequence[str] | None,
     *,
-    answer_format: str = "auto",
+    answer_format: str = ANSWER_FORMAT,
     answer_pattern=None,
     chat: bool | None = None,
     max_length: int | None = None,
@@ -238,6 +249,7 @@ def encode_pairs(
     step_unit=AUTO,
     fmt: str | None = None,
     pattern=None,
+    encoded: Sequence[EncodedPair] | None = None,
 ) -> tuple[ScoringBatch, list[EncodedPair]]:
     """Tokenize prompt/response pairs into a ScoringBatch of B rows, and describe each pair.
 
@@ -253,6 +265,9 @@ def encode_pairs(
     step_unit: how the reasoning splits into steps (`steps.step_spans` units, a regex, or
         `auto`: lines, or sentences for a one-line reasoning); sets each pair's `steps` and
         the batch's step_ids.
+    encoded: the pairs `encode_pair` already made of these prompts and responses under the same
+        answer format, chat rule and step unit (`inputs.pairs.judge_tokens` checks each line
+        that way): batched as they are, so no text is tokenized twice.
     Rows without an answer span, with an empty reasoning, or whose answer starts the response
     after an empty prompt (`no_predicting_position`) have no scored positions.
     """
@@ -261,15 +276,15 @@ def encode_pairs(
     pad_token_id = _check_inputs(tokenizer, prompts, responses, response_ids, pad_token_id)
     if max_length is None:
         max_length = _default_max_length(tokenizer)
+    if encoded is not None and len(encoded) != len(prompts):
+        raise InputError(f"{len(encoded)} encoded pairs for {len(prompts)} prompts; pass one per prompt")
     pairs = []
     for row, prompt in enumerate(prompts):
         text = None if responses is None else responses[row]
         ids = None if response_ids is None else response_ids[row]
-        pair = encode_pair(
+        pair = encoded[row] if encoded is not None else encode_pair(
             tokenizer, prompt, text, row=row, answer_format=answer_format, answer_pattern=answer_pattern,
-            chat=chat, response_ids=ids,
-            step_unit=step_unit,
-        )
+            chat=chat, response_ids=ids, step_unit=step_unit)
         if max_length is not None and pair.length > max_length:
             raise InputError(
                 f"row {row} has {pair.length} tokens ({len(pair.prompt_ids)} prompt + "

@@ -12,13 +12,14 @@ scores on the gold batch line up with scores on the original one.
 """
 from __future__ import annotations
 
+from ..defaults import ANSWER_FORMAT
 from ..errors import InputError
 from .encoding import EncodedPair, pair_from_offsets
 from .spans import offsets_from_ids
 from .steps import AUTO
 
 
-def with_gold_answer(tokenizer, pair: EncodedPair, gold: str, *, answer_format: str = "auto",
+def with_gold_answer(tokenizer, pair: EncodedPair, gold: str, *, answer_format: str = ANSWER_FORMAT,
                      answer_pattern=None, step_unit=AUTO) -> EncodedPair:
     """`pair` with the text of its answer span replaced by `gold`, re-encoded.
 

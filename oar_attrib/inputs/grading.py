@@ -15,6 +15,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
+from ..defaults import ANSWER_FORMAT
 from .spans import locate_answer
 
 CORRECT, WRONG, NO_ANSWER, TRUNCATED, UNPARSABLE = "correct", "wrong", "no_answer", "truncated", "unparsable"
@@ -83,7 +84,7 @@ def _lenient(text: str, gold: str) -> bool:
     return bool(pred) and bool(ref) and verify(list(ref), pred, timeout_seconds=parsing_timeout())
 
 
-def grade(completion: str, gold, answer_format: str = "auto", answer_pattern=None, *,
+def grade(completion: str, gold, answer_format: str = ANSWER_FORMAT, answer_pattern=None, *,
           truncated: bool = False, lenient: bool = False,
           compare: Callable[[str, str], bool] | None = None) -> Grade:
     """Grade `completion` against the gold answer.

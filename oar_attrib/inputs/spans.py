@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-import torch
-
+from ..defaults import ANSWER_FORMAT
 from ..errors import InputError, TokenizerError, renamed_keyword, unknown_name
+from .segments import ANSWER, BRIDGE, REASONING, SEGMENT_LABELS, TAIL, scored_set  # noqa: F401
 
-REASONING, BRIDGE, ANSWER, TAIL = "reasoning", "bridge", "answer", "tail"
-SEGMENT_LABELS = (REASONING, BRIDGE, ANSWER, TAIL)
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,10 @@ class AnswerLocation:
 # Every format lists its candidate answers (marker start, raw answer region); `_value` then cuts
 # a raw region to its value or refuses it, whatever the format:
 # - an expression `45 x 18 = 756` is cut to what follows its last top-level `=`;
-# - prose after a marker (`$18 per day`, `0 hours`) is cut to its first number or `$...$`
-#   expression, and refused without one (`Here is a short example of how I performed`);
+# - prose after a marker (`$18 per day`, `0 hours`) is cut to the number or `$...$` expression
+#   that leads it, and refused when none leads it (`Here is a short example of how I performed`,
+#   `three bolts ... 2 * 4 = 8`, `within 81%`) or when the leading one goes on as an expression
+#   (`2^{10} which`, `2 * 4 bolts`): a number further in is not what the sentence states;
 # - a region with no letter or digit (`"`), a template placeholder (`<answer>`) or unbalanced
 #   brackets (an expression cut off) is refused.
 # The located answer is the last candidate that keeps a value (`auto`: over all formats).
@@ -71,6 +73,11 @@ _ARITHMETIC = re.compile(r"[\s\d.,+\-*/^()\[\]x\u00d7\u00f7\u2212:]*\d[\s\d.,+\-
                          r"(?:[\s\d.,+\-*/^(){}]|\\(?:times|cdot|div|frac|left|right))*\d"
                          r"(?:[\s\d.,+\-*/^(){}]|\\(?:times|cdot|div|frac|left|right))*")
 _VARIABLE = re.compile(r"\s*[A-Za-z](?:_\{?\w+\}?)?\s*")
+# A sentence may hedge its value ("approximately 3.14"); what follows a value must not continue
+# it as an expression (`2^{10}`, `2 * 4`, `= 8`, "1 raised to the power of 2").
+_HEDGE = re.compile(r"(?:approximately|about|around|roughly|exactly|equal\s+to)\s+", re.I)
+_IN_EXPRESSION = re.compile(r"[ \t]*(?:[\^_{}(\\*/=\u00d7\u00f7+\d]|[-\u2212x][ \t]*\d)|"
+                            r"\s+(?:times|plus|minus|divided|multiplied|raised|over|squared|cubed|to\s+the)\b", re.I)
 
 
 @dataclass(frozen=True)
@@ -157,6 +164,30 @@ def _result_start(value: str) -> int:
     return cuts[-1] + 1 if _ARITHMETIC.fullmatch(left) or _VARIABLE.fullmatch(left) else 0
 
 
+def _stated_value(text: str, start: int, end: int) -> tuple[int, int] | None:
+    """The value a sentence after a marker states, or None: a number or a `$...$` expression
+    that leads the sentence ("$18 per day", "0 hours", "$\\frac{3}{4}$ of the cake", after an
+    optional "approximately"), whole (not followed by `^`, `{`, an operator or `=`, which make
+    it part of an expression). A value further in ("three bolts ... 2 * 4 = 8", "within 81%")
+    is not a statement of the answer, nor is a number inside an expression."""
+    pos = start
+    hedge = _HEDGE.match(text, pos, end)
+    if hedge is not None:
+        pos = hedge.end()
+    dollar = pos if text.startswith("$", pos) else pos - 1 if pos == start and text[pos - 1 : pos] == "$" else None
+    math = None if dollar is None else _MATH.match(text, dollar, end)
+    if math is not None and not _PROSE_WORD.search(math.group(1)):
+        lead_start, lead_end, after = math.start(1), math.end(1), math.end()
+    else:
+        number = _NUMBER.match(text, pos + (dollar == pos), end)
+        if number is None:
+            return None
+        lead_start, lead_end, after = number.start(), number.end(), number.end()
+    if _IN_EXPRESSION.match(text, after, end):
+        return None
+    return _trim(text, lead_start, lead_end, _EDGE)
+
+
 def _value(text: str, cand: _Candidate) -> tuple[int, int] | None:
     """The value's span inside the candidate's region, or None when the region has none."""
     if cand.fmt == "answer_is" and _BOXED.search(text, cand.start, cand.end):
@@ -167,13 +198,10 @@ def _value(text: str, cand: _Candidate) -> tuple[int, int] | None:
         start, end = _trim(text, start + cut, end, _EDGE)
     value = text[start:end]
     if cand.prose and _PROSE_WORD.search(value) and " " in value.strip():
-        inner = _MATH.search(text, cand.start, cand.end) or _NUMBER.search(value)
-        if inner is None:
+        stated = _stated_value(text, start, end)
+        if stated is None:
             return None
-        if inner.re is _MATH:
-            start, end = _trim(text, inner.start(1), inner.end(1), _EDGE)
-        else:
-            start, end = start + inner.start(), start + inner.end()
+        start, end = stated
         value = text[start:end]
     if value.endswith(","):
         end -= 1
@@ -236,7 +264,10 @@ _FORMATS: dict[str, Callable[[str], list[_Candidate]]] = {
     "gsm8k": _gsm8k,
     "answer_is": _answer_is,
 }
-ANSWER_FORMATS = ("auto", *_FORMATS, "regex")
+# The formats with a marker, each of which a prompt can ask for (`rollouts.PROMPT_TEMPLATES`),
+# and every value of `answer_format`: those, `auto` (any of them) and `regex` (answer_pattern).
+MARKER_FORMATS = tuple(_FORMATS)
+ANSWER_FORMATS = ("auto", *MARKER_FORMATS, "regex")
 
 
 def _candidates(text: str, answer_format: str, answer_pattern) -> list[_Candidate]:
@@ -264,7 +295,7 @@ def _restated_before(text: str, at: int, value: str, valued: list[tuple[_Candida
         at = match.marker_start
 
 
-def locate_answer(text: str, answer_format: str = "auto", answer_pattern=None) -> AnswerLocation | None:
+def locate_answer(text: str, answer_format: str = ANSWER_FORMAT, answer_pattern=None) -> AnswerLocation | None:
     """Find the final answer of `text`; None when there is none or none keeps a value.
 
     answer_format: "boxed" (a balanced `\\boxed{...}` / `\\fbox{...}`), "gsm8k" (`#### N`),
@@ -285,7 +316,7 @@ def locate_answer(text: str, answer_format: str = "auto", answer_pattern=None) -
     return AnswerLocation(marker_start, start, end, best.fmt)
 
 
-def find_answer_span(text: str, answer_format: str = "auto", answer_pattern=None, *,
+def find_answer_span(text: str, answer_format: str = ANSWER_FORMAT, answer_pattern=None, *,
                      fmt: str | None = None, pattern=None) -> tuple[int, int] | None:
     """Character span [start, end) of the final answer in `text`, or None (`locate_answer`;
     `fmt` and `pattern` are the old spellings of answer_format and answer_pattern)."""
@@ -310,6 +341,8 @@ class Segments:
 
     def mask(self, *names: str) -> torch.Tensor:
         """(T,) bool: tokens whose label is one of `names`."""
+        import torch  # here: the answer formats and the labels are read without torch
+
         for name in names:
             if name not in SEGMENT_LABELS:
                 raise unknown_name("segment label", name, SEGMENT_LABELS)
@@ -318,9 +351,9 @@ class Segments:
     @property
     def scored(self) -> torch.Tensor:
         """(T,) bool: the scored positions S (reasoning tokens, only if the span was found)."""
-        if not self.span_found:
-            return torch.zeros(len(self.labels), dtype=torch.bool)
-        return self.mask(REASONING)
+        import torch
+
+        return torch.tensor(scored_set(self.labels, self.span_found), dtype=torch.bool)
 
     @property
     def answer(self) -> torch.Tensor:

@@ -12,6 +12,7 @@ import re
 from typing import Sequence
 
 from ..errors import InputError, unknown_name
+from .segments import n_scored
 
 STEP_UNITS = ("line", "paragraph", "sentence")
 
@@ -92,7 +93,7 @@ def token_steps(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, i
 STEP_POOLS = ("sum", "mean", "max")
 
 
-def pool_steps(scores, ranges: Sequence[tuple[int, int]], how: str = "sum") -> list[float]:
+def pool_steps(scores, ranges: Sequence[tuple[int, int]], how: str) -> list[float]:
     """One score per step: the sum, mean or max of the (T,) token `scores` over each token
     range [a, b) of `ranges` (from `token_steps`). NaN scores propagate (a step with a NaN
     token is NaN), so a diverged method is never pooled into a plausible number."""
@@ -136,19 +137,12 @@ def response_steps(text: str, offsets: Sequence[tuple[int, int]], n_reasoning: i
     return token_steps(offsets, step_spans(text, unit, end), n_reasoning)
 
 
-def scored_set(labels: Sequence[str], span_found: bool) -> list[bool]:
-    """Whether each response token is in the scored set S: labelled `reasoning` by
-    `spans.segment_tokens`, in a trace whose answer span was found (else nothing is scored).
-    The one spelling of S for records, steps and the store (torch-free, as they are)."""
-    return [span_found and label == "reasoning" for label in labels]
-
-
 def reasoning_steps(text: str, offsets: Sequence[tuple[int, int]], labels: Sequence[str],
                     span_found: bool, unit: str | re.Pattern = AUTO) -> list[tuple[int, int]]:
     """Token ranges of the steps over a response's scored reasoning tokens, those labelled
     `reasoning` by `spans.segment_tokens` (`response_steps`); empty when no answer span was
     found, since then nothing is scored."""
-    n_reasoning = sum(scored_set(labels, span_found))
+    n_reasoning = n_scored(labels, span_found)
     return response_steps(text, offsets, n_reasoning, unit)
 
 

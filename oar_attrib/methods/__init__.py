@@ -1,6 +1,6 @@
 """The importance methods: the registry (`methods.registry`) with every built-in method
-registered (probes, OAR-P token and step, OAR-G, resampling, baselines), the one module
-callers read names from.
+registered (probes, OAR-P token, step and hierarchical, OAR-G, resampling, baselines), the one
+module callers read names from.
 
 Importing this module imports the built-in members, each of which registers itself with the
 registry; the registry imports none of them, so the import graph has no cycle. `none` is
@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from . import oar_g, oar_p, oar_p_step, resample  # noqa: F401  (registration)
+from . import oar_g, oar_p, oar_p_hier, oar_p_step, resample  # noqa: F401  (registration)
 from .baselines import entropy, grail, ig, random  # noqa: F401  (registration)
+from ..defaults import NO_METHOD, PROBE
 from ..inputs.batch import ScoringBatch
 from .registry import (ImportanceFn, MethodSpec, available_methods, get_method, method_spec,
                               register_method, trainable_methods, unregister_method)
@@ -20,11 +21,9 @@ from .registry import (ImportanceFn, MethodSpec, available_methods, get_method, 
 __all__ = ["ImportanceFn", "MethodSpec", "available_methods", "get_method", "method_spec",
            "register_method", "trainable_methods", "unregister_method"]
 
-NO_METHOD = "none"
-
 
 @register_method(NO_METHOD, weighting="uniform", uniform=True)
-def none(model, batch: ScoringBatch, *, probe: str = "as_mean", generator=None) -> torch.Tensor:
+def none(model, batch: ScoringBatch, *, probe: str = PROBE, generator=None) -> torch.Tensor:
     """No importance: (B, L) float32 zeros on the batch's device; the model is not run (it may
     be None). Its weighting gives weight 1 everywhere, so advantages are GRPO's."""
     return torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=batch.input_ids.device)

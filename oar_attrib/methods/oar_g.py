@@ -17,6 +17,16 @@ one), without autograd, and both forwards continue from their key/value cache. T
 prompt's forwards and backward, the same result up to float rounding. Rows run in groups whose
 padded tokens fit a token budget sized from the memory bound (`budget.backward_tokens`), so a
 backward never holds more than the bound allows, however many rows a batch has.
+
+Noise draws share passes: a group's rows are repeated once per draw (draw-major) in one forward
+and backward, as many draws as the token budget holds (`draws_per_pass`), on the prompt cache
+and the clean probe values computed once for all draws. The noise is drawn in the order the
+draws would be drawn one after another, and each draw's importances are summed in draw order
+(`draws.mean_of_draws`), so the result is that of the draws run one by one up to what the
+matrix kernels do with the larger batch: MKL's float32 GEMM picks its kernel by the number of
+rows, and a row's result can differ in the last bits with it; under MKL's strict reproducible
+mode (`MKL_CBWR=AUTO,STRICT` in the environment) batched and one-by-one draws are equal bit
+for bit (tests/methods/test_oar_g.py checks both).
 """
 from __future__ import annotations
 
@@ -25,12 +35,14 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from ..defaults import PROBE
 from ..inputs.batch import ScoringBatch
 from ..budget import backward_tokens, row_groups
 from ..errors import InputError
 from ..lm import (accepts_logits_to_keep, check_positions, check_token_budget, draw_normal,
                  eval_mode, input_embeddings, keep_scoreable, logits_at, model_device, plain_kv,
                  scoreable, with_cache)
+from .draws import mean_of_draws
 from .registry import register_method
 from .probes import ProbeSites, check_probe, probe_divergence, probe_sites, probe_values
 
@@ -38,10 +50,11 @@ from .probes import ProbeSites, check_probe, probe_divergence, probe_sites, prob
 # Analysis reads with 8 draws (one draw's ranking is mostly noise on a real model: seed-to-seed
 # Spearman -0.08 to 0.77 on SmolLM2, 8 draws 0.93-0.96); training keeps the paper's 1.
 @register_method("oar_g", random=True, train_params=("noise_std",), token_budget=True,
-                 analysis_params={"n_noise": 8})
-def oar_g(model, batch: ScoringBatch, *, probe: str = "as_mean", noise_std: float | None = None,
+                 analysis_params={"n_noise": 8}, draws=True, speed_params=("draws_per_pass",))
+def oar_g(model, batch: ScoringBatch, *, probe: str = PROBE, noise_std: float | None = None,
           n_noise: int = 1, generator: torch.Generator | None = None,
-          max_batch_tokens: int | None = None) -> torch.Tensor:
+          max_batch_tokens: int | None = None, draws_per_pass: int | None = None,
+          return_draws: bool = False) -> torch.Tensor:
     """OAR-G importances of every row of `batch`: per draw, one forward/backward per group of
     rows whose padded tokens fit `max_batch_tokens`.
 
@@ -60,9 +73,45 @@ def oar_g(model, batch: ScoringBatch, *, probe: str = "as_mean", noise_std: floa
                with backward; a longer row goes alone. None: sized from the device's memory
                bound and the model's shape (`budget.backward_tokens`). Changes memory, not
                results.
+    draws_per_pass: noise draws run together in one forward and backward (a group's rows
+               repeated per draw); None: as many as `max_batch_tokens` holds, at most n_noise.
+               Changes speed and memory; results only in the last bits (module docstring).
+    return_draws: return the (n_noise, B, L) importances of each draw instead of their mean
+               (`draws.mean_of_draws`, which gives the mean returned otherwise, bit for bit).
     Returns (B, L) float32 on the batch's device: >= 0 (NaN if the model gives NaN) on scored
     positions of rows with an answer span, exactly 0 elsewhere.
     """
+    _check_arguments(model, batch, probe, noise_std, n_noise, generator)
+    work = batch.to(model_device(model))
+    max_batch_tokens = _token_budget(model, work, max_batch_tokens)
+    noisy = scoreable(work)[..., None]  # (B, L, 1)
+    draws = torch.zeros((n_noise, *work.input_ids.shape), dtype=torch.float32, device=noisy.device)
+    with eval_mode(model):
+        embeds = input_embeddings(model, work.input_ids)  # (B, L, D)
+        sigma = noise_sigma(noise_std, embeds, scoreable(work))  # (B, 1, 1)
+        parts = [_Part.of(model, embeds, work, rows, probe)
+                 for rows in row_groups(list(range(work.input_ids.shape[0])),
+                                        work.lengths.tolist(), max_batch_tokens)]
+        per_pass = _draws_per_pass(draws_per_pass, n_noise, parts, max_batch_tokens)
+        for first in range(0, n_noise, per_pass):
+            count = min(per_pass, n_noise - first)
+            # Drawn for the whole batch, draw after draw, then split: the same numbers however
+            # rows are grouped and draws batched.
+            noise = torch.stack([_draw_noise(embeds, work, generator) * sigma
+                                 for _ in range(count)])  # (count, B, L, D) float32
+            noise = torch.where(noisy, noise, torch.zeros((), dtype=noise.dtype, device=noise.device))
+            for part in parts:
+                many = part.repeated(count)
+                rows = noise[:, part.rows, :part.width].flatten(0, 1)  # (count * G, W, D)
+                values = _gradient_times_input(model, many.embeds, rows, many.batch, many.sites,
+                                               many.clean, probe, many.prefix)  # (count * G, W)
+                draws[first:first + count, part.rows, :part.width] = values.view(count, -1, part.width)
+    draws = keep_scoreable(draws, work).to(batch.input_ids.device)  # (n_noise, B, L)
+    return draws if return_draws else mean_of_draws(draws)
+
+
+def _check_arguments(model, batch: ScoringBatch, probe: str, noise_std, n_noise, generator) -> None:
+    """One-line InputErrors for oar_g's arguments, before any work."""
     check_probe(probe)
     check_positions(model, batch)
     if not isinstance(n_noise, int) or n_noise < 1:
@@ -72,29 +121,28 @@ def oar_g(model, batch: ScoringBatch, *, probe: str = "as_mean", noise_std: floa
     if isinstance(generator, (list, tuple)) and len(generator) != batch.input_ids.shape[0]:
         raise InputError(f"{len(generator)} generators for {batch.input_ids.shape[0]} rows; "
                          "pass one generator, or one per row")
-    work = batch.to(model_device(model))
+
+
+def _token_budget(model, work: ScoringBatch, max_batch_tokens: int | None) -> int:
+    """`max_batch_tokens` checked, or (None) sized from the device's memory bound and the
+    model's shape (`budget.backward_tokens`)."""
     check_token_budget(max_batch_tokens)
-    if max_batch_tokens is None:
-        width = int(probe_sites(work).valid.sum(dim=1).max()) if work.input_ids.numel() else 1
-        max_batch_tokens = backward_tokens(model, model_device(model), work.input_ids.shape[1], width)
-    noisy = scoreable(work)[..., None]  # (B, L, 1)
-    total = torch.zeros(work.input_ids.shape, dtype=torch.float32, device=noisy.device)
-    with eval_mode(model):
-        embeds = input_embeddings(model, work.input_ids)  # (B, L, D)
-        sigma = noise_sigma(noise_std, embeds, scoreable(work))  # (B, 1, 1)
-        parts = [_Part.of(model, embeds, work, rows, probe)
-                 for rows in row_groups(list(range(work.input_ids.shape[0])),
-                                        work.lengths.tolist(), max_batch_tokens)]
-        for _ in range(n_noise):
-            # Drawn for the whole batch, then split: the same numbers however rows are grouped.
-            noise = _draw_noise(embeds, work, generator) * sigma  # float32
-            noise = torch.where(noisy, noise, torch.zeros((), dtype=noise.dtype,
-                                                           device=noise.device))
-            for part in parts:
-                total[part.rows, :part.width] += _gradient_times_input(
-                    model, part.embeds, noise[part.rows, :part.width], part.batch, part.sites,
-                    part.clean, probe, part.prefix)
-    return keep_scoreable(total / n_noise, work).to(batch.input_ids.device)
+    if max_batch_tokens is not None:
+        return max_batch_tokens
+    width = int(probe_sites(work).valid.sum(dim=1).max()) if work.input_ids.numel() else 1
+    return backward_tokens(model, model_device(model), work.input_ids.shape[1], width)
+
+
+def _draws_per_pass(draws_per_pass: int | None, n_noise: int, parts: list["_Part"],
+                    budget: int) -> int:
+    """Draws per forward and backward: `draws_per_pass` checked, or as many copies of the
+    largest row group as `budget` tokens hold (at least 1, at most n_noise)."""
+    if draws_per_pass is not None:
+        if not isinstance(draws_per_pass, int) or draws_per_pass < 1:
+            raise InputError(f"draws_per_pass must be an integer >= 1 or None, got {draws_per_pass!r}")
+        return min(draws_per_pass, n_noise)
+    largest = max((len(part.rows) * part.width for part in parts), default=1)
+    return max(1, min(n_noise, budget // max(largest, 1)))
 
 
 @dataclass
@@ -124,6 +172,17 @@ class _Part:
         with torch.no_grad():
             clean = probe_values(_probe_logits(model, sub_embeds, sub, sites, prefix), sites, probe)
         return cls(index, sub, sub_embeds, sites, prefix, clean)
+
+    def repeated(self, count: int) -> "_Part":
+        """The part with its G rows repeated `count` times, draw-major (row r of copy d at
+        d * G + r): one pass runs `count` noise draws. `rows` stays the original (G,)."""
+        if count == 1:
+            return self
+        index = torch.arange(len(self.rows), device=self.embeds.device).repeat(count)
+        prefix = None if self.prefix is None else self.prefix.repeated(count)
+        clean = self.clean.repeat(count, *([1] * (self.clean.dim() - 1)))
+        return _Part(self.rows, self.batch.select(index), self.embeds.repeat(count, 1, 1),
+                     self.sites.select(index), prefix, clean)
 
 
 class _Prefix:
@@ -175,6 +234,12 @@ class _Prefix:
         kv = [(keys.transpose(1, 2)[which, src].transpose(1, 2),
                values.transpose(1, 2)[which, src].transpose(1, 2)) for keys, values in distinct_kv]
         return cls(starts, kv, slot_mask, *with_cache(model, None))
+
+    def repeated(self, count: int) -> "_Prefix":
+        """The prefixes of the rows repeated `count` times, draw-major (`_Part.repeated`)."""
+        kv = [(keys.repeat(count, 1, 1, 1), values.repeat(count, 1, 1, 1)) for keys, values in self.kv]
+        return _Prefix(self.starts.repeat(count), kv, self.slot_mask.repeat(count, 1),
+                       self.cache_keyword)
 
     def continuation(self, embeds: torch.Tensor, batch: ScoringBatch, positions: torch.Tensor):
         """Forward kwargs that run columns [s_b, e_b) of every row on top of its prefix, and the

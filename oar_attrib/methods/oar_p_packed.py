@@ -1,6 +1,6 @@
 """OAR-P forwards without padding: the perturbed copies of a forward packed into one sequence.
 
-The padded path (`oar_p._score_forward`) gives every copy a row of its own: a left-padded clean
+The padded path (`perturb._score_forward`) gives every copy a row of its own: a left-padded clean
 cache and a right-padded window. Here the copies' windows are concatenated into one row of N
 new tokens, with their own position ids, on top of the clean key/value cache of the rows they
 come from (once per row, not once per copy: C cache slots). A block mask says who sees what:
@@ -11,7 +11,8 @@ come from (once per row, not once per copy: C cache slots). A block mask says wh
 
 which is exactly the causal view of its own perturbed sequence, so the result equals the padded
 path's and the reference's up to float rounding. Each copy starts at its own
-s_c = min(t, q_1): nothing is recomputed that the definition does not need.
+s_c = min(t, q_1), t its anchor (the first position of its unit, `perturb`): nothing is
+recomputed that the definition does not need.
 
 The mask is a dense (N, C + N) tensor through the model's own attention (SDPA: boolean; eager:
 additive), so attention does N * (C + N) work of which only the blocks are needed; forwards
@@ -36,12 +37,13 @@ _PACKABLE_ATTENTION = {"sdpa": "bool", "eager": "additive"}
 
 @dataclass(frozen=True)
 class Copy:
-    """One perturbed copy: masked at t, positions [start, end) recomputed on the row's cache."""
+    """One perturbed copy: its unit masked (the unit of its anchor t), positions [start, end)
+    recomputed on the row's cache."""
 
     row: int  # index into the row group
     start: int
     end: int
-    t: int
+    t: int  # the anchor: the first position of the copy's unit
 
     @property
     def width(self) -> int:
@@ -90,7 +92,7 @@ def plan_copies(index: int, reachable: torch.Tensor, first_probe: int, end: int,
                 lead: int = 0) -> list[Copy]:
     """The copies of one row (group index `index`): one per True position t of `reachable`
     (L,), each recomputing [max(min(t, q_1) - lead, 0), end) (`lead`: as for
-    `oar_p.plan_row`)."""
+    `perturb.plan_row`)."""
     return [Copy(index, max(min(t, first_probe) - lead, 0), end, t)
             for t in reachable.nonzero().flatten().tolist()]
 
@@ -116,28 +118,29 @@ def pack_copies(copies: list[Copy], row_width: int, limit: int,
 
 
 def score_packed(model, clean, copies: list[Copy], probe: str, kind: str):
-    """One packed forward of R copies on the clean pass `clean` (oar_p.Clean), each with
-    clean.replace (its mask) at its t, or with t left out when clean.delete.
+    """One packed forward of R copies on the clean pass `clean` (`perturb.Clean`), each with
+    clean.replace (its mask) on the positions of its unit (`Clean.perturbed`), or with them
+    left out when clean.delete.
 
-    Returns (index, positions, importances), (R,) each: the copy's row within the group, its
-    perturbed position t, and I_t."""
+    Returns (index, anchors, importances), (R,) each: the copy's row within the group, its
+    anchor t and its unit's I."""
     device = clean.input_ids.device
     rows = sorted({c.row for c in copies})
     slot = {row: i for i, row in enumerate(rows)}
     spec = torch.tensor([(c.row, slot[c.row], c.start, c.end, c.t) for c in copies], device=device)
     row, row_slot, start, end, pos = spec.unbind(dim=1)  # (R,) each
     n_copies, row_width = len(copies), clean.input_ids.shape[1]
-    at = torch.zeros((n_copies, row_width), dtype=torch.bool, device=device)
-    at[torch.arange(n_copies, device=device), pos] = True  # (R, W)
+    at = clean.perturbed(row, pos)  # (R, W), every position >= its anchor
     src, valid, upto = window_columns(start, end, at if clean.delete else None, row_width)
     width = valid.sum(dim=1)  # (R,)
     copy_of = torch.repeat_interleave(torch.arange(n_copies, device=device), width)  # (N,)
     offset = torch.cumsum(width, 0) - width  # (R,) first packed index of each copy
     col = start[copy_of] + torch.arange(copy_of.shape[0], device=device) - offset[copy_of]  # (N,)
     source = src[valid]  # (N,) the clean position of each packed token
-    input_ids = clean.input_ids[row[copy_of], source].clone()
+    input_ids = clean.input_ids[row[copy_of], source]  # (N,)
     if not clean.delete:
-        input_ids[offset + pos - start] = clean.replace[row, pos]
+        masked = at[copy_of, source]  # (N,)
+        input_ids = torch.where(masked, clean.replace[row[copy_of], source], input_ids)
     real = clean.attention_mask[row[copy_of], source].bool()  # (N,)
 
     n_rows = len(rows)

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ..defaults import PROBES
 from ..inputs.batch import ScoringBatch
 from ..errors import unknown_name
 
-PROBES: tuple[str, ...] = ("lt", "as_mean", "as_joint")
 DISTRIBUTION_PROBES: frozenset[str] = frozenset({"lt", "as_mean"})
 
 

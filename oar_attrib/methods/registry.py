@@ -6,7 +6,7 @@ members, so its lookups see them.
 
 An importance method is a plain function
 
-    fn(model, batch: ScoringBatch, *, probe: str = "as_mean", generator=None, **params)
+    fn(model, batch: ScoringBatch, *, probe: str = defaults.PROBE, generator=None, **params)
         -> torch.Tensor  # (B, L) float32, >= 0 on batch.scored_mask, exactly 0 elsewhere
 
 Rows with no answer span (batch.has_answer False) get all zeros. A method registers with
@@ -35,7 +35,10 @@ Rows with no answer span (batch.has_answer False) get all zeros. A method regist
                   (`RUN_ONLY`);
 - analysis_params: defaults of analysis (`attribute`, `oar attribute`, the live page, recall)
                   that differ from the function's own, which training keeps (OAR-G reads with
-                  8 noise draws, trains with the paper's 1); the caller's method_params win.
+                  8 noise draws, trains with the paper's 1); the caller's method_params win;
+- draws:          it averages random draws and takes `return_draws=True`, which returns the
+                  (n, B, L) per-draw importances instead of their mean (`methods.draws`): the
+                  pipeline averages them itself and judges the ranking's stability from them.
 
 `get_method` / `method_spec` raise an error that lists the known names.
 """
@@ -64,6 +67,7 @@ class MethodSpec:
     uniform: bool = False
     speed_params: tuple[str, ...] = ()
     analysis_params: dict = field(default_factory=dict, hash=False)
+    draws: bool = False
 
     def analysis_kwargs(self, params: dict | None = None) -> dict:
         """The method's keyword arguments in analysis: its `analysis_params` under `params`."""
@@ -91,15 +95,17 @@ _METHODS: dict[str, MethodSpec] = {}
 # Keywords no method's scores depend on: the pipeline fills `generator` from the settings' seed
 # (recorded there) and `tokenizer` from the model (recorded by its identity); `progress` only
 # draws a bar; `max_batch_tokens` sizes forwards, and a method registered with `token_budget`
-# promises the same scores under every budget (its fast == reference tests hold it to that).
-RUN_ONLY = ("generator", "tokenizer", "progress", "max_batch_tokens")
+# promises the same scores under every budget (its fast == reference tests hold it to that);
+# `return_draws` (the pipeline's, for a `draws` method) returns the draws whose mean it is.
+RUN_ONLY = ("generator", "tokenizer", "progress", "max_batch_tokens", "return_draws")
 
 
 def register_method(name: str, *, weighting: str = "bilevel", random: bool = False,
                     token_budget: bool = False, train_params: tuple[str, ...] = (),
                     analysis_only: bool = False, needs_tokenizer: bool = False,
                     uniform: bool = False, speed_params: tuple[str, ...] = (),
-                    analysis_params: dict | None = None) -> Callable[[ImportanceFn], ImportanceFn]:
+                    analysis_params: dict | None = None,
+                    draws: bool = False) -> Callable[[ImportanceFn], ImportanceFn]:
     """Decorator: register `fn` as importance method `name` (see the module docstring)."""
 
     def wrap(fn: ImportanceFn) -> ImportanceFn:
@@ -107,7 +113,7 @@ def register_method(name: str, *, weighting: str = "bilevel", random: bool = Fal
             raise ValueError(f"importance method {name!r} is registered twice; pick another name")
         _METHODS[name] = MethodSpec(name, fn, weighting, random, token_budget, tuple(train_params),
                                     analysis_only, needs_tokenizer, uniform, tuple(speed_params),
-                                    dict(analysis_params or {}))
+                                    dict(analysis_params or {}), draws)
         return fn
 
     return wrap

@@ -26,6 +26,8 @@ from typing import Sequence
 
 import torch
 
+from ..defaults import ANSWER_FORMAT
+from ..defaults import PROBE
 from ..generation import continue_rows, cut_at_stop, stop_ids
 from ..inputs.batch import ScoringBatch
 from ..errors import InputError
@@ -101,7 +103,7 @@ def _answer(tokenizer, tail: list[int], fmt: str):
 
 
 def resample_steps(model, tokenizer, batch: ScoringBatch, *, n_samples: int = 8, removal="pad",
-                   answers: Sequence[str | None] | None = None, answer_format: str = "auto",
+                   answers: Sequence[str | None] | None = None, answer_format: str = ANSWER_FORMAT,
                    temperature: float = 1.0, max_new_tokens: int | None = None,
                    max_rollouts: int = 4096, batch_size: int = 64, seed: int = 0,
                    progress: bool = False) -> list[list[StepResample]]:
@@ -160,8 +162,8 @@ def resample_steps(model, tokenizer, batch: ScoringBatch, *, n_samples: int = 8,
 # max_rollouts only refuses a row that needs more; batch_size is not speed-only: each chunk
 # reseeds the sampler, so it changes the draws
 @register_method("resample", analysis_only=True, needs_tokenizer=True, speed_params=("max_rollouts",))
-def resample(model, batch: ScoringBatch, *, probe: str = "as_mean", generator: torch.Generator | None = None,
-             tokenizer=None, n_samples: int = 8, removal: str = "pad", answer_format: str = "auto",
+def resample(model, batch: ScoringBatch, *, probe: str = PROBE, generator: torch.Generator | None = None,
+             tokenizer=None, n_samples: int = 8, removal: str = "pad", answer_format: str = ANSWER_FORMAT,
              temperature: float = 1.0, max_rollouts: int = 4096, batch_size: int = 64,
              progress: bool = False) -> torch.Tensor:
     """Resampling importance (module docstring) on every token of each step: (B, L) float32,

@@ -1,25 +1,20 @@
 """Records of attributed traces: the result type (`TraceAttribution`), the record that is
 drawn, exported and stored (`TraceRecord`), the exports and the step view.
 
-Names are imported lazily (PEP 562): the store reads `records.record` without loading the
-renderers.
+Names load on first use (PEP 562, `lazy.lazy_exports`): the store reads `records.record`
+without loading the renderers or torch.
 """
 from __future__ import annotations
 
-import importlib
+from typing import TYPE_CHECKING
 
-_EXPORTS = {
-    "TraceAttribution": "traces",
-    "AttributionBatch": "traces",
-    "TraceRecord": "record",
-    "write_html": "export",
-    "render_html": "export",
-}
+from ..lazy import lazy_exports
 
-__all__ = sorted(_EXPORTS)
+if TYPE_CHECKING:  # every export; each loads on first use
+    from .export import render_html, write_html
+    from .record import TraceRecord
+    from .traces import AttributionBatch, TraceAttribution
 
+__all__ = ["AttributionBatch", "TraceAttribution", "TraceRecord", "render_html", "write_html"]
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

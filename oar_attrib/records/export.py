@@ -25,7 +25,8 @@ from pathlib import Path
 import jinja2
 import markupsafe
 
-from .step_view import STEP_POOL, display_levels, step_pieces, step_table, trace_steps
+from ..defaults import VIEW_STEP_POOL
+from .step_view import display_levels, step_pieces, step_table, trace_steps
 
 EXPORT_KINDS = ("view.html", "tokens.csv", "steps.csv", "tokens.json", "steps.json")
 _TEMPLATES = Path(__file__).resolve().parents[1] / "assets" / "export"
@@ -124,7 +125,7 @@ def token_rows(record) -> list[dict]:
     return rows
 
 
-def step_rows(record, table: dict | None = None, pool: str = STEP_POOL) -> list[dict]:
+def step_rows(record, table: dict | None = None, pool: str = VIEW_STEP_POOL) -> list[dict]:
     """One row per step: index, token and character range, answer flag, text, and per
     method its step score (tokens pooled by `pool`) and level (normalised over the steps)."""
     table = table or step_table(record, pool)
@@ -178,7 +179,7 @@ def rows_json(rows: list[dict]) -> str:
 
 def render_html(record, method: str | None = None, *, title: str | None = None,
                 random_weights: bool = False, oracle_set: str = "direct",
-                pool: str = STEP_POOL) -> str:
+                pool: str = VIEW_STEP_POOL) -> str:
     """The self-contained HTML view of a TraceRecord, coloured by `method` (default oar_p,
     else the first method), steps of `oracle_set` outlined when the trace has an oracle."""
     methods = list(record.attributions)
@@ -207,7 +208,7 @@ def _token_levels(record, method: str) -> dict[int, float]:
     return {i: v for i, v in enumerate(display_levels(values)) if v is not None}
 
 
-def export(record, kind: str, method: str | None = None, pool: str = STEP_POOL,
+def export(record, kind: str, method: str | None = None, pool: str = VIEW_STEP_POOL,
            **html_options) -> tuple[str, str]:
     """(text, media type) of one export kind of a TraceRecord (see EXPORT_KINDS)."""
     from ..errors import unknown_name

@@ -5,16 +5,9 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
-
 import numpy as np
 
-from ..inputs.steps import scored_set
-
-# spans.SEGMENT_LABELS, in its order (the codes are stored): copied so that reading a store
-# never imports torch; tests/store/test_store.py checks the two stay equal.
-SEGMENT_LABELS = ("reasoning", "bridge", "answer", "tail")
-REASONING = SEGMENT_LABELS[0]
+from ..inputs.segments import n_scored, scored_set, span_mask
 
 
 def json_float(x) -> float | None:
@@ -81,6 +74,8 @@ class AttributionRecord:
     ess_ratio: float | None
     top10_mass: float | None
     seconds: float | None
+    draws: int | None = None  # random draws averaged (OAR-G's noise draws), else None
+    split_half: float | None = None  # the ranking's split-half reliability, None if undefined
 
     def to_dict(self) -> dict:
         return {
@@ -92,6 +87,8 @@ class AttributionRecord:
             "ess_ratio": json_float(self.ess_ratio),
             "top10_mass": json_float(self.top10_mass),
             "seconds": json_float(self.seconds),
+            "draws": self.draws,
+            "split_half": json_float(self.split_half),
         }
 
 
@@ -134,12 +131,12 @@ class TraceRecord:
         """An unsaved record of a `TraceAttribution` (or its dict), e.g. to draw it."""
         d = attribution.to_dict() if hasattr(attribution, "to_dict") else dict(attribution)
         span_found = bool(d["span_found"])
-        n_scored = sum(scored_set(d["segments"], span_found))
+        scored = n_scored(d["segments"], span_found)
         adv, metrics = d.get("token_advantages") or {}, d.get("metrics") or {}
         timings = d.get("timings") or {}
         row = TraceRow(id=trace_id, run_id=0, step=None, group=None, reward=None,
                        advantage=d.get("advantage"), correct=None, answer_text=d.get("answer_text"),
-                       span_found=span_found, n_tokens=len(d["token_ids"]), n_scored=n_scored,
+                       span_found=span_found, n_tokens=len(d["token_ids"]), n_scored=scored,
                        flags=list(d.get("flags") or []), preview=d["response"][:120])
         record = cls(row=row, prompt=str(d["prompt"]), response=d["response"],
                      token_ids=list(d["token_ids"]), tokens=list(d["tokens"]),
@@ -155,7 +152,8 @@ class TraceRecord:
             record.attributions[m] = AttributionRecord(
                 m, d["probe"], f32(d["scores"][m]), f32(d["weights"][m]),
                 f32(adv[m]) if m in adv else None, (metrics.get(m) or {}).get("ess_ratio"),
-                (metrics.get(m) or {}).get("top10_mass"), timings.get(m))
+                (metrics.get(m) or {}).get("top10_mass"), timings.get(m),
+                (metrics.get(m) or {}).get("draws"), (metrics.get(m) or {}).get("split_half"))
         return record
 
     @property
@@ -193,7 +191,9 @@ class TraceRecord:
             weights={m: r.weights.tolist() for m, r in a.items()},
             token_advantages={m: r.token_advantages.tolist() for m, r in a.items()
                               if r.token_advantages is not None},
-            metrics={m: {"ess_ratio": r.ess_ratio, "top10_mass": r.top10_mass} for m, r in a.items()},
+            metrics={m: {"ess_ratio": r.ess_ratio, "top10_mass": r.top10_mass,
+                         **({"draws": r.draws, "split_half": r.split_half} if r.draws else {})}
+                     for m, r in a.items()},
             timings={m: r.seconds for m, r in a.items() if r.seconds is not None},
             steps=list(self.steps),
         )
@@ -219,12 +219,3 @@ class TraceRecord:
             "token_stats": {k: json_floats(v) for k, v in self.token_stats.items()},
         }
 
-
-def span_mask(offsets: Sequence[tuple[int, int]], spans) -> np.ndarray:
-    """(T,) bool: tokens whose non-empty character span overlaps any of `spans`."""
-    starts = np.array([o[0] for o in offsets], dtype=np.int64)
-    ends = np.array([o[1] for o in offsets], dtype=np.int64)
-    mask = np.zeros(len(offsets), dtype=bool)
-    for s, e in spans:
-        mask |= (starts < e) & (s < ends)
-    return mask & (ends > starts)

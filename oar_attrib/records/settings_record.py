@@ -88,11 +88,11 @@ def shown(record: dict, dotted: str) -> str:
 
 
 def lookup(record: dict, dotted: str):
-    """The value of a dotted field (`methods` gives the method names)."""
+    """The value of a dotted field (a `methods` field gives the method names)."""
     value = record
     for part in dotted.split("."):
         value = value.get(part) if isinstance(value, dict) else None
-    return sorted(value) if dotted == "methods" and isinstance(value, dict) else value
+    return sorted(value) if dotted.split(".")[-1] == "methods" and isinstance(value, dict) else value
 
 
 def plain(value):
@@ -216,30 +216,61 @@ def settings_record(settings, methods, method_params: dict | None = None, *, mod
     return record | plain(extra)
 
 
-def _differ(stored, current, prefix: str, out: list[str]) -> None:
+def _informational(name: str, stored: dict, current: dict) -> bool:
+    """Whether a differing dotted field is informational (`INFORMATIONAL`, at any depth: a
+    record may sit inside a larger settings dict); a model's name only when both sides hash
+    its weights."""
+    for field in INFORMATIONAL:
+        if name == field or name.endswith("." + field):
+            if field != "model.name":
+                return True
+            twin = name[: -len("name")] + "weights_sha256"
+            return None not in (lookup(stored, twin), lookup(current, twin))
+    return False
+
+
+def _is_record(value) -> bool:
+    return isinstance(value, dict) and "format" in value and "methods" in value
+
+
+def _differ(stored, current, prefix: str, out: list[str], strict: bool = False) -> None:
     if isinstance(stored, dict) and isinstance(current, dict):
+        strict = strict and not (_is_record(stored) or _is_record(current))
+        for key in sorted(stored.keys() ^ current.keys()) if strict else ():
+            if not _is_record(stored.get(key, current.get(key))):  # a record added since: not compared
+                out.append(f"{prefix}{key}")
         for key in sorted(stored.keys() & current.keys()):
-            _differ(stored[key], current[key], f"{prefix}{key}.", out)
+            if key == "methods" and isinstance(stored[key], dict) and isinstance(current[key], dict) \
+                    and sorted(stored[key]) != sorted(current[key]):
+                out.append(f"{prefix}methods")  # other methods ran: their parameters are moot
+                continue
+            _differ(stored[key], current[key], f"{prefix}{key}.", out, strict)
     elif plain(stored) != plain(current):
         out.append(prefix[:-1])
 
 
-def record_differences(stored: dict, current: dict) -> list[str]:
+def record_differences(stored: dict, current: dict, *, strict: bool = False) -> list[str]:
     """The dotted fields in which two records differ (e.g. `settings.tau`,
     `methods.oar_g.n_noise`, `methods` when other methods ran, `model.weights_sha256`), in
-    record order; [] when a resume may go on.
+    key order; [] when a resume may go on. Works on any nested settings dict that holds a
+    record (an experiment cell's settings).
 
     Not compared: the `INFORMATIONAL` fields, and a field only one side has (a field a newer
     release added; the result it describes was made with what is now its default). The model
-    is compared by its weights when both sides hash them, else by its name."""
+    is compared by its weights when both sides hash them, else by its name. With `strict` (a
+    plain settings dict around records, e.g. an experiment cell's), a key only one side has
+    differs too, unless its value is a record (one that results made before records lack)."""
     out: list[str] = []
-    if sorted(stored.get("methods") or {}) != sorted(current.get("methods") or {}):
-        out.append("methods")
-        stored, current = ({k: v for k, v in r.items() if k != "methods"} for r in (stored, current))
-    _differ(stored, current, "", out)
-    hashes = [(r.get("model") or {}).get("weights_sha256") for r in (stored, current)]
-    skip = set(INFORMATIONAL) - ({"model.name"} if None in hashes else set())
-    return [name for name in out if name not in skip]
+    _differ(stored, current, "", out, strict)
+    return [name for name in out if not _informational(name, stored, current)]
+
+
+def check_resume(where: str, stored: dict, current: dict, remedy: str, *, strict: bool = False) -> None:
+    """RecordMismatchError unless a result recorded as `stored` may be resumed under `current`
+    (`record_differences`, `strict` as there)."""
+    fields = record_differences(stored, current, strict=strict)
+    if fields:
+        raise RecordMismatchError(where, fields, stored, current, remedy)
 
 
 def legacy_record(trace: dict) -> dict:

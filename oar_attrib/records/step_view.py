@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..weights.normalise import log1p_minmax
+from ..inputs.segments import REASONING
 from ..inputs.steps import STEP_POOLS, pool_steps
-from ..weights.defaults import VIEW_STEP_POOL
+from ..defaults import VIEW_STEP_POOL
 
-STEP_POOL = VIEW_STEP_POOL  # the view's pooling (`weights.defaults`)
 TOP_TOKENS = 3  # tokens emphasised per step
 
 
@@ -50,7 +50,7 @@ def trace_steps(record) -> list[Step]:
         ranges.append((after, n_tokens))
     out = []
     for i, (a, b) in enumerate(ranges):
-        answer = bool(record.row.span_found) and record.segments[a] != "reasoning"
+        answer = bool(record.row.span_found) and record.segments[a] != REASONING
         out.append(Step(i, a, b, int(record.offsets[a][0]), int(record.offsets[b - 1][1]), answer))
     return out
 
@@ -131,7 +131,7 @@ def _agreement(scores: dict[str, list], n_reasoning_steps: int) -> dict:
     return {"methods": methods, "spearman": matrix, "n_steps": n_reasoning_steps}
 
 
-def step_table(record, pool: str = STEP_POOL, top: int = TOP_TOKENS) -> dict:
+def step_table(record, pool: str = VIEW_STEP_POOL, top: int = TOP_TOKENS) -> dict:
     """The steps of a TraceRecord with every method's step scores pooled by `pool` (None for
     the answer step and where a score is NaN), levels, top tokens, oracle steps, agreement."""
     from ..errors import unknown_name

@@ -13,11 +13,13 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from ..defaults import VIEW_STEP_POOL
 from ..errors import InputError
 from ..weights.gating import reshape_advantages
 from ..inputs.encoding import EncodedPair
-from ..weights.metrics import ess_ratio, top_mass
-from ..inputs.steps import STEP_POOLS, check_steps, pool_steps, scored_set
+from ..weights.metrics import ess_ratio, split_half_reliability, top_mass
+from ..inputs.segments import scored_set
+from ..inputs.steps import STEP_POOLS, check_steps, pool_steps
 
 
 @dataclass
@@ -90,8 +92,9 @@ class TraceAttribution:
         a, b = self.steps[step]
         return self.response[self.offsets[a][0]:self.offsets[b - 1][1]].strip()
 
-    def step_scores(self, method: str, how: str = "sum") -> list[float]:
-        """One score per step: `how` (sum, mean, max) of the method's token scores."""
+    def step_scores(self, method: str, how: str = VIEW_STEP_POOL) -> list[float]:
+        """One score per step: `how` (`steps.STEP_POOLS`: sum, mean, max; default the view's,
+        `defaults.VIEW_STEP_POOL`) of the method's token scores."""
         return pool_steps(self.scores[method], self.steps, how)
 
     def step_frame(self):
@@ -152,9 +155,7 @@ class AttributionBatch(list):
 
 def scored_positions(pair: EncodedPair) -> torch.Tensor:
     """(T,) bool over the response tokens: the scored reasoning set S (empty without a span)."""
-    if not pair.span_found:
-        return torch.zeros(len(pair.response_ids), dtype=torch.bool)
-    return torch.tensor([lab == "reasoning" for lab in pair.labels], dtype=torch.bool)
+    return torch.tensor(scored_set(pair.labels, pair.span_found), dtype=torch.bool)
 
 
 def _metric(value) -> float | None:
@@ -165,7 +166,8 @@ def _metric(value) -> float | None:
 def build_trace(pair: EncodedPair, prompt, *, probe: str, scores: dict[str, torch.Tensor],
                 weights: dict[str, torch.Tensor], advantage: float | None = None,
                 params: dict | None = None, timings: dict[str, float] | None = None,
-                flags: list[str] | None = None) -> TraceAttribution:
+                flags: list[str] | None = None,
+                draws: dict[str, torch.Tensor] | None = None) -> TraceAttribution:
     """The trace record of one encoded pair.
 
     scores, weights: per method, (T,) float over the response tokens (T = len(response_ids));
@@ -201,6 +203,8 @@ def build_trace(pair: EncodedPair, prompt, *, probe: str, scores: dict[str, torc
         trace.scores[method] = [float(x) if math.isfinite(x) else float("nan") for x in clean.tolist()]
         trace.weights[method] = w.tolist()
         trace.metrics[method] = {"ess_ratio": _metric(ess_ratio(w, scored)) if has_s else None}
+        if draws and method in draws:
+            trace.metrics[method] |= draw_metrics(draws[method], scored)
         if timings and method in timings:
             trace.timings[method] = float(timings[method])
         if advantage is not None:
@@ -208,3 +212,10 @@ def build_trace(pair: EncodedPair, prompt, *, probe: str, scores: dict[str, torc
             trace.token_advantages[method] = adv.tolist()
             trace.metrics[method]["top10_mass"] = _metric(top_mass(adv, scored)) if has_s else None
     return trace
+
+
+def draw_metrics(draws: torch.Tensor, scored: torch.Tensor) -> dict:
+    """{"draws": n, "split_half": the ranking's split-half reliability or None} of (n, T)
+    per-draw scores over the (T,) bool scored set."""
+    reliability = split_half_reliability(draws.float().cpu(), scored) if bool(scored.any()) else math.nan
+    return {"draws": int(draws.shape[0]), "split_half": _metric(reliability)}

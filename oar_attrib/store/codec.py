@@ -9,7 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..records.record import SEGMENT_LABELS, span_mask  # noqa: F401  (the store's codes and masks)
+from ..inputs.segments import SEGMENT_LABELS  # the label order is the stored code
 
 _SEGMENT_CODE = {label: code for code, label in enumerate(SEGMENT_LABELS)}
 

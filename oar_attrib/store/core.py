@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, Literal, Mapping, Sequence
 
+from ..inputs.segments import n_scored
 from ..jsonl import NotJSON, iter_jsonl
 from . import codec, schema
 from .errors import NotFoundError, StoreError
@@ -267,7 +268,7 @@ class Store:
         elif correct is None and reward is not None:
             correct = reward > 0
         segments, span_found = list(d["segments"]), bool(d["span_found"])
-        n_scored = sum(s == "reasoning" for s in segments) if span_found else 0
+        scored = n_scored(segments, span_found)
         if d.get("steps"):  # step ranges ride in `extra` (no schema change); see _trace
             extra = {**extra, "steps": [list(r) for r in d["steps"]]}
         answer = d.get("answer_span")
@@ -280,7 +281,7 @@ class Store:
             (run_id, step, group, prompt, d["response"], reward, advantage,
              d.get("answer_text"), None if correct is None else int(bool(correct)), int(span_found),
              None if answer is None else answer[0], None if answer is None else answer[1],
-             len(d["token_ids"]), n_scored, d["probe"], _dumps(d.get("params") or {}),
+             len(d["token_ids"]), scored, d["probe"], _dumps(d.get("params") or {}),
              _dumps(list(d.get("flags") or [])), None if complete is None else int(complete),
              _dumps(extra)),
         )
@@ -309,10 +310,12 @@ class Store:
                 codec.pack_floats(adv[method]) if method in adv else None,
                 _opt_float(m.get("ess_ratio")), _opt_float(m.get("top10_mass")),
                 _opt_float(timings.get(method)),
+                None if m.get("draws") is None else int(m["draws"]), _opt_float(m.get("split_half")),
             ))
         conn.executemany(
             "INSERT OR REPLACE INTO attributions (trace_id, method, probe, scores, weights, "
-            "token_advantages, ess_ratio, top10_mass, seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "token_advantages, ess_ratio, top10_mass, seconds, draws, split_half) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             rows,
         )
 
@@ -401,15 +404,39 @@ class Store:
                 "SELECT DISTINCT step FROM traces WHERE run_id = ? AND step IS NOT NULL "
                 "ORDER BY step", (run_id,))]
 
-    def trace_ids(self, run_id: int, *, missing: str | None = None) -> list[int]:
-        """Ids of a run's traces in order; with `missing`, only those without that method."""
+    def trace_ids(self, run_id: int, *, missing: str | None = None,
+                  missing_token_stats: bool = False) -> list[int]:
+        """Ids of a run's traces in order; with `missing`, only those without that method; with
+        `missing_token_stats`, only those without the policy's token statistics (both: both)."""
         sql, args = "SELECT id FROM traces WHERE run_id = ?", [run_id]
         if missing is not None:
             sql += " AND id NOT IN (SELECT trace_id FROM attributions WHERE method = ?)"
             args.append(missing)
+        if missing_token_stats:
+            sql += " AND id NOT IN (SELECT trace_id FROM token_stats)"
         with self._transaction(write=False) as conn:
             self._require_run(conn, run_id)
             return [r[0] for r in conn.execute(sql + " ORDER BY id", args)]
+
+    def trace_extras(self, run_id: int, *keys: str) -> list[tuple]:
+        """One tuple per trace of the run, in id order: the values its `extra` holds under
+        `keys` (None where it has none), e.g. the input line or the source row an output or an
+        import resumes after."""
+        columns = ", ".join("json_extract(extra, ?)" for _ in keys)
+        with self._transaction(write=False) as conn:
+            self._require_run(conn, run_id)
+            rows = conn.execute(f"SELECT {columns} FROM traces WHERE run_id = ? ORDER BY id",
+                                [*(f"$.{json.dumps(k)}" for k in keys), run_id])
+            return [tuple(r) for r in rows]
+
+    def trace_size(self, trace_id: int) -> tuple[int, int]:
+        """(tokens, characters of prompt and response) of one trace, without reading it."""
+        with self._transaction(write=False) as conn:
+            got = conn.execute("SELECT n_tokens, length(prompt) + length(response) FROM traces "
+                               "WHERE id = ?", (trace_id,)).fetchone()
+        if got is None:
+            raise NotFoundError(f"no trace with id {trace_id} in {self.path.name}")
+        return int(got[0]), int(got[1])
 
     def trace(self, trace_id: int) -> TraceRecord:
         """Every stored detail of one trace."""
@@ -438,12 +465,16 @@ class Store:
             steps=record_steps(extra.pop("steps", None), response, offsets, segments,
                                row.span_found),
         )
-        for (method, a_probe, scores, weights, adv, ess, top, sec) in conn.execute(
+        # A read-only open of a store older than v3 has no draw columns: read them as NULL.
+        draw_columns = ("draws, split_half" if schema.has_column(conn, "attributions", "draws")
+                        else "NULL, NULL")
+        for (method, a_probe, scores, weights, adv, ess, top, sec, draws, half) in conn.execute(
             "SELECT method, probe, scores, weights, token_advantages, ess_ratio, top10_mass, "
-            "seconds FROM attributions WHERE trace_id = ? ORDER BY method", (trace_id,)):
+            f"seconds, {draw_columns} FROM attributions WHERE trace_id = ? ORDER BY method",
+            (trace_id,)):
             record.attributions[method] = AttributionRecord(
                 method, a_probe, codec.unpack_floats(scores), codec.unpack_floats(weights),
-                codec.unpack_floats(adv), ess, top, sec)
+                codec.unpack_floats(adv), ess, top, sec, draws, half)
         for name, spans in conn.execute(
             "SELECT name, spans FROM oracle WHERE trace_id = ? ORDER BY name", (trace_id,)):
             record.oracle[name] = [tuple(s) for s in json.loads(spans)]

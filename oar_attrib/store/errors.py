@@ -1,7 +1,13 @@
 """Errors of the run store, one type per failure family."""
 from __future__ import annotations
 
+import sqlite3
+
 from ..errors import OARError
+
+# What SQLite raises on a damaged or replaced file, under the store's name, so that a reader
+# (the web app) catches it without knowing the store is SQLite.
+DatabaseError = sqlite3.DatabaseError
 
 
 class StoreError(OARError, RuntimeError):

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from . import schema
+from ..records.settings_record import check_resume
 from .errors import NotFoundError, StoreError
 from .records import json_safe
 
@@ -133,9 +134,8 @@ class ExperimentStore:
             if got is None:
                 return int(conn.execute("INSERT INTO experiments (name, spec, created) VALUES (?, ?, ?)",
                                         (name, text, _now())).lastrowid)
-            if json.loads(got[1]) != json.loads(text):
-                raise StoreError(f"experiment {name!r} in {self.path.name} was run with other settings; "
-                                 "give this grid another name (experiment.name=...) or use another store")
+            check_resume(f"experiment {name!r} in {self.path.name}", json.loads(got[1]), json.loads(text),
+                         "give this grid another name (experiment.name=...) or use another store", strict=True)
             return int(got[0])
         return self._write(work)
 
@@ -147,9 +147,8 @@ class ExperimentStore:
                          "VALUES (?, ?, ?, ?)", (experiment_id, method, int(seed), text))
             cid, stored = conn.execute("SELECT id, settings FROM experiment_cells WHERE experiment_id = ? "
                                        "AND method = ? AND seed = ?", (experiment_id, method, int(seed))).fetchone()
-            if json.loads(stored) != json.loads(text):
-                raise StoreError(f"cell {method} seed {seed} in {self.path.name} was set up with other "
-                                 "settings; give the changed method another label, or the grid another name")
+            check_resume(f"cell {method} seed {seed} in {self.path.name}", json.loads(stored), json.loads(text),
+                         "give the changed method another label, or the grid another name", strict=True)
             return int(cid)
         return self._write(work)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..records.record import (REASONING, AttributionRecord, TraceRecord, TraceRow,  # noqa: F401
-                              json_float, json_floats, json_safe, record_steps)
+from ..records.record import (AttributionRecord, TraceRecord, TraceRow, json_float,  # noqa: F401
+                              json_floats, json_safe, record_steps)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,11 @@ Version 2 adds the `token_stats` table (the policy's per-token log-probability a
 each response token, one teacher-forced forward). A writable open of a version-1 store adds it
 (`MIGRATIONS`) and raises the version; a read-only open of a version-1 store reads it as it is,
 without token statistics (`has_table`).
+
+Version 3 adds two columns to `attributions`: `draws`, the number of random draws a method
+averaged (OAR-G's noise draws), and `split_half`, the split-half reliability of its ranking
+(`weights.metrics.split_half_reliability`); NULL for other methods and for rows written before.
+A read-only open of an older store reads them as NULL (`has_column`).
 """
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ from pathlib import Path
 
 from .errors import SchemaVersionError, StoreError, StoreWriteError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APPLICATION_ID = 0x4F415231  # "OAR1" in the file header's application id field
 _STORE_TABLES = {"runs", "traces", "tokens", "attributions"}  # a store made before APPLICATION_ID
 
@@ -80,6 +85,8 @@ CREATE TABLE attributions (
     ess_ratio REAL,
     top10_mass REAL,
     seconds REAL,
+    draws INTEGER,
+    split_half REAL,
     PRIMARY KEY (trace_id, method)
 );
 CREATE TABLE oracle (
@@ -127,6 +134,8 @@ CREATE TABLE agreement (
 # version -> the statements that bring a store of that version to the next one.
 MIGRATIONS = {
     1: [_DDL[_DDL.index("CREATE TABLE token_stats"):_DDL.index("CREATE TABLE agreement")]],
+    2: ["ALTER TABLE attributions ADD COLUMN draws INTEGER",
+        "ALTER TABLE attributions ADD COLUMN split_half REAL"],
 }
 
 
@@ -313,6 +322,11 @@ def has_table(conn: sqlite3.Connection, name: str) -> bool:
     """Whether the store has table `name` (a read-only open of an older store may lack one)."""
     return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
                         (name,)).fetchone() is not None
+
+
+def has_column(conn: sqlite3.Connection, table: str, name: str) -> bool:
+    """Whether `table` has column `name` (a read-only open of an older store may lack one)."""
+    return any(row[1] == name for row in conn.execute(f"PRAGMA table_info({table})"))
 
 
 def ensure_indexes(conn: sqlite3.Connection, path: Path) -> None:

@@ -1,17 +1,20 @@
-"""Training for oar-attrib: SFT of the bundled arithmetic model and reshaped GRPO.
+"""Training for oar-attrib: SFT of the bundled arithmetic model and reshaped GRPO (the `train`
+extra: pip install 'oar-attrib[train]').
 
-`OARConfig` and `OARGRPOTrainer` load on first use, so that `python -m oar_attrib.training.pretrain`
-does not import TRL.
+`OARConfig` and `OARGRPOTrainer` load on first use (PEP 562, `lazy.lazy_exports`), so that
+`python -m oar_attrib.training.pretrain` and the `oar` command line do not import TRL.
 """
-_LAZY = {"OARConfig": "oar_attrib.training.config", "OARGRPOTrainer": "oar_attrib.training.trainer"}
+from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
+from oar_attrib.lazy import lazy_exports
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'training' has no attribute {name!r}")
+if TYPE_CHECKING:  # every export; each loads on first use
+    from .config import OARConfig
+    from .trainer import OARGRPOTrainer
 
+__all__ = ["OARConfig", "OARGRPOTrainer"]
 
-__all__ = list(_LAZY)
+__getattr__, __dir__ = lazy_exports(__name__, __file__, extras={
+    "oar_attrib.training.config": "train", "oar_attrib.training.trainer": "train"})

@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
 from oar_attrib.generation import continue_rows
+from oar_attrib.inputs.chat_template import chat_ids
 from oar_attrib.world.evaluation import evaluate_world
 
 
@@ -152,9 +153,8 @@ def _complete(model, tokenizer, prompts, max_new_tokens: int, samples: int = 0,
               temperature: float = 1.0) -> list[str]:
     """Greedy completions (samples=0) or `samples` sampled ones per prompt, prompt-major."""
     def encode(prompt) -> list[int]:
-        if isinstance(prompt, list):  # chat messages
-            return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True,
-                                                 return_dict=True)["input_ids"]
+        if isinstance(prompt, list):  # chat messages, in the bounded template sandbox
+            return chat_ids(tokenizer, prompt)
         return tokenizer(prompt)["input_ids"]
 
     new = continue_rows(model, [encode(p) for p in prompts], tokenizer.pad_token_id,

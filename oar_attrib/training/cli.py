@@ -14,9 +14,10 @@ import re
 import sys
 
 from oar_attrib.configs import DefaultsHelpFormatter
-from oar_attrib.cli import run_command
+from oar_attrib.commands import run_command
+from oar_attrib.extras import require_extra
 
-EPILOG = """settings: key=value pairs (YAML values), anywhere among the flags, override the preset
+_EPILOG = """settings: key=value pairs (YAML values), anywhere among the flags, override the preset
 and --config; so does any setting in TRL's spelling, --key value or --key=value (--output_dir,
 --learning_rate 1e-6, --bf16 alone means true). A bare key is a field of the run section (model, data, reward, eval_every, ...) or of
 OARConfig (learning_rate, oar_tau, num_generations, ...); run.KEY / trainer.KEY name the section.
@@ -102,7 +103,7 @@ def add_train_command(subparsers) -> argparse.ArgumentParser:
     add_eval_command(subparsers)
     parser = subparsers.add_parser(
         "train", help="reshaped GRPO training (OAR) on TRL", description=__doc__.split("\n\n")[0],
-        epilog=EPILOG, formatter_class=DefaultsHelpFormatter,
+        epilog=_EPILOG, formatter_class=DefaultsHelpFormatter,
     )
     # The subparsers action builds every parser with its own class; this one takes settings
     # among its flags (the `oar` parser hands it its whole tail through parse_known_args).
@@ -155,6 +156,7 @@ def env_overrides() -> list[str]:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    require_extra("train", "oar train")
     from .launch import build_configs, resolve, train
 
     settings = resolve(args.preset, args.config,
@@ -177,7 +179,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = _configure(TrainArgumentParser(
-        prog="python -m oar_attrib.training", description=__doc__.split("\n\n")[0], epilog=EPILOG,
+        prog="python -m oar_attrib.training", description=__doc__.split("\n\n")[0], epilog=_EPILOG,
         formatter_class=DefaultsHelpFormatter,
     ))
-    return run_command(parser.parse_args(argv), "train")
+    return run_command(parser.parse_args(argv), "train", parser)

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, fields, make_dataclass
 from packaging.version import Version
 from trl import GRPOConfig
 
+from oar_attrib.configs import DTYPES
 from oar_attrib.methods import trainable_methods
-from oar_attrib.inputs.spans import ANSWER_FORMATS
 from oar_attrib.weights.settings import ReshapeSettings, SettingError, config_fields, config_name
 
 from .errors import TrainingConfigError, UnsupportedTRLError
@@ -33,9 +33,10 @@ def oar_method_choices() -> list[str]:
     return trainable_methods()
 
 
-# The reshaping knobs, generated from `ReshapeSettings` (defaults and help text are written
-# there once): oar_method, oar_probe, oar_tau, oar_beta, oar_w_min, oar_entropy_rho,
-# oar_weighting, oar_granularity, oar_step_pool, oar_noise_std, oar_max_batch_tokens.
+# The reshaping knobs, generated from `ReshapeSettings` (defaults, help text and checks are
+# written there once): oar_method, oar_probe, oar_tau, oar_beta, oar_w_min, oar_entropy_rho,
+# oar_weighting, oar_granularity, oar_step_pool, oar_noise_std, oar_max_batch_tokens,
+# answer_format, answer_pattern.
 ReshapeFields = make_dataclass("ReshapeFields", config_fields())
 
 
@@ -71,11 +72,6 @@ def _cuda_bf16() -> bool:
     return _cuda() and torch.cuda.is_bf16_supported()
 
 
-def _choice(name: str, value, allowed) -> None:
-    if value not in allowed:
-        raise TrainingConfigError(f"{name}={value!r} is not allowed; choose one of {', '.join(map(str, allowed))}")
-
-
 @dataclass
 class OARConfig(GRPOConfig, ReshapeFields):
     """GRPOConfig with Outcome-grounded Advantage Reshaping: the per-token advantage is A_i * w_t."""
@@ -90,14 +86,6 @@ class OARConfig(GRPOConfig, ReshapeFields):
         metadata={"help": "Do not attribute completions whose advantage is 0 (groups with equal "
                           "rewards): A_i * w_t is 0 whatever the weights. False attributes all "
                           "(slower; for analysis of every completion)."},
-    )
-    answer_format: str = field(
-        default="auto",
-        metadata={"help": f"Answer format the span finder looks for: one of {', '.join(ANSWER_FORMATS)}."},
-    )
-    answer_pattern: str | None = field(
-        default=None,
-        metadata={"help": "Regex with one capturing group (the answer), for answer_format='regex'."},
     )
     oar_store_every: int = field(
         default=25,
@@ -138,8 +126,6 @@ class OARConfig(GRPOConfig, ReshapeFields):
                 f"oar_method={self.oar_method!r} is analysis-only (it can explain traces with "
                 f"attribute() but not reshape training); choose one of {', '.join(oar_method_choices())}")
         self._check_ranges()
-        if self.answer_format == "regex" and not self.answer_pattern:
-            raise TrainingConfigError("answer_format='regex' needs answer_pattern, a regex with one group")
 
     def reshape_settings(self, probe: str | None = None) -> ReshapeSettings:
         """The `ReshapeSettings` of this config (`probe`: the warm-up's, else oar_probe); an
@@ -179,8 +165,26 @@ class OARConfig(GRPOConfig, ReshapeFields):
         """The probe used at optimizer step `step` (warm-up with 'lt')."""
         return "lt" if step < self.oar_probe_warmup_steps else self.oar_probe
 
+    def settings_record(self, model, dtype=None) -> dict:
+        """The settings record of a training with this config (`records.settings_record`):
+        the method with the parameters training runs it with (OAR-G: the paper's 1 draw, not
+        analysis's 8), the reshaping settings, the model and dtype, and the trainer fields of
+        `RECORDED_TRAINER_FIELDS` under `training`. `model`: a name, path or loaded model."""
+        from oar_attrib.records.settings_record import settings_record
 
-HALF_DTYPES = ("bfloat16", "float16")
+        return settings_record(self.reshape_settings(), [self.oar_method], model=model, dtype=dtype,
+                               training={k: getattr(self, k) for k in RECORDED_TRAINER_FIELDS})
+
+
+# Trainer fields beyond the reshaping that change what a run learns, kept in its settings
+# record so that a resume with one changed is refused. Not max_steps (a resume may train on),
+# nor logging, saving or the run store (they change what is written, not what is learned).
+RECORDED_TRAINER_FIELDS = ("oar_probe_warmup_steps", "loss_type", "learning_rate", "num_generations",
+                           "per_device_train_batch_size", "gradient_accumulation_steps", "temperature",
+                           "beta", "seed", "bf16", "fp16")
+
+
+HALF_DTYPE_NAMES = tuple(name for name in DTYPES if name != "float32")
 
 
 def fit_to_device(settings: dict, cuda: bool | None = None) -> list[str]:
@@ -199,7 +203,7 @@ def fit_to_device(settings: dict, cuda: bool | None = None) -> list[str]:
         if trainer.get(name):
             trainer[name] = False
             said.append(f"{name}=true needs a GPU; training on the CPU in float32 ({name}=false)")
-    if run.get("dtype") in HALF_DTYPES:
+    if run.get("dtype") in HALF_DTYPE_NAMES:
         said.append(f"dtype={run['dtype']} on the CPU would train and save in {run['dtype']}; "
                     "loading the model in float32 (set dtype on a GPU machine)")
         run["dtype"] = "float32"

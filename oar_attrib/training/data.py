@@ -13,8 +13,10 @@ from pathlib import Path
 
 from datasets import Dataset
 
+from oar_attrib.defaults import PROMPT_FORMAT, WORLD_FORMAT
 from oar_attrib import rollouts
 from oar_attrib.errors import InputError
+from oar_attrib.inputs.pairs import is_chat
 from oar_attrib.jsonl import NotJSON, iter_jsonl
 from oar_attrib.rollouts import PROMPT_TEMPLATES, QUESTION_KEYS  # noqa: F401 - this module's names too
 from oar_attrib.world import Problem, Step, generate_problems
@@ -63,7 +65,7 @@ def problem_from_json(text: str) -> Problem:
 
 
 def world_dataset(n: int, preset: str = "default", seed: int = 0, split: str = "train",
-                  answer_format: str = "gsm8k") -> Dataset:
+                  answer_format: str = WORLD_FORMAT) -> Dataset:
     """`n` world problems: prompt (the question and a newline, as in pretraining), answer,
     answer_format and problem (JSON). The 'test' split is disjoint from 'train'."""
     problems = generate_problems(n, preset, seed=seed, split=split, answer_format=answer_format)
@@ -99,9 +101,13 @@ def word_dataset(n: int, preset: str, tokenizer=None, template: str = "answer_is
 
 def read_jsonl(path: str | Path) -> list[dict]:
     """Records of a JSON Lines file; errors name the file and line."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path} does not exist; pass a JSON Lines file (one object per line)")
+    from oar_attrib.errors import InputError
+    from oar_attrib.files import check_file
+
+    try:
+        path = check_file(path, hint="pass a JSON Lines file (one object per line)")
+    except InputError as err:  # a folder, a FIFO or a device is not "missing"
+        raise DataError(str(err)) from None
     records = []
     for number, record in iter_jsonl(path):
         if isinstance(record, NotJSON):
@@ -125,15 +131,13 @@ def _trl_prompt(prompt, where: str):
     messages (conversational, TRL applies the chat template)."""
     if isinstance(prompt, str) and prompt.strip():
         return prompt
-    if (isinstance(prompt, list) and prompt and all(
-            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-            for m in prompt)):
+    if is_chat(prompt):
         return [{"role": m["role"], "content": m["content"]} for m in prompt]
     raise DataError(f"{where}: 'prompt' must be a non-empty string or a list of "
                     '{"role": ..., "content": ...} messages (TRL\'s standard or conversational format)')
 
 
-def format_prompt(question: str, tokenizer=None, template: str = "boxed", system: str | None = None):
+def format_prompt(question: str, tokenizer=None, template: str = PROMPT_FORMAT, system: str | None = None):
     """`rollouts.format_prompt` (the question with the template's instruction, as a chat when
     the tokenizer has a template), its errors as DataError."""
     try:
@@ -142,7 +146,7 @@ def format_prompt(question: str, tokenizer=None, template: str = "boxed", system
         raise DataError(str(err)) from None
 
 
-def math_dataset(path: str | Path, tokenizer=None, template: str = "boxed", system: str | None = None,
+def math_dataset(path: str | Path, tokenizer=None, template: str = PROMPT_FORMAT, system: str | None = None,
                  limit: int | None = None) -> Dataset:
     """A JSONL math set as prompt / answer / id columns. A record holds a `question` or
     `problem` (formatted with `template`, as a chat when the tokenizer has a template) or, in

@@ -196,6 +196,9 @@ def plan(spec: ExperimentSpec, base: dict) -> tuple[ExperimentStore, list[Planne
     for seed in spec.seeds:  # seed-major: a finished seed gives every method's paired difference
         for method in spec.methods:
             settings = cell_settings(spec, base, method, seed)
+            run, args = build_configs(copy.deepcopy(settings))
+            # What the cell trains with, model weights included: a changed one is refused by name.
+            settings["record"] = args.settings_record(run.model, dtype=run.dtype)
             settings["world_seed"] = spec.world_seed
             cid = store.ensure_cell(exp, method, seed, settings)
             log = Path(spec.output_dir) / spec.name / f"{method}-s{seed}.log"
@@ -245,7 +248,7 @@ def run(spec: ExperimentSpec, base: dict, jobs: int = 1, echo=print) -> dict:
 
 
 def _run_locked(spec: ExperimentSpec, base: dict, jobs: int, echo) -> dict:
-    from oar_attrib.cli.outputs import Interrupted
+    from oar_attrib.commands import Interrupted
 
     store, cells, finished = plan(spec, base)
     store.close()

@@ -17,6 +17,7 @@ import time
 import torch
 from transformers import TrainerCallback
 
+from oar_attrib.console import say
 from oar_attrib.errors import OARError
 from oar_attrib.store.experiments import STEP_KEY, ExperimentStore
 
@@ -72,6 +73,7 @@ def run_cell(store_path: str, cell_id: int) -> None:
         cell = store.cell(cell_id)
         settings = copy.deepcopy(cell.settings)
         world_seed = int(settings.pop("world_seed"))
+        settings.pop("record", None)  # what the cell was set up with, checked by `oar experiment run`
         run, args = build_configs(settings)
         store.reset_cell(cell_id)
         # The data seed is the grid's, not the cell's: every cell sees the same problems in
@@ -86,12 +88,12 @@ def run_cell(store_path: str, cell_id: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2 or not argv[1].isdigit():
-        print("usage: python -m oar_attrib.training.experiment_cell STORE CELL_ID", file=sys.stderr)
+        say("usage: python -m oar_attrib.training.experiment_cell STORE CELL_ID")
         return 2
     try:
         run_cell(argv[0], int(argv[1]))
     except OARError as err:
-        print(f"experiment cell: error: {err}", file=sys.stderr)
+        say(f"experiment cell: error: {err}")
         return 2
     return 0
 

@@ -13,9 +13,10 @@ import argparse
 import json
 import sys
 
-from oar_attrib.cli import run_command
+from oar_attrib.commands import run_command
+from oar_attrib.extras import require_extra
 
-EPILOG = """settings: key=value pairs after the experiment override it: experiment.KEY sets the
+_EPILOG = """settings: key=value pairs after the experiment override it: experiment.KEY sets the
 experiment section (seeds, steps, eval_every, store, ...); other keys are `oar train` settings
 applied to every cell (eval_n=50, learning_rate=1e-4, trainer.KEY, run.KEY).
 A rerun of `run` skips the cells whose stored curve is complete and restarts the others."""
@@ -29,7 +30,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="action", required=True)
-    run = sub.add_parser("run", help="run (or resume) every cell of the grid", epilog=EPILOG,
+    run = sub.add_parser("run", help="run (or resume) every cell of the grid", epilog=_EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(run)
     run.add_argument("--jobs", type=int, default=1, help="cells at a time, each its own process (default 1)")
@@ -55,6 +56,7 @@ def add_experiment_command(subparsers) -> argparse.ArgumentParser:
 
 
 def run_experiment(args: argparse.Namespace) -> int:
+    require_extra("train", "oar experiment")
     from . import experiment
 
     spec, base = experiment.load(args.experiment, args.overrides)
@@ -72,6 +74,7 @@ def run_experiment(args: argparse.Namespace) -> int:
 
 
 def report_experiment(args: argparse.Namespace) -> int:
+    require_extra("train", "oar experiment")
     from oar_attrib.analysis import experiment as analysis
 
     from . import experiment
@@ -81,6 +84,7 @@ def report_experiment(args: argparse.Namespace) -> int:
     if args.summary:
         analysis.write_summary(report, args.summary)
     if args.figure:
+        require_extra("web", "oar experiment report --figure")  # plotly draws every figure
         analysis.write_figure(report, args.figure)
     print(json.dumps(report.to_dict(), indent=1) if args.json else analysis.format_report(report))
     return 0
@@ -88,7 +92,7 @@ def report_experiment(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = _configure(argparse.ArgumentParser(prog="oar experiment", description=__doc__.split("\n\n")[0]))
-    return run_command(parser.parse_args(argv), "experiment")
+    return run_command(parser.parse_args(argv), "experiment", parser)
 
 
 if __name__ == "__main__":

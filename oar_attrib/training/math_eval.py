@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from oar_attrib.defaults import PROMPT_FORMAT
 from oar_attrib.rollouts import Question, sample_groups
 
 from .data import math_dataset
@@ -19,7 +20,7 @@ from .data import math_dataset
 
 def evaluate_math(model, tokenizer, path: str | Path, *, n: int | None = None, samples: int = 0,
                   temperature: float = 1.0, max_new_tokens: int = 1024, batch_size: int = 16,
-                  template: str = "boxed", system: str | None = None, seed: int = 0,
+                  template: str = PROMPT_FORMAT, system: str | None = None, seed: int = 0,
                   progress: bool = False) -> dict:
     """{data, n, accuracy (greedy), and with samples > 0: samples, temperature,
     accuracy_sampled (the mean over `samples` answers per record)} on the first `n` records."""

@@ -19,6 +19,7 @@ from typing import Sequence
 
 import torch
 
+from oar_attrib.defaults import ANSWER_FORMAT
 from oar_attrib.inputs.encoding import EncodedPair, pair_from_offsets, pairs_to_batch
 from oar_attrib.inputs.spans import offsets_from_ids_batch
 from oar_attrib.weights import pipeline
@@ -76,7 +77,7 @@ def unpad_rows(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_i
     return prompts, completions
 
 
-def encode_row(tokenizer, prompt_ids: list[int], completion_ids: list[int], answer_format: str = "auto",
+def encode_row(tokenizer, prompt_ids: list[int], completion_ids: list[int], answer_format: str = ANSWER_FORMAT,
                answer_pattern: str | None = None) -> EncodedPair:
     """One row as an EncodedPair: the completion's offsets come from its ids, so the segments
     match the tokens that were sampled (no re-tokenization)."""
@@ -84,7 +85,7 @@ def encode_row(tokenizer, prompt_ids: list[int], completion_ids: list[int], answ
 
 
 def encode_rows(tokenizer, prompt_rows: Sequence[list[int]], completion_rows: Sequence[list[int]],
-                answer_format: str = "auto", answer_pattern: str | None = None) -> list[EncodedPair]:
+                answer_format: str = ANSWER_FORMAT, answer_pattern: str | None = None) -> list[EncodedPair]:
     """`encode_row` of every row, the completions decoded in one tokenizer call."""
     decoded = offsets_from_ids_batch(tokenizer, completion_rows)
     return [pair_from_offsets(prompt_ids, completion_ids, offsets, text, answer_format=answer_format,

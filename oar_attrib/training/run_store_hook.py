@@ -58,10 +58,11 @@ class RunStoreHook:
         self.run_id: int | None = None  # the store's run, created at the first write
 
     @classmethod
-    def from_config(cls, args, model: str = "") -> "RunStoreHook":
+    def from_config(cls, args, model: str = "", record: dict | None = None) -> "RunStoreHook":
+        """The hook of an `OARConfig`; the run's config is the training's settings record
+        (`OARConfig.settings_record`, made from `model` when not given)."""
         path = args.oar_store_path or str(Path(args.output_dir) / "runs.db")
-        config = {k: v for k, v in vars(args).items() if k.startswith("oar_")}
-        config.update(answer_format=args.answer_format, seed=args.seed, loss_type=args.loss_type)
+        config = record if record is not None else args.settings_record(model or None)
         return cls(path, args.oar_store_every, args.oar_store_samples, args.num_generations,
                    Path(args.output_dir).name, model, config)
 

@@ -21,7 +21,7 @@ from trl.models import unwrap_model_for_generation
 from oar_attrib.weights.gating import reshape_advantages
 from oar_attrib.methods import method_spec
 from oar_attrib.weights.metrics import ess_ratio, top_mass
-from oar_attrib.inputs.spans import ANSWER_FORMATS
+from oar_attrib.inputs.spans import ANSWER_FORMATS, MARKER_FORMATS
 
 from .config import OARConfig, check_trl_version
 from .errors import LowSpanRateWarning, TrainingConfigError
@@ -39,7 +39,7 @@ def formats_tried(answer_format: str, pattern: str | None = None) -> str:
     if answer_format == "regex" or (answer_format == "auto" and pattern):
         return f"regex {pattern!r}"
     if answer_format == "auto":
-        return "auto: " + ", then ".join(f for f in ANSWER_FORMATS if f not in ("auto", "regex"))
+        return "auto: " + ", then ".join(MARKER_FORMATS)
     return answer_format
 
 
@@ -85,9 +85,12 @@ class OARGRPOTrainer(GRPOTrainer):
         self.run_store = run_store
         self._oar_base_model = base_model_name(self.model)
         self._oar_span_warned = False
+        # What made this run (`OARConfig.settings_record`): each stored trace's params and the
+        # run store's run config. The weights hash is of the files the model came from.
+        self.oar_record = self.args.settings_record(self.model)
         if run_store is None and self.args.oar_store_every > 0 and self.accelerator.is_main_process:
             name = getattr(getattr(self.model, "config", None), "_name_or_path", "") or ""
-            self.run_store = RunStoreHook.from_config(self.args, model=str(name))
+            self.run_store = RunStoreHook.from_config(self.args, model=str(name), record=self.oar_record)
 
     # ------------------------------------------------------------------ TRL hooks
 
@@ -211,25 +214,29 @@ class OARGRPOTrainer(GRPOTrainer):
         ess = torch.as_tensor(ess_ratio(tw.weights, scored), dtype=torch.float32)  # (B,), NaN: no S
         top = torch.as_tensor(top_mass(token_adv, scored, 0.1), dtype=torch.float32)  # NaN: A_i = 0
         ess_ok, top_ok = has_s & ~torch.isnan(ess), has_s & ~torch.isnan(top)
-        local = torch.tensor([
-            float(ess[ess_ok].sum()), float(ess_ok.sum()), float(top[top_ok].sum()), float(top_ok.sum()),
-            float(tw.span_found.sum()), float(len(adv)), float(tw.nonfinite.sum()), float(tw.attributed.sum()),
-        ], device=self.accelerator.device)
-        peaks = torch.tensor([float(tw.weights.max()) if tw.weights.numel() else 1.0, tw.seconds],
-                             device=self.accelerator.device)
-        sums = self.accelerator.gather(local[None]).sum(dim=0).tolist()
-        peak = self.accelerator.gather(peaks[None]).amax(dim=0).tolist()
-        metrics = self._metrics["train"]
-        if sums[1] > 0:
-            metrics["oar/ess_ratio"].append(sums[0] / sums[1])
-        if sums[3] > 0:
-            metrics["oar/top10_mass"].append(sums[2] / sums[3])
-        metrics["oar/span_found_rate"].append(sums[4] / max(sums[5], 1.0))
-        self._warn_low_span_rate(sums[4] / max(sums[5], 1.0), int(sums[5]))
-        metrics["oar/nonfinite_rows"].append(sums[6])
-        metrics["oar/attributed_rate"].append(sums[7] / max(sums[5], 1.0))
-        metrics["oar/weight_max"].append(peak[0])
-        metrics["oar/time_s"].append(peak[1])  # the slowest rank sets the pace
+        sums = self._pooled(torch.sum, {
+            "ess": ess[ess_ok].sum(), "ess_rows": ess_ok.sum(), "top": top[top_ok].sum(),
+            "top_rows": top_ok.sum(), "span_found": tw.span_found.sum(), "rows": len(adv),
+            "nonfinite": tw.nonfinite.sum(), "attributed": tw.attributed.sum()})
+        # The slowest rank sets the pace.
+        peak = self._pooled(torch.amax, {"weight": tw.weights.max() if tw.weights.numel() else 1.0,
+                                         "seconds": tw.seconds})
+        metrics, rows = self._metrics["train"], max(sums["rows"], 1.0)
+        if sums["ess_rows"] > 0:
+            metrics["oar/ess_ratio"].append(sums["ess"] / sums["ess_rows"])
+        if sums["top_rows"] > 0:
+            metrics["oar/top10_mass"].append(sums["top"] / sums["top_rows"])
+        metrics["oar/span_found_rate"].append(sums["span_found"] / rows)
+        self._warn_low_span_rate(sums["span_found"] / rows, int(sums["rows"]))
+        metrics["oar/nonfinite_rows"].append(sums["nonfinite"])
+        metrics["oar/attributed_rate"].append(sums["attributed"] / rows)
+        metrics["oar/weight_max"].append(peak["weight"])
+        metrics["oar/time_s"].append(peak["seconds"])
+
+    def _pooled(self, reduce, values: dict) -> dict[str, float]:
+        """`values` (name -> a number) pooled over the ranks by `reduce` (torch.sum, torch.amax)."""
+        local = torch.tensor([[float(v) for v in values.values()]], device=self.accelerator.device)
+        return dict(zip(values, reduce(self.accelerator.gather(local), dim=0).tolist()))
 
     def _warn_low_span_rate(self, rate: float, n: int) -> None:
         """Once per trainer, on the main process: most completions have no answer span."""
@@ -253,6 +260,5 @@ class OARGRPOTrainer(GRPOTrainer):
         self.run_store.write_batch(
             step=step, weights=tw, inputs=inputs, rewards=total.tolist(), correct=correct,
             advantages=advantages.detach().float().cpu().tolist(), method=self.args.oar_method,
-            probe=self.args.probe_at(step),
-            params={"tau": self.args.oar_tau, "beta": self.args.oar_beta, "w_min": self.args.oar_w_min},
+            probe=self.args.probe_at(step), params=self.oar_record,
         )

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import argparse
 import socket
-import sys
 import time
 
+from oar_attrib.extras import require_extra
 from oar_attrib.configs import add_dataclass_args, add_dtype_arg, dataclass_from_args
+from oar_attrib.console import say
 from oar_attrib.errors import OARError
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8765
@@ -99,12 +100,13 @@ def _settings(host: str, max_live_tokens: int | None = None, align: list[str] | 
     if _is_loopback(host):  # 127.0.0.0/8 and ::1: the Host check stays, with this address too
         shown = f"[{host.strip('[]')}]" if ":" in host else host
         return WebSettings(allowed_hosts=tuple(dict.fromkeys((*LOOPBACK_HOSTS, shown))), **live)
-    print(f"warning: serving on {host}: anyone who can reach this machine can read the store",
-          file=sys.stderr)
+    say(f"warning: serving on {host}: anyone who can reach this machine can read the store")
     return WebSettings(allowed_hosts=("*",), **live)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    if not args.build_only:  # building the store needs the core only; serving it, the web app
+        require_extra("web", "oar demo")
     from oar_attrib.webapp.demo import DemoConfig, demo_complete, prepare_demo_store
     from oar_attrib.webapp.demo_fill import ensure_demo_store, start_fill
     from oar_attrib.webapp.progress import Progress
@@ -115,12 +117,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     if args.build_only:
         path, built = ensure_demo_store(config, rebuild=args.rebuild, progress=not args.no_progress)
         state = f"built in {time.perf_counter() - started:.0f} s" if built else "cached"
-        print(f"demo store: {path} ({state})", file=sys.stderr)
+        say(f"demo store: {path} ({state})")
         return 0
     path = prepare_demo_store(config, rebuild=args.rebuild)
     complete = demo_complete(path)
     later = "" if complete else "; it is filled in the background, the pages show how far"
-    print(f"demo store: {path}{later}", file=sys.stderr)
+    say(f"demo store: {path}{later}")
     from .main import create_app
 
     app = create_app(path, model=config.model, settings=_settings(args.host, args.max_live_tokens),
@@ -136,6 +138,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_web(args: argparse.Namespace) -> int:
+    require_extra("web", "oar web")
     from .main import create_app
 
     started = time.perf_counter()

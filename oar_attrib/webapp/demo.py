@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..configs import DTYPES
+from ..defaults import PROBE, PROBES
 from ..catalogue import cache_dir
 from ..errors import OARError
 
@@ -21,7 +22,7 @@ class DemoConfigError(OARError, ValueError):
     """A demo setting that cannot build a store."""
 
 
-DEMO_VERSION = 5  # bump when the demo's content changes, so cached stores are rebuilt
+DEMO_VERSION = 7  # bump when the demo's content changes, so cached stores are rebuilt (6: settings records, 8 OAR-G draws; 7: the real run on word problems)
 # Integrated Gradients (32 path steps, each a forward and a backward) costs more than every
 # other method together, so `oar demo` serves the app first and adds it in the background.
 DEFERRED_METHODS = ("ig",)
@@ -44,17 +45,19 @@ class DemoConfig:
                 "`direct` oracle is exact; default, medium, hard)"})
     methods: tuple[str, ...] = field(default=(), metadata={
         "help": "importance methods (default: every registered method)"})
-    probe: str = field(default="as_mean", metadata={"help": "outcome probe (lt, as_mean, as_joint)"})
+    probe: str = field(default=PROBE, metadata={"help": f"outcome probe: one of {', '.join(PROBES)}"})
     seed: int = field(default=0, metadata={"help": "seed of the problems and the sampling"})
     dtype: str = field(default="float32", metadata={
         "help": f"dtype the model loads in ({', '.join(DTYPES)}); probe arithmetic stays float32"})
     real: bool = field(default=True, metadata={
-        "help": "also a run of SmolLM2-135M-Instruct's own answers to GSM8K and MATH-500 questions "
-                "(smollm2-135m from the catalogue; skipped, said in one line, when it cannot be fetched)"})
-    real_questions: int = field(default=8, metadata={
-        "help": "questions of the real-model run (of the 8 packaged: 4 GSM8K, 4 MATH-500)"})
-    real_samples: int = field(default=2, metadata={"help": "answers per question of the real-model run"})
-    real_max_new_tokens: int = field(default=320, metadata={"help": "tokens per answer of the real-model run"})
+        "help": "also a run of SmolLM2-135M-Instruct's own answers to word problems it solves part of "
+                "the time (smollm2-135m from the catalogue; skipped, said in one line, when it cannot "
+                "be fetched)"})
+    real_questions: int = field(default=6, metadata={
+        "help": "held-out `tiny` word problems of the real-model run (one addition of one-digit numbers)"})
+    real_samples: int = field(default=4, metadata={
+        "help": "answers per question of the real-model run (a GRPO group; the first is greedy)"})
+    real_max_new_tokens: int = field(default=160, metadata={"help": "tokens per answer of the real-model run"})
     real_temperature: float = field(default=0.5, metadata={
         "help": "sampling temperature of the real-model run's answers after the first, greedy one "
                 "(at 1.0 SmolLM2-135M mostly rambles past the token limit without an answer)"})
@@ -124,6 +127,23 @@ def _grpo_advantages(rewards: list[float], group: int) -> list[float]:
     return out
 
 
+def graded(problem, text: str) -> dict:
+    """Why a world trace got its reward, as the trace's extras (`views.reward_reason` reads
+    them): `correct`; `wrong`, an answer in the world's format with another value; `format`,
+    an answer only in another format (`\\boxed{6}` where the world reads `#### N`, reward 0);
+    `no_answer`."""
+    from ..inputs.spans import locate_answer
+
+    fmt = problem.answer_format
+    if problem.reward(text) == 1.0:
+        why = "correct"
+    elif locate_answer(text, fmt) is not None:
+        why = "wrong"
+    else:
+        why = "format" if locate_answer(text) is not None else "no_answer"
+    return {"graded": why, "answer_format": fmt}
+
+
 def write_problem_run(store, model, tokenizer, owners, texts, *, name: str = "demo",
                       config: DemoConfig = DemoConfig(), group_size: int = 1,
                       progress: bool = False, method_params: dict | None = None,
@@ -168,7 +188,8 @@ def write_problem_run(store, model, tokenizer, owners, texts, *, name: str = "de
             run_id, traces, rewards=rewards[start:end], correct=[r == 1.0 for r in rewards[start:end]],
             groups=[i // group_size for i in range(start, end)],
             oracles=[p.oracle(t) for p, t in zip(owners[start:end], texts[start:end])],
-            extras=[{"question": p.question, "true_answer": p.answer} for p in owners[start:end]])
+            extras=[{"question": p.question, "true_answer": p.answer, **graded(p, t)}
+                    for p, t in zip(owners[start:end], texts[start:end])])
         if on_batch is not None:
             on_batch(end, len(texts))
     summarise(store, run_id, seed=config.seed)
@@ -234,7 +255,7 @@ def complete_pending(store, model, tokenizer, run_id: int, *, batch: int = 8,
                 records = [store.trace(i) for i in ids[start:start + batch]]
                 results = attribute(
                     model, tokenizer, [r.prompt for r in records], [r.response for r in records],
-                    [method], ReshapeSettings(probe=config.get("probe", ReshapeSettings.probe),
+                    [method], ReshapeSettings(probe=config.get("probe", PROBE),
                                               seed=config.get("seed", 0)),
                     advantages=[r.row.advantage or 0.0 for r in records], method_params=params)
                 for record, result in zip(records, results):

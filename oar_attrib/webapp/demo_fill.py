@@ -16,6 +16,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from ..console import say
 from .demo import (DEFERRED_METHODS, DemoConfig, complete_pending, demo_complete, prepare_demo_store,
                    sample_world, write_problem_run)
 from .progress import Progress
@@ -23,12 +24,19 @@ from .progress import Progress
 WORLD_RUN = "arith-tiny: arithmetic world (with the oracle)"
 WORLD_STAGE = "arithmetic world"
 REAL_MODEL = "smollm2-135m"
-REAL_RUN = "smollm2-135m: GSM8K + MATH-500 (real model)"
-REAL_STAGE = "SmolLM2-135M on GSM8K + MATH-500"
+REAL_RUN = "smollm2-135m: word problems (real model, with the value oracle)"
+REAL_STAGE = "SmolLM2-135M on word problems"
 REAL_METHODS = ("oar_p", "oar_g", "entropy", "random")
+# The word-problem world's `tiny` preset (one addition of one-digit numbers, told as a story):
+# SmolLM2-135M-Instruct is right on 20-30% of these at temperature 0.5 or greedy
+# (docs/results/smollm2.md), so its groups mix right and wrong answers and GRPO's advantages,
+# hence the reshaped ones, are not zero.
+REAL_PRESET = "tiny"
 # "The answer is N.": the final-answer statement SmolLM2-135M-Instruct follows most often (the
-# smollm2-gsm8k preset asks for it too), so its answers have spans for OAR and the grader.
+# smollm2-words preset asks for it too), so its answers have spans for OAR and the grader.
 REAL_FORMAT = "answer_is"
+# The value oracle's sets that a one-step problem has (no upstream step, no distractor).
+REAL_SETS = ("direct",)
 
 
 def _run_named(store, name: str):
@@ -64,32 +72,44 @@ def fill_world(store, config: DemoConfig, status: Progress, *, model=None, stop=
     return True
 
 
-def real_questions(tokenizer, n: int):
-    """The first `n` packaged demo questions (assets/demo_questions.jsonl: 4 GSM8K test and 4
-    MATH-500 questions, the shortest of their first 150; MIT licences), asked to end with "The
-    answer is N." (REAL_FORMAT)."""
-    from importlib import resources
+def real_questions(tokenizer, n: int, seed: int = 0) -> list[tuple]:
+    """(Question, WordProblem) of the first `n` held-out `tiny` word problems, asked to end
+    with "The answer is N." (REAL_FORMAT). The first k of n are the k of `real_questions(k)`."""
+    from ..rollouts import Question, format_prompt
+    from ..world import generate_word_problems
 
-    from ..rollouts import read_questions
-
-    with resources.as_file(resources.files("oar_attrib") / "assets" / "demo_questions.jsonl") as path:
-        return list(read_questions(path, tokenizer, REAL_FORMAT, limit=n))
+    problems = generate_word_problems(n, REAL_PRESET, seed=seed, split="test")
+    return [(Question(i, format_prompt(p.question, tokenizer, REAL_FORMAT), str(p.answer),
+                      f"wordworld:{REAL_PRESET}:{i}"), p) for i, p in enumerate(problems)]
 
 
 def _text(prompt) -> str:
     return prompt if isinstance(prompt, str) else prompt[-1]["content"]
 
 
+def sample_real_group(model, tokenizer, question, config: DemoConfig) -> list[dict]:
+    """`config.real_samples` graded answers to one question (the first greedy, the others
+    sampled at `real_temperature`), with GRPO group advantages (`rollouts.sample_groups`).
+    Seeded by the question's index: a group does not depend on the questions before it."""
+    from ..rollouts import sample_groups
+
+    (batch,) = sample_groups(model, tokenizer, [question], samples=config.real_samples, greedy=True,
+                             temperature=config.real_temperature, max_new_tokens=config.real_max_new_tokens,
+                             answer_format=REAL_FORMAT, batch_size=1, seed=config.seed + question.group)
+    return batch[0]
+
+
 def fill_real(store, config: DemoConfig, status: Progress, *, model=None, stop=None) -> bool:
-    """The real-model run: SmolLM2-135M's own answers to the packaged questions
-    (`rollouts.sample_groups`: graded, GRPO group advantages), attributed one group at a time
-    by REAL_METHODS; a model that cannot be loaded skips the stage with its one-line reason.
-    True when the stage has ended."""
+    """The real-model run: SmolLM2-135M's own answers to `tiny` word problems, one question
+    at a time: sampled (the progress line counts the answers), graded, given GRPO group
+    advantages and the value oracle, attributed by REAL_METHODS and stored; then the run's
+    recall against the oracle's `direct` values. A model that cannot be loaded skips the
+    stage with its one-line reason. Resumes after the groups stored; True when it has ended."""
+    from ..analysis.run_summary import summarise
     from ..attribution import attribute
     from ..weights.settings import ReshapeSettings
     from ..errors import OARError
     from ..models import load_model
-    from ..rollouts import sample_groups
 
     run = _run_named(store, REAL_RUN)
     if run is not None and run.config.get("complete"):
@@ -101,32 +121,31 @@ def fill_real(store, config: DemoConfig, status: Progress, *, model=None, stop=N
     except OARError as err:  # not cached and offline, or no gguf package: the world run alone
         status.stage(REAL_STAGE, state="skipped", note=str(err).splitlines()[0])
         return True
-    status.stage(REAL_STAGE, note="sampling answers")
-    questions = real_questions(tokenizer, config.real_questions)
-    groups = sorted((g for batch in sample_groups(
-        model, tokenizer, questions, samples=config.real_samples, greedy=True,
-        temperature=config.real_temperature, max_new_tokens=config.real_max_new_tokens,
-        answer_format=REAL_FORMAT, seed=config.seed)
-        for g in batch), key=lambda g: g[0]["group"])
+    questions = real_questions(tokenizer, config.real_questions, config.seed)
+    total = len(questions) * config.real_samples
     if run is None:
         run = store.run(store.add_run(REAL_RUN, model=REAL_MODEL, config={
             **asdict(config), "model": REAL_MODEL, "methods": list(REAL_METHODS), "answer_format": REAL_FORMAT,
-            "total_traces": sum(len(g) for g in groups)}))
+            "world_preset": REAL_PRESET, "total_traces": total}))
     done = len(store.trace_ids(run.id)) // config.real_samples
-    status.stage(REAL_STAGE, done=done * config.real_samples, total=sum(len(g) for g in groups), note="")
-    for group in groups[done:]:
+    for question, problem in questions[done:]:
         if stop is not None and stop.is_set():
             return False
+        status.stage(REAL_STAGE, done=done * config.real_samples, total=total, unit="answers",
+                     note="sampling answers")
+        group = sample_real_group(model, tokenizer, question, config)
+        status.stage(REAL_STAGE, done=(done + 1) * config.real_samples, note="attributing them")
         traces = attribute(model, tokenizer, [r["prompt"] for r in group], [r["response"] for r in group],
                            list(REAL_METHODS), ReshapeSettings(probe=config.probe, answer_format=REAL_FORMAT,
                                                                seed=config.seed),
                            advantages=[r["advantage"] for r in group])
         store.add_traces(run.id, traces, rewards=[r["reward"] for r in group],
                          correct=[r["correct"] for r in group], groups=[r["group"] for r in group],
+                         oracles=[problem.oracle(r["response"]) for r in group],
                          extras=[{"question": _text(r["prompt"]), "true_answer": r["gold"],
                                   "graded": r["why"]} for r in group])
         done += 1
-        status.stage(REAL_STAGE, done=done * config.real_samples)
+    summarise(store, run.id, sets=REAL_SETS, seed=config.seed)
     store.update_run_config(run.id, complete=True)
     status.stage(REAL_STAGE, state="done", note="")
     return True
@@ -195,11 +214,11 @@ def main(argv: list[str] | None = None) -> int:
         status = Progress.of_store(path).read()
         running = next((s.name for s in status.stages if s.state == "running"), WORLD_STAGE)
         status.stage(running, state="failed", note=str(err).splitlines()[0])
-        print(f"oar demo: filling the store failed ({err}); the app serves what is stored; "
-              "`oar demo --rebuild` starts over", file=sys.stderr)
+        say(f"oar demo: filling the store failed ({err}); the app serves what is stored; "
+            "`oar demo --rebuild` starts over")
         return 1
     if done:
-        print("oar demo: the demo store is complete; reload a page to see every run", file=sys.stderr)
+        say("oar demo: the demo store is complete; reload a page to see every run")
     return 0 if done else 1
 
 

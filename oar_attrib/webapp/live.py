@@ -30,7 +30,7 @@ class LiveAttributor:
         """The `TraceAttribution` of the pair."""
         from oar_attrib.attribution import attribute
         from oar_attrib.weights.settings import ReshapeSettings
-        from oar_attrib.cli.attribute import Skip, judge_record
+        from oar_attrib.inputs.pairs import Skip, judge_record
         from oar_attrib.errors import InputError
 
         judged = judge_record({"prompt": prompt, "response": response})  # as `oar attribute` does

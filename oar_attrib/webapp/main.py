@@ -6,7 +6,6 @@ starts loading, in the lifespan, never at import.
 """
 from __future__ import annotations
 
-import sqlite3
 import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -24,6 +23,7 @@ from oar_attrib.errors import OARError
 from oar_attrib.records.export import isolated_text, visible_text
 from oar_attrib.models import check_pair
 from oar_attrib.store import NotFoundError, Store, StoreError
+from oar_attrib.store.errors import DatabaseError
 
 from .errors import WebError
 from .live import LiveAttributor, LoadingLiveModel, NoLiveModel
@@ -111,8 +111,8 @@ def _add_handlers(app: FastAPI) -> None:
     async def store_error(request: Request, exc: StoreError):
         return _error(request, 500, f"the store could not be read: {exc}")
 
-    @app.exception_handler(sqlite3.DatabaseError)
-    async def database_error(request: Request, exc: sqlite3.DatabaseError):
+    @app.exception_handler(DatabaseError)
+    async def database_error(request: Request, exc: DatabaseError):
         # A damaged page, a file replaced under the app: the store, not the request, is wrong.
         return _error(request, 503, f"the store could not be read: {exc}; check it with "
                                     "`sqlite3 FILE 'PRAGMA integrity_check'` or rebuild it")

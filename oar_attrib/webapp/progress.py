@@ -28,9 +28,10 @@ class Stage:
             return f"{self.name}: {self.state} ({self.note})"
         if self.state == "done":
             return f"{self.name}: done"
-        count = f" {self.done}/{self.total} {self.unit}" if self.total else ""
-        note = f", {self.note}" if self.note else ""
-        return f"{self.name}:{count}{note}" if self.state == "running" else f"{self.name}: waiting"
+        if self.state != "running":
+            return f"{self.name}: waiting"
+        parts = [f"{self.done}/{self.total} {self.unit}"] if self.total else []
+        return f"{self.name}: " + ", ".join(parts + [self.note] if self.note else parts or ["running"])
 
 
 @dataclass

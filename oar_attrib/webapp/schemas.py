@@ -5,6 +5,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ..defaults import PROBE, PROBES
 from .deps import MAX_ID
 
 
@@ -44,7 +45,7 @@ class AttributeRequest(BaseModel):
     response: str = Field(..., min_length=1, max_length=8000,
                           examples=["d=4+7=11. e=11-3=8. f=7*3=21. #### 29"])
     methods: list[str] = Field(["oar_p", "entropy"], min_length=1, max_length=8)
-    probe: str = Field("as_mean", description="outcome probe: lt, as_mean or as_joint")
+    probe: str = Field(PROBE, description=f"outcome probe: one of {', '.join(PROBES)}")
     advantage: float | None = Field(1.0, allow_inf_nan=False, ge=-1e6, le=1e6, description=(
         "sequence advantage A_i to reshape (default 1.0); null for none"))
 

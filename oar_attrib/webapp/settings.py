@@ -26,9 +26,15 @@ class WebSettings:
     align_results: tuple[str, ...] = field(default=(), metadata={
         "help": "folders of `oar align` results the /align pages show: a run's folder (with "
                 "record.json) or a folder of such folders"})
+    max_trace_tokens: int = field(default=65_536, metadata={
+        "help": "longest trace shown or exported, in tokens (longer: 413, before it is read)"})
+    max_trace_chars: int = field(default=4 << 20, metadata={
+        "help": "longest trace shown or exported, in characters of prompt and response "
+                "(longer: 413, before it is read)"})
 
     def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "max_live_tokens", "max_live_concurrent", "page_size"):
+        for name in ("max_body_bytes", "max_live_tokens", "max_live_concurrent", "page_size",
+                     "max_trace_tokens", "max_trace_chars"):
             if getattr(self, name) < 1:
                 raise ValueError(f"WebSettings.{name} must be >= 1, got {getattr(self, name)}")
         from ..methods import available_methods, method_spec

@@ -13,7 +13,8 @@ import math
 
 import numpy as np
 
-from oar_attrib.records.step_view import STEP_POOL, step_table
+from oar_attrib.defaults import VIEW_STEP_POOL
+from oar_attrib.records.step_view import step_table
 from oar_attrib.store import TraceRecord
 
 from .views import heat_colour
@@ -87,7 +88,7 @@ def token_pieces(pieces: list[dict]) -> list[list]:
     return [[p["index"], p["text"], p.get("classes")] for p in pieces]
 
 
-def step_view(record: TraceRecord, method: str | None, oracle_set: str, pool: str = STEP_POOL) -> dict:
+def step_view(record: TraceRecord, method: str | None, oracle_set: str, pool: str = VIEW_STEP_POOL) -> dict:
     """Context of the step view: blocks, the step x method rows, and the payload."""
     table = step_table(record, pool)
     methods = list(record.attributions)

@@ -30,12 +30,69 @@ def importance_levels(scores: np.ndarray, scored: np.ndarray) -> list[float | No
     return display_levels([float(v) if m else None for v, m in zip(scores, scored)])
 
 
+# The grader's reasons (`grading.WHYS`, stored as a trace's `graded` extra) in words, and
+# "format": an answer was found, but not in the format the reward reads.
+REASONS = {
+    "correct": "right answer",
+    "wrong": "wrong value",
+    "no_answer": "no answer statement",
+    "truncated": "cut off at the token limit",
+    "unparsable": "answer not parsable",
+    "lenient": "right value, found without an answer statement",
+    "format": "answer not in the format graded",
+}
+
+
+def reward_reason(record: TraceRecord) -> str | None:
+    """Why a trace got its reward, in a few words: the grader's own reason when the producer
+    stored one (`extra["graded"]`, and `extra["answer_format"]` for a format), else what the
+    stored row says (no answer span found, right, wrong). None without a reward."""
+    row, why = record.row, record.extra.get("graded")
+    if row.reward is None:
+        return None
+    if why in REASONS:
+        fmt = record.extra.get("answer_format")
+        return REASONS[why] + (f" ({fmt})" if why == "format" and isinstance(fmt, str) else "")
+    if not row.span_found:
+        return "no answer found"
+    if row.correct is not None:
+        return REASONS["correct" if row.correct else "wrong"]
+    return None
+
+
 def token_title(token: str, score, weight, advantage) -> str:
     """Tooltip text of a token. The token is JSON-quoted so that spaces and newlines show;
     the page script (`tokenTitle`) writes the same fields when the method changes. A control
     character is named (`plain_text`), so that it cannot reorder the tooltip."""
     return (f"token {plain_text(json.dumps(token, ensure_ascii=False))} | score {_fmt(score, '.4g')} | "
             f"weight {_fmt(weight, '.3f')} | reshaped advantage {_fmt(advantage, '.4g')}")
+
+
+# Split-half reliability of a ranking averaged over draws (`metrics.split_half_reliability`):
+# from STABLE on, the ranking holds across draws; below NOISY much of the heatmap is the noise.
+STABLE, NOISY = 0.9, 0.7
+
+
+def reliability_view(record: TraceRecord) -> list[dict]:
+    """One entry per method of the trace that averaged random draws (OAR-G): {"method",
+    "draws", "split_half", "noisy", "text"}, the reading the trace page shows."""
+    out = []
+    for method, a in record.attributions.items():
+        if not a.draws:
+            continue
+        r = a.split_half
+        if a.draws < 2:
+            text = "undefined with 1 draw (it needs at least 2; attribute with more draws, e.g. 8)"
+        elif r is None:
+            text = f"undefined ({a.draws} draws: too few scored tokens, or draws without spread)"
+        else:
+            reading = ("stable" if r >= STABLE else
+                       "the order of tokens shifts between draws" if r >= NOISY else
+                       "noisy: much of this heatmap changes from draw to draw")
+            text = f"{r:.2f} over {a.draws} draws, {reading}"
+        out.append({"method": method, "draws": a.draws, "split_half": json_float(r),
+                    "noisy": a.draws < 2 or r is None or r < NOISY, "text": text})
+    return out
 
 
 def trace_view(record: TraceRecord, method: str | None, oracle_set: str,
@@ -87,7 +144,14 @@ def trace_view(record: TraceRecord, method: str | None, oracle_set: str,
         "oracle": oracle,
     }
     return {"pieces": pieces, "payload": payload, "methods": methods,
-            "oracle_sets": [s for s in OUTLINE_SETS if s in oracle]}
+            "oracle_sets": [s for s in OUTLINE_SETS if s in oracle],
+            "reliability": reliability_view(record)}
+
+
+# Methods that give every token of a step the step's score (one perturbation or one
+# intervention per step): their token-level recall is constant within a step, and the report
+# says so beside them. tests/webapp/test_webapp.py checks this list against every method.
+STEP_LEVEL_METHODS = ("oar_p_step", "resample")
 
 
 def report_view(report: dict, subset: str, oracle_sets=DEFAULT_SETS) -> dict:
@@ -99,5 +163,6 @@ def report_view(report: dict, subset: str, oracle_sets=DEFAULT_SETS) -> dict:
         cells = {r["oracle"]: r for r in rows if r["method"] == method}
         table.append({"method": method, "cells": [cells.get(s) for s in oracle_sets]})
     return {"subset": subset, "oracle_sets": list(oracle_sets), "recall_table": table,
+            "step_methods": [m for m in methods if m in STEP_LEVEL_METHODS],
             "payload": {"recall": rows, "agreement": report["agreement"],
                         "credit": report["credit"], "oracle_sets": list(oracle_sets)}}

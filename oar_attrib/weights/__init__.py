@@ -1,24 +1,19 @@
 """From importances to weights: gating settings (`ReshapeSettings`) and the one pipeline
 (`score_and_weight`) that `attribute()`, the trainer and the live page call.
 
-Names are imported lazily (PEP 562): the gating math reads `weights.defaults` without loading
-the pipeline.
+Names load on first use (PEP 562, `lazy.lazy_exports`): the command line reads the settings
+and the gating math reads `weights.gating` without loading the pipeline (and torch with it).
 """
 from __future__ import annotations
 
-import importlib
+from typing import TYPE_CHECKING
 
-_EXPORTS = {
-    "ReshapeSettings": "settings",
-    "Weighed": "pipeline",
-    "score_and_weight": "pipeline",
-    "row_seed": "pipeline",
-}
+from ..lazy import lazy_exports
 
-__all__ = sorted(_EXPORTS)
+if TYPE_CHECKING:  # every export; each loads on first use
+    from .pipeline import Weighed, row_seed, score_and_weight
+    from .settings import ReshapeSettings
 
+__all__ = ["ReshapeSettings", "Weighed", "row_seed", "score_and_weight"]
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

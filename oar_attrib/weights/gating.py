@@ -11,7 +11,7 @@ import math
 import torch
 
 from ..errors import InputError
-from .defaults import BETA, RHO, TAU, W_MIN
+from ..defaults import BETA, RHO, TAU, W_MIN
 
 # Guards denominators in branches that torch.where evaluates but then discards.
 _TINY = 1e-12

@@ -211,3 +211,33 @@ def spearman(a, b) -> float:
     ra, rb = ra - ra.mean(), rb - rb.mean()
     denom = float(np.sqrt((ra * ra).sum() * (rb * rb).sum()))
     return float((ra * rb).sum() / denom) if denom > 0 else float("nan")
+
+
+def _split_half_row(draws: np.ndarray, scored: np.ndarray) -> float:
+    """draws: (n, T) float64; scored: (T,) bool."""
+    half = draws.shape[0] // 2
+    values = draws[:, scored]
+    if half < 1 or values.shape[1] < 3 or not np.isfinite(values).all():
+        return math.nan
+    rho = spearman(values[:half].mean(axis=0), values[half:2 * half].mean(axis=0))
+    k = draws.shape[0] / half
+    return rho if not rho > 0 else float(k * rho / (1 + (k - 1) * rho))
+
+
+def split_half_reliability(draws, mask=None):
+    """How reproducible a ranking averaged over n random draws is (OAR-G's noise draws).
+
+    draws: (n, T) or (n, B, T) per-draw importances; mask: (T,) or (B, T) bool, S (None: all).
+    Per row: rho = Spearman between the mean of draws 1..m and of draws m+1..2m over S
+    (m = n // 2; an odd last draw sits in neither half), corrected to the n draws of the
+    mean by Spearman-Brown, k rho / (1 + (k - 1) rho) with k = n / m. A rho <= 0 is returned
+    as it is: halves that disagree have no reliability to extrapolate. NaN (undefined) with
+    fewer than 2 draws, fewer than 3 positions in S, a constant half, or non-finite draws.
+    """
+    values = _np(draws, np.float64)
+    if values.ndim not in (2, 3):
+        raise InputError(f"draws must be (n, T) or (n, B, T), got shape {values.shape}")
+    rows = values[:, None] if values.ndim == 2 else values  # (n, B, T)
+    masks = np.ones(rows.shape[1:], bool) if mask is None else _np(mask).astype(bool).reshape(rows.shape[1:])
+    out = np.array([_split_half_row(rows[:, b], masks[b]) for b in range(rows.shape[1])])
+    return float(out[0]) if values.ndim == 2 else out

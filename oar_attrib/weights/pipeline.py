@@ -9,7 +9,10 @@ gets the same importances and weights wherever it is scored (METHOD.md 3, 6-7):
 2. the method (`methods.method_spec(settings.method)`) scores each group; a method registered
    `random=True` gets one generator per row, seeded from the settings' seed and the row's
    token ids (`row_seed`), so a row's numbers do not depend on the rows batched with it;
-   a `uniform` method (`none`) is not run and no model is needed;
+   a `uniform` method (`none`) is not run and no model is needed; a method that averages
+   random draws (`draws=True`, OAR-G) returns them, and the pipeline averages them itself
+   (`methods.draws.mean_of_draws`, the method's own mean) and keeps them in `Weighed.draws`,
+   from which each trace's split-half reliability is computed (`metrics.split_half_reliability`);
 3. non-finite policy: a row with NaN or inf on its scored positions keeps weight 1
    everywhere and is reported in `nonfinite` (never silently gated, never stopping a run);
 4. the weighting (the settings', else the method's own) turns the importances into weights
@@ -29,6 +32,7 @@ from ..inputs.batch import ScoringBatch
 from ..budget import CPU_BATCH_TOKENS
 from ..lm import eval_mode
 from ..methods import MethodSpec, method_spec
+from ..methods.draws import mean_of_draws
 from .step_gating import step_weights
 from .weightings import get_weighting
 from .settings import ReshapeSettings
@@ -45,6 +49,9 @@ class Weighed:
     attributed:  (B,) bool, rows the method scored (and a uniform method did not skip).
     nonfinite:   (B,) bool, rows whose importances on S were NaN or inf.
     seconds:     wall time of the scoring and the weighting.
+    draws:       (n, B, L) float32 on CPU, the per-draw importances of a method that averages
+                 draws (`MethodSpec.draws`; `importances` is their mean), 0 outside S and on
+                 rows not scored; None for other methods.
     """
 
     importances: torch.Tensor
@@ -53,6 +60,7 @@ class Weighed:
     attributed: torch.Tensor
     nonfinite: torch.Tensor
     seconds: float
+    draws: torch.Tensor | None = None
 
 
 def row_seed(seed: int, ids) -> int:
@@ -95,8 +103,9 @@ def _method_kwargs(spec: MethodSpec, settings: ReshapeSettings, sub: ScoringBatc
 
 
 def score(model, batch: ScoringBatch, settings: ReshapeSettings, rows: list[int], *,
-          params: dict | None = None, tokenizer=None) -> torch.Tensor:
-    """(B, L) float32 importances on CPU of the given rows (steps 1-2), 0 on other rows.
+          params: dict | None = None, tokenizer=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(B, L) float32 importances on CPU of the given rows (steps 1-2), 0 on other rows, and
+    for a method that averages draws their (n, B, L) per-draw importances (else None).
 
     params: extra keyword arguments of the method (they win over the settings').
     """
@@ -105,19 +114,29 @@ def score(model, batch: ScoringBatch, settings: ReshapeSettings, rows: list[int]
     source = {r: first.setdefault(_row_key(batch, r), r) for r in rows}
     unique = [r for r in rows if source[r] == r]
     if not unique:
-        return out
+        return out, None
     spec = method_spec(settings.method)
     lengths = batch.lengths.tolist()
     device = next(model.parameters()).device
+    draws = None
     for group in _chunks(unique, lengths, settings.max_batch_tokens or CPU_BATCH_TOKENS):
         sub = batch.select(group).to(device)
         kwargs = _method_kwargs(spec, settings, sub, dict(params or {}), tokenizer)
-        scores = spec.fn(model, sub, probe=settings.probe, **kwargs)
-        out[group, : sub.input_ids.shape[1]] = scores.float().cpu()
+        if spec.draws:
+            kwargs["return_draws"] = True
+        scores = spec.fn(model, sub, probe=settings.probe, **kwargs).float().cpu()
+        if spec.draws:  # (n, G, W)
+            if draws is None:
+                draws = torch.zeros((scores.shape[0], *out.shape), dtype=torch.float32)
+            draws[:, group, :sub.input_ids.shape[1]] = scores
+            scores = mean_of_draws(scores)
+        out[group, : sub.input_ids.shape[1]] = scores
     for row, first_row in source.items():
         if row != first_row:
             out[row] = out[first_row]
-    return out
+            if draws is not None:
+                draws[:, row] = draws[:, first_row]
+    return out, draws
 
 
 def weigh(importances: torch.Tensor, scored: torch.Tensor, settings: ReshapeSettings,
@@ -151,18 +170,21 @@ def score_and_weight(model, batch: ScoringBatch, settings: ReshapeSettings, *,
     chosen = torch.ones(len(scored), dtype=torch.bool) if rows is None else torch.as_tensor(list(rows), dtype=torch.bool)
     spec = method_spec(settings.method)
     attributed = scored.any(dim=1) & chosen & (not spec.uniform)
-    importances = torch.zeros(scored.shape, dtype=torch.float32)
+    importances, draws = torch.zeros(scored.shape, dtype=torch.float32), None
     if attributed.any():
         with eval_mode(model):
-            importances = score(model, batch, settings, attributed.nonzero().flatten().tolist(),
-                                params=params, tokenizer=tokenizer)
+            importances, draws = score(model, batch, settings,
+                                       attributed.nonzero().flatten().tolist(), params=params,
+                                       tokenizer=tokenizer)
     nonfinite = (scored & ~torch.isfinite(importances)).any(dim=1)
     gated = scored & (attributed & ~nonfinite)[:, None]
     clean = torch.where(gated, importances, torch.zeros_like(importances))
     weights = weigh(clean, gated, settings, batch.step_ids)
+    if draws is not None:
+        draws = torch.where(scored, draws, torch.zeros((), dtype=draws.dtype))
     return Weighed(importances=torch.where(scored, importances, torch.zeros_like(importances)),
                    weights=weights, scored=scored, attributed=attributed, nonfinite=nonfinite,
-                   seconds=time.perf_counter() - start)
+                   seconds=time.perf_counter() - start, draws=draws)
 
 
 def for_method(settings: ReshapeSettings, method: str) -> ReshapeSettings:

@@ -1,7 +1,7 @@
 """`ReshapeSettings`: every knob between importances and weights, with help text, checked on
 construction; the one place their defaults are used from (the numbers are in `defaults`).
 
-`OARConfig`'s `oar_*` fields (`config_fields`) and the `oar attribute` gating flags
+`OARConfig`'s generated fields (`config_fields`) and the `oar attribute` gating flags
 (`configs.add_dataclass_args`) are generated from these fields, help text included, so a knob is written
 once. Errors name the field and the allowed values.
 """
@@ -11,14 +11,15 @@ import dataclasses
 import math
 import typing
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from .. import defaults
 from ..errors import InputError, UnknownNameError
-from ..methods import available_methods
-from ..methods.probes import PROBES
 from ..inputs.spans import ANSWER_FORMATS
 from ..inputs.steps import STEP_POOLS
-from .weightings import WeightingParams, available_weightings
-from . import defaults
+
+if TYPE_CHECKING:
+    from .weightings import WeightingParams
 
 
 class SettingError(InputError):
@@ -33,10 +34,10 @@ class UnknownSettingError(SettingError, UnknownNameError):
     """A setting naming a method, probe, weighting or format that does not exist."""
 
 
-def _help(text: str, config: str | None = None) -> dict:
-    """Field metadata: help text, and the OARConfig field it is read from (`oar_*` ones are
-    generated there; others are OARConfig's or GRPOConfig's own)."""
-    return {"help": text, "config": config}
+def _help(text: str, config: str, generated: bool = True) -> dict:
+    """Field metadata: help text, and the OARConfig field it is read from: generated there from
+    this field (`config_fields`), or, with `generated` false, GRPOConfig's own (`seed`)."""
+    return {"help": text, "config": config, "generated": generated}
 
 
 @dataclass(frozen=True)
@@ -44,11 +45,12 @@ class ReshapeSettings:
     """How a batch's importances are computed and turned into weights (METHOD.md 3, 6-7)."""
 
     method: str = field(default="oar_g", metadata=_help(
-        "Importance method whose weights reshape the advantages: a registered method (oar_p, "
-        "oar_g, entropy, grail, ig, random, or one registered with oar_attrib.register_method), "
-        "or 'none' for plain GRPO (uniform weights, no model call).", "oar_method"))
-    probe: str = field(default="as_mean", metadata=_help(
-        f"Outcome probe: one of {', '.join(PROBES)} (METHOD.md 3).", "oar_probe"))
+        "Importance method whose weights reshape the advantages: a registered method "
+        "(oar_attrib.available_methods() lists them, those registered with "
+        "oar_attrib.register_method included; an unknown name is refused with the list), or "
+        "'none' for plain GRPO (uniform weights, no model call).", "oar_method"))
+    probe: str = field(default=defaults.PROBE, metadata=_help(
+        f"Outcome probe: one of {', '.join(defaults.PROBES)} (METHOD.md 3).", "oar_probe"))
     tau: float = field(default=defaults.TAU, metadata=_help(
         "Quantile level in [0, 1] that splits suppression from boosting.", "oar_tau"))
     beta: float = field(default=defaults.BETA, metadata=_help(
@@ -67,7 +69,7 @@ class ReshapeSettings:
         "'token' gates each token's importance; 'step' pools the importances per step (lines, or "
         "sentences of a one-line reasoning), gates the steps and gives each step's weight to its "
         "tokens, mean 1 over the scored tokens.", "oar_granularity"))
-    step_pool: str = field(default=defaults.STEP_POOL, metadata=_help(
+    step_pool: str = field(default=defaults.GATING_STEP_POOL, metadata=_help(
         "granularity='step': how a step's token importances pool into one: mean, sum or max "
         "(oar_p_step's are constant per step: all three agree up to sum's length factor).",
         "oar_step_pool"))
@@ -81,17 +83,22 @@ class ReshapeSettings:
         "(budget.memory_bound: the device's free memory; on CPU min(25% of RAM, 1 GiB)); the row "
         "grouping then uses 16384 tokens on CPU.",
         "oar_max_batch_tokens"))
-    answer_format: str = field(default="auto", metadata=_help(
+    answer_format: str = field(default=defaults.ANSWER_FORMAT, metadata=_help(
         f"Answer format the span finder looks for: one of {', '.join(ANSWER_FORMATS)}.", "answer_format"))
     answer_pattern: str | None = field(default=None, metadata=_help(
         "Regex with one capturing group (the answer), for answer_format='regex'.", "answer_pattern"))
     seed: int = field(default=0, metadata=_help(
         "Seed of the random methods' numbers: each row draws from its own generator, seeded from "
-        "this and the row's token ids (`weights.row_seed`).", "seed"))
+        "this and the row's token ids (`weights.row_seed`).", "seed", generated=False))
 
     def __post_init__(self) -> None:
+        # The registries load here, not with the module: the command line builds its flags from
+        # these fields without loading torch.
+        from ..methods import available_methods
+        from .weightings import available_weightings
+
         _choice("method", self.method, available_methods(uniform=True))
-        _choice("probe", self.probe, PROBES)
+        _choice("probe", self.probe, defaults.PROBES)
         if self.weighting is not None:
             _choice("weighting", self.weighting, available_weightings())
         _choice("granularity", self.granularity, defaults.GRANULARITIES)
@@ -114,6 +121,8 @@ class ReshapeSettings:
         ]
 
     def weighting_params(self) -> WeightingParams:
+        from .weightings import WeightingParams
+
         return WeightingParams(tau=self.tau, beta=self.beta, w_min=self.w_min, rho=self.rho)
 
     @classmethod
@@ -130,12 +139,13 @@ def _choice(name: str, value, allowed) -> None:
 
 
 def generated_fields() -> list[dataclasses.Field]:
-    """The settings fields OARConfig takes as generated `oar_*` fields."""
-    return [f for f in dataclasses.fields(ReshapeSettings) if f.metadata["config"].startswith("oar_")]
+    """The settings fields OARConfig takes as generated fields (`oar_*`, `answer_format`,
+    `answer_pattern`): every one but those GRPOConfig already has."""
+    return [f for f in dataclasses.fields(ReshapeSettings) if f.metadata["generated"]]
 
 
 def config_fields() -> list[tuple[str, object, dataclasses.Field]]:
-    """(name, type, field) of OARConfig's `oar_*` fields, for `dataclasses.make_dataclass`:
+    """(name, type, field) of OARConfig's generated fields, for `dataclasses.make_dataclass`:
     the settings' defaults and help text under their config names."""
     hints = typing.get_type_hints(ReshapeSettings)
     return [(f.metadata["config"], hints[f.name], field(default=f.default, metadata={"help": f.metadata["help"]}))

@@ -17,13 +17,13 @@ import torch
 from ..errors import InputError, unknown_name
 from .gating import bilevel_weights
 from ..inputs.steps import STEP_POOLS
-from .defaults import STEP_POOL
+from ..defaults import GATING_STEP_POOL
 
 Weighting = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def pool_step_tensor(importance: torch.Tensor, step_ids: torch.Tensor,
-                     how: str = STEP_POOL) -> tuple[torch.Tensor, torch.Tensor]:
+                     how: str = GATING_STEP_POOL) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-step pooled importances.
 
     importance: (B, L) float; step_ids: (B, L) long, -1 outside steps (`ScoringBatch`).
@@ -56,7 +56,7 @@ def pool_step_tensor(importance: torch.Tensor, step_ids: torch.Tensor,
 
 
 def step_weights(importance: torch.Tensor, scored: torch.Tensor, step_ids: torch.Tensor,
-                 how: str = STEP_POOL, weighting: Weighting | None = None) -> torch.Tensor:
+                 how: str = GATING_STEP_POOL, weighting: Weighting | None = None) -> torch.Tensor:
     """(B, L) float32 weights at step granularity (module docstring).
 
     importance: (B, L) >= 0 on `scored`; scored: (B, L) bool, the rows' gated positions (a

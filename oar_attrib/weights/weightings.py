@@ -18,7 +18,7 @@ import torch
 
 from ..errors import unknown_name
 from .gating import bilevel_weights, entropy_topk_mask, grail_weights
-from . import defaults
+from .. import defaults
 
 
 @dataclass(frozen=True)

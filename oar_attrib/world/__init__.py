@@ -6,14 +6,13 @@ word problems (`words`) with its value oracle for free-text traces (`value_oracl
 Nothing in the attribution pipeline depends on this package: it is the test bed that knows
 which tokens are causal (see `oracle` for the sets).
 """
-from .answers import ANSWER_FORMATS, extract_answer, format_answer, reward
+from .answers import WORLD_FORMATS, extract_answer, format_answer, reward
 from .generator import NAMES, PRESETS, Operand, Problem, Step, WorldConfig, generate_problems, get_config, split_of
 from .oracle import DEFAULT_SETS, FILLERS, KNOWN_SETS, SPAN_SETS, STEP_RE, Oracle, oracle_spans, shift_result
 from .value_oracle import VALUE_SETS, Mention, ValueOracle, find_numbers, parse_number, value_oracle
-from .words import PRESETS as WORD_PRESETS
-from .words import Quantity, WordConfig, WordProblem, generate_word_problems, get_word_config
+from .words import WORD_PRESETS, Quantity, WordConfig, WordProblem, generate_word_problems, get_word_config
 
-__all__ = ["ANSWER_FORMATS", "DEFAULT_SETS", "FILLERS", "KNOWN_SETS", "NAMES", "PRESETS", "SPAN_SETS", "STEP_RE",
+__all__ = ["WORLD_FORMATS", "DEFAULT_SETS", "FILLERS", "KNOWN_SETS", "NAMES", "PRESETS", "SPAN_SETS", "STEP_RE",
            "Operand", "Oracle", "Problem", "Step", "WorldConfig", "extract_answer", "format_answer",
            "generate_problems", "get_config", "oracle_spans", "reward", "shift_result", "split_of",
            "VALUE_SETS", "WORD_PRESETS", "Mention", "Quantity", "ValueOracle", "WordConfig", "WordProblem",

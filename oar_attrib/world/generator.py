@@ -22,8 +22,9 @@ import hashlib
 import random
 from dataclasses import asdict, dataclass, field, replace
 
+from ..defaults import WORLD_FORMAT
 from ..errors import WorldConfigError, unknown_name
-from .answers import ANSWER_FORMATS, format_answer, reward
+from .answers import WORLD_FORMATS, format_answer, reward
 from .oracle import FILLERS, Oracle, ancestors, oracle_spans
 
 NAMES = "abcdefghijklmnopqrstuvwxyz"
@@ -42,7 +43,7 @@ class WorldConfig:
     filler_rate: float = 0.2
     ops: str = "+-*"
     final_ops: str = "+"
-    answer_format: str = "gsm8k"
+    answer_format: str = WORLD_FORMAT
     # Whether later steps may use the two final quantities as operands. A result that a later
     # step copies is written twice, so masking one copy leaves the other to read from.
     reuse_finals: bool = True
@@ -71,13 +72,13 @@ class WorldConfig:
             raise WorldConfigError(f"ops={self.ops!r} must be a non-empty string over '+-*'")
         if not self.final_ops or set(self.final_ops) - set("+-"):
             raise WorldConfigError(f"final_ops={self.final_ops!r} must be a non-empty string over '+-'")
-        if self.answer_format not in ANSWER_FORMATS:
-            raise unknown_name("answer format", self.answer_format, ANSWER_FORMATS)
+        if self.answer_format not in WORLD_FORMATS:
+            raise unknown_name("answer format", self.answer_format, WORLD_FORMATS)
 
 
 # `default` is the world every command runs on unless told otherwise: two steps, one
 # distractor, sums up to 30, a level at which a small model's sampled groups mix right and
-# wrong answers (GRPO learns only from such groups; README's bundled-model section has the
+# wrong answers (GRPO learns only from such groups; docs/results/bundled-model.md has the
 # figures). `medium` and `hard` add steps, distractors and larger numbers.
 PRESETS: dict[str, WorldConfig] = {
     "default": WorldConfig(),
@@ -134,7 +135,7 @@ class Problem:
     path: frozenset[str]  # names of the steps on the dependency path
     values: dict[str, int] = field(compare=False, hash=False)
     fillers: tuple[str | None, ...] = ()  # a filler word before each step, or None
-    answer_format: str = "gsm8k"
+    answer_format: str = WORLD_FORMAT
 
     @property
     def answer(self) -> int:

@@ -35,8 +35,9 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
+from ..defaults import ANSWER_FORMAT
 from ..inputs.spans import locate_answer
-from ..store.codec import span_mask
+from ..inputs.segments import span_mask
 
 if TYPE_CHECKING:
     from .words import WordProblem
@@ -127,7 +128,7 @@ class ValueOracle:
         return {k: frozenset(int(i) for i in span_mask(offsets, getattr(self, k)).nonzero()[0]) for k in names}
 
 
-def value_oracle(problem: "WordProblem", trace: str, answer_format: str = "auto") -> ValueOracle:
+def value_oracle(problem: "WordProblem", trace: str, answer_format: str = ANSWER_FORMAT) -> ValueOracle:
     """Mark the value mentions of `trace`'s reasoning by the quantity each names."""
     found = locate_answer(trace, answer_format)
     end = len(trace) if found is None else found.marker_start

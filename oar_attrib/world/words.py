@@ -47,7 +47,7 @@ PER = "{a} sells each of the {items} for ${k}."
 DISTRACTORS = ("{c} has {d} {other}.", "{a}'s cousin is {d} years old.", "{c} owns {d} {other}.",
                "The shop is {d} meters from {a}'s house.", "{a} also keeps {d} {other} in a box.",
                "{c} read {d} pages last week.")
-FILLERS = ("{a} likes {items} a lot.", "It is a sunny day.", "{a} is very happy today.",
+FILLER_SENTENCES = ("{a} likes {items} a lot.", "It is a sunny day.", "{a} is very happy today.",
            "{c} smiles.", "The {items} look nice.", "{a} counts carefully.")
 GIVEN, STEP, DISTRACTOR = "given", "step", "distractor"
 _MAX_TRIES = 500
@@ -55,7 +55,7 @@ _MAX_TRIES = 500
 
 @dataclass(frozen=True)
 class WordConfig:
-    """Difficulty knobs of the word-problem generator; `PRESETS` names the calibrated ones."""
+    """Difficulty knobs of the word-problem generator; `WORD_PRESETS` names the calibrated ones."""
 
     min_steps: int = field(default=2, metadata={"help": "fewest operations on the dependency path"})
     max_steps: int = field(default=2, metadata={"help": "most operations on the dependency path"})
@@ -91,7 +91,7 @@ class WordConfig:
 
 # Measured on SmolLM2-135M-Instruct (docs/experiments/wordworld/calibration.json): at temperature 1
 # it is right on 5% of `tiny` and `one-step` and on none of the others; greedy on 28% of `tiny`.
-PRESETS: dict[str, WordConfig] = {
+WORD_PRESETS: dict[str, WordConfig] = {
     # One addition with one-digit givens, with and without a distractor sentence: the easiest
     # problems the world writes, for a model as weak as a 135M one.
     "tiny": WordConfig(min_steps=1, max_steps=1, n_distractors=0, n_fillers=0, max_given=9, max_value=20,
@@ -108,9 +108,9 @@ PRESETS: dict[str, WordConfig] = {
 
 def get_word_config(preset: str | WordConfig = "two-step", **overrides) -> WordConfig:
     """A preset by name (or a config), with field overrides; errors list the known presets."""
-    base = preset if isinstance(preset, WordConfig) else PRESETS.get(preset)
+    base = preset if isinstance(preset, WordConfig) else WORD_PRESETS.get(preset)
     if base is None:
-        raise unknown_name("word-problem preset", preset, PRESETS)
+        raise unknown_name("word-problem preset", preset, WORD_PRESETS)
     try:
         return replace(base, **overrides)
     except TypeError as err:
@@ -288,7 +288,7 @@ def _interleave(rng, cfg, sentences, quantities, draw, names, items, other):
         text = rng.choice(DISTRACTORS).format(d=d, **fills)
         slots.insert(rng.randint(0, len(slots)), (text, Quantity(f"d{j}", d, DISTRACTOR, -1)))
     for _ in range(cfg.n_fillers):
-        slots.insert(rng.randint(0, len(slots)), (rng.choice(FILLERS).format(**fills), None))
+        slots.insert(rng.randint(0, len(slots)), (rng.choice(FILLER_SENTENCES).format(**fills), None))
     order = [sentences[0]] + [text for text, _ in slots]
     where = {text: i for i, text in enumerate(order)}
     if len(where) != len(order):

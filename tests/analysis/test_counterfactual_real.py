@@ -89,7 +89,7 @@ def test_answers_are_compared_by_value():
 def test_bad_data_is_one_line_before_any_model_loads(tmp_path, capsys):
     from oar_attrib.cli import main
 
-    with pytest.raises(InputError, match="no such file"):
+    with pytest.raises(InputError, match="does not exist"):
         cfr.read_records(tmp_path / "missing.jsonl")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "q", "answer": "1"}\n{"text": "no question"}\n')
@@ -97,7 +97,7 @@ def test_bad_data_is_one_line_before_any_model_loads(tmp_path, capsys):
         cfr.read_records(bad)
     assert len(cfr.read_records(bad, n=1)) == 1
     assert main(["recall", "--data", str(tmp_path / "missing.jsonl"), "--model", "no-such-model"]) == 2
-    assert "no such file" in capsys.readouterr().err
+    assert "does not exist" in capsys.readouterr().err
     assert main(["recall", "--data", str(bad), "--n", "1", "--sets", "direct", "--model", "no-such-model"]) == 2
     err = capsys.readouterr().err
     assert "scored at token granularity on --sets counterfactual " in err and len(err.strip().splitlines()) == 1

@@ -77,7 +77,7 @@ def test_summary_means_intervals_and_table():
     table = mp.markdown_table(summary)
     assert table.splitlines()[0] == "| mask | lt | as_mean |"
     assert "| pad | n/a | 1.00 [1.00, 1.00] (12) |" in table
-    assert list(summary["cells"]) == ["pad/as_mean", "zero/lt"]  # MASKS order
+    assert list(summary["cells"]) == ["pad/as_mean", "zero/lt"]  # TABLE_MASKS order
     # paired: each trace's difference to the reference cell (pad/as_mean), then the mean
     diffs = [r["metrics"]["zero/lt"]["recall"] - 1.0 for r in rows[1:]]
     paired = summary["cells"]["zero/lt"]["minus_reference"]["recall"]
@@ -109,7 +109,7 @@ def test_trace_row_on_a_tiny_model(model, tok):
                                    answer_key, replacement="resample", seed=3,
                                    max_new_tokens=len(pair.response_ids) + 16)
     assert got["causal"] == [int(oracle[t]) for t in got["positions"]]
-    cells = {mp.cell_name(m, p) for m in masks for p in mp.PROBES}
+    cells = {mp.cell_name(m, p) for m in masks for p in mp.TABLE_PROBES}
     assert set(got["scores"]) | set(got["errors"]) == cells
     batch = pairs_to_batch([pair], tok.pad_token_id)
     full = oar_p(model, batch, probe="lt", mask="zero")[0]

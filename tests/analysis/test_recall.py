@@ -132,7 +132,9 @@ def test_cli_recall_json_has_the_summary_keys_only(scripted, tmp_path, model, to
     assert cli.main(["recall", "--model", str(folder), "--n", str(N), "--seed", str(SEED),
                      "--methods", *METHODS, "--json", "--no-progress"]) == 0
     data = json.loads(capsys.readouterr().out)
+    record = data.pop("record")  # the settings record of the command, beside the summary
     assert list(data) == SUMMARY_KEYS and data["n_scored"] == N - 2
+    assert sorted(record["methods"]) == sorted(METHODS) and record["model"]["name"] == str(folder)
     assert data == json.loads(json.dumps(recall.oracle_recall(
         model, tokenizer, n=N, seed=SEED, methods=METHODS).as_dict()))
 

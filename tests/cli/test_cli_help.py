@@ -7,9 +7,7 @@ from oar_attrib import cli
 
 
 def _subparsers():
-    parser = cli.build_parser()
-    (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    return action.choices
+    return cli.subcommands(cli.build_parser())
 
 
 @pytest.mark.parametrize("command", ["eval", "attribute", "recall", "train", "web", "demo"])

@@ -4,7 +4,7 @@ import inspect
 
 import pytest
 
-from oar_attrib.cli import build_parser
+from oar_attrib.cli import build_parser, subcommands
 from oar_attrib.cli.choices import METHOD_KNOBS, add_method_knobs, knob_flag, method_params_from
 from oar_attrib.methods import method_spec
 
@@ -21,9 +21,7 @@ def test_knob_is_a_keyword_of_its_method_with_that_type(method, param, kind, _he
 
 
 def _help(command: str) -> str:
-    parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return sub.choices[command].format_help()
+    return subcommands(build_parser())[command].format_help()
 
 
 def test_help_lists_every_knob():

@@ -54,7 +54,7 @@ def test_ctrl_c_in_attribute_keeps_the_written_lines_and_says_so(tmp_path, probl
 
 @pytest.mark.slow
 def test_ctrl_c_stops_oar_web_quietly(tmp_path):
-    from test_hostile import _demo_store
+    from test_hostile_web_app import _demo_store
 
     db = _demo_store(tmp_path)
     proc = subprocess.Popen([PY, "-m", "oar_attrib.cli", "web", "--store", str(db), "--port", "0"],

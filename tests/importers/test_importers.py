@@ -196,8 +196,10 @@ def test_v1_store_is_migrated_on_a_writable_open_and_read_as_is_read_only(tmp_pa
     db = tmp_path / "old.db"
     write_verl_dump(tmp_path / "rollouts", steps=(1,))
     assert oar("import", "verl", tmp_path / "rollouts", "--out", db) == 0
-    conn = sqlite3.connect(db)  # what a version-1 writer left: no token_stats table
+    conn = sqlite3.connect(db)  # what a version-1 writer left: no token_stats, no draw columns
     conn.execute("DROP TABLE token_stats")
+    conn.execute("ALTER TABLE attributions DROP COLUMN draws")
+    conn.execute("ALTER TABLE attributions DROP COLUMN split_half")
     conn.execute("PRAGMA user_version = 1")
     conn.commit()
     conn.close()
@@ -208,7 +210,7 @@ def test_v1_store_is_migrated_on_a_writable_open_and_read_as_is_read_only(tmp_pa
         store.add_token_stats([(1, "m", [-0.5] * store.trace(1).row.n_tokens,
                                 [0.25] * store.trace(1).row.n_tokens)])
         stats = store.trace(1).token_stats
-    assert schema.identify(db) == schema.SCHEMA_VERSION == 2
+    assert schema.identify(db) == schema.SCHEMA_VERSION == 3
     assert stats["logprob"].tolist() == [-0.5] * len(stats["logprob"])
 
 

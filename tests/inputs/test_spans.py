@@ -307,8 +307,34 @@ def test_no_value_is_refused(text):
 
 
 @pytest.mark.parametrize(
+    "text",
+    [
+        # SmolLM2-135M's own replies that an earlier `auto` read an answer from (issue cases):
+        "Janet has three bolts.\nFinal answer: three bolts of blue fiber and 2 * 4 = 8 bolts of white fiber.",
+        "So the answer is within within within 81% of the total.",
+        "the answer is within within within 81%",
+        # their class: the number is not what the sentence states first, or sits in an expression
+        "The answer is that she has 18 apples left.",
+        "Answer: we first compute $1^{(2^{235423523})}$ and go on",
+        "The answer is that 1^{(2^{235423523})} is one",
+        "The answer is: 1 raised to the power of 2^{235423523}, which is 1",
+        "The final answer is 2 * 4 bolts of fiber",
+        "The answer is 2^{10} which is large",
+        "#### about the 12 eggs she sold",
+    ],
+)
+def test_no_answer_from_inside_an_expression_or_a_sentence(text):
+    assert locate_answer(text) is None
+    assert find_answer_span(text, "answer_is") is None and find_answer_span(text, "gsm8k") is None
+
+
+@pytest.mark.parametrize(
     "text, answer",
     [
+        ("The answer is approximately 3.14 meters.", "3.14"),
+        ("The answer is 81% of the total.", "81"),
+        ("The answer is $1^{(2^{235423523})}$, which is 1.", "1^{(2^{235423523})}"),
+        ("The answer is 20 because there are 20 left.", "20"),
         ("The answer is 45 x 18 = 756.", "756"),
         ("#### 3 + 4 = 7", "7"),
         ("\\boxed{x = 5}", "5"),

@@ -4,6 +4,7 @@ import torch
 
 from oar_attrib.errors import InputError
 from oar_attrib.lm import logits_at
+from oar_attrib.methods.draws import mean_of_draws
 from oar_attrib.methods.oar_g import oar_g
 from oar_attrib.methods.probes import PROBES, probe_divergence, probe_sites, probe_values
 from models import make_batch, tiny_llama, tiny_qwen2
@@ -54,11 +55,17 @@ def test_prompt_prefixes_equal_whole_row_forwards(make, probe, monkeypatch):
         return forward(self, *args, **kwargs)
 
     monkeypatch.setattr(type(model), "forward", counting)
-    fast = oar_g(model, batch, probe=probe, noise_std=1e-2, n_noise=2, generator=_seeded(2))
+    fast = oar_g(model, batch, probe=probe, noise_std=1e-2, n_noise=2, generator=_seeded(2),
+                 draws_per_pass=1)
     # The prefix forward runs the 2 distinct prompts (9 columns); the others run from column 7,
     # 9 or 0 on, up to their last probe site (the last answer token and the tail cannot reach
     # it): rows of 12, 5, 1 and 9 columns.
     assert calls[0] == (2, 9) and all(c == (4, 12) for c in calls[1:]) and len(calls) == 4
+    # Both draws in one pass: the prefix and the clean forward once, the rows twice, draw-major.
+    calls.clear()
+    both = oar_g(model, batch, probe=probe, noise_std=1e-2, n_noise=2, generator=_seeded(2))
+    assert calls == [(2, 9), (4, 12), (8, 12)]
+    torch.testing.assert_close(both, fast, rtol=1e-5, atol=1e-9)
     monkeypatch.setattr(module._Prefix, "of", classmethod(lambda cls, *a: None))
     whole = oar_g(model, batch, probe=probe, noise_std=1e-2, n_noise=2, generator=_seeded(2))
     assert fast[[0, 1, 3]].gt(0).any(dim=1).all() and (fast[2] == 0).all()
@@ -163,3 +170,62 @@ def test_row_groups_change_memory_not_results(model, batch, probe):
                                atol=1e-5, rtol=1e-4)
     with pytest.raises(InputError, match="max_batch_tokens"):
         oar_g(model, batch, max_batch_tokens=0)
+
+
+BATCHED = """
+import sys, torch
+sys.path.insert(0, {tests!r})
+from models import make_batch, tiny_qwen2
+from oar_attrib.methods.draws import mean_of_draws
+from oar_attrib.methods.oar_g import oar_g
+model = tiny_qwen2(seed=6, hidden=256, init=0.05)
+batch = make_batch(lengths=(40, 31, 9, 36), prompt_len=(7, 9, 2, 7), no_answer_rows=(2,))
+seeded = lambda: torch.Generator().manual_seed(3)
+one_by_one = oar_g(model, batch, n_noise=8, generator=seeded(), draws_per_pass=1)
+batched = oar_g(model, batch, n_noise=8, generator=seeded())
+print(torch.equal(one_by_one, batched), float((one_by_one - batched).abs().max()))
+"""
+
+
+@pytest.mark.parametrize("make", [tiny_qwen2, tiny_llama])
+def test_batched_draws_equal_draws_one_by_one(make):
+    """8 draws in one pass against 8 passes of one draw, with one generator and one per row:
+    the same noise, the same per-draw importances, averaged in the same order."""
+    model = make(seed=6)
+    batch = make_batch(lengths=(21, 16, 5, 18), prompt_len=(7, 9, 2, 7), no_answer_rows=(2,))
+    for generators in (lambda: _seeded(3), lambda: [_seeded(10 + b) for b in range(4)]):
+        one_by_one = oar_g(model, batch, n_noise=8, generator=generators(), draws_per_pass=1)
+        batched = oar_g(model, batch, n_noise=8, generator=generators())
+        draws = oar_g(model, batch, n_noise=8, generator=generators(), return_draws=True)
+        threes = oar_g(model, batch, n_noise=8, generator=generators(), draws_per_pass=3)
+        assert draws.shape == (8, *batch.input_ids.shape) and one_by_one.abs().max() > 0
+        assert torch.equal(mean_of_draws(draws), batched)
+        # Up to MKL's choice of GEMM kernel by the number of rows (module docstring): the
+        # figure on these shapes is 0 on the machines measured; the strict mode test below
+        # holds the bit-for-bit claim where the kernels differ.
+        torch.testing.assert_close(batched, one_by_one, rtol=1e-5, atol=1e-9)
+        torch.testing.assert_close(threes, one_by_one, rtol=1e-5, atol=1e-9)
+        assert not torch.equal(draws[0], draws[1])  # the draws differ, as they must
+
+
+@pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="torch without MKL")
+def test_batched_draws_are_bit_for_bit_under_mkls_strict_mode():
+    """On a shape where MKL's default float32 GEMM gives a row other last bits in a larger
+    batch, its strict reproducible mode makes 8 batched draws equal to 8 one by one."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "MKL_CBWR": "AUTO,STRICT", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", BATCHED.format(tests=tests)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    equal, diff = done.stdout.split()
+    assert equal == "True" and float(diff) == 0.0
+
+
+def test_draws_per_pass_is_checked(model, batch):
+    with pytest.raises(InputError, match="draws_per_pass"):
+        oar_g(model, batch, n_noise=2, draws_per_pass=0)

@@ -4,7 +4,7 @@ import contextlib
 import pytest
 import torch
 
-import oar_attrib.methods.oar_p as oar_p_module
+import oar_attrib.methods.perturb as oar_p_module
 from oar_attrib.inputs.batch import ScoringBatch
 from oar_attrib.errors import InputError
 from oar_attrib.lm import logits_at

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-import oar_attrib.methods.oar_p as engine
+import oar_attrib.methods.perturb as engine
 from oar_attrib.inputs.batch import ScoringBatch
 from oar_attrib.errors import InputError
 from oar_attrib.methods import get_method
@@ -86,3 +86,13 @@ def test_registered_and_needs_steps(models):
         oar_p_step(models["qwen2"], make_batch())
     with pytest.raises(InputError, match="max_batch_tokens"):
         oar_p_step(models["qwen2"], _batch(), max_batch_tokens=5)
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+def test_packed_equals_reference(models, name):
+    """Step copies packed without padding (the engine's packed path, masking a whole unit)."""
+    model, batch = models[name], _batch()
+    ref = oar_p_step_reference(model, batch, "as_mean")
+    for budget in (22, 4096):
+        fast = oar_p_step(model, batch, probe="as_mean", max_batch_tokens=budget, packing="packed")
+        torch.testing.assert_close(fast, ref, atol=1e-4, rtol=1e-4)

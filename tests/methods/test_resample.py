@@ -135,7 +135,7 @@ def test_cli_recall_at_step_granularity_json():
                          capture_output=True, text=True, check=True)
     report = json.loads(out.stdout)
     assert list(report) == ["granularity", "preset", "pool", "methods", "random", "n", "n_scored",
-                            "accuracy", "skipped", "by_outcome", "resample", "intervention"]
+                            "accuracy", "skipped", "by_outcome", "resample", "intervention", "record"]
     assert report["granularity"] == "step" and report["preset"] == "upstream"
     assert set(report["methods"]) == {"oar_p_step", "random"}
     assert report["random"]["upstream"]["mean"] == 0.5

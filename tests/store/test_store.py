@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from oar_attrib.attribution import attribute
-from oar_attrib.analysis.recall import EXPECTED, oracle_token_mask, summarize, trace_recall
+from oar_attrib.analysis.recall import EXPECTED, summarize, trace_recall
 from oar_attrib.inputs.spans import SEGMENT_LABELS
 from oar_attrib.store import (
     SCHEMA_VERSION,
@@ -169,6 +169,27 @@ def test_add_attributions_adds_a_method_to_a_stored_trace(filled, world, attribu
         store.add_attributions(trace_id, other)
 
 
+def test_trace_extras_and_the_traces_a_resume_still_needs(tmp_path, attributed):
+    """The reads `oar attribute` and `oar import` resume with, as Store methods (no SQL
+    outside the store): extra values per trace in id order, and the traces that lack a
+    method or the policy's token statistics."""
+    traces = attributed[0][:3]
+    with Store(tmp_path / "runs.db") as store:
+        run = store.add_run("extras")
+        ids = store.add_traces(run, traces, extras=[{"line": 7, "source": "a.jsonl"}, {"line": 3},
+                                                    {"weird.key": 1}])
+        assert store.trace_extras(run, "line", "source") == [(7, "a.jsonl"), (3, None), (None, None)]
+        assert store.trace_extras(run, "weird.key") == [(None,), (None,), (1,)]
+        assert store.trace_ids(run, missing_token_stats=True) == ids
+        n = len(traces[1].token_ids)
+        store.add_token_stats([(ids[1], "tiny", [0.0] * n, [1.0] * n)])
+        assert store.trace_ids(run, missing_token_stats=True) == [ids[0], ids[2]]
+        assert store.trace_ids(run, missing="grail", missing_token_stats=True) == [ids[0], ids[2]]
+        assert store.trace_ids(run, missing=METHODS[0]) == []
+        with pytest.raises(NotFoundError):
+            store.trace_extras(run + 1, "line")
+
+
 def test_records_in_the_training_hook_format_import(tmp_path, attributed):
     traces, _, rewards, oracles = attributed
     lines = []
@@ -233,18 +254,6 @@ def test_segment_codes_follow_the_spans_module():
     assert codec.SEGMENT_LABELS == SEGMENT_LABELS
     labels = list(SEGMENT_LABELS) * 3
     assert codec.unpack_segments(codec.pack_segments(labels)) == labels
-
-
-def test_span_mask_hand_computed():
-    # Tokens "ab", "cd", "", "ef" at [0,2), [2,4), [4,4), [4,6): a half-open overlap counts,
-    # touching does not, and an empty token never overlaps.
-    offsets = [(0, 2), (2, 4), (4, 4), (4, 6)]
-    assert codec.span_mask(offsets, [(1, 2)]).tolist() == [True, False, False, False]
-    assert codec.span_mask(offsets, [(2, 4)]).tolist() == [False, True, False, False]
-    assert codec.span_mask(offsets, [(3, 5)]).tolist() == [False, True, False, True]
-    assert codec.span_mask(offsets, [(0, 1), (5, 9)]).tolist() == [True, False, False, True]
-    assert codec.span_mask(offsets, []).tolist() == [False] * 4
-    assert oracle_token_mask is codec.span_mask  # one definition for recall and the store
 
 
 def test_float_blobs_keep_nan_and_float32_values():
@@ -432,3 +441,32 @@ def test_numpy_numbers_nan_configs_and_chat_prompts_are_stored(tmp_path, attribu
         assert json.loads(record.prompt) == trace["prompt"] and record.extra == {"chat_prompt": True}
         assert record.to_attribution().prompt == trace["prompt"]
         assert record.attributions["oar_p"].ess_ratio == 0.75
+
+
+def test_draw_metrics_round_trip_and_a_v2_store_reads_them_as_none(tmp_path, world):
+    """OAR-G's draw count and split-half reliability (schema v3) come back from the store; a
+    store written before v3 reads them as None read-only, and a writable open adds them."""
+    problems, tokenizer, model = world
+    traces = attribute(model, tokenizer, [problems[0].prompt], [problems[0].solution],
+                       ["oar_g"], method_params={"oar_g": {"n_noise": 4}})
+    metrics = traces[0].metrics["oar_g"]
+    assert metrics["draws"] == 4 and -1 <= metrics["split_half"] <= 1
+    path = tmp_path / "draws.db"
+    with Store(path) as store:
+        run = store.add_run("draws")
+        store.add_traces(run, traces)
+        back = store.trace(store.trace_ids(run)[0]).to_attribution().metrics["oar_g"]
+    assert back["draws"] == 4 and back["split_half"] == pytest.approx(metrics["split_half"])
+    conn = sqlite3.connect(path)  # what a version-2 writer left: no draw columns
+    conn.execute("ALTER TABLE attributions DROP COLUMN draws")
+    conn.execute("ALTER TABLE attributions DROP COLUMN split_half")
+    conn.execute("PRAGMA user_version = 2")
+    conn.commit()
+    conn.close()
+    with Store(path, readonly=True) as store:
+        record = store.trace(store.trace_ids(run)[0]).attributions["oar_g"]
+        assert record.draws is None and record.split_half is None
+    with Store(path) as store:  # migrated: a new trace keeps its draw metrics
+        store.add_traces(run, traces)
+        assert store.trace(store.trace_ids(run)[-1]).attributions["oar_g"].draws == 4
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3

@@ -41,7 +41,7 @@ def test_step_weights_by_hand():
     assert w[0, 5] > w[0, 2]  # the step of larger importance weighs more
 
 
-@pytest.mark.parametrize("method", ["oar_p_step", "oar_g"])
+@pytest.mark.parametrize("method", ["oar_p_step", "oar_p_hier", "oar_g"])
 def test_a_grpo_step_at_step_granularity(tmp_path, method):
     trainer = tiny_trainer(tmp_path, world_tokenizer(), train_world(), record=True, oar_method=method,
                            oar_granularity="step", activation_checkpointing=False)

@@ -78,7 +78,7 @@ def test_chunks_keep_the_token_budget():
     assert _chunks([0, 2], lengths, 100) == [[0, 2]]
 
 
-@pytest.mark.parametrize("method", ["oar_g", "random", "oar_p", "entropy", "grail"])
+@pytest.mark.parametrize("method", ["oar_g", "random", "oar_p", "oar_p_hier", "entropy", "grail"])
 def test_weights_do_not_depend_on_batch_composition(model, tok, rows, method):
     # What makes weights equal on every rank: a row's weights are the same in any batch.
     settings = ReshapeSettings(method=method, seed=7)

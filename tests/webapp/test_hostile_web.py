@@ -13,8 +13,7 @@ from oar_attrib.records.export import is_invisible
 from oar_attrib.store import Store
 from oar_attrib.webapp import WebSettings, create_app
 from oar_attrib.webapp.demo import DemoConfig, write_problem_run
-from test_webapp import BASE, world  # noqa: F401 - pytest fixture
-from test_webapp_e2e import CHROMIUM, _console_errors, _serve, _wait, browser  # noqa: F401
+from webtools import BASE, CHROMIUM, NO_CHROMIUM, console_errors, serve, stop, wait
 
 LINK = '<a href="https://evil.example/">oar_p</a>'
 STYLED = '<b style="font-size:40px;color:red">big</b>'
@@ -81,7 +80,8 @@ def test_the_views_pieces_hold_the_controls(markup_store):
     assert "".join(p["text"] for p in text_pieces(record.response, record.offsets)) == HOSTILE
 
 
-@pytest.mark.parametrize("page", ["/", "/runs/{run}", "/runs/{run}/report", "/traces/{trace}"])
+@pytest.mark.parametrize("page", ["/", "/runs/{run}", "/runs/{run}/report", "/runs/{run}/profiles",
+                                  "/traces/{trace}"])
 def test_no_control_reaches_a_page_and_the_run_name_is_isolated(markup_client, markup_store, page):
     _, run, hostile = markup_store
     html = markup_client.get(page.format(run=run, trace=hostile)).text
@@ -106,11 +106,9 @@ def test_the_trace_page_marks_every_control_of_the_response(markup_client, marku
 
 @pytest.fixture(scope="module")
 def markup_server(markup_store):
-    server, thread, sock, url = _serve(markup_store[0])
+    *running, url = serve(create_app(markup_store[0]))
     yield url
-    server.should_exit = True
-    thread.join(timeout=30)
-    sock.close()
+    stop(*running)
 
 
 SVG_MARKUP = """
@@ -123,22 +121,22 @@ return {n_svg: svg.length, markup: styled.map((e) => e.outerHTML),
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium (see test_webapp_e2e)")
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 @pytest.mark.parametrize("page", ["/traces/{trace}?method=entropy", "/runs/{run}/report"])
 def test_markup_method_names_are_text_in_every_plotly_chart(markup_server, browser, markup_store,
                                                            page):
     _, run, hostile = markup_store
     browser.get(markup_server + page.format(run=run, trace=hostile))
-    _wait(browser, lambda d: d.execute_script(
+    wait(browser, lambda d: d.execute_script(
         "return document.querySelectorAll('svg.main-svg .trace').length > 0"))
     drawn = browser.execute_script(SVG_MARKUP)
     assert drawn["n_svg"] > 0 and drawn["markup"] == []
     assert LINK in drawn["text"] and STYLED in drawn["text"]  # shown as the text it is
-    assert _console_errors(browser) == []
+    assert console_errors(browser) == []
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium (see test_webapp_e2e)")
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_the_browser_shows_each_control_as_a_marker(markup_server, browser, markup_store):
     from selenium.webdriver.common.by import By
 

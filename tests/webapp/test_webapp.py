@@ -9,42 +9,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from oar_attrib.attribution import attribute
-from oar_attrib.webapp.demo import DemoConfig, write_problem_run
 from oar_attrib.store import Store
-from models import tiny_world, wrong_solution
 from oar_attrib.webapp import WebSettings, create_app
+from oar_attrib.webapp.demo import DemoConfig, write_problem_run
 from oar_attrib.webapp.views import _pieces, heat_colour, importance_levels, token_title
-
-METHODS = ("entropy", "oar_p", "random")
-SCRIPT = "<script>alert('owned')</script>"
-IMG = '<img src=x onerror="alert(1)">'
-HOSTILE_RESPONSE = f"a=1+2=3. {SCRIPT} b=3*2=6. {IMG} #### 9"
-HOSTILE_PROMPT = f"{SCRIPT}</pre>{IMG} find a+b.\n"
-BASE = "http://127.0.0.1"
-
-
-@pytest.fixture(scope="module")
-def world():
-    return tiny_world(n=6, seed=5)
-
-
-@pytest.fixture(scope="module")
-def store_path(tmp_path_factory, world):
-    """Run 1 ('demo'): right and wrong answers to 4 problems and one hostile response, with
-    the oracle and summaries. Run 2 ('hostile'): a hostile prompt, and a response without an
-    answer span."""
-    problems, tokenizer, model = world
-    owners = [p for p in problems[:4] for _ in (0, 1)] + [problems[4]]
-    texts = [t for p in problems[:4] for t in (p.solution, wrong_solution(p))] + [HOSTILE_RESPONSE]
-    path = tmp_path_factory.mktemp("web") / "web.db"
-    with Store(path) as store:
-        write_problem_run(store, model, tokenizer, owners, texts, group_size=2,
-                          config=DemoConfig(model="tiny", methods=METHODS))
-        run = store.add_run("hostile <b>run</b>", model="tiny")
-        traces = attribute(model, tokenizer, [HOSTILE_PROMPT, problems[5].prompt],
-                           [HOSTILE_RESPONSE, "no answer here a=1+1=2."], list(METHODS))
-        store.add_traces(run, traces)
-    return path
+from models import wrong_solution
+from webtools import BASE, HOSTILE_RESPONSE, METHODS
 
 
 @pytest.fixture(scope="module")
@@ -55,16 +25,6 @@ def client(store_path, world):
     with TestClient(create_app(store_path, model=(model, tokenizer), settings=settings),
                     base_url=BASE) as c:
         yield c
-
-
-@pytest.fixture(scope="module")
-def ids(store_path):
-    with Store(store_path, readonly=True) as store:
-        demo, hostile = sorted(r.id for r in store.runs())
-        demo_ids, hostile_ids = store.trace_ids(demo), store.trace_ids(hostile)
-    return {"demo": demo, "hostile": hostile, "demo_traces": demo_ids,
-            "hostile_response": demo_ids[-1], "hostile_prompt": hostile_ids[0],
-            "no_span": hostile_ids[1]}
 
 
 def _payload(html: str, block: str) -> dict:
@@ -271,6 +231,44 @@ def test_live_attribution_returns_the_attribution_and_its_view(client):
     pieces = body["view"]["pieces"]
     assert "".join(p["text"] for p in pieces) == GOOD["response"]
     assert body["view"]["payload"]["methods"] == ["oar_p", "entropy"]
+
+
+def test_trace_page_shows_the_reliability_of_a_ranking_over_draws(tmp_path, world):
+    """OAR-G with 8 draws: its split-half reliability on the trace page; with 1 draw the page
+    says the figure is undefined and why, instead of a number."""
+    problems, tokenizer, model = world
+    path = tmp_path / "draws.db"
+    with Store(path) as store:
+        run = store.add_run("draws", model="tiny")
+        for n_noise in (8, 1):
+            store.add_traces(run, attribute(model, tokenizer, [problems[0].prompt],
+                                            [problems[0].solution], ["oar_g", "entropy"],
+                                            method_params={"oar_g": {"n_noise": n_noise}}))
+        eight, one = store.trace_ids(run)
+        split_half = store.trace(eight).attributions["oar_g"].split_half
+    with TestClient(create_app(path), base_url=BASE) as c:
+        page = c.get(f"/traces/{eight}").text
+        block = re.search(r'<p class="meta" id="reliability">(.*?)</p>', page, re.S).group(1)
+        assert f"oar_g {split_half:.2f} over 8 draws" in block and "entropy" not in block
+        page = c.get(f"/traces/{one}").text
+        block = re.search(r'<p class="meta" id="reliability">(.*?)</p>', page, re.S).group(1)
+        assert 'class="reliability noisy"' in block and "undefined with 1 draw" in block
+
+
+def test_live_attribution_runs_hierarchical_oar_p(store_path, world):
+    """`oar_p_hier` is live by default (registered, not analysis-only) and goes through the
+    pipeline with the response's steps: GOOD's reasoning has two steps, fewer than its default
+    three top steps, so every token is scored exactly and it equals token OAR-P."""
+    _, tokenizer, model = world
+    settings = WebSettings(max_live_tokens=120)
+    assert "oar_p_hier" in settings.live_methods
+    with TestClient(create_app(store_path, model=(model, tokenizer), settings=settings),
+                    base_url=BASE) as c:
+        r = c.post("/api/attribute", json={**GOOD, "methods": ["oar_p_hier", "oar_p"]})
+    assert r.status_code == 200, r.text
+    scores = r.json()["attribution"]["scores"]
+    assert max(scores["oar_p"]) > 0
+    assert scores["oar_p_hier"] == pytest.approx(scores["oar_p"], abs=1e-5)
 
 
 @pytest.mark.parametrize("body, status, message", [
@@ -498,7 +496,7 @@ def test_demo_and_web_commands(tmp_path, monkeypatch, model_dir, capsys):
     parser = argparse.ArgumentParser(prog="oar")
     add_web_commands(parser.add_subparsers(dest="command", required=True))
     argv = ["demo", "--model", str(model_dir), "--n-problems", "2", "--samples", "2",
-            "--methods", "entropy", "oar_p", "--build-only", "--no-progress"]
+            "--methods", "entropy", "oar_p", "--build-only", "--no-progress", "--no-real"]  # real: test_demo_real.py
     args = parser.parse_args(argv)
     assert args.func(args) == 0
     assert "built in" in capsys.readouterr().err

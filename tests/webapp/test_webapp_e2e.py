@@ -6,84 +6,23 @@ Needs the `chromium` binary and its `chromedriver` (Debian: `apt-get install chr
 chromium-driver`) and the `selenium` package (dev extra). Skipped only when no Chromium is
 installed; nothing is ever downloaded (Selenium Manager is kept offline).
 """
-import os
-import shutil
-import socket
-import threading
-import time
-
 import pytest
 
 from oar_attrib.store import Store
-# The store the TestClient tests use (built by the demo's writer from a tiny in-code model).
-from test_webapp import ids, store_path, world  # noqa: F401 - pytest fixtures
-from test_webapp_long import long_store  # noqa: F401 - the 4000-token store
+from webtools import CHROMIUM, HOSTILE_RESPONSE, NO_CHROMIUM, console_errors, serve, stop, wait
 
-CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-DRIVER_NAMES = ("chromedriver", "chromium.chromedriver")
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--window-size=1280,1800")
-
-CHROMIUM = next(filter(None, map(shutil.which, CHROMIUM_NAMES)), None)
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(CHROMIUM is None, reason=(
-        "no Chromium binary on PATH (looked for " + ", ".join(CHROMIUM_NAMES) + "); on Debian/"
-        "Ubuntu: apt-get install -y chromium chromium-driver")),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)]
 
 
 @pytest.fixture(scope="module")
 def server(store_path, world):
-    """The web app over the test store, served by uvicorn on a free loopback port."""
-    import uvicorn
-
+    """The web app over the test store (with the tiny model for live attribution)."""
     from oar_attrib.webapp import create_app
 
     _, tokenizer, model = world
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    app = create_app(store_path, model=(model, tokenizer))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started, "uvicorn did not start"
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server.should_exit = True
-    thread.join(timeout=30)
-    sock.close()
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    driver_path = next(filter(None, map(shutil.which, DRIVER_NAMES)), None)
-    assert driver_path, ("Chromium is installed but chromedriver is not; on Debian/Ubuntu: "
-                         "apt-get install -y chromium-driver")
-    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must never download anything
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
-    driver.set_page_load_timeout(60)
-    yield driver
-    driver.quit()
-
-
-def _wait(driver, condition, timeout=30.0, message=""):
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    return WebDriverWait(driver, timeout).until(condition, message)
+    *running, url = serve(create_app(store_path, model=(model, tokenizer)))
+    yield url
+    stop(*running)
 
 
 def _colours(driver) -> list[str]:
@@ -103,10 +42,6 @@ def _assert_not_blank(png_path):
     assert most < 0.97 * image.size[0] * image.size[1], "one colour fills the screenshot"
 
 
-def _console_errors(driver) -> list[str]:
-    return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
-
-
 def test_trace_page_heatmap_charts_and_method_switch(server, browser, ids, store_path, tmp_path):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
@@ -119,26 +54,48 @@ def test_trace_page_heatmap_charts_and_method_switch(server, browser, ids, store
     tokens = browser.find_elements(By.CSS_SELECTOR, "#heatmap .tok[data-i]")
     assert len(tokens) == n_tokens
     lines = "#chart-scores .scatterlayer .trace"
-    _wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, lines)) == 3,
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, lines)) == 3,
           message="the Plotly scores chart did not render its three method lines")
     assert browser.find_elements(By.CSS_SELECTOR, "#chart-advantage .main-svg")
     before = _colours(browser)
     assert len(set(before)) > 3, "the heatmap is not coloured"
 
     Select(browser.find_element(By.ID, "method-select")).select_by_value("entropy")
-    _wait(browser, lambda d: _colours(d) != before, message="colours did not change")
+    wait(browser, lambda d: _colours(d) != before, message="colours did not change")
     shown = browser.execute_script("return document.getElementById('heatmap').dataset.method")
     assert shown == "entropy"
     assert "method=entropy" in browser.current_url
 
     ActionChains(browser).move_to_element(tokens[2]).perform()
     tip = browser.find_element(By.ID, "tooltip")
-    _wait(browser, lambda d: tip.is_displayed(), message="no tooltip on hover")
+    wait(browser, lambda d: tip.is_displayed(), message="no tooltip on hover")
     assert "score" in tip.text and "weight" in tip.text and "reshaped advantage" in tip.text
 
     shot = tmp_path / "trace.png"
     assert browser.save_screenshot(str(shot))
     _assert_not_blank(shot)
+    assert console_errors(browser) == []
+
+
+def test_the_legend_follows_the_colour_mode(server, browser, ids):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    browser.get(f"{server}/traces/{ids['demo_traces'][1]}?method=oar_p")
+    legend = browser.find_element(By.ID, "colour-legend")
+    _wait(browser, lambda d: legend.get_attribute("data-colour") == "importance", message="no legend painted")
+    assert "low importance" in legend.text
+    colour = Select(browser.find_element(By.ID, "colour-select"))
+    colour.select_by_value("advantage")
+    _wait(browser, lambda d: legend.get_attribute("data-colour") == "advantage", message="legend kept its mode")
+    assert "negative A·w_t (blue)" in legend.text and "positive" in legend.text
+    swatches = legend.find_elements(By.CSS_SELECTOR, ".swatch")
+    blue = browser.execute_script("return getComputedStyle(arguments[0]).backgroundColor", swatches[0])
+    assert blue.startswith("rgba(31, 78, 154")  # the colour negative tokens are painted in
+    Select(browser.find_element(By.ID, "scale-select")).select_by_value("rank")
+    _wait(browser, lambda d: "(rank)" in legend.text, message="the rank scale is not in the legend")
+    colour.select_by_value("importance")
+    _wait(browser, lambda d: "low importance (rank)" in legend.text, message="legend did not come back")
     assert _console_errors(browser) == []
 
 
@@ -146,9 +103,9 @@ def test_report_page_renders_its_charts(server, browser, ids, tmp_path):
     from selenium.webdriver.common.by import By
 
     browser.get(f"{server}/runs/{ids['demo']}/report")
-    _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#chart-recall .barlayer .point"),
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#chart-recall .barlayer .point"),
           message="the recall chart has no bars")
-    _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#chart-agreement .heatmaplayer image, "
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#chart-agreement .heatmaplayer image, "
                                                               "#chart-agreement .hm"),
           message="the agreement heatmap did not render")
     assert browser.find_elements(By.CSS_SELECTOR, "#chart-credit .barlayer .point")
@@ -157,14 +114,12 @@ def test_report_page_renders_its_charts(server, browser, ids, tmp_path):
     shot = tmp_path / "report.png"
     assert browser.save_screenshot(str(shot))
     _assert_not_blank(shot)
-    assert _console_errors(browser) == []
+    assert console_errors(browser) == []
 
 
 def test_hostile_text_stays_text_in_the_browser(server, browser, ids):
     from selenium.common.exceptions import NoAlertPresentException
     from selenium.webdriver.common.by import By
-
-    from test_webapp import HOSTILE_RESPONSE
 
     browser.get(f"{server}/traces/{ids['hostile_response']}")
     heatmap = browser.find_element(By.ID, "heatmap")
@@ -179,42 +134,22 @@ def test_live_attribution_page_draws_a_heatmap(server, browser):
 
     browser.get(f"{server}/attribute")
     browser.find_element(By.CSS_SELECTOR, "#attribute-form button[type=submit]").click()
-    _wait(browser, lambda d: d.find_element(By.ID, "attribute-status").text.startswith("done"),
+    wait(browser, lambda d: d.find_element(By.ID, "attribute-status").text.startswith("done"),
           timeout=60, message="the live attribution did not finish")
     assert browser.find_elements(By.CSS_SELECTOR, "#attribute-result .tok[data-i]")
-    _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#chart-scores .scatterlayer .trace"))
-    assert _console_errors(browser) == []
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#chart-scores .scatterlayer .trace"))
+    assert console_errors(browser) == []
 
 
 # --------------------------------------------------------------------------- a 4000-token trace
 
-def _serve(store_path):
-    """(server, thread, socket, url) of the web app over a store, on a free loopback port."""
-    import uvicorn
-
+@pytest.fixture(scope="module")
+def long_server(long_store):
     from oar_attrib.webapp import create_app
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    server = uvicorn.Server(uvicorn.Config(create_app(store_path), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started, "uvicorn did not start"
-    return server, thread, sock, f"http://127.0.0.1:{sock.getsockname()[1]}"
-
-
-@pytest.fixture(scope="module")
-def long_server(request):
-    store = request.getfixturevalue("long_store")
-    server, thread, sock, url = _serve(store)
+    *running, url = serve(create_app(long_store))
     yield url
-    server.should_exit = True
-    thread.join(timeout=30)
-    sock.close()
+    stop(*running)
 
 
 def _step_colours(driver) -> list[str]:
@@ -250,7 +185,7 @@ def test_long_trace_step_view_method_switch_strip_and_offline_export(long_server
     # A click opens the step's tokens in place, each coloured by its own score.
     k = 3
     blocks[k].click()
-    _wait(browser, lambda d: "open" in blocks[k].get_attribute("class"), message="the step did not open")
+    wait(browser, lambda d: "open" in blocks[k].get_attribute("class"), message="the step did not open")
     a, b = steps["steps"][k]
     token_colours = browser.execute_script(
         "return [...arguments[0].querySelectorAll('.tok[data-i]')].map(e => getComputedStyle(e).backgroundColor);",
@@ -259,7 +194,7 @@ def test_long_trace_step_view_method_switch_strip_and_offline_export(long_server
 
     # Switching the method changes the steps' colours.
     Select(browser.find_element(By.ID, "method-select")).select_by_value("ig")
-    _wait(browser, lambda d: _step_colours(d) != before, message="step colours did not change")
+    wait(browser, lambda d: _step_colours(d) != before, message="step colours did not change")
     assert browser.find_element(By.ID, "steps").get_attribute("data-method") == "ig"
 
     # The overview strip scrolls to a step far down.
@@ -267,22 +202,30 @@ def test_long_trace_step_view_method_switch_strip_and_offline_export(long_server
     browser.execute_script("window.scrollTo(0, 0)")
     assert not _in_view(browser, blocks[target])
     browser.find_element(By.CSS_SELECTOR, f'#overview .cell[data-step="{target}"]').click()
-    _wait(browser, lambda d: _in_view(d, blocks[target]), message="the strip did not scroll to the step")
+    wait(browser, lambda d: _in_view(d, blocks[target]), message="the strip did not scroll to the step")
 
     shot = tmp_path / "steps.png"
     browser.execute_script("window.scrollTo(0, document.getElementById('step-view').offsetTop)")
     assert browser.save_screenshot(str(shot))
     _assert_not_blank(shot)
-    assert _console_errors(browser) == []
+    assert console_errors(browser) == []
 
-    # The export downloads one file that opens offline and shows the same step scores.
+    _check_the_offline_export(browser, tmp_path, steps, k)
+
+
+def _check_the_offline_export(browser, tmp_path, steps: dict, k: int) -> None:
+    """The export downloads one file that opens offline and shows the same step scores (of
+    `steps`, the page's step data), step `k` opening to its tokens."""
+    from selenium.webdriver.common.by import By
+
+    a, b = steps["steps"][k]
     downloads = tmp_path / "downloads"
     downloads.mkdir()
     browser.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow",
                                                             "downloadPath": str(downloads)})
     browser.find_element(By.ID, "export-html").click()
     path = downloads / "trace-1-view.html"
-    _wait(browser, lambda d: path.exists() and path.stat().st_size > 0, message="no download")
+    wait(browser, lambda d: path.exists() and path.stat().st_size > 0, message="no download")
     browser.execute_cdp_cmd("Network.enable", {})
     browser.execute_cdp_cmd("Network.emulateNetworkConditions", {
         "offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1})

@@ -20,34 +20,16 @@ from oar_attrib.inputs.steps import pool_steps
 from oar_attrib.store import Store
 from oar_attrib.store.records import TraceRecord
 from oar_attrib.webapp import create_app
-from oar_attrib.webapp.longtrace import long_responses, qwen_tokenizer
+from longtrace import long_responses, qwen_tokenizer
 from shared_data import shared_folder
+from webtools import BASE, LONG_METHODS
 
 SHARED = shared_folder()  # ../shared, or the trimmed copy vendored under tests/data
 pytestmark = [pytest.mark.slow]
-# The fast token methods: OAR-P, step-level OAR-P and the full-vocabulary entropy each cost
-# minutes at 4000 tokens on a CPU (scripts/build_long_store.py runs them all); what the pages
-# draw does not depend on which methods filled the store.
-LONG_METHODS = ("oar_g", "grail", "ig", "random")
-BASE = "http://127.0.0.1"
 SCRIPT = "<script>alert('step')</script>"
 IMG = '<img src=x onerror="alert(1)">'
 HOSTILE_STEPS = f"First {SCRIPT} step.\n=cmd|' /C calc'!A0 then {IMG}\n</pre></div>x=1. #### 7"
 HOSTILE_METHOD = '<b onmouseover="alert(2)">m</b>'
-
-
-_BUILT: dict = {}  # built once per session, for this module and the browser tests
-
-
-@pytest.fixture(scope="module")
-def long_store(tmp_path_factory):
-    from oar_attrib.webapp.longtrace import build_long_store
-
-    if "path" not in _BUILT:
-        path = tmp_path_factory.mktemp("long") / "long.db"
-        build_long_store(path, shared=SHARED, n_traces=1, methods=LONG_METHODS)
-        _BUILT["path"] = path
-    return _BUILT["path"]
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,7 @@ from oar_attrib.store import Store
 from oar_attrib.webapp import create_app
 from oar_attrib.webapp.token_views import rank_levels, token_views
 from models import write_verl_dump
-from test_webapp_e2e import CHROMIUM, browser  # noqa: F401 - the headless Chromium fixture
-
-BASE = "http://127.0.0.1"
+from webtools import BASE, CHROMIUM, NO_CHROMIUM, console_errors, serve, stop, wait
 
 
 @pytest.fixture(scope="module")
@@ -86,13 +84,9 @@ def test_trace_page_carries_the_views(client, imported_store):
 
 @pytest.fixture(scope="module")
 def served(imported_store):
-    from test_webapp_e2e import _serve
-
-    server, thread, sock, url = _serve(imported_store)
+    *running, url = serve(create_app(imported_store))
     yield url
-    server.should_exit = True
-    thread.join(timeout=30)
-    sock.close()
+    stop(*running)
 
 
 def _alphas(driver, rgb: str) -> list[float | None]:
@@ -114,13 +108,10 @@ def _alphas(driver, rgb: str) -> list[float | None]:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium binary on PATH; on Debian/Ubuntu: "
-                    "apt-get install -y chromium chromium-driver")
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_trace_page_shows_logprob_entropy_and_advantage_views(served, browser, imported_store):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
-
-    from test_webapp_e2e import _console_errors, _wait
 
     with Store(imported_store, readonly=True) as store:
         record = store.trace(2)
@@ -128,7 +119,7 @@ def test_trace_page_shows_logprob_entropy_and_advantage_views(served, browser, i
     browser.get(f"{served}/traces/2?method=oar_p")
     browser.find_element(By.ID, "view-tokens").click()
     lines = "#chart-policy .scatterlayer .trace"
-    _wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, lines)) == 3,
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, lines)) == 3,
           message="the policy chart did not draw log-probability, entropy and the top-20% marks")
     names = browser.execute_script(
         "return document.getElementById('chart-policy').data.map(t => t.name);")
@@ -140,12 +131,12 @@ def test_trace_page_shows_logprob_entropy_and_advantage_views(served, browser, i
     for view in ("logprob", "entropy"):
         colour_by.select_by_value(view)
         want = [0.06 + 0.84 * v for v in stats["levels"][view]]
-        _wait(browser, lambda d: _alphas(d, "230, 85, 13") == pytest.approx(want, abs=0.01),
+        wait(browser, lambda d: _alphas(d, "230, 85, 13") == pytest.approx(want, abs=0.01),
               message=f"the tokens are not coloured by {view}")
 
     colour_by.select_by_value("entropy_top")
     want = [0.9 if k else 0.0 for k in stats["entropy_top"]]
-    _wait(browser, lambda d: [a or 0.0 for a in _alphas(d, "230, 85, 13")] == pytest.approx(want, abs=0.01),
+    wait(browser, lambda d: [a or 0.0 for a in _alphas(d, "230, 85, 13")] == pytest.approx(want, abs=0.01),
           message="the entropy top-20% tokens are not the coloured ones")
 
     # Reshaped advantage: orange where A·w_t > 0, blue where < 0, the largest |A·w_t| darkest.
@@ -153,7 +144,7 @@ def test_trace_page_shows_logprob_entropy_and_advantage_views(served, browser, i
     adv = np.asarray(record.attributions["oar_p"].token_advantages)
     assert record.row.advantage != 0
     hue = "230, 85, 13" if record.row.advantage > 0 else "31, 78, 154"
-    _wait(browser, lambda d: max(a or 0 for a in _alphas(d, hue)) == pytest.approx(0.9, abs=0.01),
+    wait(browser, lambda d: max(a or 0 for a in _alphas(d, hue)) == pytest.approx(0.9, abs=0.01),
           message="the reshaped-advantage view did not colour the tokens")
     alphas = _alphas(browser, hue)
     scored = np.asarray(record.scored)
@@ -163,10 +154,10 @@ def test_trace_page_shows_logprob_entropy_and_advantage_views(served, browser, i
     colour_by.select_by_value("importance")
     Select(browser.find_element(By.ID, "scale-select")).select_by_value("rank")
     ranks = token_views(record)["rank"]["oar_p"]
-    _wait(browser, lambda d: [a for a, r in zip(_alphas(d, "230, 85, 13"), ranks) if r is not None]
+    wait(browser, lambda d: [a for a, r in zip(_alphas(d, "230, 85, 13"), ranks) if r is not None]
           == pytest.approx([0.06 + 0.84 * r for r in ranks if r is not None], abs=0.01),
           message="the rank scale did not recolour the tokens")
-    assert _console_errors(browser) == []
+    assert console_errors(browser) == []
 
 
 def test_profiles_page_and_exports(client, imported_store):
@@ -194,20 +185,18 @@ def test_profiles_page_and_exports(client, imported_store):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium binary on PATH")
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_profiles_page_draws_its_charts(served, browser):
     from selenium.webdriver.common.by import By
 
-    from test_webapp_e2e import _console_errors, _wait
-
     browser.get(f"{served}/runs/1/profiles?method=oar_p")
-    _wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#chart-position .scatterlayer .trace")) == 4,
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#chart-position .scatterlayer .trace")) == 4,
           message="the positional profile did not draw all, correct, wrong and uniform")
-    _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#chart-step-position .hm, "
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#chart-step-position .hm, "
                                                               "#chart-step-position .heatmaplayer image"),
           message="the step x position heatmap did not render")
     assert browser.find_elements(By.CSS_SELECTOR, "#chart-concentration .scatterlayer .trace")
-    assert _console_errors(browser) == []
+    assert console_errors(browser) == []
 
 
 def test_token_table_as_parquet(client, imported_store):

@@ -14,6 +14,8 @@ from oar_attrib.weights.metrics import (
     ess_ratio,
     random_recall,
     recall_at_k,
+    spearman,
+    split_half_reliability,
     top_mass,
 )
 
@@ -124,3 +126,35 @@ def test_mean_ci_drops_undefined_values():
     assert got == {"recall": 2.0, "ci95": list(bootstrap_ci([1.0, 3.0], seed=1)), "n": 2}
     assert got["ci95"][0] >= 1.0 and got["ci95"][1] <= 3.0
     assert mean_ci([None, np.nan]) == {"mean": None, "ci95": [None, None], "n": 0}
+
+
+def test_split_half_reliability_by_hand():
+    """Halves: the mean of draws 1..m against draws m+1..2m (m = n // 2), Spearman, then
+    Spearman-Brown to the n draws, k rho / (1 + (k - 1) rho) with k = n / m."""
+    a = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    b = np.array([2.0, 1.0, 3.0, 5.0, 4.0])  # Spearman with a: 0.8
+    rho = spearman(a, b)
+    assert rho == pytest.approx(0.8)
+    # n = 4, halves of 2: each half's mean keeps its ranking; k = 2.
+    four = np.stack([a, a, b, b])
+    assert split_half_reliability(four) == pytest.approx(2 * 0.8 / 1.8)
+    # n = 3: halves of 1 (the third draw is in neither half), corrected to 3 draws (k = 3).
+    three = np.stack([a, b, np.zeros(5)])
+    assert split_half_reliability(three) == pytest.approx(3 * 0.8 / (1 + 2 * 0.8))
+    # Identical halves: 1; reversed halves: -1, returned uncorrected.
+    assert split_half_reliability(np.stack([a, a])) == pytest.approx(1.0)
+    assert split_half_reliability(np.stack([a, -a])) == pytest.approx(-1.0)
+    # Undefined: one draw, a constant half, fewer than 3 scored positions, NaN.
+    assert math.isnan(split_half_reliability(a[None]))
+    assert math.isnan(split_half_reliability(np.stack([a, np.ones(5)])))
+    assert math.isnan(split_half_reliability(four, np.array([1, 1, 0, 0, 0], bool)))
+    assert math.isnan(split_half_reliability(np.stack([a, np.full(5, np.nan)])))
+    # Rows and the scored mask: (n, B, T); positions off the mask do not count.
+    rows = np.stack([four, np.stack([a, b, a, b])], axis=1)  # (n=4, B=2, T=5)
+    mask = np.ones((2, 5), bool)
+    got = split_half_reliability(rows, mask)
+    assert got[0] == pytest.approx(2 * 0.8 / 1.8) and got[1] == pytest.approx(1.0)
+    mask[0, [0, 1]] = False  # row 0 over positions 2-4: a gives 3 4 5, b gives 3 5 4
+    assert split_half_reliability(rows, mask)[0] == pytest.approx(2 * 0.5 / 1.5)
+    with pytest.raises(InputError, match="draws"):
+        split_half_reliability(a)

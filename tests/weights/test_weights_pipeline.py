@@ -1,9 +1,7 @@
 """The one weights pipeline (oar_attrib/weights): its settings, the gating defaults declared once,
 and the same weights from attribute(), the trainer and the live page."""
-import ast
 import dataclasses
 import inspect
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,12 +17,11 @@ from oar_attrib.training.reshaping import token_weights
 from oar_attrib.training.toy import ScriptedRollout, tiny_policy, world_tokenizer
 from oar_attrib.webapp.live import LiveAttributor
 from oar_attrib.weights.weightings import WeightingParams
-from oar_attrib.weights import defaults, pipeline
+from oar_attrib import defaults
+from oar_attrib.weights import pipeline
 from oar_attrib.weights.settings import ReshapeSettings, SettingError, generated_fields
 from oar_attrib.world import generate_problems
 from models import tiny_trainer, train_world
-
-PACKAGE = Path(__file__).resolve().parents[2] / "oar_attrib"
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +113,33 @@ def test_attribute_the_trainer_and_the_live_page_all_call_the_one_pipeline(tmp_p
     assert calls == ["entropy", "random", "grail"] and trainer.oar_batches == 1
 
 
+def test_a_method_with_draws_hands_them_over_and_their_mean_is_the_methods_own(model, tok, texts):
+    """OAR-G (registered draws=True) returns its 4 draws to the pipeline, which averages them
+    itself: bit for bit the importances OAR-G returns when asked for its mean (a wrapper
+    registered without draws, fed the same per-row generators)."""
+    from oar_attrib.inputs.encoding import encode_pairs
+    from oar_attrib.methods import register_method, unregister_method
+    from oar_attrib.methods.draws import mean_of_draws
+    from oar_attrib.methods.oar_g import oar_g
+
+    batch, _ = encode_pairs(tok, [p for p, _ in texts], [r for _, r in texts])
+    params = {"n_noise": 4}
+    weighed = pipeline.score_and_weight(model, batch, ReshapeSettings(method="oar_g", seed=5),
+                                        params=params)
+    assert weighed.draws.shape == (4, *batch.input_ids.shape)
+    assert torch.equal(weighed.importances, mean_of_draws(weighed.draws))
+    assert (weighed.draws[:, ~weighed.scored] == 0).all() and weighed.draws[:, weighed.scored].abs().max() > 0
+    register_method("test_oar_g_mean", random=True, token_budget=True)(
+        lambda model, batch, **kwargs: oar_g(model, batch, **kwargs))
+    try:
+        mean = pipeline.score_and_weight(model, batch, ReshapeSettings(method="test_oar_g_mean", seed=5),
+                                         params=params)
+    finally:
+        unregister_method("test_oar_g_mean")
+    assert mean.draws is None and torch.equal(mean.importances, weighed.importances)
+    assert torch.equal(mean.weights, weighed.weights)
+
+
 def test_none_is_a_registered_uniform_method_that_runs_no_model(tok, texts):
     spec = method_spec("none")
     assert spec.uniform and spec.weighting == "uniform" and not spec.analysis_only
@@ -123,6 +147,29 @@ def test_none_is_a_registered_uniform_method_that_runs_no_model(tok, texts):
     assert (tw.weights == 1).all() and not tw.attributed.any() and tw.scored.any()
     trace = attribute(None, tok, texts[0][0], texts[0][1], ["none"])[0]
     assert set(trace.weights["none"]) == {1.0} and set(trace.scores["none"]) == {0.0}
+
+
+@pytest.mark.parametrize("method", ["oar_p", "oar_g", "ig"])
+def test_a_row_without_an_answer_span_reaches_no_method(model, tok, texts, method, monkeypatch):
+    """Rows without an answer span cost nothing: the method is called on the other rows only
+    (no forward for them), and they keep weight 1."""
+    spec = method_spec(method)
+    seen = []
+
+    def counting(model, batch, **kwargs):
+        seen.append(batch.input_ids.shape[0])
+        return spec.fn(model, batch, **kwargs)
+
+    monkeypatch.setattr(pipeline, "method_spec", lambda name: dataclasses.replace(spec, fn=counting))
+    answerless = [(p, r.rsplit("####", 1)[0]) for p, r in texts[:2]]
+    traces = attribute(model, tok, [p for p, _ in texts[2:] + answerless],
+                       [r for _, r in texts[2:] + answerless], [method])
+    assert sum(seen) == 2 and [t.span_found for t in traces] == [True, True, False, False]
+    for trace in traces[2:]:
+        assert "no_answer_span" in trace.flags and set(trace.weights[method]) == {1.0}
+    seen.clear()
+    attribute(model, tok, [p for p, _ in answerless], [r for _, r in answerless], [method])
+    assert seen == []
 
 
 # ------------------------------------------------------------------ settings and defaults
@@ -176,26 +223,3 @@ def test_every_gating_default_is_the_settings_own_object():
              (WeightingParams().w_min, d.w_min), (OARConfig.__dataclass_fields__["oar_tau"].default, d.tau)]
     assert all(got is want for got, want in pairs)
     assert (d.tau, d.beta, d.w_min, d.rho) == (defaults.TAU, defaults.BETA, defaults.W_MIN, defaults.RHO)
-
-
-KNOBS = {"tau", "beta", "w_min", "rho", "oar_tau", "oar_beta", "oar_w_min", "oar_entropy_rho", "step_pool",
-         "oar_step_pool", "granularity"}
-
-
-def test_no_module_writes_a_gating_default_as_a_literal():
-    """Parameters and fields named like a gating knob never default to a number or string
-    literal outside weights/defaults.py: they take the one declared default."""
-    found = []
-    for path in PACKAGE.rglob("*.py"):
-        if path == PACKAGE / "weights" / "defaults.py":
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                args = node.args.args[len(node.args.args) - len(node.args.defaults):] + node.args.kwonlyargs
-                values = node.args.defaults + node.args.kw_defaults
-                found += [(path.name, a.arg) for a, v in zip(args, values)
-                          if a.arg in KNOBS and isinstance(v, ast.Constant) and v.value is not None]
-            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id in KNOBS:
-                if isinstance(node.value, ast.Constant):
-                    found.append((path.name, node.target.id))
-    assert found == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from ...defaults import PROBE
 from ...inputs.batch import ScoringBatch
 from ...budget import logit_tokens, row_groups
 from ...lm import (check_positions, check_token_budget, eval_mode, keep_scoreable, logits_at,
@@ -22,7 +23,7 @@ ENTROPY_SLICE = 1 << 21  # logits per float32 temporary of token_entropy (8 MB)
 
 
 @register_method("entropy", token_budget=True)
-def entropy(model, batch: ScoringBatch, *, probe: str = "as_mean",
+def entropy(model, batch: ScoringBatch, *, probe: str = PROBE,
             generator: torch.Generator | None = None,
             max_batch_tokens: int | None = None) -> torch.Tensor:
     """Entropy of the next-token distribution that produced each scored token.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from ...defaults import PROBE
 from ...inputs.batch import ScoringBatch
 from ...budget import backward_tokens, row_groups
 from ...lm import (check_positions, check_token_budget, eval_mode, input_embeddings,
@@ -14,7 +15,7 @@ from ..probes import check_probe, probe_sites, probe_values
 
 
 @register_method("grail", weighting="grail", token_budget=True)
-def grail(model, batch: ScoringBatch, *, probe: str = "as_mean",
+def grail(model, batch: ScoringBatch, *, probe: str = PROBE,
           generator: torch.Generator | None = None,
           max_batch_tokens: int | None = None) -> torch.Tensor:
     """GRAIL saliency s_t >= 0 of every row, one forward and one backward per group of rows.

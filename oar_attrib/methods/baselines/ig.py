@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from ...defaults import PROBE
 from ...inputs.batch import ScoringBatch
 from ...budget import backward_tokens, row_groups
 from ...errors import InputError
@@ -30,7 +31,7 @@ from ..probes import ProbeSites, check_probe, probe_sites, probe_values
 
 # internal_batch_size splits the same path points; reuse_prefix reads the prompt from a cache
 @register_method("ig", token_budget=True, speed_params=("internal_batch_size", "reuse_prefix"))
-def ig(model, batch: ScoringBatch, *, probe: str = "as_mean",
+def ig(model, batch: ScoringBatch, *, probe: str = PROBE,
        generator: torch.Generator | None = None, n_steps: int = 32,
        internal_batch_size: int | None = None,
        max_batch_tokens: int | None = None, reuse_prefix: bool = True) -> torch.Tensor:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ...defaults import PROBE
 from ...inputs.batch import ScoringBatch
 from ...errors import InputError
 from ...lm import keep_scoreable
@@ -12,7 +13,7 @@ from ..probes import check_probe
 
 
 @register_method("random", random=True)
-def random(model, batch: ScoringBatch, *, probe: str = "as_mean",
+def random(model, batch: ScoringBatch, *, probe: str = PROBE,
            generator: torch.Generator | None = None) -> torch.Tensor:
     """Uniform [0, 1) importances; the model is not run.
 

@@ -6,18 +6,19 @@ gradient closer to the policy gradient than GRPO's, on the same rollouts?
     folder = align(AlignSettings(preset="arith-tiny", batches=3, pool_batches=2), "runs/align/x")
     summary = summarise(folder)     # summary["methods"]["oar_g"]["delta_cos"] -> mean, low, high
 
-`align` and the trainer load on first use, so the command line's parser imports no torch.
+`align` and the trainer load on first use (`lazy.lazy_exports`), so the command line's parser
+imports no torch.
 """
-_LAZY = {"align": "oar_attrib.training.align.run", "AlignSettings": "oar_attrib.training.align.settings",
-         "MethodChoice": "oar_attrib.training.align.settings"}
+from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
+from oar_attrib.lazy import lazy_exports
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'training.align' has no attribute {name!r}")
+if TYPE_CHECKING:  # every export; each loads on first use
+    from .run import align
+    from .settings import AlignSettings, MethodChoice
 
+__all__ = ["AlignSettings", "MethodChoice", "align"]
 
-__all__ = list(_LAZY)
+__getattr__, __dir__ = lazy_exports(__name__, __file__, extras={"oar_attrib.training.align.run": "train"})

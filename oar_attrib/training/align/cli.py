@@ -21,8 +21,9 @@ import re
 import sys
 from pathlib import Path
 
-from oar_attrib.cli import run_command
+from oar_attrib.commands import run_command
 from oar_attrib.configs import DefaultsHelpFormatter, add_dataclass_args
+from oar_attrib.extras import require_extra
 
 from .settings import QUICK, AlignSettings
 
@@ -92,6 +93,7 @@ def default_store(args: argparse.Namespace) -> Path:
 
 
 def run_align(args: argparse.Namespace) -> int:
+    require_extra("train", "oar align")
     from oar_attrib.analysis.align import DEFAULT_EFFECTS, format_summary, summarise
 
     from .run import align

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from oar_attrib.analysis.align import PARTS
 from oar_attrib.methods import method_spec
 from oar_attrib.weights.settings import ReshapeSettings
 
@@ -220,7 +221,6 @@ def grpo_gradient(trainer, layout: ParamLayout, inputs: dict) -> torch.Tensor:
     return flat
 
 
-PARTS = ("all", "pos", "neg")
 SUM_CHUNK = 1 << 22  # elements per chunk of `endpoint_sums` (float64 temporaries of 32 MiB)
 
 

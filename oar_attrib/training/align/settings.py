@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from oar_attrib.defaults import NO_METHOD as BASELINE
+
 from ..errors import AlignError
 
-BASELINE = "none"
 # The default comparison: GRPO, OAR-G with the trainer's one draw and the analysis's eight,
 # token and step OAR-P, the published baselines and the random-weights floor. Names that are
 # not registered in this install (e.g. ktae before it lands) are left out when resolved.

@@ -27,15 +27,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from oar_attrib.cli.outputs import _drop_partial_tail
+from oar_attrib.files import drop_partial_tail
 from oar_attrib.jsonl import NotJSON, iter_jsonl
 from oar_attrib.records.settings_record import RecordMismatchError, record_differences
 from oar_attrib.store.lock import WriterLock
 
 from ..errors import AlignError
+from .gradients import CHUNK
 
 HALVES = ("a", "b")  # batches 0, 2, 4, ... and 1, 3, 5, ...: two independent halves
-CHUNK = 1 << 24
 
 
 def _write_json(path: Path, value) -> None:
@@ -55,7 +55,7 @@ def read_lines(path: Path) -> list[dict]:
     """The complete lines of a JSON Lines file of this store (a line a kill cut short is cut off)."""
     if not path.exists():
         return []
-    _drop_partial_tail(path)
+    drop_partial_tail(path)
     return [v for _, v in iter_jsonl(path) if isinstance(v, dict) and not isinstance(v, NotJSON)]
 
 

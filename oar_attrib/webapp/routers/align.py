@@ -14,7 +14,6 @@ from ..deps import SettingsDep, TemplatesDep
 
 router = APIRouter(tags=["align"])
 AlignName = Annotated[str, Path(min_length=1, max_length=200, description="name of an align result folder")]
-N_BOOT = 2000  # enough for the page's 95% intervals; the command's own summary uses more
 
 
 def results(roots) -> dict[str, FilePath]:
@@ -37,6 +36,7 @@ def _stamp(folder: FilePath) -> tuple:
 @lru_cache(maxsize=16)
 def _summary(folder: str, stamp: tuple) -> dict:
     from oar_attrib.analysis.align import summarise
+    from oar_attrib.analysis.run_summary import N_BOOT  # the pages' intervals; the command's own summary uses more
 
     return summarise(folder, n_boot=N_BOOT)
 

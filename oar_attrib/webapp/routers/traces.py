@@ -7,13 +7,14 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
 from oar_attrib.records.export import EXPORT_KINDS, export
-from oar_attrib.records.step_view import STEP_POOL
+from oar_attrib.defaults import VIEW_STEP_POOL
 from oar_attrib.inputs.steps import STEP_POOLS
 
-from ..deps import StoreDep, TemplatesDep, TraceId
+from ..deps import SettingsDep, StoreDep, TemplatesDep, TraceId
+from ..errors import TooLargeError
 from ..step_page import LONG_TRACE, compact_payload, step_view, token_pieces
 from ..token_views import token_views
-from ..views import OUTLINE_SETS, trace_view
+from ..views import OUTLINE_SETS, reward_reason, trace_view
 
 router = APIRouter(tags=["traces"])
 
@@ -35,9 +36,22 @@ def pick_method(requested: str | None, available: list[str]) -> str | None:
     return None
 
 
+def bounded_trace(store, settings, trace_id: int):
+    """The trace `trace_id`, read only when it is within the settings' size limits (an
+    imported 10 MB completion would otherwise be a page of hundreds of MB): else 413."""
+    tokens, chars = store.trace_size(trace_id)
+    if tokens > settings.max_trace_tokens or chars > settings.max_trace_chars:
+        raise TooLargeError(
+            f"trace {trace_id} has {tokens} tokens and {chars} characters, more than the web app "
+            f"shows ({settings.max_trace_tokens} tokens, {settings.max_trace_chars} characters); "
+            f"read it in Python (oar_attrib.store.Store(path).trace({trace_id})) or start the app "
+            "with larger WebSettings.max_trace_tokens / max_trace_chars")
+    return store.trace(trace_id)
+
+
 @router.get("/api/traces/{trace_id}", summary="Everything stored about one trace")
-def get_trace(trace_id: TraceId, store: StoreDep) -> dict:
-    return store.trace(trace_id).to_dict()
+def get_trace(trace_id: TraceId, store: StoreDep, settings: SettingsDep) -> dict:
+    return bounded_trace(store, settings, trace_id).to_dict()
 
 
 @router.get("/api/traces/{trace_id}/export/{kind}", summary="One trace exported as a file",
@@ -45,9 +59,10 @@ def get_trace(trace_id: TraceId, store: StoreDep) -> dict:
                         "no request when opened); tokens.csv / tokens.json: one row per token "
                         "with every method's score, weight and advantage; steps.csv / "
                         "steps.json: one row per step with every method's step score.")
-def export_trace(trace_id: TraceId, kind: ExportKind, store: StoreDep, method: MethodQuery = None,
-                 oracle: OracleQuery = "direct", pool: PoolQuery = STEP_POOL) -> Response:
-    record = store.trace(trace_id)
+def export_trace(trace_id: TraceId, kind: ExportKind, store: StoreDep, settings: SettingsDep,
+                 method: MethodQuery = None, oracle: OracleQuery = "direct",
+                 pool: PoolQuery = VIEW_STEP_POOL) -> Response:
+    record = bounded_trace(store, settings, trace_id)
     options = {}
     if kind == "view.html":
         run = store.run(record.row.run_id)
@@ -61,9 +76,9 @@ def export_trace(trace_id: TraceId, kind: ExportKind, store: StoreDep, method: M
 
 @router.get("/traces/{trace_id}", response_class=HTMLResponse, summary="Page: one trace")
 def trace_page(request: Request, trace_id: TraceId, store: StoreDep, templates: TemplatesDep,
-               method: MethodQuery = None, oracle: OracleQuery = "direct",
-               pool: PoolQuery = STEP_POOL):
-    record = store.trace(trace_id)
+               settings: SettingsDep, method: MethodQuery = None, oracle: OracleQuery = "direct",
+               pool: PoolQuery = VIEW_STEP_POOL):
+    record = bounded_trace(store, settings, trace_id)
     selected = pick_method(method, list(record.attributions))
     # Long traces: the script builds, colours and titles the token spans (smaller, faster pages).
     long = len(record.tokens) > LONG_TRACE
@@ -75,6 +90,7 @@ def trace_page(request: Request, trace_id: TraceId, store: StoreDep, templates: 
     if long:
         view["pieces"] = None
     run = store.run(record.row.run_id)
-    context = {"record": record, "run": run, "method": selected, "oracle_set": oracle, **view,
+    context = {"record": record, "run": run, "method": selected, "oracle_set": oracle,
+               "reward_reason": reward_reason(record), **view,
                **steps, "pools": STEP_POOLS}
     return templates.TemplateResponse(request, "trace.html", context)

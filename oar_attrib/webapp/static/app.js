@@ -302,6 +302,7 @@ function tracePage() {
       paintHeatmap(root, data, selected(), tokenColours(data, selected()));
       paintSteps(view.root, view.overview, data, steps, selected());
     }
+    paintLegend(data);
     drawScores("chart-scores", data, selected(), steps);
     drawAdvantage("chart-advantage", data, selected(), steps);
     drawPolicy("chart-policy", data, selected());

@@ -45,6 +45,36 @@ function tokenColours(data, method) {
   return levels.map((l) => levelColour(l, HEAT));
 }
 
+// The legend of each "colour by" view: [swatch class, words] pairs. The reshaped advantage is
+// a diverging scale (its sign is the colour), the others run from low to high.
+function legendItems(by, rank, stats) {
+  const top = stats ? Math.round(stats.rho * 100) : 20;
+  const items = {
+    importance: [["lo", "low importance"], ["hi", "high"]],
+    advantage: [["neg", "negative A·w_t (blue)"], ["zero", "0"], ["hi", "positive A·w_t (orange); shade: |A·w_t|"]],
+    logprob: [["lo", "low surprisal (a likely token)"], ["hi", "high surprisal"]],
+    entropy: [["lo", "low entropy"], ["hi", "high entropy"]],
+    entropy_top: [["zero", "not in the mask"], ["hi", `top ${top}% entropy (TRL's mask)`]],
+  }[by] || [];
+  return rank && by !== "entropy_top" ? items.map(([c, w]) => [c, `${w} (rank)`]) : items;
+}
+
+// Writes the legend of the selected view into #colour-legend (text only, no markup from data).
+function paintLegend(data) {
+  const box = document.getElementById("colour-legend");
+  const colourBy = document.getElementById("colour-select");
+  const scale = document.getElementById("scale-select");
+  if (!box || !colourBy || !scale) return;
+  box.replaceChildren();
+  const stats = data.views && data.views.stats;
+  legendItems(colourBy.value, scale.value === "rank", stats).forEach(([cls, words], k) => {
+    const swatch = document.createElement("span");
+    swatch.className = `swatch ${cls}`;
+    box.append(...(k ? [" "] : []), swatch, ` ${words}`);
+  });
+  box.dataset.colour = colourBy.value;
+}
+
 function drawPolicy(id, data, selected) {
   const box = document.getElementById(id);
   const stats = data.views && data.views.stats;

@@ -5,12 +5,14 @@ reaches about `target_tokens` tokens of the Qwen2.5 tokenizer, then attributed b
 Qwen2 whose weights are RANDOM: the scores exercise the pages, they say nothing about the
 text. The run config says so (`random_weights: true`) and the trace page shows it.
 
+A test and benchmark fixture, kept out of the package: the shared folder is passed in (tests:
+`shared_data.shared_folder()`).
+
     python scripts/build_long_store.py --out long.db      # the same from the command line
 """
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Sequence
@@ -19,15 +21,11 @@ TOKEN_METHODS = ("oar_p", "oar_p_step", "oar_g", "entropy", "grail", "ig", "rand
 _GSM8K_FINAL = re.compile(r"\n?####\s*(.+)\s*$")
 
 
-def shared_dir(shared: str | Path | None = None) -> Path:
-    """The shared data folder: `shared`, else $OAR_SHARED, else ../shared beside the repo."""
-    if shared is None:
-        shared = os.environ.get("OAR_SHARED") or Path(__file__).resolve().parents[3] / "shared"
+def shared_dir(shared: str | Path) -> Path:
+    """The shared data folder `shared`, checked to hold data/ and tokenizers/."""
     path = Path(shared)
     if not (path / "data").is_dir() or not (path / "tokenizers").is_dir():
-        raise FileNotFoundError(
-            f"{path} holds no data/ and tokenizers/ folders; pass the shared folder or set "
-            "OAR_SHARED to it")
+        raise FileNotFoundError(f"{path} holds no data/ and tokenizers/ folders; pass the shared folder")
     return path
 
 
@@ -69,7 +67,7 @@ def qwen_tokenizer(shared: Path):
     return AutoTokenizer.from_pretrained(str(shared / "tokenizers" / "Qwen2.5-7B-Instruct"))
 
 
-def build_long_store(path: str | Path, *, shared: str | Path | None = None, n_traces: int = 1,
+def build_long_store(path: str | Path, *, shared: str | Path, n_traces: int = 1,
                      target_tokens: int = 4000, methods: Sequence[str] = TOKEN_METHODS,
                      model=None, tokenizer=None, method_params: dict | None = None,
                      name: str = "long traces (random weights)") -> int:
@@ -78,8 +76,8 @@ def build_long_store(path: str | Path, *, shared: str | Path | None = None, n_tr
     random weights: a 2-layer hidden-32 `models.random_qwen2`); returns the run id."""
     import time
 
-    from ..attribution import attribute
-    from ..store import Store
+    from oar_attrib.attribution import attribute
+    from oar_attrib.store import Store
 
     folder = shared_dir(shared)
     tokenizer = tokenizer or qwen_tokenizer(folder)
@@ -87,7 +85,7 @@ def build_long_store(path: str | Path, *, shared: str | Path | None = None, n_tr
     random_weights = model is None
     if model is None:
         longest = max(len(tokenizer(p + r)["input_ids"]) for p, r in pairs)
-        from ..models import random_qwen2
+        from oar_attrib.models import random_qwen2
 
         model = random_qwen2(len(tokenizer), hidden=32, heads=2, max_positions=longest + 64)
     params = {"ig": {"n_steps": 4}, **(method_params or {})}

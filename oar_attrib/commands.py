@@ -1,0 +1,104 @@
+"""What every command line of the package shares: the `oar` subcommands, those the web app and
+training register into it, and `python -m oar_attrib.training`.
+
+`run_command` runs a parsed command the same way everywhere (an `OARError` is one line and
+exit status 2, a refused resume naming the fields as the command's flags (`record_flag`),
+Ctrl-C one line and 130); `Interrupted` is a Ctrl-C that says what was kept;
+a command whose optional extra is missing (`extras.require_extra`) is answered with the one
+line that names it. (An output path is checked by `files.check_writable`.)
+At import it loads nothing but the standard library, `console` and `errors`, so any command
+line can use it before it parses its arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+
+from .console import safe_warnings, say
+from .errors import MissingExtraError, OARError
+
+INTERRUPTED = 130  # the shell's status of a command ended by Ctrl-C (128 + SIGINT)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, with the line that says what was kept (`oar` prints it and exits 130)."""
+
+
+def interrupted(out, kept: int) -> Interrupted:
+    return Interrupted(f"interrupted; {kept} lines kept in {out}, rerun the same command to resume")
+
+
+def run_command(args: argparse.Namespace, name: str, parser: argparse.ArgumentParser | None = None) -> int:
+    """Run a parsed command (`args.func`), the same for every entry point: an OARError becomes
+    one line `oar NAME: error: ...` on stderr and exit status 2 (a resume refused for other
+    settings names the fields as `parser`'s flags; a missing extra is the line that names it);
+    Ctrl-C one line `oar NAME: interrupted...` (what was kept, when the command says) and exit
+    status 130. Every line, and every warning, is made safe for the terminal
+    (`console.terminal_safe`): the messages quote file names, model metadata and rollout text."""
+    from .records.settings_record import RecordMismatchError
+
+    quiet_library_deprecations()
+    safe_warnings()
+    try:
+        return args.func(args)
+    except MissingExtraError as err:
+        say(str(err))
+        return 2
+    except RecordMismatchError as err:
+        sub = command_parser(parser, args) if parser is not None else None
+        line = err.line(None if sub is None else lambda field: record_flag(sub, field))
+        say(f"oar {name}: error: {line}")
+        return 2
+    except OARError as err:
+        say(f"oar {name}: error: {err}")
+        return 2
+    except KeyboardInterrupt as err:
+        # A bare Ctrl-C carries no message; a command that keeps work raises one that says so.
+        say(f"oar {name}: {str(err) or 'interrupted'}")
+        return INTERRUPTED
+
+
+def command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub)parser that parsed `args`: down the subcommands `args` names."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(args, action.dest, None) or "")
+            if chosen is not None:
+                return command_parser(chosen, args)
+    return parser
+
+
+def record_flag(parser: argparse.ArgumentParser, field: str) -> str:
+    """How the command line of `parser` spells a dotted settings-record field
+    (`records.settings_record`): the option string of the action whose dest the field names
+    (`settings.tau` -> --tau, `methods.oar_g.n_noise` -> --oar-g-n-noise, `methods` ->
+    --methods or --method, `model.weights_sha256` -> --model), else the `key=` of a settings
+    override as `oar train` and `oar experiment run` take them (`oar_tau`, `learning_rate`).
+    A field inside a larger settings dict (an experiment cell's `trainer.oar_tau`) is spelled
+    by its last part."""
+    from .weights.settings import ReshapeSettings, config_name
+
+    parts = field.split(".")
+    if "record" in parts:  # a record inside a cell's settings: spelled as the record's own field
+        parts = parts[parts.index("record") + 1:]
+    dests = [f"knob__{parts[1]}__{parts[2]}"] if parts[0] == "methods" and len(parts) == 3 else []
+    dests += [parts[-1]] if parts[0] == "settings" else [parts[0], parts[0].rstrip("s")]
+    options = {a.dest: a.option_strings[0] for a in parser._actions if a.option_strings}
+    found = next((options[d] for d in dests if d in options), None)
+    if found is not None:
+        return found
+    if parts[0] == "settings" and parts[-1] in ReshapeSettings.__dataclass_fields__:
+        return config_name(parts[-1])
+    return parts[-1] if parts[0] != "methods" else field
+
+
+def quiet_library_deprecations() -> None:
+    """Hide the libraries' FutureWarning and DeprecationWarning about how this project calls
+    them (a user of the command cannot act on them; the tests show them to us), unless the
+    user asked for warnings with -W or PYTHONWARNINGS. The project's own warnings still show."""
+    if sys.warnoptions:
+        return
+    for category in (FutureWarning, DeprecationWarning):
+        warnings.filterwarnings("ignore", category=category)
+        warnings.filterwarnings("default", category=category, module="oar_attrib")

@@ -1,0 +1,123 @@
+"""The converted models in the cache, checked before they are used.
+
+A conversion (catalogue.convert_gguf) records in `oar_source.json` where it came from and,
+for each file it wrote, its sha256, size and modification time (`record_files`). Each load
+checks the folder against that record (`verify`): a file missing, of another size, or
+changed since (its time differs and so does its hash) is refused in one line that names the
+file and the command that rebuilds the folder (`oar models --rebuild NAME`); a load never
+rehashes a file whose size and time are as recorded. `oar models --verify` rehashes every
+file. Folders converted before files were recorded are used as they are (`--verify` says
+so). `file_hashes` is the one place a folder's files are hashed: other code that needs a
+model's identity (the settings record of a result) calls it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from .errors import ModelLoadError
+from .files import open_regular
+
+SOURCE_FILE = "oar_source.json"
+WEIGHTS = "*.safetensors"
+
+
+def sha256_of(path: Path) -> str:
+    """The sha256 of a regular file's bytes, read in 1 MB blocks."""
+    digest = hashlib.sha256()
+    with open_regular(path) as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _stat(path: Path) -> dict:
+    info = path.stat()
+    return {"size": info.st_size, "mtime_ns": info.st_mtime_ns}
+
+
+def record_files(folder: Path) -> dict:
+    """{file name: {sha256, size, mtime_ns}} of every file in `folder` but the record."""
+    return {p.name: {"sha256": sha256_of(p), **_stat(p)} for p in sorted(folder.iterdir())
+            if p.is_file() and p.name != SOURCE_FILE}
+
+
+def read_record(folder: Path) -> dict | None:
+    """The folder's oar_source.json as a dict, or None when it is missing or unreadable."""
+    try:
+        record = json.loads((folder / SOURCE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def file_hashes(folder: str | Path, pattern: str = WEIGHTS) -> dict[str, str]:
+    """{file name: sha256} of the files of `folder` matching `pattern` (default: the
+    safetensors weights), sorted by name. A converted folder's recorded hash is used for a
+    file whose size and time are as recorded; every other file is hashed."""
+    folder = Path(folder)
+    recorded = ((read_record(folder) or {}).get("files") or {})
+    out = {}
+    for path in sorted(folder.glob(pattern)):
+        known = recorded.get(path.name)
+        same = isinstance(known, dict) and {k: known.get(k) for k in ("size", "mtime_ns")} == _stat(path)
+        out[path.name] = known["sha256"] if same else sha256_of(path)
+    return out
+
+
+def damage(folder: Path, sha256: str, full: bool = False) -> str | None:
+    """What is wrong with the converted `folder` of the source whose hash is `sha256`, or
+    None when it is as converted. full: rehash every file (else only the changed ones)."""
+    record = read_record(folder)
+    if record is None:
+        return f"{SOURCE_FILE} is missing or unreadable"
+    if record.get("sha256") != sha256:
+        return f"it holds another conversion (source sha256 {record.get('sha256')}, expected {sha256})"
+    files = record.get("files")
+    if files is None:  # converted before files were recorded
+        return None if (folder / "config.json").is_file() else "config.json is missing"
+    for name, known in sorted(files.items()):
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        now = _stat(path)
+        if now["size"] != known.get("size"):
+            return f"{name} has {now['size']} bytes, {known.get('size')} when converted"
+        if (full or now["mtime_ns"] != known.get("mtime_ns")) and sha256_of(path) != known.get("sha256"):
+            return f"{name} is not the file converted (its sha256 differs from the one recorded)"
+    return None
+
+
+def verify(folder: Path, sha256: str, rebuild: str, full: bool = False) -> Path:
+    """`folder` when it is as converted (`damage`), else one ModelLoadError naming what is
+    wrong and the command `rebuild` that rebuilds it."""
+    why = damage(folder, sha256, full)
+    if why is not None:
+        raise ModelLoadError(f"the converted model {folder} is damaged: {why}; rebuild it with "
+                             f"`{rebuild}` (or delete that folder)")
+    return folder
+
+
+def cache_error(err: OSError, folder: Path) -> ModelLoadError:
+    """One line for a cache that cannot be written: read-only, full, or not a folder."""
+    why = {28: "the disk is full", 30: "it is on a read-only file system", 13: "no permission",
+           20: "a part of its path is a file, not a folder", 17: "a file is in the way"}.get(
+        err.errno, err.strerror or str(err))
+    return ModelLoadError(f"the model cache {folder} cannot be written ({why}); set OAR_CACHE_DIR "
+                          "to a writable folder with space, or free some, and load the model again")
+
+
+def replace_folder(new: Path, out: Path) -> None:
+    """Move the complete folder `new` to `out`, replacing a damaged `out` (moved aside first,
+    then deleted), so that `out` is never half written."""
+    if not out.exists():
+        os.rename(new, out)
+        return
+    aside = Path(tempfile.mkdtemp(prefix=f".{out.name}-old-", dir=out.parent))
+    os.rename(out, aside / out.name)
+    os.rename(new, out)
+    shutil.rmtree(aside, ignore_errors=True)

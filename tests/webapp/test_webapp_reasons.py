@@ -1,0 +1,112 @@
+"""Pages that say why: a trace's reward reason beside its reward, the report's note on step
+methods, and the legend that follows the colour mode (its script is run in a browser by
+test_webapp_e2e.py)."""
+import re
+
+import pytest
+from fastapi.testclient import TestClient
+
+from oar_attrib.attribution import attribute
+from oar_attrib.inputs.grading import WHYS, grade
+from oar_attrib.methods import available_methods
+from oar_attrib.store import Store
+from oar_attrib.webapp import create_app
+from oar_attrib.webapp.demo import graded
+from oar_attrib.webapp.views import REASONS, STEP_LEVEL_METHODS, report_view, reward_reason
+from models import wrong_solution
+# The store the TestClient tests use (built by the demo's writer from a tiny in-code model).
+from test_webapp import BASE, client, ids, store_path, world  # noqa: F401 - pytest fixtures
+
+
+def _reason(html: str) -> str | None:
+    found = re.search(r'<span class="reason" id="reward-reason">\((.*?)\)</span>', html)
+    return None if found is None else found.group(1)
+
+
+def test_every_grader_reason_has_words():
+    assert set(WHYS) <= set(REASONS)
+
+
+def test_a_world_trace_is_graded_with_its_reason(world):
+    problem = world[0][0]
+    boxed = problem.solution.replace(f"#### {problem.answer}", f"\\boxed{{{problem.answer}}}")
+    assert graded(problem, problem.solution) == {"graded": "correct", "answer_format": "gsm8k"}
+    assert graded(problem, wrong_solution(problem))["graded"] == "wrong"
+    assert problem.reward(boxed) == 0.0 and graded(problem, boxed)["graded"] == "format"
+    assert graded(problem, problem.solution.split("####")[0])["graded"] == "no_answer"
+
+
+def test_the_trace_page_gives_the_reward_reason(client, ids):
+    right, wrong = ids["demo_traces"][:2]  # the reference solution, then a wrong final value
+    assert _reason(client.get(f"/traces/{right}").text) == "right answer"
+    assert _reason(client.get(f"/traces/{wrong}").text) == "wrong value"
+    assert _reason(client.get(f"/traces/{ids['no_span']}").text) is None  # no reward stored
+
+
+def test_reasons_from_the_grader_and_from_the_row(tmp_path, world):
+    """A stored grader's reason wins (a format names the format); without one the row says."""
+    problems, tokenizer, model = world
+    p = problems[0]
+    texts = [p.solution, p.solution.split("####")[0], wrong_solution(p)]
+    traces = attribute(model, tokenizer, [p.prompt] * 3, texts, ["entropy"])
+    path = tmp_path / "r.db"
+    with Store(path) as store:
+        run = store.add_run("reasons", model="tiny")
+        store.add_traces(run, traces, rewards=[0.0, 0.0, 0.0], correct=[False, False, False],
+                         extras=[{"graded": "format", "answer_format": "gsm8k"},
+                                 {"graded": grade(texts[1], p.answer, "gsm8k").why}, {}])
+        records = [store.trace(i) for i in store.trace_ids(run)]
+    assert [reward_reason(r) for r in records] == [
+        "answer not in the format graded (gsm8k)", "no answer statement", "wrong value"]
+    with TestClient(create_app(path), base_url=BASE) as c:
+        assert _reason(c.get(f"/traces/{records[0].id}").text) == "answer not in the format graded (gsm8k)"
+
+
+def test_the_legend_starts_as_importance_and_has_a_place_for_the_script(client, ids):
+    page = client.get(f"/traces/{ids['demo_traces'][0]}").text
+    legend = re.search(r'<span id="colour-legend">(.*?)</span> ·', page, re.S).group(1)
+    assert "low importance" in legend and "high" in legend
+    assert '<option value="advantage">reshaped advantage' in page
+
+
+def test_the_report_notes_that_a_step_methods_recall_is_constant_within_a_step():
+    report = {"recall": [{"subset": "all", "oracle": "direct", "method": m, "recall": 0.5, "ci95": [0, 1],
+                          "ap": 0.5, "n": 3} for m in ("oar_p", "oar_p_step")],
+              "agreement": {}, "credit": []}
+    assert report_view(report, "all")["step_methods"] == ["oar_p_step"]
+    report["recall"] = report["recall"][:1]
+    assert report_view(report, "all")["step_methods"] == []
+
+
+def test_the_report_page_shows_the_note_only_with_a_step_method(client, ids, tmp_path, world):
+    assert 'id="step-method-note"' not in client.get(f"/runs/{ids['demo']}/report").text
+    from oar_attrib.analysis.run_summary import summarise
+
+    problems, tokenizer, model = world
+    path = tmp_path / "steps.db"
+    with Store(path) as store:
+        run = store.add_run("steps", model="tiny")
+        p = problems[1]
+        traces = attribute(model, tokenizer, [p.prompt] * 2, [p.solution, wrong_solution(p)],
+                           ["oar_p", "oar_p_step"])
+        store.add_traces(run, traces, rewards=[1.0, 0.0], oracles=[p.oracle(p.solution), p.oracle(wrong_solution(p))])
+        summarise(store, run)
+    with TestClient(create_app(path), base_url=BASE) as c:
+        page = c.get(f"/runs/{run}/report").text
+    assert 'id="step-method-note"' in page and "constant within a step" in page
+
+
+@pytest.mark.slow
+def test_step_level_methods_are_exactly_those_constant_within_each_step(world):
+    """STEP_LEVEL_METHODS (the report's note) against every registered method's scores: a
+    method is listed iff its scores are equal on every step's scored tokens."""
+    problems, tokenizer, model = world
+    p = problems[2]
+    methods = available_methods()
+    (trace,) = attribute(model, tokenizer, p.prompt, p.solution, methods,
+                         method_params={"resample": {"n_samples": 2}})
+    assert len(trace.steps) >= 2
+    for method in methods:
+        scores = trace.scores[method]
+        constant = all(len({scores[i] for i in range(a, b) if trace.scored[i]}) <= 1 for a, b in trace.steps)
+        assert constant == (method in STEP_LEVEL_METHODS), method
