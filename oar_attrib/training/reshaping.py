@@ -25,9 +25,11 @@ from oar_attrib.inputs.batch import GroupOutcomes
 from oar_attrib.inputs.encoding import EncodedPair, pair_from_offsets, pairs_to_batch
 from oar_attrib.inputs.spans import offsets_from_ids_batch
 from oar_attrib.weights import pipeline
+from oar_attrib.weights.gating import reshape_advantages
 from oar_attrib.weights.settings import ReshapeSettings
 
-__all__ = ["ReshapeSettings", "TokenWeights", "encode_row", "encode_rows", "token_weights", "unpad_rows"]
+__all__ = ["ReshapeSettings", "TokenWeights", "encode_row", "encode_rows", "token_advantages", "token_weights",
+           "unpad_rows"]
 
 
 @dataclass
@@ -109,20 +111,21 @@ def _to_completion(values: torch.Tensor, pairs: list[EncodedPair], width: int, f
 
 def token_weights(model, tokenizer, prompt_rows: list[list[int]], completion_rows: list[list[int]],
                   width: int, settings: ReshapeSettings, select: Sequence[bool] | None = None,
-                  outcomes: GroupOutcomes | None = None) -> TokenWeights:
+                  outcomes: GroupOutcomes | None = None, params: dict | None = None) -> TokenWeights:
     """Weights (B, width) of B completions for the current policy `model` (no parameter grads).
 
     prompt_rows, completion_rows: B unpadded token id lists. width: C, the completion width.
     select: (B,) which rows to attribute (default all); the others keep weight 1.
     outcomes: each row's group, correctness and advantage (what KTAE and GRAIL's rollout filter
     read).
+    params: extra keyword arguments of the method (e.g. {"n_noise": 8}).
     With a uniform method ('none') the spans are still found (for metrics and the run store),
     weights are 1 and `model` may be None.
     """
     pairs = encode_rows(tokenizer, prompt_rows, completion_rows, settings.answer_format, settings.answer_pattern)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     batch = dataclasses.replace(pairs_to_batch(pairs, int(pad)), outcomes=outcomes)
-    weighed = pipeline.score_and_weight(model, batch, settings, rows=select)
+    weighed = pipeline.score_and_weight(model, batch, settings, rows=select, params=params)
     return TokenWeights(
         weights=_to_completion(weighed.weights, pairs, width, 1.0),
         importances=_to_completion(weighed.importances, pairs, width, 0.0),
@@ -134,3 +137,13 @@ def token_weights(model, tokenizer, prompt_rows: list[list[int]], completion_row
         seconds=weighed.seconds,
         bonus=_to_completion(weighed.bonus, pairs, width, 0.0),
     )
+
+
+def token_advantages(advantages: torch.Tensor, weights: TokenWeights, uniform: bool) -> torch.Tensor:
+    """The advantages TRL's loss takes: the (B,) sequence advantages as they are under a uniform
+    method (plain GRPO), else the (B, C) token advantages A_i * w_t (+ an additive weighting's
+    bonus, KTAE's; on the advantages' device)."""
+    if uniform:
+        return advantages
+    return reshape_advantages(advantages, weights.weights.to(advantages.device),
+                              weights.bonus.to(advantages.device))

@@ -29,7 +29,7 @@ from .config import OARConfig, check_trl_version
 from .errors import LowSpanRateWarning, TrainingConfigError
 from .model_card import base_model_name, oar_model_card
 from .rewards import correctness
-from .reshaping import ReshapeSettings, TokenWeights, token_weights, unpad_rows
+from .reshaping import ReshapeSettings, TokenWeights, token_advantages, token_weights, unpad_rows
 from .run_store_hook import RunStoreHook
 
 
@@ -146,9 +146,7 @@ class OARGRPOTrainer(GRPOTrainer):
             return output
         weights = self._attribute(output)
         advantages = output["advantages"]  # (B,)
-        if not self._oar_uniform:
-            output["advantages"] = reshape_advantages(advantages, weights.weights.to(advantages.device),
-                                                      weights.bonus.to(advantages.device))
+        output["advantages"] = token_advantages(advantages, weights, self._oar_uniform)
         self._log_oar(weights, advantages)
         self._store(weights, inputs, advantages)
         return output
@@ -193,19 +191,8 @@ class OARGRPOTrainer(GRPOTrainer):
 
     def _attribute(self, output: dict) -> TokenWeights:
         """Weights of the local generation batch, computed once, without parameter gradients."""
-        prompts, completions = unpad_rows(output["prompt_ids"], output["prompt_mask"],
-                                          output["completion_ids"], output["completion_mask"])
         settings = ReshapeSettings.from_config(self.args, self.args.probe_at(self.state.global_step))
-        width = output["completion_ids"].shape[1]
-        select = self._rows_to_attribute(output["advantages"], settings)
-        if self._oar_uniform:  # spans only: no forward, so no ZeRO-3 gather either
-            weights = token_weights(None, self.processing_class, prompts, completions, width, settings)
-        else:
-            outcomes = self._outcomes(output["advantages"])
-            unwrap, full = self._attribution_model()
-            with unwrap as model, full:
-                weights = token_weights(model, self.processing_class, prompts, completions, width,
-                                        settings, select, outcomes)
+        weights = self.batch_token_weights(output, settings, self._rows_to_attribute(output["advantages"]))
         self.oar_batches += 1
         self.last_token_weights = weights
         self._oar_step_attr += weights.seconds
@@ -225,6 +212,25 @@ class OARGRPOTrainer(GRPOTrainer):
             total = (rewards * self.reward_weights.to(rewards.device)[None]).nansum(dim=1).cpu()
             correct = total > 0
         return GroupOutcomes(group=group, correct=correct, advantage=advantages.detach().float().cpu())
+
+    def batch_token_weights(self, output: dict, settings: ReshapeSettings, select: list[bool] | None = None,
+                            params: dict | None = None) -> TokenWeights:
+        """Weights (B, C) of a generation batch `output` (TRL's dict: prompt_ids, prompt_mask,
+        completion_ids, completion_mask) under `settings`, with the policy as it is now.
+
+        select: (B,) rows to attribute (None: all); params: extra keyword arguments of the
+        method (e.g. {"n_noise": 8}). The training hook calls it with the trainer's settings;
+        `oar align` with each method's, on the same batch."""
+        prompts, completions = unpad_rows(output["prompt_ids"], output["prompt_mask"],
+                                          output["completion_ids"], output["completion_mask"])
+        width = output["completion_ids"].shape[1]
+        if method_spec(settings.method).uniform:  # spans only: no forward, so no ZeRO-3 gather either
+            return token_weights(None, self.processing_class, prompts, completions, width, settings)
+        outcomes = self._outcomes(output["advantages"])
+        unwrap, full = self._attribution_model()
+        with unwrap as model, full:
+            return token_weights(model, self.processing_class, prompts, completions, width, settings,
+                                 select, outcomes, params)
 
     def _log_oar(self, tw: TokenWeights, advantages: torch.Tensor) -> None:
         """Per-generation-batch metrics, pooled over ranks, beside TRL's own."""

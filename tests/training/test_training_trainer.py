@@ -22,20 +22,10 @@ from oar_attrib.training.config import OARConfig, oar_method_choices
 from oar_attrib.training.errors import TrainingConfigError
 from oar_attrib.training.rewards import world_reward
 from oar_attrib.training.run_store_hook import RunStoreHook
-from oar_attrib.training.toy import ScriptedRollout, tiny_policy, world_tokenizer
+from oar_attrib.training.toy import ScriptedRollout, tiny_policy
 from oar_attrib.training.trainer import OARGRPOTrainer
 from shared_data import qwen_dir
-from models import GROUP, TRAIN_ARGS, record_loss_inputs, tiny_trainer, train_world
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return world_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def world():
-    return train_world()
+from models import GROUP, TRAIN_ARGS, record_loss_inputs, tiny_trainer
 
 
 def logged(trainer) -> dict:
