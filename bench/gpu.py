@@ -9,10 +9,10 @@ Run through `bench/gpu.sh` (docs/benchmarks.md, "One prepared GPU run"):
     bash bench/gpu.sh [--out PATH]     # there, call 2: the stages; the JSON to $OUT/gpu.json or PATH
 
 The GPU machine has no network and takes at most 64 MiB of files per call, the working tree
-included. What it lacks is carried: the wheels of the packages its image does not hold (`WHEELS`)
-and SmolLM2-135M-Instruct's GGUF file (93 MB), split in two parts, one per call, joined there and
-checked by its sha256 before it is converted (`catalogue.convert_entry`). This file imports only
-the standard library: the stages run as subprocesses, each killed at its limit.
+included. What it lacks is carried: the wheels of the packages its image does not hold
+(`WHEELS`) and SmolLM2-135M-Instruct's GGUF file (93.8 MiB), split in two parts, one per call,
+joined there and checked by its sha256 before it is converted (`catalogue.convert_entry`). This
+file imports only the standard library: the stages run as subprocesses, each killed at its limit.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ WHEEL_DIR = CALLS[1] / "wheels"
 LIMIT = 64 * 2**20  # bytes one call may carry, the working tree included
 MARGIN = 2**20  # left free per call: the tree may grow a little between --prepare and the calls
 MODEL = "smollm2-135m"
-GGUF_BYTES = 93_000_000  # about: the plan's estimate before --prepare measured the file
+GGUF_BYTES = 98_362_432  # the plan's estimate before --prepare measured the file (93.8 MiB)
 WHEELS_ESTIMATE = 3 * 2**20  # about: the plan's estimate before --prepare fetched the wheels
 # Packages the GPU image lacks (the project's needs that a plain CUDA image with torch,
 # transformers, accelerate, tokenizers, safetensors, pandas and pyarrow does not hold), at the
@@ -225,9 +225,15 @@ def prepare() -> int:
 
 # ---- --dry-run (here, seconds) ---------------------------------------------------------------
 
+def stage_env(**extra: str) -> dict:
+    """This process's environment with the tree first on PYTHONPATH (`python -m oar_attrib...`)."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return dict(os.environ, PYTHONPATH=path, **extra)
+
+
 def check_stages(plan_stages: list[Stage]) -> list[str]:
     """Problems with the scripts and flags the stages call (their --help run side by side)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = stage_env()
     program = {s.name: s.argv[:3 if s.argv[1] == "-m" else 2] for s in plan_stages if s.flags}
     helps = {name: subprocess.Popen([*argv, "--help"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True) for name, argv in program.items()}
@@ -343,12 +349,23 @@ def run_stage(stage: Stage, env: dict, limit: float, log: Path) -> dict:
 
 
 def device_info(env: dict) -> dict:
-    probe = ("import json, platform, torch; from importlib.metadata import version as v\n"
-             "c = torch.cuda.is_available(); p = torch.cuda.get_device_properties(0) if c else None\n"
-             "names = ['transformers', 'trl', 'accelerate', 'datasets', 'captum', 'gguf', 'tokenizers']\n"
-             "print(json.dumps({'cuda': c, 'gpu': p and p.name, 'gpu_memory_gib': p and p.total_memory / 2**30,"
-             " 'torch': torch.__version__, 'torch_cuda': torch.version.cuda, 'python': platform.python_version(),"
-             " 'packages': {n: v(n) for n in names}}))")
+    probe = """
+import json, platform, torch
+from importlib.metadata import PackageNotFoundError, version
+
+def installed(name):
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+cuda = torch.cuda.is_available()
+gpu = torch.cuda.get_device_properties(0) if cuda else None
+names = ["transformers", "trl", "accelerate", "datasets", "captum", "gguf", "tokenizers", "math-verify"]
+print(json.dumps({"cuda": cuda, "gpu": gpu and gpu.name, "gpu_memory_gib": gpu and gpu.total_memory / 2**30,
+                  "torch": torch.__version__, "torch_cuda": torch.version.cuda,
+                  "python": platform.python_version(), "packages": {n: installed(n) for n in names}}))
+"""
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
     info = json.loads(done.stdout) if done.returncode == 0 else {"error": done.stderr.strip()[-500:]}
     smi = shutil.which("nvidia-smi") and subprocess.run(
@@ -376,8 +393,9 @@ def install_wheels(env: dict) -> dict:
 def run(args) -> int:
     out = Path(args.out) if args.out else Path(os.environ["OUT"]) / "gpu.json"
     WORK.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(
-        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    # No network there: the libraries are told so rather than left to time out.
+    env = stage_env(PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                    OAR_CACHE_DIR=str(WORK / "cache"))
     deadline = time.perf_counter() + TOTAL_S
     report = {"bench": "gpu", "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "machine": platform.machine(), "prepared": read_manifest(CALLS[1]),
@@ -424,7 +442,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.align_batches < 1 or args.align_pool < 2:
         parser.error("--align-batches must be >= 1 and --align-pool >= 2")
-    if not (args.out or os.environ.get("OUT")) and not (args.prepare or args.dry_run or args.stash or args.join):
+    there = not (args.prepare or args.dry_run or args.stash or args.join)  # the run itself
+    if there and not (args.out or os.environ.get("OUT")):
         parser.error("no place for the JSON: set OUT or give --out PATH")
     try:
         if args.prepare:
