@@ -77,15 +77,17 @@ def stages(args) -> list[Stage]:
     """The stages of a run, in order (the model stage only when align runs)."""
     py = sys.executable
     steps = ["--models", "qwen2-0.5b", "--lengths", "2048", "--steps", "20", "--top-steps", "3"]
-    train = ["--no-cpu", "--rounds", "1", "--steps", "2", "--gpu-tokens", "512", "--gpu-batch", "16",
+    train = ["--no-cpu", "--rounds", "1", "--steps", str(args.train_steps), "--gpu-tokens",
+             str(args.train_tokens), "--gpu-batch", "16",
              "--out", str(WORK / "train-step"), "--json", str(WORK / "train_step.json")]
-    out = [Stage("oar_p_steps", 100, [py, "bench/bench_steps.py", *steps],
+    out = [Stage("oar_p_steps", 70, [py, "bench/bench_steps.py", *steps],
                  "oar_p, oar_p_step, oar_p_hier at 2048 tokens, Qwen2-0.5B shape with RANDOM "
                  "weights, bf16, against the FLOP limit",
                  flags=[f for f in steps if f.startswith("--")]),
-           Stage("train_step", 170, [py, "bench/bench_train_step.py", *train],
+           Stage("train_step", 200, [py, "bench/bench_train_step.py", *train],
                  "one GRPO step of TRL against OAR none, OAR-G and OAR-P (Qwen2-0.5B shape, RANDOM "
-                 "weights, bf16, 16 completions of 512 tokens)",
+                 f"weights, bf16, 16 completions of {args.train_tokens} tokens, {args.train_steps} "
+                 "timed steps per method after a warm-up)",
                  flags=[f for f in train if f.startswith("--")], result_file=WORK / "train_step.json")]
     if align_present():
         align = ["--preset", "smollm2-words", "--model", MODEL, "--store", str(WORK / "align"),
@@ -94,9 +96,9 @@ def stages(args) -> list[Stage]:
                  "--n-boot", "2000", "--no-progress", "--summary", str(WORK / "align.json"),
                  "use_cpu=false", "num_generations=8", "max_completion_length=256",
                  "temperature=0.5"]
-        out += [Stage("model", 60, [py, "bench/gpu.py", "--join"],
+        out += [Stage("model", 50, [py, "bench/gpu.py", "--join"],
                       f"join the two GGUF parts, check the sha256, convert {MODEL} to float32"),
-                Stage("align", 170, [py, "-m", "oar_attrib.training.align.cli", *align],
+                Stage("align", 180, [py, "-m", "oar_attrib.training.align.cli", *align],
                       f"oar align on the real {MODEL}, the word-problem world, 2 prompts x 8 "
                       "completions of <= 256 tokens per batch",
                       flags=[f for f in align if f.startswith("--")], result_file=WORK / "align.json")]
@@ -437,11 +439,13 @@ def main(argv=None) -> int:
     mode.add_argument("--stash", action="store_true", help="call 1 there: keep part 1 of the model")
     mode.add_argument("--join", action="store_true", help=argparse.SUPPRESS)  # the model stage
     parser.add_argument("--out", help="the JSON's path (default: $OUT/gpu.json)")
+    parser.add_argument("--train-steps", type=int, default=2, help="timed train steps per method")
+    parser.add_argument("--train-tokens", type=int, default=512, help="completion tokens of a train step")
     parser.add_argument("--align-batches", type=int, default=6, help="oar align's training batches")
     parser.add_argument("--align-pool", type=int, default=4, help="oar align's pool batches (>= 2)")
     args = parser.parse_args(argv)
-    if args.align_batches < 1 or args.align_pool < 2:
-        parser.error("--align-batches must be >= 1 and --align-pool >= 2")
+    if min(args.train_steps, args.train_tokens, args.align_batches) < 1 or args.align_pool < 2:
+        parser.error("--train-steps, --train-tokens and --align-batches must be >= 1, --align-pool >= 2")
     there = not (args.prepare or args.dry_run or args.stash or args.join)  # the run itself
     if there and not (args.out or os.environ.get("OUT")):
         parser.error("no place for the JSON: set OUT or give --out PATH")
