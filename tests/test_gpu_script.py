@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ def gpu_module():
 
 
 def gpu_sh(*args, env=None):
+    env = {**(env or os.environ), "PYTHON": sys.executable}  # the interpreter of this test run
     return subprocess.run(["bash", "bench/gpu.sh", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, env=env)
 
@@ -116,3 +118,29 @@ def test_a_run_without_cuda_writes_the_json_with_its_error(tmp_path):
     assert report["stages"] == ({} if gpu_module().align_present() else skipped)
     assert report["device"]["cuda"] is False and report["device"]["torch"] == torch.__version__
     assert report["setup"]["status"] in ("ok", "error")
+
+
+def test_a_stage_is_killed_at_its_limit_and_the_next_one_reads(tmp_path):
+    """run_stage: the figures of a stage that ends (its last stdout line, or its result file),
+    the error of one that fails, and a stage past its limit killed with its children."""
+    gpu = gpu_module()
+    py = sys.executable
+    ok = gpu.Stage("a", 5, [py, "-c", "print('warming up'); print('{\"x\": 1.5}')"], "prints figures")
+    row = gpu.run_stage(ok, dict(os.environ), 20, tmp_path / "a.log")
+    assert row["status"] == "ok" and row["result"] == {"x": 1.5}
+    result = tmp_path / "r.json"
+    into_file = gpu.Stage("b", 5, [py, "-c", f"open({str(result)!r}, 'w').write('[2]')"], "writes a file",
+                          result_file=result)
+    assert gpu.run_stage(into_file, dict(os.environ), 20, tmp_path / "b.log")["result"] == [2]
+    failing = gpu.Stage("c", 5, [py, "-c", "raise SystemExit('no figures: the model is missing')"], "fails")
+    row = gpu.run_stage(failing, dict(os.environ), 20, tmp_path / "c.log")
+    assert row["status"] == "error" and row["log_tail"] == ["no figures: the model is missing"]
+    marker = tmp_path / "late"
+    child = f"import time; time.sleep(3); open({str(marker)!r}, 'w')"
+    slow = gpu.Stage("d", 1, [py, "-c", f"import subprocess, sys, time; subprocess.Popen([sys.executable, "
+                                        f"'-c', {child!r}]); time.sleep(30)"], "outlives its limit")
+    start = time.perf_counter()
+    row = gpu.run_stage(slow, dict(os.environ), 1, tmp_path / "d.log")
+    assert row["status"] == "timeout" and time.perf_counter() - start < 10
+    time.sleep(4)
+    assert not marker.exists()  # its child was killed with it
