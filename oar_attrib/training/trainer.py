@@ -192,7 +192,7 @@ class OARGRPOTrainer(GRPOTrainer):
     def _attribute(self, output: dict) -> TokenWeights:
         """Weights of the local generation batch, computed once, without parameter gradients."""
         settings = ReshapeSettings.from_config(self.args, self.args.probe_at(self.state.global_step))
-        weights = self.batch_token_weights(output, settings, self._rows_to_attribute(output["advantages"]))
+        weights = self.batch_token_weights(output, settings, self._rows_to_attribute(output["advantages"], settings))
         self.oar_batches += 1
         self.last_token_weights = weights
         self._oar_step_attr += weights.seconds
