@@ -18,6 +18,7 @@ processes on the machine spreads over all of them; the first step of each run is
     python bench/bench_train_step.py                 # CPU (and GPU if present)
     python bench/bench_train_step.py --steps 2 --rounds 1 --no-gpu   # smoke run
     python bench/bench_train_step.py --attribute-all   # also attribute zero-advantage completions
+    python bench/bench_train_step.py --no-cpu --rounds 1 --steps 2 --json gpu.json   # GPU only
 Targets: OAR-G <= 1.15x and OAR-P <= 2.5x the step of TRL's GRPOTrainer. By default the
 trainer skips the completions whose advantage is 0 (A_i * w_t = 0 whatever w_t), as in
 training; the share it attributes is printed, since the ratios depend on it.
@@ -224,6 +225,8 @@ def main() -> None:
     parser.add_argument("--gpu-tokens", type=int, default=512, help="completion length on the GPU")
     parser.add_argument("--gpu-batch", type=int, default=16, help="completions per GPU step")
     parser.add_argument("--no-gpu", action="store_true", help="skip the GPU part")
+    parser.add_argument("--no-cpu", action="store_true",
+                        help="skip the CPU part (a GPU run under a time limit: bench/gpu.sh)")
     parser.add_argument("--attribute-all", action="store_true",
                         help="attribute every completion, also those with advantage 0 (analysis mode)")
     parser.add_argument("--out", default="runs/bench-train-step", help="scratch output folder")
@@ -246,8 +249,8 @@ def main() -> None:
               f"({'cpu' if len(kinds) == 1 else 'cpu and gpu'})")
         return
     print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, {args.threads} threads")
-    results = [bench("cpu", cpu_setup(args.model), args.rounds, args.steps, True, 64, 96, out,
-                     args.attribute_all)]
+    results = [] if args.no_cpu else [bench("cpu", cpu_setup(args.model), args.rounds, args.steps,
+                                            True, 64, 96, out, args.attribute_all)]
     if torch.cuda.is_available() and not args.no_gpu:
         results.append(bench("gpu", gpu_setup(args.gpu_tokens), args.rounds, args.steps, False,
                              args.gpu_batch, args.gpu_tokens + 16, out, args.attribute_all))

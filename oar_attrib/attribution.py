@@ -15,6 +15,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .errors import InputError
+from .inputs.batch import GroupOutcomes
 from .inputs.encoding import EncodedPair, encode_pairs
 from .methods import method_spec
 from .methods.masks import resolve_mask_names
@@ -73,20 +74,53 @@ def _trace(pair: EncodedPair, prompt, weighed: dict[str, Weighed], row: int, pro
     s, e = pair.response_start, pair.length
     scores = {m: w.importances[row, s:e] for m, w in weighed.items()}
     weights = {m: w.weights[row, s:e] for m, w in weighed.items()}
+    bonus = {m: w.bonus[row, s:e] for m, w in weighed.items()}
     seconds = {m: w.seconds / n_rows for m, w in weighed.items()}
     draws = {m: w.draws[:, row, s:e] for m, w in weighed.items() if w.draws is not None}
     return build_trace(pair, prompt, probe=probe, scores=scores, weights=weights,
-                       advantage=advantage, params=record, timings=seconds,
+                       advantage=advantage, params=record, timings=seconds, bonus=bonus,
                        draws=draws)
 
 
+def _chunks(n: int, batch_size: int, groups: Sequence | None) -> list[range]:
+    """Consecutive row ranges of about `batch_size` rows; with `groups`, never one group's
+    rows apart (a group's rows must be contiguous)."""
+    if groups is None:
+        return [range(a, min(a + batch_size, n)) for a in range(0, n, batch_size)]
+    seen, out, start = set(), [], 0
+    for row in range(n):
+        if row and groups[row] != groups[row - 1]:
+            if groups[row] in seen:
+                raise InputError(f"group {groups[row]!r} is not contiguous (row {row}); put each "
+                                 "group's rows next to each other")
+            if row - start >= batch_size:
+                out.append(range(start, row))
+                start = row
+        seen.add(groups[row])
+    return out + ([range(start, n)] if n > start else [])
+
+
+def _parts(n: int, batch_size: int, groups, correct, advantages) -> list[tuple[slice, GroupOutcomes | None]]:
+    """The sub-batches of `n` rows (`_chunks`), each with its rows' `GroupOutcomes` (None
+    without groups)."""
+    ids = {g: i for i, g in enumerate(dict.fromkeys(groups or ()))}
+    return [(slice(rows.start, rows.stop), None if groups is None else GroupOutcomes(
+                group=torch.tensor([ids[groups[r]] for r in rows]),
+                correct=torch.tensor([bool(correct[r]) for r in rows]),
+                advantage=None if advantages is None else torch.tensor([float(advantages[r]) for r in rows])))
+            for rows in _chunks(n, batch_size, groups)]
+
+
 def _attribute_batch(model, tokenizer, prompts, responses, settings: ReshapeSettings, params: dict,
-                     advantages, record: dict, chat, step_unit, encoded=None) -> list[TraceAttribution]:
+                     advantages, record: dict, chat, step_unit, encoded=None,
+                     outcomes: GroupOutcomes | None = None) -> list[TraceAttribution]:
     """The traces of one batch: encoded once (or `encoded` already), scored and weighed by every
-    method of `params` (method -> keyword arguments) under `settings`, each trace carrying `record`."""
+    method of `params` (method -> keyword arguments) under `settings`, each trace carrying `record`;
+    `outcomes`: the rows' groups and correctness, for the methods that compare a group's rollouts."""
     batch, pairs = encode_pairs(tokenizer, prompts, responses, answer_format=settings.answer_format,
                                 answer_pattern=settings.answer_pattern, chat=chat, step_unit=step_unit,
                                 encoded=encoded)
+    batch = dataclasses.replace(batch, outcomes=outcomes)
     weighed = {m: pipeline.score_and_weight(model, batch, for_method(settings, m), params=p, tokenizer=tokenizer)
                for m, p in params.items()}
     return [_trace(pair, prompts[row], weighed, row, settings.probe, record,
@@ -94,8 +128,9 @@ def _attribute_batch(model, tokenizer, prompts, responses, settings: ReshapeSett
             for row, pair in enumerate(pairs)]
 
 
-def _as_lists(prompts, responses, advantages) -> tuple[list, list]:
-    """(prompts, responses) as lists of one entry per response, checked against each other."""
+def _as_lists(prompts, responses, advantages, groups=None, correct=None) -> tuple[list, list]:
+    """(prompts, responses) as lists of one entry per response, checked against each other and
+    against the advantages, groups and correctness given."""
     if isinstance(prompts, (str, dict)) or (prompts and isinstance(prompts[0], dict)):
         prompts = [prompts]
     if isinstance(responses, str):
@@ -104,26 +139,17 @@ def _as_lists(prompts, responses, advantages) -> tuple[list, list]:
         raise InputError(f"{len(prompts)} prompts but {len(responses)} responses; pass one per response")
     if advantages is not None and len(advantages) != len(responses):
         raise InputError(f"{len(advantages)} advantages for {len(responses)} responses")
+    if (groups is None) != (correct is None) or (groups is not None and not len(groups) == len(correct) == len(responses)):
+        raise InputError("groups and correct go together, one of each per response")
     return list(prompts), list(responses)
 
 
-def attribute(
-    model,
-    tokenizer,
-    prompts: str | Sequence,
-    responses: str | Sequence[str],
-    methods: Sequence[str] = ("oar_p",),
-    settings: ReshapeSettings | None = None,
-    *,
-    method_params: dict[str, dict] | None = None,
-    advantages: Sequence[float] | None = None,
-    chat: bool | None = None,
-    step_unit=AUTO,
-    batch_size: int = 16,
-    progress: bool = False,
-    encoded: Sequence[EncodedPair] | None = None,
-    **overrides,
-) -> AttributionBatch:
+def attribute(model, tokenizer, prompts: str | Sequence, responses: str | Sequence[str],
+              methods: Sequence[str] = ("oar_p",), settings: ReshapeSettings | None = None, *,
+              method_params: dict[str, dict] | None = None, advantages: Sequence[float] | None = None,
+              chat: bool | None = None, step_unit=AUTO, batch_size: int = 16, progress: bool = False,
+              groups: Sequence | None = None, correct: Sequence[bool] | None = None,
+              encoded: Sequence[EncodedPair] | None = None, **overrides) -> AttributionBatch:
     """Token importances, weights and credit metrics of each response.
 
     prompts, responses: one or B of each (a prompt is a string or a chat message list).
@@ -142,6 +168,9 @@ def attribute(
         sentence, a regex; default auto: lines, or sentences of a one-line reasoning). Sets
         each trace's `steps` and the steps step-level methods (`oar_p_step`) perturb.
     batch_size: traces scored together; progress: a bar counting traces and scored positions.
+    groups, correct: B group labels (a prompt's sampled responses share one, next to each
+        other; never split across sub-batches) and whether each response is right, read by a
+        method comparing a group's rollouts (`ktae`); GRAIL's filter reads `advantages`' sign.
     encoded: the pairs already encoded with this call's answer format, chat and step unit
         (`encoding.encode_pair`, as `oar attribute` judges each line): not tokenized again.
     Every trace's `params` is the settings record (`records.settings_record`). Responses whose
@@ -150,7 +179,8 @@ def attribute(
     importances are flagged, never silently gated.
     """
     settings = resolve_settings(settings, overrides)
-    prompts, responses = _as_lists(prompts, responses, advantages)
+    prompts, responses = _as_lists(prompts, responses, advantages, groups, correct)
+    parts = _parts(len(prompts), batch_size, groups, correct, advantages)  # a group is contiguous
     for method in methods:
         for_method(settings, method)  # checks every name before anything runs
     used = analysis_params(methods, method_params)
@@ -158,10 +188,10 @@ def attribute(
     params = resolve_mask_names(used, tokenizer)  # "eos" / "unk" -> token ids
     out, positions = AttributionBatch(), 0  # scored positions so far, beside the traces
     with tqdm(total=len(prompts), desc="attribute", unit="trace", disable=not progress) as bar:
-        for part in (slice(start, start + batch_size) for start in range(0, len(prompts), batch_size)):
+        for part, outcomes in parts:
             traces = _attribute_batch(model, tokenizer, prompts[part], responses[part], settings, params,
                                       None if advantages is None else advantages[part], record, chat, step_unit,
-                                      None if encoded is None else encoded[part])
+                                      None if encoded is None else encoded[part], outcomes)
             out.extend(traces)
             bar.update(len(traces))
             positions += sum(sum(t.scored) for t in traces) if progress else 0  # shown only

@@ -37,3 +37,7 @@ WORLD_FORMAT = "gsm8k"
 # The model a command runs on when neither its flags nor its input name one (`catalogue`:
 # the bundled arithmetic model, which needs no download).
 DEFAULT_MODEL = "arith-tiny"
+
+# Plain GRPO: the registered method of uniform weights (`methods.none`), and the baseline every
+# paired comparison (an experiment grid's, gradient alignment's) is made against.
+NO_METHOD = "none"

@@ -78,7 +78,9 @@ def random_batch(kind: str) -> tuple[torch.nn.Module, ScoringBatch]:
     answer = torch.zeros_like(scored)
     answer[0, LENGTH - 4:LENGTH - 1] = True
     steps = step_ids_from_ranges((1, LENGTH), [[(a, min(a + 10, LENGTH - 4)) for a in range(20, LENGTH - 4, 10)]])
-    return model, ScoringBatch(ids, torch.ones_like(ids), scored, answer, 0, steps)
+    response = torch.zeros_like(scored)
+    response[0, 20:] = True
+    return model, ScoringBatch(ids, torch.ones_like(ids), scored, answer, 0, steps, response)
 
 
 def thinned(batch: ScoringBatch, n: int) -> ScoringBatch:
@@ -88,7 +90,7 @@ def thinned(batch: ScoringBatch, n: int) -> ScoringBatch:
     scored = torch.zeros_like(batch.scored_mask)
     scored[0, keep] = True
     return ScoringBatch(batch.input_ids, batch.attention_mask, scored, batch.answer_mask,
-                        batch.pad_token_id)
+                        batch.pad_token_id, response_mask=batch.response_mask)
 
 
 def few_steps(batch: ScoringBatch, n: int) -> ScoringBatch:
@@ -98,7 +100,7 @@ def few_steps(batch: ScoringBatch, n: int) -> ScoringBatch:
     keep = steps[torch.linspace(0, len(steps) - 1, n).round().long()]
     step_ids = torch.where(torch.isin(batch.step_ids, keep), batch.step_ids, -1)
     return ScoringBatch(batch.input_ids, batch.attention_mask, batch.scored_mask, batch.answer_mask,
-                        batch.pad_token_id, step_ids)
+                        batch.pad_token_id, step_ids, batch.response_mask)
 
 
 def main(kind: str, cap: int) -> None:

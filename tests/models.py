@@ -70,7 +70,7 @@ def make_batch(lengths=(22, 15, 19), answer_lens=(1, 2, 3), *, prompt_len: int |
 
     Row layout: prompt [0, p) | scored [p, n-K-2) | bridge n-K-2 | answer [n-K-1, n-1) | tail n-1.
     `prompt_len` is one p for all rows or one per row. Rows listed in `no_answer_rows` have no
-    answer span (and nothing scored).
+    answer span (and nothing scored); their response [p, n) is still in the response mask.
     """
     gen = torch.Generator().manual_seed(seed)
     width = max(lengths)
@@ -79,16 +79,18 @@ def make_batch(lengths=(22, 15, 19), answer_lens=(1, 2, 3), *, prompt_len: int |
     attn = torch.zeros((n_rows, width), dtype=torch.long)
     scored = torch.zeros((n_rows, width), dtype=torch.bool)
     answer = torch.zeros((n_rows, width), dtype=torch.bool)
+    response = torch.zeros((n_rows, width), dtype=torch.bool)
     for row, n in enumerate(lengths):
         k = answer_lens[row % len(answer_lens)]
         ids[row, :n] = torch.randint(1, vocab, (n,), generator=gen)
         attn[row, :n] = 1
+        p = prompt_len[row] if isinstance(prompt_len, (tuple, list)) else prompt_len
+        response[row, p:n] = True
         if row in no_answer_rows:
             continue
-        p = prompt_len[row] if isinstance(prompt_len, (tuple, list)) else prompt_len
         scored[row, p:n - k - 2] = True
         answer[row, n - k - 1:n - 1] = True
-    return ScoringBatch(ids, attn, scored, answer, PAD_ID)
+    return ScoringBatch(ids, attn, scored, answer, PAD_ID, response_mask=response)
 
 
 def with_steps(batch: ScoringBatch, seed: int = 0, max_len: int = 5) -> ScoringBatch:
@@ -105,7 +107,7 @@ def with_steps(batch: ScoringBatch, seed: int = 0, max_len: int = 5) -> ScoringB
             step_ids[row, t] = step
             left -= 1
     return ScoringBatch(batch.input_ids, batch.attention_mask, batch.scored_mask,
-                        batch.answer_mask, batch.pad_token_id, step_ids)
+                        batch.answer_mask, batch.pad_token_id, step_ids, batch.response_mask)
 
 
 # The tiny GRPO setup of the training tests: TRAIN_PROMPTS world problems (preset default,

@@ -50,12 +50,17 @@ def test_lists_align_and_segments_are_respected(traces):
         assert "".join(t.tokens) == t.response
         scored = np.array(t.scored)
         assert scored.any() and t.segments.count("answer") >= 1
+        answer = np.array(t.segments) == "answer"
         for method in FAST:
             s, w = np.array(t.scores[method]), np.array(t.weights[method])
             assert s.shape == w.shape == (n,)
             assert (s[~scored] == 0).all() and (s[scored] >= 0).all()
-            assert (w[~scored] == 1).all()
-            if method != "grail":  # GRAIL's weights are not renormalised (METHOD.md section 7)
+            if method == "entropy":  # the 80/20 reshaper: 1 on the top 20% of the response, else 0
+                assert set(w) <= {0.0, 1.0}
+            elif method == "grail":  # published GRAIL: the answer at the ceiling, no renormalisation
+                assert (w[answer] == 5.0).all() and (w[~scored & ~answer] == 1).all()
+            else:
+                assert (w[~scored] == 1).all()
                 assert w[scored].mean() == pytest.approx(1.0, abs=1e-5)
 
 
@@ -81,8 +86,9 @@ def test_no_answer_span_is_flagged_and_gets_weight_one(traces):
     t = traces[4]
     assert not t.span_found and t.flags == ["no_answer_span"]
     for method in FAST:
-        assert set(t.weights[method]) == {1.0}
         assert set(t.scores[method]) == {0.0}
+        # the 80/20 entropy reshaper weighs every response token of every row, span or not
+        assert set(t.weights[method]) <= ({0.0, 1.0} if method == "entropy" else {1.0})
 
 
 def test_json_round_trip_and_frame(traces):

@@ -154,3 +154,19 @@ def test_a_local_gguf_file_is_converted_once_by_its_hash(smollm2, smollm2_gguf, 
     recorded = json.loads((folder / catalogue.SOURCE_FILE).read_text())["files"]
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(recorded)
     assert damage(folder, entry.sha256, full=True) is None
+
+
+def test_a_carried_gguf_file_becomes_the_entrys_cached_folder(smollm2_gguf, tmp_path, monkeypatch):
+    """`convert_entry`: the entry's GGUF obtained elsewhere (bench/gpu.sh joins it from two carried
+    parts) is converted into the folder `load_model(name)` uses; another file is refused."""
+    entry = catalogue.CATALOGUE["smollm2-135m"]
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("OAR_CACHE_DIR", str(tmp_path / "cache"))
+    other = tmp_path / "other.gguf"
+    other.write_bytes(smollm2_gguf.read_bytes()[:-1] + b"\0")
+    with pytest.raises(ModelLoadError, match="is not smollm2-135m's GGUF file"):
+        catalogue.convert_entry(entry, other)
+    assert not (tmp_path / "cache" / "models" / "smollm2-135m").exists()
+    folder = catalogue.convert_entry(entry, smollm2_gguf)
+    assert folder == tmp_path / "cache" / "models" / "smollm2-135m"
+    assert resolve("smollm2-135m") == folder  # verified against the entry's sha256 and file hashes

@@ -26,7 +26,7 @@ PLOTLY = "application/vnd.plotly.v1+json"
 CELL_TIMEOUT = 240
 # Variables the notebooks read: the tests set them explicitly, whatever the caller's shell has.
 NOTEBOOK_ENV = ("OAR_RUN_STORE", "OAR_SHARED", "OAR_EXPERIMENT_STORE", "OAR_EXPERIMENT", "OAR_EXPERIMENTS",
-                "OAR_GRID_SUMMARY")
+                "OAR_GRID_SUMMARY", "OAR_ALIGN_RESULTS")
 
 
 def run_notebook(name: str, **env: str) -> tuple[nbformat.NotebookNode, dict]:
@@ -69,7 +69,8 @@ def bundled():
 def test_notebooks_are_committed_without_outputs():
     names = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
     assert names == ["01_attribution_recall.ipynb", "02_reshaping.ipynb", "03_your_model.ipynb",
-                     "04_steps.ipynb", "05_experiment.ipynb", "06_real_model.ipynb"]
+                     "04_steps.ipynb", "05_experiment.ipynb", "06_real_model.ipynb",
+                     "07_gradient_alignment.ipynb"]
     for name in names:
         nb = nbformat.read(NOTEBOOKS / name, as_version=4)
         nbformat.validate(nb)
@@ -273,8 +274,9 @@ EXPERIMENT_DOCS = NOTEBOOKS.parent / "docs" / "experiments"
 def test_06_real_model_reads_the_committed_results():
     """06 shows the committed real-model results as they are in the files: every calibration
     figure, each model's best mask x probe cell recomputed here from its summary (its interval
-    holding its point estimate, recall in [0, 1]), and the SmolLM2 grid summary's paired
-    differences and last ESS / entropy values, read by default (no environment override)."""
+    holding its point estimate, recall in [0, 1]), and the SmolLM2 grid summary's differences
+    from GRPO with their pooled Holm intervals, its ANOVA, and last ESS / entropy values, read
+    by default (no environment override)."""
     grid_file = EXPERIMENT_DOCS / "smollm2-words-grid.json"
     nb, summary = run_notebook("06_real_model.ipynb")
     calibration = json.loads((EXPERIMENT_DOCS / "wordworld" / "calibration.json").read_text())["presets"]
@@ -297,6 +299,11 @@ def test_06_real_model_reads_the_committed_results():
             got = summary["grid"]["paired"][method]
             assert got["mean"] == pytest.approx(entry["vs_grpo"]["mean"]) and got["n"] == entry["vs_grpo"]["n"]
             assert got["lo"] is None if got["n"] < 2 else got["lo"] <= got["mean"] <= got["hi"]
+    anova = grid["anova"][grid["metric"]]  # the pooled analysis the notebook reads (issue 34's)
+    assert summary["grid"]["anova"] == anova and anova["residual"]["df"] == 10
+    assert summary["grid"]["paired"]["oar_g"]["p_holm"] == grid["methods"]["oar_g"]["vs_grpo"]["pooled"]["p_holm"]
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert f"method effect F(5,10) = {anova['method']['F']:.2f}" in printed and "is a hypothesis" in printed
     for key in ("oar/ess_ratio", "entropy"):
         assert summary["grid"]["last_step"][key] == {m: c["mean"][-1] for m, c in grid["curves"][key].items()}
     assert summary["grid"]["last_step"]["oar/ess_ratio"]["none"] == 1.0  # GRPO's weights are uniform
@@ -310,3 +317,29 @@ def test_06_real_model_without_a_grid_summary(tmp_path):
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert "missing.json is absent" in printed
 
+
+
+def test_07_gradient_alignment_recomputes_the_align_statistics(tmp_path):
+    """07 recomputes, with its own code, what `summarise` reports for every result folder:
+    the paired difference from GRPO per method (its bootstrap interval holding it), and the
+    bias-or-variance estimates; one delta figure, one bias figure."""
+    from align_data import random_batches, write_store
+    from oar_attrib.analysis.align import summarise
+
+    rng = np.random.default_rng(3)
+    for name in ("base", "after-grpo"):
+        write_store(tmp_path / name, rng.normal(size=30), random_batches(rng, 12, 30, ("none", "oar_g", "random")))
+    (tmp_path / "notes").mkdir()  # not a result folder
+    nb, summary = run_notebook("07_gradient_alignment.ipynb", OAR_ALIGN_RESULTS=str(tmp_path))
+    assert sorted(summary) == ["after-grpo", "base"]
+    for name, methods in summary.items():
+        expected = summarise(tmp_path / name, n_boot=200)["methods"]
+        assert list(methods) == list(expected)
+        for method, got in methods.items():
+            assert got["delta_cos"] == pytest.approx(expected[method]["delta_cos"]["mean"], abs=1e-12)
+            assert got["low"] <= got["delta_cos"] <= got["high"] and got["batches"] == 12
+            for key in ("direction_grpo", "noise_to_signal"):  # None: no signal left in the halves
+                want = expected[method]["mean_gradient"][key]
+                assert got[key] is None if want is None else got[key] == pytest.approx(want, rel=1e-9)
+    assert summary["base"]["none"]["delta_cos"] == 0.0
+    assert len(plotly_outputs(nb)) == 2

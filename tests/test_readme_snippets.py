@@ -64,6 +64,16 @@ NOT_RUN = {
     "OMP_NUM_THREADS=1 python bench/": BENCH,
     "python bench/": BENCH,
     "MKL_CBWR=AUTO,STRICT python bench/": BENCH,
+    "oar align --preset smollm2-words":
+        "SmolLM2-135M-Instruct's gradients on 12 to 100 screened batches (hours on a CPU); "
+        "tests/training/test_align.py runs oar align on the bundled model",
+    "oar align --preset gsm8k-gpu": "needs a GPU, a 0.5B checkpoint and GSM8K's training file",
+    "oar web --store runs.db --align": "a web server that runs until stopped; tests/webapp/test_align_page.py "
+                                       "builds the /align pages",
+    "nice -n 10 env OMP_NUM_THREADS=1 oar train --preset smollm2-words":
+        "checkpoint 2 of the alignment plan: 15 GRPO steps of SmolLM2-135M-Instruct (hours on a CPU)",
+    "nice -n 10 env OMP_NUM_THREADS=1 oar align --preset smollm2-words":
+        "the alignment plan's measurements: 100 batches of SmolLM2-135M-Instruct per checkpoint (days on a CPU)",
     "python scripts/build_long_store.py":
         "builds a store of 4000-token traces (minutes); tests/webapp/test_webapp_long.py builds a small one",
 }

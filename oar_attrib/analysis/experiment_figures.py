@@ -2,7 +2,7 @@
 
 Both draw the same panels from `ExperimentReport` data: held-out sampled accuracy on the
 training preset and on the preset never trained on (mean over seeds, band = lowest to highest
-seed), each method's paired difference from GRPO at the last step with its 95% t-interval,
+seed), each method's difference from GRPO at the last step with its pooled Holm interval,
 and seconds per optimizer step.
 """
 from __future__ import annotations
@@ -47,7 +47,7 @@ def plotly_figure(report) -> go.Figure:
     """2 x 2 panels: two accuracy curves, paired differences, seconds per step."""
     keys = accuracy_keys(report)[:2]
     titles = [k.replace("eval/", "") for k in keys] + [f"final {report.metric.replace('eval/', '')} - GRPO "
-                                                       "(95% t-interval)", "seconds per step"]
+                                                       "(pooled interval, Holm)", "seconds per step"]
     fig = make_subplots(rows=2, cols=2, subplot_titles=titles + [""] * (4 - len(titles)))
     col = colours(report)
     _curves(fig, report, keys, col)
@@ -120,7 +120,7 @@ def save_matplotlib(report, path: Path) -> None:
     ax.axhline(0, color="grey", lw=0.8)
     ax.set_xticks(range(len(names)), names, fontsize=8)
     ax.set_title(f"final {report.metric.replace('eval/', '')} minus GRPO, per seed (dots), "
-                 "mean and 95% t-interval", fontsize=9)
+                 "mean and pooled interval (Holm)", fontsize=9)
     ax = axes[1][1]
     secs = [report.seconds.get(m, {}).get("step") or 0 for m in report.methods]
     ax.bar(range(len(secs)), secs, color=[col[m] for m in report.methods])

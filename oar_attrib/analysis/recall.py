@@ -22,7 +22,7 @@ from ..attribution import TraceAttribution, attribute
 from .counterfactual import counterfactual_oracle
 from ..generation import generate
 from ..errors import InputError
-from ..methods import available_methods
+from ..methods import available_methods, ranking_scores
 from ..weights.metrics import average_precision, mean_ci, random_recall, recall_at_k
 from ..inputs.segments import span_mask
 from ..world import Oracle, Problem, extract_answer, generate_problems
@@ -57,7 +57,7 @@ def trace_recall(trace: TraceAttribution, oracle: Oracle, sets=DEFAULT_SETS,
             target = oracle_token_mask(trace.offsets, getattr(oracle, name)) & scored
         out[EXPECTED][name] = float(random_recall(target, among)) if target.any() else float("nan")
         for method, scores in trace.scores.items():
-            values = np.asarray(scores, dtype=np.float64)
+            values = ranking_scores(method, np.asarray(scores, dtype=np.float64))
             res = out.setdefault(method, {})
             if not target.any() or not np.isfinite(values[among]).all():
                 res[name] = {"recall": float("nan"), "ap": float("nan")}

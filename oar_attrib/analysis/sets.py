@@ -1,15 +1,18 @@
 """The names of the sets recall scores against, importable without torch (the CLI's parser
 lists them): the arithmetic world's oracle sets, the counterfactual oracle's causal positions,
-and the word-problem world's value-oracle sets (`oar recall --data wordworld:<preset>`); and
-the subsets of a run's traces its summaries are taken over."""
+the word-problem world's value-oracle sets (`oar recall --data wordworld:<preset>`) and the
+graded oracle's flip rates; and the subsets of a run's traces its summaries are taken over."""
 from __future__ import annotations
 
 from ..world import DEFAULT_SETS, KNOWN_SETS, VALUE_SETS
 
 COUNTERFACTUAL = "counterfactual"
+# The graded counterfactual oracle (`graded_oracle`): not a set of positions but a flip rate per
+# position, scored by rank correlation and tercile AUC; `oar recall --sets graded` runs it alone.
+GRADED = "graded"
 RECALL_SETS = KNOWN_SETS + (COUNTERFACTUAL,)
 # Every set `oar recall --sets` names: the value oracle's are scored on word-problem data only.
-CLI_SETS = tuple(dict.fromkeys(RECALL_SETS + VALUE_SETS))
+CLI_SETS = tuple(dict.fromkeys(RECALL_SETS + VALUE_SETS + (GRADED,)))
 SUBSETS = ("all", "correct", "wrong")  # the traces a run's summaries and profiles are taken over
 
-__all__ = ["CLI_SETS", "COUNTERFACTUAL", "DEFAULT_SETS", "RECALL_SETS", "SUBSETS"]
+__all__ = ["CLI_SETS", "COUNTERFACTUAL", "DEFAULT_SETS", "GRADED", "RECALL_SETS", "SUBSETS"]

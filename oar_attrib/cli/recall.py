@@ -169,6 +169,56 @@ def run_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def graded_records(args: argparse.Namespace) -> list[dict]:
+    """The records `--sets graded` scores: `--data`'s, or held-out arithmetic-world problems
+    (their prompt and gold answer)."""
+    from ..analysis.counterfactual_recall import data_records
+    from ..world import generate_problems
+
+    if args.data is not None:
+        return data_records(args.data, args.n, args.seed)
+    check_servable(args.model)
+    return [{"prompt": p.prompt, "answer": str(p.answer)}
+            for p in generate_problems(args.n, args.preset or "recall", seed=args.seed, split="test")]
+
+
+def run_graded(args: argparse.Namespace) -> int:
+    """`--sets graded`: each method's Spearman and tercile AUC against the graded oracle's flip
+    rates (K replacements per tested position), resumable through `--cf-cache`."""
+    from ..analysis.graded_oracle import GradedSettings
+    from ..analysis.graded_recall import graded_recall
+    from ..models import load_model
+
+    if args.sets != ["graded"] or args.granularity == "step":
+        say("oar recall: --sets graded runs alone, at token granularity")
+        return 2
+    records = graded_records(args)
+    model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
+    report = graded_recall(
+        model, tokenizer, records, methods=args.methods, probe=args.probe,
+        settings=GradedSettings(k=args.graded_k, positions=args.cf_positions, seed=args.seed),
+        max_new_tokens=args.max_new_tokens, max_batch_tokens=args.max_batch_tokens or 16384,
+        cache=args.cf_cache, group_samples=args.group_samples,
+        method_params=method_params_from(args, budget_params(args.max_batch_tokens)),
+        progress=not args.no_progress)
+    if args.json:
+        print(json.dumps(report.as_dict()))
+        return 0
+    accuracy = "n/a (no gold answers)" if report.accuracy is None else f"{report.accuracy:.3f}"
+    print(f"n={report.n} scored={report.n_scored} accuracy={accuracy} skipped={report.skipped}")
+    print(f"oracle: {report.oracle}")
+    print(f"decode: {report.decode}; cache: {report.cache}")
+    width = max([len(m) for m in report.methods] + [len(RANDOM_EXPECTED)])
+    print(f"{'method':<{width}} {'spearman':>22} {'tercile AUC':>22} {'spearman - random':>22}")
+    for method, stats in report.methods.items():
+        versus = stats.get("vs_random", {}).get("spearman")
+        cells = [stats_cell(stats["spearman"], "mean"), stats_cell(stats["auc"], "mean"),
+                 stats_cell(versus, "mean") if versus else ""]
+        print(f"{method:<{width}} " + " ".join(f"{c:>22}" for c in cells))
+    print(f"{RANDOM_EXPECTED:<{width}} {0.0:>22.3f} {0.5:>22.3f}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from ..models import load_model
     from ..analysis.recall import oracle_recall
@@ -179,6 +229,8 @@ def run(args: argparse.Namespace) -> int:
     if args.intervention_samples < 0:
         say(f"oar recall: --intervention-samples must be >= 0 (0: off), got {args.intervention_samples}")
         return 2
+    if args.sets and "graded" in args.sets:
+        return run_graded(args)
     if args.data is not None:
         return run_data(args)
     args.sets = args.sets or list(DEFAULT_SETS)
@@ -245,7 +297,14 @@ def add_parser(sub) -> None:
                     help="--data: longest greedy answer the model writes to a question")
     rc.add_argument("--cf-cache", default=None,
                     help="--data: JSONL cache of each trace's counterfactual oracle; a rerun with "
-                         "it resumes after the traces already computed")
+                         "it resumes after the traces already computed (--sets graded: also the "
+                         "model's answers and every method's scores, so a rerun computes nothing)")
+    rc.add_argument("--graded-k", type=int, default=8,
+                    help="--sets graded: replacement tokens drawn from the model per tested position "
+                         "(each regenerated greedily; the label is the share that change the answer)")
+    rc.add_argument("--group-samples", type=int, default=0,
+                    help="--sets graded: answers sampled per problem to form the group KTAE compares "
+                         "(with the greedy trace); 0: KTAE does not apply")
     add_method_knobs(rc, RECALL_KNOB_METHODS)
     add_model_args(rc)
     rc.add_argument("--json", action="store_true", help="print one JSON object")

@@ -14,6 +14,35 @@ import torch
 from ..errors import InputError
 
 
+@dataclass(frozen=True)
+class GroupOutcomes:
+    """What a group method needs besides the tokens: each row's group and outcome.
+
+    group:     (B,) long, rows sampled for the same prompt share an id (GRPO's group).
+    correct:   (B,) bool, the row's reward counts as right (the trainer's
+               `oar_correct_threshold`; KTAE reads reward > 0).
+    advantage: (B,) float32 or None, the row's sequence advantage A_i (GRAIL's rollout filter
+               reads its sign); None when the rows were not trained on (analysis).
+    """
+
+    group: torch.Tensor
+    correct: torch.Tensor
+    advantage: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.group)
+        for name in ("correct", "advantage"):
+            value = getattr(self, name)
+            if value is not None and tuple(value.shape) != (n,):
+                raise InputError(f"outcomes.{name} must have shape ({n},), one per row, got "
+                                 f"{tuple(value.shape)}")
+
+    def select(self, rows) -> "GroupOutcomes":
+        idx = torch.as_tensor(rows, dtype=torch.long)
+        pick = lambda t: None if t is None else t[idx.to(t.device)]  # noqa: E731
+        return GroupOutcomes(pick(self.group), pick(self.correct), pick(self.advantage))
+
+
 @dataclass
 class ScoringBatch:
     """Inputs of an importance method.
@@ -26,6 +55,11 @@ class ScoringBatch:
     step_ids:       (B, L) long or None: the step each scored position belongs to (0, 1, ...
                     in order, each step a contiguous range), -1 elsewhere. Step-level methods
                     (`oar_p_step`, step gating) read it; `encode_pairs` fills it.
+    response_mask:  (B, L) bool or None: every response token (reasoning, bridge, answer,
+                    tail; span found or not). Methods that score the whole response (the
+                    published entropy and GRAIL) read it; `encode_pairs` fills it.
+    outcomes:       `GroupOutcomes` or None: each row's group and outcome, for methods that
+                    compare a group's rollouts (KTAE); the trainer fills it.
     """
 
     input_ids: torch.Tensor
@@ -34,6 +68,8 @@ class ScoringBatch:
     answer_mask: torch.Tensor
     pad_token_id: int
     step_ids: torch.Tensor | None = None
+    response_mask: torch.Tensor | None = None
+    outcomes: GroupOutcomes | None = None
 
     def __post_init__(self) -> None:
         shape = tuple(self.input_ids.shape)
@@ -59,6 +95,16 @@ class ScoringBatch:
             if ((self.step_ids >= 0) & ~self.scored_mask).any():
                 raise InputError("step_ids marks positions outside scored_mask; steps hold "
                                  "scored reasoning tokens only (-1 elsewhere)")
+        if self.response_mask is not None:
+            self.response_mask = self.response_mask.bool()
+            if tuple(self.response_mask.shape) != shape:
+                raise InputError(f"response_mask must have the shape of input_ids {shape}, "
+                                 f"got {tuple(self.response_mask.shape)}")
+            if ((self.scored_mask | self.answer_mask) & ~self.response_mask).any():
+                raise InputError("scored or answer positions lie outside response_mask; the "
+                                 "response mask covers every response token")
+        if self.outcomes is not None and len(self.outcomes.group) != shape[0]:
+            raise InputError(f"outcomes describe {len(self.outcomes.group)} rows, the batch has {shape[0]}")
 
     def step_ranges(self, row: int) -> list[tuple[int, int]]:
         """The steps of `row` as absolute position ranges [a, b), in step order.
@@ -91,27 +137,40 @@ class ScoringBatch:
         """(B,) long: real (unpadded) length of each row."""
         return self.attention_mask.sum(dim=1)
 
+    def responses(self) -> torch.Tensor:
+        """(B, L) bool `response_mask`; an InputError when the batch was built without it."""
+        if self.response_mask is None:
+            raise InputError("this batch has no response_mask; build it with encode_pairs (it sets "
+                             "one) or pass ScoringBatch(response_mask=...)")
+        return self.response_mask
+
     def to(self, device) -> "ScoringBatch":
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
         return ScoringBatch(
             self.input_ids.to(device),
             self.attention_mask.to(device),
             self.scored_mask.to(device),
             self.answer_mask.to(device),
             self.pad_token_id,
-            None if self.step_ids is None else self.step_ids.to(device),
+            move(self.step_ids),
+            move(self.response_mask),
+            self.outcomes,
         )
 
     def select(self, rows) -> "ScoringBatch":
         """Sub-batch of the given row indices, trimmed to its longest row."""
         idx = torch.as_tensor(rows, dtype=torch.long, device=self.input_ids.device)
         width = int(self.attention_mask[idx].sum(dim=1).max().item()) if len(idx) else 0
+        cut = lambda t: None if t is None else t[idx, :width]  # noqa: E731
         return ScoringBatch(
             self.input_ids[idx, :width],
             self.attention_mask[idx, :width],
             self.scored_mask[idx, :width],
             self.answer_mask[idx, :width],
             self.pad_token_id,
-            None if self.step_ids is None else self.step_ids[idx, :width],
+            cut(self.step_ids),
+            cut(self.response_mask),
+            None if self.outcomes is None else self.outcomes.select(idx.cpu()),
         )
 
 

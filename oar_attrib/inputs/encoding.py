@@ -217,22 +217,24 @@ def pair_from_offsets(prompt_ids: Sequence[int], response_ids: Sequence[int], of
 
 def pairs_to_batch(pairs: Sequence[EncodedPair], pad_token_id: int) -> ScoringBatch:
     """Right-padded (B, L) ScoringBatch of encoded pairs, L = the longest row; its step_ids
-    come from each pair's `steps`."""
+    come from each pair's `steps`, its response_mask from each pair's response tokens."""
     width = max(p.length for p in pairs)
     input_ids = torch.full((len(pairs), width), pad_token_id, dtype=torch.long)
     attention = torch.zeros((len(pairs), width), dtype=torch.long)
     scored = torch.zeros((len(pairs), width), dtype=torch.bool)
     answer = torch.zeros((len(pairs), width), dtype=torch.bool)
+    response = torch.zeros((len(pairs), width), dtype=torch.bool)
     for b, p in enumerate(pairs):
         s = p.response_start
         input_ids[b, : p.length] = torch.tensor(p.prompt_ids + p.response_ids, dtype=torch.long)
         attention[b, : p.length] = 1
+        response[b, s : p.length] = True
         if p.span_found:
             scored[b, s : p.length] = torch.tensor(scored_set(p.labels, p.span_found))
             answer[b, s : p.length] = torch.tensor([lab == ANSWER for lab in p.labels])
     steps = [[(p.response_start + a, p.response_start + b) for a, b in p.steps] for p in pairs]
     return ScoringBatch(input_ids, attention, scored, answer, pad_token_id,
-                        step_ids_from_ranges((len(pairs), width), steps))
+                        step_ids_from_ranges((len(pairs), width), steps), response)
 
 
 def encode_pairs(

@@ -12,16 +12,16 @@ from __future__ import annotations
 import torch
 
 from . import oar_g, oar_p, oar_p_hier, oar_p_step, resample  # noqa: F401  (registration)
-from .baselines import entropy, grail, ig, random  # noqa: F401  (registration)
-from ..defaults import PROBE
+from .baselines import entropy, grail, ig, ktae, random  # noqa: F401  (registration)
+from ..defaults import NO_METHOD, PROBE
 from ..inputs.batch import ScoringBatch
 from .registry import (ImportanceFn, MethodSpec, available_methods, get_method, method_spec,
-                              register_method, trainable_methods, unregister_method)
+                       ranking_scores, register_method, registered_methods, trainable_methods,
+                       unregister_method)
 
 __all__ = ["ImportanceFn", "MethodSpec", "available_methods", "get_method", "method_spec",
-           "register_method", "trainable_methods", "unregister_method"]
-
-NO_METHOD = "none"
+           "ranking_scores", "register_method", "registered_methods", "trainable_methods",
+           "unregister_method"]
 
 
 @register_method(NO_METHOD, weighting="uniform", uniform=True)

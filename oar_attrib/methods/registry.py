@@ -7,10 +7,11 @@ members, so its lookups see them.
 An importance method is a plain function
 
     fn(model, batch: ScoringBatch, *, probe: str = defaults.PROBE, generator=None, **params)
-        -> torch.Tensor  # (B, L) float32, >= 0 on batch.scored_mask, exactly 0 elsewhere
+        -> torch.Tensor  # (B, L) float32, >= 0 on its positions, exactly 0 elsewhere
 
-Rows with no answer span (batch.has_answer False) get all zeros. A method registers with
-`@register_method("name", ...)`, declaring what the attribution and the trainer need to run it:
+Its positions are its `scope`'s: by default the scored reasoning S of rows with an answer span
+(rows without one get all zeros). A method registers with `@register_method("name", ...)`,
+declaring what the attribution and the trainer need to run it:
 
 - weighting:      the weighting (`weightings.register_weighting`) its importances go through
                   unless the caller picks another (METHOD.md 6-7);
@@ -27,6 +28,18 @@ Rows with no answer span (batch.has_answer False) get all zeros. A method regist
 - uniform:        its weights are 1 everywhere and it never calls the model (`none`, plain
                   GRPO): the pipeline skips the forward and the trainer leaves advantages as
                   they are;
+- scope:          the positions it scores and its weighting weighs: "reasoning" (S, rows with
+                  an answer span) or "response" (every response token of every row,
+                  `batch.response_mask`: the published entropy and GRAIL baselines);
+- grouped:        it compares the rollouts of a prompt's group (KTAE): it reads
+                  `batch.outcomes` (each row's group and correctness), runs once on the whole
+                  batch (rows are neither deduplicated nor split, which would change its
+                  counts) and needs no model; without outcomes it raises;
+- signed:         its scores may be negative (a direction, KTAE's key-token value): a ranking
+                  reads their magnitude (`ranking_scores`);
+- variant_of:     it has the scores of the method named here on S and differs only in its
+                  positions or weighting (e.g. `grail_all`): analysis lists leave it out, as it
+                  would rank every trace exactly as that method does;
 - speed_params:   keyword arguments that change speed, memory, display or a guard, never the
                   scores (e.g. `packing`, `internal_batch_size`): they stay out of the settings
                   record (`records.settings_record`), so changing one does not refuse a resume.
@@ -65,6 +78,10 @@ class MethodSpec:
     analysis_only: bool = False
     needs_tokenizer: bool = False
     uniform: bool = False
+    scope: str = "reasoning"
+    grouped: bool = False
+    signed: bool = False
+    variant_of: str | None = None
     speed_params: tuple[str, ...] = ()
     analysis_params: dict = field(default_factory=dict, hash=False)
     draws: bool = False
@@ -100,20 +117,27 @@ _METHODS: dict[str, MethodSpec] = {}
 RUN_ONLY = ("generator", "tokenizer", "progress", "max_batch_tokens", "return_draws")
 
 
+SCOPES = ("reasoning", "response")
+
+
 def register_method(name: str, *, weighting: str = "bilevel", random: bool = False,
                     token_budget: bool = False, train_params: tuple[str, ...] = (),
                     analysis_only: bool = False, needs_tokenizer: bool = False,
                     uniform: bool = False, speed_params: tuple[str, ...] = (),
-                    analysis_params: dict | None = None,
+                    analysis_params: dict | None = None, scope: str = "reasoning",
+                    grouped: bool = False, signed: bool = False, variant_of: str | None = None,
                     draws: bool = False) -> Callable[[ImportanceFn], ImportanceFn]:
     """Decorator: register `fn` as importance method `name` (see the module docstring)."""
+    if scope not in SCOPES:
+        raise ValueError(f"scope={scope!r} of method {name!r}: choose one of {', '.join(SCOPES)}")
 
     def wrap(fn: ImportanceFn) -> ImportanceFn:
         if name in _METHODS:
             raise ValueError(f"importance method {name!r} is registered twice; pick another name")
         _METHODS[name] = MethodSpec(name, fn, weighting, random, token_budget, tuple(train_params),
-                                    analysis_only, needs_tokenizer, uniform, tuple(speed_params),
-                                    dict(analysis_params or {}), draws)
+                                    analysis_only, needs_tokenizer, uniform, scope=scope, grouped=grouped,
+                                    signed=signed, variant_of=variant_of, speed_params=tuple(speed_params),
+                                    analysis_params=dict(analysis_params or {}), draws=draws)
         return fn
 
     return wrap
@@ -134,11 +158,29 @@ def get_method(name: str) -> ImportanceFn:
     return method_spec(name).fn
 
 
-def available_methods(uniform: bool = False) -> list[str]:
-    """Every registered importance method, analysis-only ones included (what `attribute`,
-    recall and the web app list); with `uniform`, also the uniform ones (`none`), which have no
-    importances to explain but which `attribute` and the trainer accept."""
-    return sorted(n for n, spec in _METHODS.items() if uniform or not spec.uniform)
+def available_methods(uniform: bool = False, *, variants: bool = False,
+                      grouped: bool = False) -> list[str]:
+    """The registered importance methods that explain a trace on their own, analysis-only ones
+    included (what recall and the web app list by default). With `uniform`, also the uniform
+    ones (`none`), which have no importances to explain but which `attribute` and the trainer
+    accept; with `variants`, the variants of another method (same scores on S); with
+    `grouped`, the methods that need a group's rollouts and outcomes (KTAE)."""
+    return sorted(n for n, spec in _METHODS.items()
+                  if (uniform or not spec.uniform) and (variants or spec.variant_of is None)
+                  and (grouped or not spec.grouped))
+
+
+def registered_methods() -> list[str]:
+    """Every registered name: `available_methods` with uniform methods, variants and grouped
+    methods (what a setting may name)."""
+    return available_methods(uniform=True, variants=True, grouped=True)
+
+
+def ranking_scores(method: str, scores):
+    """The scores a ranking reads: their magnitude for a `signed` method (a direction is not
+    an importance), as they are otherwise (also for names not registered here)."""
+    spec = _METHODS.get(method)
+    return abs(scores) if spec is not None and spec.signed else scores
 
 
 def trainable_methods() -> list[str]:

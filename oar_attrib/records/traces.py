@@ -166,15 +166,16 @@ def _metric(value) -> float | None:
 def build_trace(pair: EncodedPair, prompt, *, probe: str, scores: dict[str, torch.Tensor],
                 weights: dict[str, torch.Tensor], advantage: float | None = None,
                 params: dict | None = None, timings: dict[str, float] | None = None,
-                flags: list[str] | None = None,
+                flags: list[str] | None = None, bonus: dict[str, torch.Tensor] | None = None,
                 draws: dict[str, torch.Tensor] | None = None) -> TraceAttribution:
     """The trace record of one encoded pair.
 
     scores, weights: per method, (T,) float over the response tokens (T = len(response_ids));
         scores are the raw importances (non-finite ones on S flag the method), kept on S and
         0 elsewhere.
-    advantage: the sequence advantage A_i; adds token advantages A_i * w_t and the top-10%
-        mass. flags: extra flags of the producer (e.g. the trainer's `not_attributed`).
+    advantage: the sequence advantage A_i; adds token advantages A_i * w_t (+ the method's
+        `bonus`, (T,), an additive weighting's term: KTAE's) and the top-10% mass.
+    flags: extra flags of the producer (e.g. the trainer's `not_attributed`).
     ess_ratio and top10_mass are None where undefined (empty S; all advantages 0).
     """
     scored = scored_positions(pair)
@@ -208,7 +209,8 @@ def build_trace(pair: EncodedPair, prompt, *, probe: str, scores: dict[str, torc
         if timings and method in timings:
             trace.timings[method] = float(timings[method])
         if advantage is not None:
-            adv = reshape_advantages(torch.tensor([float(advantage)]), w[None])[0]
+            extra = None if not bonus or method not in bonus else bonus[method].float().cpu()[None]
+            adv = reshape_advantages(torch.tensor([float(advantage)]), w[None], extra)[0]
             trace.token_advantages[method] = adv.tolist()
             trace.metrics[method]["top10_mass"] = _metric(top_mass(adv, scored)) if has_s else None
     return trace

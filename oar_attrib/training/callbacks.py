@@ -70,7 +70,8 @@ class AccuracyCallback(TrainerCallback):
 def world_evaluator(tokenizer, presets: str | list[str] = "default", n: int = 200, seed: int = 0,
                     samples: int = 0, temperature: float = 1.0):
     """model -> greedy accuracy and format rate on `n` held-out problems of each world preset;
-    `accuracy` is the first preset's, `accuracy/<preset>` each one's. With `samples` > 0 also
+    `accuracy` is the first preset's, `accuracy/<preset>` each one's, `outcomes/<preset>` whether
+    each problem's greedy answer was right (1 or 0, problem order). With `samples` > 0 also
     `accuracy_sampled[/<preset>]`, the mean accuracy of that many answers per problem sampled at
     `temperature`."""
     presets = [presets] if isinstance(presets, str) else list(presets)
@@ -86,6 +87,7 @@ def world_evaluator(tokenizer, presets: str | list[str] = "default", n: int = 20
                 out.setdefault("accuracy", res.accuracy)
                 out.setdefault("format_rate", res.format_rate)
                 out[f"accuracy/{preset}"] = res.accuracy
+                out[f"outcomes/{preset}"] = [int(c) for c in res.outcomes]
                 if samples:
                     out.setdefault("accuracy_sampled", res.sampled_accuracy)
                     out[f"accuracy_sampled/{preset}"] = res.sampled_accuracy
@@ -113,9 +115,10 @@ def preset_evaluator(evaluators: dict):
 
 def reward_evaluator(tokenizer, dataset, reward_fn, max_new_tokens: int = 1024, batch_size: int = 16,
                      samples: int = 0, temperature: float = 1.0, seed: int = 0, progress: bool = False):
-    """model -> mean reward of greedy completions of `dataset` (prompt and answer columns), and
-    with `samples` > 0 `accuracy_sampled`, that of `samples` completions per record sampled at
-    `temperature` (seeded by `seed`); `progress` shows a bar over the records."""
+    """model -> mean reward of greedy completions of `dataset` (prompt and answer columns) and
+    `outcomes`, each record's greedy reward in order; with `samples` > 0 `accuracy_sampled`,
+    the mean reward of `samples` completions per record sampled at `temperature` (seeded by
+    `seed`); `progress` shows a bar over the records."""
     def rewards(model, rows, n_samples: int) -> list[float]:
         """Rewards of greedy (n_samples=0) or n_samples sampled completions of each record."""
         texts = _complete(model, tokenizer, rows["prompt"], max_new_tokens, n_samples, temperature)
@@ -141,7 +144,7 @@ def reward_evaluator(tokenizer, dataset, reward_fn, max_new_tokens: int = 1024, 
         finally:
             bar.close()
             model.train(training)
-        out = {"accuracy": sum(greedy) / max(len(greedy), 1)}
+        out = {"accuracy": sum(greedy) / max(len(greedy), 1), "outcomes": [float(r) for r in greedy]}
         if samples:
             out["accuracy_sampled"] = sum(sampled) / max(len(sampled), 1)
         return out

@@ -20,3 +20,7 @@ class DataError(OARError, ValueError):
 class LowSpanRateWarning(UserWarning):
     """Most completions of a generation batch have no answer span in the configured format, so
     their weights are 1 and the run is close to plain GRPO."""
+
+
+class AlignError(OARError, ValueError):
+    """A gradient-alignment setting, store or batch that cannot be measured as given."""

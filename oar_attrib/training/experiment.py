@@ -55,7 +55,7 @@ from .launch import _field_names, apply_overrides, build_configs, parse_value, r
 # wheel has none, and takes a grid's .yaml path.
 EXPERIMENT_DIR = Path(__file__).resolve().parents[2] / "training" / "experiments"
 # Train metrics kept per step (TRL's names); the report reads these.
-TRAIN_KEYS = ("reward", "entropy", "loss", "oar/ess_ratio", "oar/top10_mass", "oar/weight_max",
+TRAIN_KEYS = ("reward", "entropy", "loss", "grad_norm", "oar/ess_ratio", "oar/top10_mass", "oar/weight_max",
               "oar/time_s", "oar/attributed_rate", "completions/mean_length")
 
 

@@ -14,18 +14,22 @@ draws each row's numbers from a generator seeded from the run seed and the row's
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
 
 from oar_attrib.defaults import ANSWER_FORMAT
+from oar_attrib.inputs.batch import GroupOutcomes
 from oar_attrib.inputs.encoding import EncodedPair, pair_from_offsets, pairs_to_batch
 from oar_attrib.inputs.spans import offsets_from_ids_batch
 from oar_attrib.weights import pipeline
+from oar_attrib.weights.gating import reshape_advantages
 from oar_attrib.weights.settings import ReshapeSettings
 
-__all__ = ["ReshapeSettings", "TokenWeights", "encode_row", "encode_rows", "token_weights", "unpad_rows"]
+__all__ = ["ReshapeSettings", "TokenWeights", "encode_row", "encode_rows", "token_advantages", "token_weights",
+           "unpad_rows"]
 
 
 @dataclass
@@ -41,6 +45,8 @@ class TokenWeights:
     nonfinite:   (B,) bool, rows whose importances were NaN or inf: weight 1, never gated.
     pairs:       the encoded rows (text, offsets, segment labels), for the run store.
     seconds:     wall time of the whole computation.
+    bonus:       (B, C) float32, the term an additive weighting (KTAE) adds to the advantage:
+                 A_{i,t} = A_i * w_t + bonus; 0 for every other weighting.
     """
 
     weights: torch.Tensor
@@ -51,10 +57,13 @@ class TokenWeights:
     nonfinite: torch.Tensor
     pairs: list[EncodedPair]
     seconds: float
+    bonus: torch.Tensor = field(default=None)
 
     def __post_init__(self) -> None:
         shape = tuple(self.weights.shape)
-        for name in ("importances", "scored"):
+        if self.bonus is None:
+            self.bonus = torch.zeros(shape, dtype=torch.float32)
+        for name in ("importances", "scored", "bonus"):
             if tuple(getattr(self, name).shape) != shape:
                 raise ValueError(f"{name} must have the weights' shape {shape}")
         for name in ("span_found", "attributed", "nonfinite", "pairs"):
@@ -101,17 +110,22 @@ def _to_completion(values: torch.Tensor, pairs: list[EncodedPair], width: int, f
 
 
 def token_weights(model, tokenizer, prompt_rows: list[list[int]], completion_rows: list[list[int]],
-                  width: int, settings: ReshapeSettings, select: Sequence[bool] | None = None) -> TokenWeights:
+                  width: int, settings: ReshapeSettings, select: Sequence[bool] | None = None,
+                  outcomes: GroupOutcomes | None = None, params: dict | None = None) -> TokenWeights:
     """Weights (B, width) of B completions for the current policy `model` (no parameter grads).
 
     prompt_rows, completion_rows: B unpadded token id lists. width: C, the completion width.
     select: (B,) which rows to attribute (default all); the others keep weight 1.
+    outcomes: each row's group, correctness and advantage (what KTAE and GRAIL's rollout filter
+    read).
+    params: extra keyword arguments of the method (e.g. {"n_noise": 8}).
     With a uniform method ('none') the spans are still found (for metrics and the run store),
     weights are 1 and `model` may be None.
     """
     pairs = encode_rows(tokenizer, prompt_rows, completion_rows, settings.answer_format, settings.answer_pattern)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    weighed = pipeline.score_and_weight(model, pairs_to_batch(pairs, int(pad)), settings, rows=select)
+    batch = dataclasses.replace(pairs_to_batch(pairs, int(pad)), outcomes=outcomes)
+    weighed = pipeline.score_and_weight(model, batch, settings, rows=select, params=params)
     return TokenWeights(
         weights=_to_completion(weighed.weights, pairs, width, 1.0),
         importances=_to_completion(weighed.importances, pairs, width, 0.0),
@@ -121,4 +135,15 @@ def token_weights(model, tokenizer, prompt_rows: list[list[int]], completion_row
         nonfinite=weighed.nonfinite,
         pairs=pairs,
         seconds=weighed.seconds,
+        bonus=_to_completion(weighed.bonus, pairs, width, 0.0),
     )
+
+
+def token_advantages(advantages: torch.Tensor, weights: TokenWeights, uniform: bool) -> torch.Tensor:
+    """The advantages TRL's loss takes: the (B,) sequence advantages as they are under a uniform
+    method (plain GRPO), else the (B, C) token advantages A_i * w_t (+ an additive weighting's
+    bonus, KTAE's; on the advantages' device)."""
+    if uniform:
+        return advantages
+    return reshape_advantages(advantages, weights.weights.to(advantages.device),
+                              weights.bonus.to(advantages.device))

@@ -18,7 +18,9 @@ import torch
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
+from oar_attrib.inputs.batch import GroupOutcomes
 from oar_attrib.weights.gating import reshape_advantages
+from oar_attrib.weights.weightings import weighting_spec
 from oar_attrib.methods import method_spec
 from oar_attrib.weights.metrics import ess_ratio, top_mass
 from oar_attrib.inputs.spans import ANSWER_FORMATS, MARKER_FORMATS
@@ -27,7 +29,7 @@ from .config import OARConfig, check_trl_version
 from .errors import LowSpanRateWarning, TrainingConfigError
 from .model_card import base_model_name, oar_model_card
 from .rewards import correctness
-from .reshaping import ReshapeSettings, TokenWeights, token_weights, unpad_rows
+from .reshaping import ReshapeSettings, TokenWeights, token_advantages, token_weights, unpad_rows
 from .run_store_hook import RunStoreHook
 
 
@@ -71,12 +73,20 @@ class OARGRPOTrainer(GRPOTrainer):
                 f"OARGRPOTrainer needs args=OARConfig(...), got {type(self.args).__name__}; "
                 "OARConfig takes every GRPOConfig field plus the oar_* fields"
             )
-        self._oar_uniform = method_spec(self.args.oar_method).uniform  # plain GRPO: no reshaping
+        spec = method_spec(self.args.oar_method)
+        self._oar_uniform = spec.uniform  # plain GRPO: no reshaping
         if not self._oar_uniform and (self.tools or self.environment_factories):
             raise TrainingConfigError(
                 "tool calls and environments interleave non-model tokens with the completion, which "
                 "the answer-span segmentation does not handle; use oar_method='none' with tools"
             )
+        local = self.args.per_device_train_batch_size * self.args.steps_per_generation
+        if spec.grouped and self.accelerator.num_processes > 1 and local % self.num_generations:
+            raise TrainingConfigError(
+                f"oar_method={spec.name!r} compares the completions of a prompt's group, but a process's "
+                f"{local} completions per generation split groups of num_generations={self.num_generations} "
+                "across processes; make per_device_train_batch_size * steps_per_generation a multiple "
+                "of num_generations")
         self.oar_batches = 0
         self.last_token_weights: TokenWeights | None = None
         self._oar_rewards: torch.Tensor | None = None
@@ -136,8 +146,7 @@ class OARGRPOTrainer(GRPOTrainer):
             return output
         weights = self._attribute(output)
         advantages = output["advantages"]  # (B,)
-        if not self._oar_uniform:
-            output["advantages"] = reshape_advantages(advantages, weights.weights.to(advantages.device))
+        output["advantages"] = token_advantages(advantages, weights, self._oar_uniform)
         self._log_oar(weights, advantages)
         self._store(weights, inputs, advantages)
         return output
@@ -167,10 +176,13 @@ class OARGRPOTrainer(GRPOTrainer):
         )
         return unwrap, full
 
-    def _rows_to_attribute(self, advantages: torch.Tensor) -> list[bool] | None:
+    def _rows_to_attribute(self, advantages: torch.Tensor, settings: ReshapeSettings) -> list[bool] | None:
         """Rows with a non-zero advantage (A_i * w_t = 0 otherwise), and the rows the run store
-        is about to record; None: all rows."""
-        if not self.args.oar_skip_zero_advantage:
+        is about to record; None: all rows (also when the weighting's cut-off is over the whole
+        batch's response tokens, which rows with A_i = 0 take part in: the 80/20 entropy)."""
+        spec = method_spec(settings.method)
+        batch_level = weighting_spec(settings.weighting or spec.weighting).batch_level
+        if not self.args.oar_skip_zero_advantage or (batch_level and spec.scope == "response"):
             return None
         select = (advantages.detach().cpu() != 0).tolist()
         if self.run_store is not None and self.run_store.due(self.state.global_step):
@@ -179,27 +191,51 @@ class OARGRPOTrainer(GRPOTrainer):
 
     def _attribute(self, output: dict) -> TokenWeights:
         """Weights of the local generation batch, computed once, without parameter gradients."""
-        prompts, completions = unpad_rows(output["prompt_ids"], output["prompt_mask"],
-                                          output["completion_ids"], output["completion_mask"])
         settings = ReshapeSettings.from_config(self.args, self.args.probe_at(self.state.global_step))
-        width = output["completion_ids"].shape[1]
-        select = self._rows_to_attribute(output["advantages"])
-        if self._oar_uniform:  # spans only: no forward, so no ZeRO-3 gather either
-            weights = token_weights(None, self.processing_class, prompts, completions, width, settings)
-        else:
-            unwrap, full = self._attribution_model()
-            with unwrap as model, full:
-                weights = token_weights(model, self.processing_class, prompts, completions, width,
-                                        settings, select)
+        weights = self.batch_token_weights(output, settings, self._rows_to_attribute(output["advantages"], settings))
         self.oar_batches += 1
         self.last_token_weights = weights
         self._oar_step_attr += weights.seconds
         return weights
 
+    def _outcomes(self, advantages: torch.Tensor) -> GroupOutcomes:
+        """Each local row's group (TRL lays a prompt's num_generations completions next to each
+        other in the global batch, of which this process holds a slice), whether its total
+        reward is > 0 (right, as KTAE reads it) and its advantage A_i."""
+        n = len(advantages)
+        start = self.accelerator.process_index * n
+        group = (torch.arange(n) + start) // self.num_generations
+        if self._oar_rewards is None:
+            correct = torch.zeros(n, dtype=torch.bool)
+        else:
+            rewards = self._oar_rewards[start : start + n]
+            total = (rewards * self.reward_weights.to(rewards.device)[None]).nansum(dim=1).cpu()
+            correct = total > 0
+        return GroupOutcomes(group=group, correct=correct, advantage=advantages.detach().float().cpu())
+
+    def batch_token_weights(self, output: dict, settings: ReshapeSettings, select: list[bool] | None = None,
+                            params: dict | None = None) -> TokenWeights:
+        """Weights (B, C) of a generation batch `output` (TRL's dict: prompt_ids, prompt_mask,
+        completion_ids, completion_mask) under `settings`, with the policy as it is now.
+
+        select: (B,) rows to attribute (None: all); params: extra keyword arguments of the
+        method (e.g. {"n_noise": 8}). The training hook calls it with the trainer's settings;
+        `oar align` with each method's, on the same batch."""
+        prompts, completions = unpad_rows(output["prompt_ids"], output["prompt_mask"],
+                                          output["completion_ids"], output["completion_mask"])
+        width = output["completion_ids"].shape[1]
+        if method_spec(settings.method).uniform:  # spans only: no forward, so no ZeRO-3 gather either
+            return token_weights(None, self.processing_class, prompts, completions, width, settings)
+        outcomes = self._outcomes(output["advantages"])
+        unwrap, full = self._attribution_model()
+        with unwrap as model, full:
+            return token_weights(model, self.processing_class, prompts, completions, width, settings,
+                                 select, outcomes, params)
+
     def _log_oar(self, tw: TokenWeights, advantages: torch.Tensor) -> None:
         """Per-generation-batch metrics, pooled over ranks, beside TRL's own."""
         adv = advantages.detach().float().cpu()
-        token_adv = reshape_advantages(adv, tw.weights)
+        token_adv = reshape_advantages(adv, tw.weights, tw.bonus)
         # Over the rows that were attributed (uniform 'none': every row with S, weights 1).
         rows = tw.scored.any(dim=1) if self._oar_uniform else tw.attributed
         scored = tw.scored & rows[:, None]

@@ -91,10 +91,12 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-def _settings(host: str, max_live_tokens: int | None = None):
+def _settings(host: str, max_live_tokens: int | None = None, align: list[str] | None = None):
     from .settings import LOOPBACK_HOSTS, WebSettings
 
     live = {} if max_live_tokens is None else {"max_live_tokens": max_live_tokens}
+    if align:
+        live["align_results"] = tuple(align)
     if _is_loopback(host):  # 127.0.0.0/8 and ::1: the Host check stays, with this address too
         shown = f"[{host.strip('[]')}]" if ":" in host else host
         return WebSettings(allowed_hosts=tuple(dict.fromkeys((*LOOPBACK_HOSTS, shown))), **live)
@@ -140,7 +142,8 @@ def _cmd_web(args: argparse.Namespace) -> int:
     from .main import create_app
 
     started = time.perf_counter()
-    app = create_app(args.store, model=args.model, settings=_settings(args.host, args.max_live_tokens), dtype=args.dtype)
+    app = create_app(args.store, model=args.model, dtype=args.dtype,
+                     settings=_settings(args.host, args.max_live_tokens, args.align))
     serve(app, args.host, args.port, started=started)
     return 0
 
@@ -177,6 +180,9 @@ def add_web_commands(subparsers) -> None:
     web.add_argument("--store", required=True, help="path of a run store (.db)")
     web.add_argument("--model", default=None,
                      help="bundled name or checkpoint folder for live attribution (default: none)")
+    web.add_argument("--align", nargs="+", metavar="DIR", default=None,
+                     help="folders of `oar align` results to show under /align (a run's folder, or a "
+                          "folder of them, e.g. docs/experiments/align)")
     add_dtype_arg(web)
     _add_serve_args(web)
     web.set_defaults(func=_cmd_web)

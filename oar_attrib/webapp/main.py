@@ -28,7 +28,7 @@ from oar_attrib.store.errors import DatabaseError
 from .errors import WebError
 from .live import LiveAttributor, LoadingLiveModel, NoLiveModel
 from .progress import Progress
-from .routers import (assets, attribute, docs, experiments, profiles, progress as progress_router,
+from .routers import (align, assets, attribute, docs, experiments, profiles, progress as progress_router,
                       report, run_exports, runs, traces)
 from .security import HEADERS, BodyLimitMiddleware, SecurityHeadersMiddleware
 from .settings import WebSettings
@@ -183,7 +183,7 @@ def create_app(store_path: str | Path, model=None, *, settings: WebSettings | No
     _add_handlers(app)
     for router in (runs.router, traces.router, report.router, attribute.router, assets.router,
                    docs.router, experiments.router, progress_router.router, profiles.router,
-                   run_exports.router):
+                   run_exports.router, align.router):
         app.include_router(router)
     # Added last = outermost: the host check and the size limit run before anything else,
     # and the security headers go on every answer, the host check's 400 included.

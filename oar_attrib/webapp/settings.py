@@ -23,6 +23,9 @@ class WebSettings:
     allowed_hosts: tuple[str, ...] = field(default=LOOPBACK_HOSTS, metadata={
         "help": "Host headers served (blocks DNS rebinding); ('*',) serves any"})
     page_size: int = field(default=50, metadata={"help": "traces per page of a run's table"})
+    align_results: tuple[str, ...] = field(default=(), metadata={
+        "help": "folders of `oar align` results the /align pages show: a run's folder (with "
+                "record.json) or a folder of such folders"})
     max_trace_tokens: int = field(default=65_536, metadata={
         "help": "longest trace shown or exported, in tokens (longer: 413, before it is read)"})
     max_trace_chars: int = field(default=4 << 20, metadata={

@@ -167,6 +167,18 @@ def entropy_topk_mask(entropy: torch.Tensor, mask: torch.Tensor | None = None, r
     return weights.squeeze(0) if one_d else weights
 
 
+def _log_moments(saliency: torch.Tensor, mask: torch.Tensor):
+    """GRAIL's statistics of one batch: log(s + 1e-8) (B, T) and its mean and population
+    variance (B, 1) over each row's masked positions (checked finite and >= 0 there)."""
+    _check_scored(saliency, mask, "saliency")
+    logs = torch.log(saliency.clamp_min(0) + 1e-8)
+    n = mask.sum(dim=1, keepdim=True).clamp_min(1).to(logs.dtype)  # (B, 1)
+    zero = torch.zeros_like(logs)
+    mean = torch.where(mask, logs, zero).sum(dim=1, keepdim=True) / n
+    var = torch.where(mask, (logs - mean) ** 2, zero).sum(dim=1, keepdim=True) / n
+    return logs, mean, var
+
+
 def grail_weights(saliency: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """GRAIL's weights: w = clip(1 + 0.5 z, 0.5, 5), z the z-score of log(s + 1e-8) per row.
 
@@ -175,12 +187,7 @@ def grail_weights(saliency: torch.Tensor, mask: torch.Tensor | None = None) -> t
     positions or equal saliencies get 1; off the mask the weight is 1. No renormalisation.
     """
     sal, mask, one_d = _as_rows(saliency, mask, "saliency")
-    _check_scored(sal, mask, "saliency")
-    logs = torch.log(sal.clamp_min(0) + 1e-8)
-    n = mask.sum(dim=1, keepdim=True).clamp_min(1).to(logs.dtype)  # (B, 1)
-    zero = torch.zeros_like(logs)
-    mean = torch.where(mask, logs, zero).sum(dim=1, keepdim=True) / n
-    var = torch.where(mask, (logs - mean) ** 2, zero).sum(dim=1, keepdim=True) / n
+    logs, mean, var = _log_moments(sal, mask)
     std = var.sqrt()
     inf = torch.tensor(float("inf"), device=logs.device)
     hi = torch.where(mask, logs, -inf).amax(dim=1, keepdim=True)
@@ -194,10 +201,40 @@ def grail_weights(saliency: torch.Tensor, mask: torch.Tensor | None = None) -> t
     return weights.squeeze(0) if one_d else weights
 
 
-def reshape_advantages(advantages: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Token advantages A_{i,t} = A_i * w_t.
+# GRAIL's published defaults (the authors' training config qwen3_grail.yaml): weight spread
+# 0.5 around mean 1, clipped to [0.5, 5]; the answer's own tokens get the ceiling.
+GRAIL_STD, GRAIL_W_MIN, GRAIL_W_MAX = 0.5, 0.5, 5.0
 
-    advantages: (B,) sequence advantages; weights: (B, T). Returns (B, T) float32.
+
+def grail_published_weights(saliency: torch.Tensor, response: torch.Tensor, answer: torch.Tensor,
+                            reasoning: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
+    """GRAIL's token weights as its authors train them (METHOD.md 7).
+
+    saliency:  (B, T) s_t >= 0 on the response; response: (B, T) bool, every response token;
+    answer:    (B, T) bool, the answer span's tokens; reasoning: (B, T) bool, the tokens before
+               the answer (the only ones whose z-score weight is kept);
+    fallback:  (B,) bool, rows kept at weight 1 there (no answer span; a right rollout when
+               only wrong ones are reweighted).
+    z is the z-score of log(s + 1e-8) over each row's response tokens, with the population
+    std sqrt(var + 1e-8); w = clip(1 + 0.5 z, 0.5, 5) on the reasoning of rows not falling
+    back, GRAIL_W_MAX on the answer tokens of every row, 1 elsewhere (the marker, the tail,
+    padding). No renormalisation. Returns (B, T) float32.
+    """
+    sal, response, _ = _as_rows(saliency, response, "saliency")
+    logs, mean, var = _log_moments(sal, response)
+    z = (logs - mean) / torch.sqrt(var + 1e-8)
+    shaped = (1.0 + GRAIL_STD * z).clamp(GRAIL_W_MIN, GRAIL_W_MAX)
+    keep = reasoning.to(shaped.device) & response & ~fallback.to(shaped.device)[:, None]
+    weights = torch.where(keep, shaped, torch.ones_like(shaped))
+    return torch.where(answer.to(shaped.device), torch.full_like(shaped, GRAIL_W_MAX), weights)
+
+
+def reshape_advantages(advantages: torch.Tensor, weights: torch.Tensor,
+                       bonus: torch.Tensor | None = None) -> torch.Tensor:
+    """Token advantages A_{i,t} = A_i * w_t (+ b_t, an additive weighting's term: KTAE's).
+
+    advantages: (B,) sequence advantages; weights: (B, T); bonus: (B, T) or None.
+    Returns (B, T) float32.
     """
     advantages = torch.as_tensor(advantages)
     if advantages.dim() != 1:
@@ -209,4 +246,10 @@ def reshape_advantages(advantages: torch.Tensor, weights: torch.Tensor) -> torch
             f"weights must be (B, T) with B = {advantages.shape[0]} (the number of "
             f"advantages), got shape {tuple(weights.shape)}"
         )
-    return advantages.float().to(weights.device).unsqueeze(1) * weights.float()
+    out = advantages.float().to(weights.device).unsqueeze(1) * weights.float()
+    if bonus is not None:
+        if tuple(bonus.shape) != tuple(weights.shape):
+            raise InputError(f"bonus must have the weights' shape {tuple(weights.shape)}, got "
+                             f"{tuple(bonus.shape)}")
+        out = out + bonus.float().to(out.device)
+    return out

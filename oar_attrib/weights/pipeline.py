@@ -3,9 +3,11 @@
 `attribute()`, the trainer's reshaping and the web app's live page all call it, so a trace
 gets the same importances and weights wherever it is scored (METHOD.md 3, 6-7):
 
-1. the rows to score (default: every row with an answer span and scored positions) are
+1. the rows to score (default: every row with positions in the method's scope: an answer span
+   and scored positions, or for a `scope="response"` method any response token) are
    deduplicated (a sampled group often repeats a completion; a row's scores depend on its own
-   tokens only) and grouped so each group's tokens stay within the budget;
+   tokens only) and grouped so each group's tokens stay within the budget; a `grouped` method
+   (KTAE, whose counts compare a group's rollouts) runs once on every row instead;
 2. the method (`methods.method_spec(settings.method)`) scores each group; a method registered
    `random=True` gets one generator per row, seeded from the settings' seed and the row's
    token ids (`row_seed`), so a row's numbers do not depend on the rows batched with it;
@@ -16,11 +18,14 @@ gets the same importances and weights wherever it is scored (METHOD.md 3, 6-7):
 3. non-finite policy: a row with NaN or inf on its scored positions keeps weight 1
    everywhere and is reported in `nonfinite` (never silently gated, never stopping a run);
 4. the weighting (the settings', else the method's own) turns the importances into weights
-   over the scored positions S, per token or, with granularity 'step', per step
-   (`step_gating.step_weights`); weight 1 outside S and on rows not scored.
+   over the method's positions (S, or the response), per token or, with granularity 'step',
+   per step (`step_gating.step_weights`); weight 1 elsewhere and on rows not scored. An
+   `additive` weighting (KTAE's) gives a term added to the advantage (`Weighed.bonus`) and
+   weight 1.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import time
@@ -34,8 +39,8 @@ from ..lm import eval_mode
 from ..methods import MethodSpec, method_spec
 from ..methods.draws import mean_of_draws
 from .step_gating import step_weights
-from .weightings import get_weighting
-from .settings import ReshapeSettings
+from .weightings import weighting_spec
+from .settings import ReshapeSettings, SettingError
 
 
 @dataclass
@@ -43,15 +48,19 @@ class Weighed:
     """What `score_and_weight` gives for a (B, L) batch.
 
     importances: (B, L) float32 on CPU, the method's scores as computed (NaN or inf kept, for
-                 the trace's flag), 0 outside S and on rows not scored.
-    weights:     (B, L) float32 on CPU, 1 outside S, on rows not scored and on `nonfinite` rows.
-    scored:      (B, L) bool, S: the reasoning positions of rows with an answer span.
+                 the trace's flag), 0 outside its positions and on rows not scored.
+    weights:     (B, L) float32 on CPU, 1 outside its positions, on rows not scored and on
+                 `nonfinite` rows.
+    scored:      (B, L) bool, the method's positions: S, the reasoning positions of rows with
+                 an answer span; or, for a `scope="response"` method, every response token.
     attributed:  (B,) bool, rows the method scored (and a uniform method did not skip).
-    nonfinite:   (B,) bool, rows whose importances on S were NaN or inf.
+    nonfinite:   (B,) bool, rows whose importances on its positions were NaN or inf.
     seconds:     wall time of the scoring and the weighting.
+    bonus:       (B, L) float32 on CPU, the term an additive weighting adds to the advantage
+                 (A_i * w_t + b_t), 0 elsewhere and for every other weighting.
     draws:       (n, B, L) float32 on CPU, the per-draw importances of a method that averages
-                 draws (`MethodSpec.draws`; `importances` is their mean), 0 outside S and on
-                 rows not scored; None for other methods.
+                 draws (`MethodSpec.draws`; `importances` is their mean), 0 outside its
+                 positions and on rows not scored; None for other methods.
     """
 
     importances: torch.Tensor
@@ -60,7 +69,12 @@ class Weighed:
     attributed: torch.Tensor
     nonfinite: torch.Tensor
     seconds: float
+    bonus: torch.Tensor | None = None
     draws: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.bonus is None:
+            self.bonus = torch.zeros(self.weights.shape, dtype=torch.float32)
 
 
 def row_seed(seed: int, ids) -> int:
@@ -72,7 +86,8 @@ def row_seed(seed: int, ids) -> int:
 
 def _row_key(batch: ScoringBatch, row: int) -> tuple:
     n = int(batch.lengths[row])
-    return tuple(tuple(t[row, :n].tolist()) for t in (batch.input_ids, batch.scored_mask, batch.answer_mask))
+    masks = (batch.input_ids, batch.scored_mask, batch.answer_mask, batch.response_mask)
+    return tuple(tuple(t[row, :n].tolist()) for t in masks if t is not None)
 
 
 def _chunks(rows: list[int], lengths: list[int], budget: int) -> list[list[int]]:
@@ -102,6 +117,17 @@ def _method_kwargs(spec: MethodSpec, settings: ReshapeSettings, sub: ScoringBatc
     return {**kwargs, **params}
 
 
+def _score_grouped(model, batch: ScoringBatch, settings: ReshapeSettings, spec: MethodSpec,
+                   rows: list[int], params: dict | None, tokenizer) -> torch.Tensor:
+    """(B, L) float32 importances on CPU of a `grouped` method: run once on the whole batch
+    (its counts are over each group's rollouts), kept on the given rows, 0 on the others."""
+    kwargs = _method_kwargs(spec, settings, batch, dict(params or {}), tokenizer)
+    scores = spec.fn(model, batch, probe=settings.probe, **kwargs).float().cpu()
+    chosen = torch.zeros(len(scores), dtype=torch.bool)
+    chosen[list(rows)] = True
+    return torch.where(chosen[:, None], scores, torch.zeros_like(scores))
+
+
 def score(model, batch: ScoringBatch, settings: ReshapeSettings, rows: list[int], *,
           params: dict | None = None, tokenizer=None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(B, L) float32 importances on CPU of the given rows (steps 1-2), 0 on other rows, and
@@ -110,12 +136,14 @@ def score(model, batch: ScoringBatch, settings: ReshapeSettings, rows: list[int]
     params: extra keyword arguments of the method (they win over the settings').
     """
     out = torch.zeros(batch.input_ids.shape, dtype=torch.float32)
+    spec = method_spec(settings.method)
+    if spec.grouped:  # counts over the group's rollouts: every row, once, no model
+        return _score_grouped(model, batch, settings, spec, rows, params, tokenizer), None
     first: dict[tuple, int] = {}
     source = {r: first.setdefault(_row_key(batch, r), r) for r in rows}
     unique = [r for r in rows if source[r] == r]
     if not unique:
         return out, None
-    spec = method_spec(settings.method)
     lengths = batch.lengths.tolist()
     device = next(model.parameters()).device
     draws = None
@@ -139,19 +167,44 @@ def score(model, batch: ScoringBatch, settings: ReshapeSettings, rows: list[int]
     return out, draws
 
 
-def weigh(importances: torch.Tensor, scored: torch.Tensor, settings: ReshapeSettings,
-          step_ids: torch.Tensor | None = None) -> torch.Tensor:
-    """(B, L) weights of finite (B, L) importances over the (B, L) bool scored mask (step 4):
-    the settings' weighting, else the method's own; with granularity 'step' the weighting runs
-    over the steps of `step_ids` (B, L) and each step's weight goes to its tokens."""
-    fn = get_weighting(settings.weighting or method_spec(settings.method).weighting)
+def positions(batch: ScoringBatch, spec: MethodSpec) -> torch.Tensor:
+    """(B, L) bool: the positions method `spec` scores and its weighting weighs (its scope):
+    S of the rows with an answer span, or every response token."""
+    if spec.scope == "response":
+        return batch.responses().clone()
+    return batch.scored_mask & batch.has_answer[:, None]
+
+
+def token_credit(importances: torch.Tensor, scored: torch.Tensor, settings: ReshapeSettings,
+                 step_ids: torch.Tensor | None = None, batch: ScoringBatch | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weights, bonus), each (B, L), of finite (B, L) importances over the (B, L) bool mask
+    `scored` (step 4): the settings' weighting, else the method's own; with granularity 'step'
+    the weighting runs over the steps of `step_ids` (B, L) and each step's weight goes to its
+    tokens. An additive weighting's output is the bonus (weights 1); otherwise the bonus is 0.
+    `batch` is passed to weightings that read it (segments, outcomes)."""
+    spec = weighting_spec(settings.weighting or method_spec(settings.method).weighting)
     params = settings.weighting_params()
+    ones = torch.ones(importances.shape, dtype=torch.float32)
     if settings.granularity == "step":
+        if spec.additive or spec.needs_batch or method_spec(settings.method).scope != "reasoning":
+            raise SettingError("granularity", f"granularity='step' pools the reasoning steps; method "
+                               f"{settings.method!r} with weighting {spec.name!r} weighs tokens of the "
+                               "whole response: use granularity='token'")
         if step_ids is None:
             step_ids = torch.full(importances.shape, -1, dtype=torch.long)
-        return step_weights(importances, scored, step_ids, settings.step_pool,
-                            lambda values, valid: fn(values, valid, params))
-    return fn(importances, scored, params)
+        weights = step_weights(importances, scored, step_ids, settings.step_pool,
+                               lambda values, valid: spec.fn(values, valid, params))
+        return weights, torch.zeros_like(ones)
+    out = spec.fn(importances, scored, params, batch)
+    return (ones, out.float()) if spec.additive else (out, torch.zeros_like(ones))
+
+
+def weigh(importances: torch.Tensor, scored: torch.Tensor, settings: ReshapeSettings,
+          step_ids: torch.Tensor | None = None, batch: ScoringBatch | None = None) -> torch.Tensor:
+    """The (B, L) weights of `token_credit` (1 everywhere for an additive weighting, whose term
+    is `token_credit`'s bonus)."""
+    return token_credit(importances, scored, settings, step_ids, batch)[0]
 
 
 def score_and_weight(model, batch: ScoringBatch, settings: ReshapeSettings, *,
@@ -166,25 +219,25 @@ def score_and_weight(model, batch: ScoringBatch, settings: ReshapeSettings, *,
     """
     start = time.perf_counter()
     batch = batch.to("cpu")
-    scored = batch.scored_mask & batch.has_answer[:, None]
-    chosen = torch.ones(len(scored), dtype=torch.bool) if rows is None else torch.as_tensor(list(rows), dtype=torch.bool)
     spec = method_spec(settings.method)
+    scored = positions(batch, spec)
+    chosen = torch.ones(len(scored), dtype=torch.bool) if rows is None else torch.as_tensor(list(rows), dtype=torch.bool)
     attributed = scored.any(dim=1) & chosen & (not spec.uniform)
     importances, draws = torch.zeros(scored.shape, dtype=torch.float32), None
     if attributed.any():
-        with eval_mode(model):
+        with eval_mode(model) if model is not None else contextlib.nullcontext():
             importances, draws = score(model, batch, settings,
                                        attributed.nonzero().flatten().tolist(), params=params,
                                        tokenizer=tokenizer)
     nonfinite = (scored & ~torch.isfinite(importances)).any(dim=1)
     gated = scored & (attributed & ~nonfinite)[:, None]
     clean = torch.where(gated, importances, torch.zeros_like(importances))
-    weights = weigh(clean, gated, settings, batch.step_ids)
+    weights, bonus = token_credit(clean, gated, settings, batch.step_ids, batch)
     if draws is not None:
         draws = torch.where(scored, draws, torch.zeros((), dtype=draws.dtype))
     return Weighed(importances=torch.where(scored, importances, torch.zeros_like(importances)),
                    weights=weights, scored=scored, attributed=attributed, nonfinite=nonfinite,
-                   seconds=time.perf_counter() - start, draws=draws)
+                   seconds=time.perf_counter() - start, bonus=bonus, draws=draws)
 
 
 def for_method(settings: ReshapeSettings, method: str) -> ReshapeSettings:

@@ -94,10 +94,10 @@ class ReshapeSettings:
     def __post_init__(self) -> None:
         # The registries load here, not with the module: the command line builds its flags from
         # these fields without loading torch.
-        from ..methods import available_methods
+        from ..methods import registered_methods
         from .weightings import available_weightings
 
-        _choice("method", self.method, available_methods(uniform=True))
+        _choice("method", self.method, registered_methods())
         _choice("probe", self.probe, defaults.PROBES)
         if self.weighting is not None:
             _choice("weighting", self.weighting, available_weightings())

@@ -19,6 +19,9 @@ class EvalResult:
     # Mean accuracy of the sampled answers (all group_size per problem): the quantity the RL
     # objective raises, which greedy accuracy shows only once the mode itself changes.
     sampled_accuracy: float | None = None
+    # Whether each held-out problem's greedy answer was right, in problem order: what a grid
+    # stores per problem so that its report can resample problems as well as seeds.
+    outcomes: list[bool] | None = None
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -71,4 +74,5 @@ def evaluate_world(
         group_size=group_size,
         seed=seed,
         sampled_accuracy=sampled_accuracy,
+        outcomes=correct,
     )

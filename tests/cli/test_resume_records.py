@@ -75,6 +75,17 @@ def _without(argv: list[str], flag: str) -> list[str]:
     return argv[:start] + argv[end:]
 
 
+def _method_default(flag: str):
+    """The default of the method keyword behind a method knob's flag (None: not one, or none)."""
+    import inspect
+
+    for method, param, _, _ in METHOD_KNOBS:
+        if knob_flag(method, param) == flag:
+            default = inspect.signature(method_spec(method).fn).parameters[param].default
+            return None if default is inspect.Parameter.empty else default
+    return None
+
+
 def _changed(action: argparse.Action, other_model: Path) -> list[str]:
     """The base command with `action`'s flag set to another value than the base's."""
     flag = _flag(action)
@@ -87,6 +98,8 @@ def _changed(action: argparse.Action, other_model: Path) -> list[str]:
     kind = getattr(action.type, "__name__", "")
     assert kind in ("int", "float"), f"{flag}: add another value to OTHER (or to NOT_RESULTS, with why)"
     given = BASE[BASE.index(flag) + 1] if flag in BASE else action.default
+    if given is None:  # a method knob left to the method: change its own default (3 is oar_p_hier's top_steps)
+        given = _method_default(flag)
     value = 3 if given is None else (float(given) / 2 if kind == "float" else int(given) + 1)
     return [*_without(BASE, flag), flag, str(value)]
 
@@ -117,19 +130,22 @@ def other_model(tmp_path_factory) -> Path:
     return folder
 
 
+def _zero_scores(model, batch, settings, rows, **kw):
+    """`pipeline.score`'s (importances, per-draw importances): zeros, and no draws."""
+    return torch.zeros(batch.input_ids.shape, dtype=torch.float32), None
+
+
 @pytest.fixture
 def fast_scores(monkeypatch):
     """Every method scores zeros: these tests are about the record around the scores."""
-    monkeypatch.setattr(pipeline, "score", lambda model, batch, settings, rows, **kw:
-                        (torch.zeros(batch.input_ids.shape, dtype=torch.float32), None))
+    monkeypatch.setattr(pipeline, "score", _zero_scores)
 
 
 @pytest.fixture(scope="module")
 def made(lines, tmp_path_factory) -> Path:
     """A JSONL made by the base command over one line (zero scores: the records are real)."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(pipeline, "score", lambda model, batch, settings, rows, **kw:
-                      (torch.zeros(batch.input_ids.shape, dtype=torch.float32), None))
+        patch.setattr(pipeline, "score", _zero_scores)
         out = tmp_path_factory.mktemp("out") / "out.jsonl"
         assert cli.main(["attribute", "--input", str(lines / "in1.jsonl"), "--out", str(out), *BASE]) == 0
     return out

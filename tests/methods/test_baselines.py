@@ -2,13 +2,14 @@
 import pytest
 import torch
 
+from oar_attrib.errors import InputError
 from oar_attrib.inputs.batch import ScoringBatch
-from oar_attrib.methods import get_method
+from oar_attrib.methods import get_method, method_spec
 from oar_attrib.methods.baselines import ig as ig_module
 from oar_attrib.methods.probes import probe_sites, probe_values
 from models import PAD_ID, make_batch, tiny_llama, tiny_qwen2
 
-BASELINES = ("entropy", "ig", "grail", "random")
+BASELINES = ("entropy", "ig", "grail", "random", "entropy_reasoning", "grail_all", "grail_reasoning")
 
 
 @pytest.fixture(scope="module")
@@ -25,13 +26,46 @@ def _seeded(seed):
     return torch.Generator().manual_seed(seed)
 
 
+def _positions(name, batch):
+    """The positions method `name` fills (its scope): S of rows with a span, every response
+    token of every row (entropy), or every response token of rows with a span (grail)."""
+    spec = method_spec(name)
+    if spec.scope == "reasoning":
+        return batch.scored_mask & batch.has_answer[:, None]
+    if name.startswith("grail"):
+        return batch.response_mask & batch.has_answer[:, None]
+    return batch.response_mask.clone()
+
+
 @pytest.mark.parametrize("name", BASELINES)
 def test_contract(model, batch, name):
     out = get_method(name)(model, batch, probe="as_mean", generator=_seeded(0))
     assert out.shape == batch.input_ids.shape and out.dtype == torch.float32
+    where = _positions(name, batch)
+    assert (out[~where] == 0).all() and (out[where] >= 0).all()
+    assert (out[1] == 0).all() == (not where[1].any())  # row 1 has no answer span
+    if name in ("grail", "grail_all"):  # the answer's last token and the tail come after the loss
+        last = batch.answer_mask.float().cumsum(1) == batch.answer_mask.sum(1, keepdim=True)
+        after = where & last & ~batch.probe_mask
+        assert (out[after] == 0).all()
+        where = where & ~after
+    assert (out[where] > 0).float().mean() > 0.9
+
+
+@pytest.mark.parametrize("name, variant", [("entropy", "entropy_reasoning"), ("grail", "grail_all"),
+                                           ("grail", "grail_reasoning")])
+def test_variants_have_the_methods_scores_on_the_scored_positions(model, batch, name, variant):
+    """A variant differs only in where it reads and how it weighs: on S both give one number."""
+    assert method_spec(variant).variant_of == name
     scored = batch.scored_mask & batch.has_answer[:, None]
-    assert (out[~scored] == 0).all() and (out[1] == 0).all()
-    assert (out[scored] >= 0).all() and (out[scored] > 0).float().mean() > 0.9
+    torch.testing.assert_close(get_method(variant)(model, batch)[scored], get_method(name)(model, batch)[scored])
+
+
+def test_response_scoped_methods_refuse_a_batch_without_a_response_mask(model, batch):
+    bare = ScoringBatch(batch.input_ids, batch.attention_mask, batch.scored_mask, batch.answer_mask, PAD_ID)
+    for name in ("entropy", "grail"):
+        with pytest.raises(InputError, match="response_mask"):
+            get_method(name)(model, bare)
 
 
 @pytest.mark.parametrize("name", ["ig", "grail"])
@@ -48,12 +82,11 @@ def test_gradient_baselines_leave_parameter_grads_alone(batch, name):
 
 
 def test_entropy_matches_hand_computation(model, batch):
+    """H_t of every response token, rows without an answer span included (the 80/20 paper's)."""
     out = get_method("entropy")(model, batch)
     with torch.no_grad():
         logits = model(batch.input_ids, attention_mask=batch.attention_mask).logits.double()
-    for row, t in zip(*batch.scored_mask.nonzero(as_tuple=True)):
-        if not batch.has_answer[row]:
-            continue
+    for row, t in zip(*batch.response_mask.nonzero(as_tuple=True)):
         p = torch.softmax(logits[row, t - 1], dim=-1)
         expected = -(p * p.log()).sum().item()
         assert out[row, t].item() == pytest.approx(expected, rel=1e-5)
@@ -152,18 +185,18 @@ def test_grail_matches_hand_computation(model, batch):
     loss = -logp[:, :-1].gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)[answer].sum()
     (grad,) = torch.autograd.grad(loss, embeds)
     expected = (grad * embeds.detach()).norm(dim=-1)
-    scored = batch.scored_mask & batch.has_answer[:, None]
-    torch.testing.assert_close(out[scored], expected[scored], atol=1e-5, rtol=1e-4)
+    where = batch.response_mask & batch.has_answer[:, None]  # the whole response, as GRAIL z-scores it
+    torch.testing.assert_close(out[where], expected[where], atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["entropy", "grail"])
+@pytest.mark.parametrize("name", ["entropy", "grail", "entropy_reasoning", "grail_reasoning"])
 def test_nan_logits_give_nan_without_crashing(batch, name):
     model = tiny_llama(seed=6)
     with torch.no_grad():
         model.lm_head.weight.fill_(float("nan"))
     out = get_method(name)(model, batch)
-    scored = batch.scored_mask & batch.has_answer[:, None]
-    assert out[scored].isnan().all() and (out[~scored] == 0).all()
+    where = _positions(name, batch)
+    assert out[where].isnan().all() and (out[~where] == 0).all()
 
 
 @pytest.mark.parametrize("name, small", [("entropy", 5), ("grail", 1), ("ig", 1)])

@@ -25,7 +25,7 @@ def _batch_with_tail_scored() -> ScoringBatch:
     after row 0's answer, which cannot move the probe."""
     batch = make_batch(lengths=(22, 15, 19, 9), answer_lens=(1, 2, 3), no_answer_rows=(3,))
     batch.scored_mask[0, 21] = True
-    batch.scored_mask[3, 2:6] = True
+    batch.scored_mask[3, 4:8] = True  # row 3's response (its prompt is [0, 4))
     return batch
 
 

@@ -1,6 +1,7 @@
 """`oar experiment`: a real 2-method x 2-seed x 3-step grid, killed between cells and resumed;
-the report's paired differences against a recomputation straight from the stored points; the
-t-interval's quantile against the t table; the web page; bad settings."""
+the report's paired differences against a recomputation straight from the stored points (two
+methods: the pooled interval is the paired t-interval); the per-problem outcomes, gradient norms
+and ||delta theta|| it stores; the t quantile against the t table; the web page; bad settings."""
 from __future__ import annotations
 
 import json
@@ -14,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -131,6 +133,7 @@ def test_grid_resumes_after_a_kill_and_its_report_matches_the_stored_points(tmp_
     assert (got["lo"], got["hi"]) == pytest.approx((statistics.mean(diffs) - half, statistics.mean(diffs) + half),
                                                    abs=1e-3 * max(half, 1e-3))
     assert got["wins"] == sum(d > 0 for d in diffs)
+    _check_stored_extras(db, report)
     # Same SFT checkpoint and evaluation set: every cell's step-0 evaluation is the same.
     starts = {tuple(c["mean"][0] for c in report.curves[k].values()) for k in EVAL_KEYS}
     assert all(len(set(values)) == 1 for values in starts)
@@ -140,6 +143,23 @@ def test_grid_resumes_after_a_kill_and_its_report_matches_the_stored_points(tmp_
     assert set(curves) == set(CREDIT_KEYS) and curves["entropy"] == report.curves["entropy"]
     assert curves["oar/ess_ratio"]["none"]["mean"] == [1.0, 1.0, 1.0] and curves["reward"]["random"]["steps"] == [1, 2, 3]
     _check_web(db)
+
+
+def _check_stored_extras(db: Path, report) -> None:
+    """Each held-out problem's outcome (its mean is the cell's accuracy), the gradient norm and
+    ||theta_t - theta_0|| (0 before the first step, growing) are points of every cell."""
+    conn = sqlite3.connect(db)
+    rows = conn.execute("SELECT c.method, c.seed, p.step, p.key, p.value FROM experiment_points p "
+                        "JOIN experiment_cells c ON c.id = p.cell_id").fetchall()
+    conn.close()
+    points = {(m, s, step, k): v for m, s, step, k, v in rows}
+    for method, seed in {(m, s) for m, s, *_ in rows}:
+        outcomes = [points[(method, seed, 3, f"eval/problem/default/{i}")] for i in range(6)]
+        assert set(outcomes) <= {0.0, 1.0}
+        assert sum(outcomes) / 6 == pytest.approx(points[(method, seed, 3, "eval/accuracy/default")])
+        assert all(points[(method, seed, s, "grad_norm")] >= 0 for s in (1, 2, 3))
+        assert 0 < points[(method, seed, 1, "delta_theta")] <= points[(method, seed, 3, "delta_theta")] * 1.5
+    assert set(report.bootstrap["eval/accuracy/default"]) == {"random"}
 
 
 def _check_web(db: Path) -> None:
@@ -213,21 +233,32 @@ def test_report_and_page_of_a_stored_grid_escape_labels(tmp_path):
 
 @pytest.mark.parametrize("path", sorted((ROOT / "docs" / "experiments").glob("*.json")), ids=lambda p: p.name)
 def test_committed_summaries_are_consistent(path):
-    """Each committed summary's paired differences follow from its own per-seed finals."""
+    """Each committed summary's differences from GRPO follow from its own per-seed finals: the
+    seed pairs, and the pooled error of the method x seed grid (its residual mean square by
+    hand: y - row mean - column mean + grand mean)."""
+    from scipy import stats
+
     data = json.loads(path.read_text())
     methods = data["methods"]
     base = methods["none"]["final"]
+    seeds = sorted(set.intersection(*(set(e["final"]) for e in methods.values())), key=int)
+    y = np.array([[e["final"][s] for s in seeds] for e in methods.values()])  # (M, S)
+    residual = y - y.mean(1, keepdims=True) - y.mean(0, keepdims=True) + y.mean()
+    df = (y.shape[0] - 1) * (y.shape[1] - 1)
+    se = math.sqrt(2 * (residual ** 2).sum() / df / len(seeds))
+    assert data["anova"][data["metric"]]["residual"]["df"] == df
     for method, entry in methods.items():
         if method == "none":
             continue
-        seeds = sorted(set(entry["final"]) & set(base), key=int)
-        diffs = [entry["final"][s] - base[s] for s in seeds]
+        paired = sorted(set(entry["final"]) & set(base), key=int)
+        diffs = [entry["final"][s] - base[s] for s in paired]
         got = entry["vs_grpo"]
-        assert got["n"] == len(seeds) and got["mean"] == pytest.approx(statistics.mean(diffs))
+        assert got["n"] == len(paired) and got["mean"] == pytest.approx(statistics.mean(diffs))
         assert got["wins"] == sum(d > 0 for d in diffs)
-        if len(seeds) >= 2:
-            half = t_quantile(0.975, len(seeds) - 1) * statistics.stdev(diffs) / math.sqrt(len(seeds))
-            assert (got["lo"], got["hi"]) == pytest.approx((got["mean"] - half, got["mean"] + half))
+        half = stats.t.ppf(0.975, df) * se
+        pooled = got["pooled"]
+        assert (pooled["lo95"], pooled["hi95"]) == pytest.approx((got["mean"] - half, got["mean"] + half))
+        assert got["lo"] <= pooled["lo95"] and got["hi"] >= pooled["hi95"] and pooled["p_holm"] >= pooled["p"]
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "training" / "experiments").glob("*.yaml")), ids=lambda p: p.stem)

@@ -90,7 +90,7 @@ def test_overrides_fail_clearly():
         resolve("arith-tiny", None, ["oar_taux=1"])
     with pytest.raises(TrainingConfigError, match="key=value"):
         resolve("arith-tiny", None, ["oar_tau"])
-    with pytest.raises(TrainingConfigError, match="arith-tiny, math-7b, smollm2-gsm8k"):
+    with pytest.raises(TrainingConfigError, match="arith-tiny, gsm8k-gpu, math-7b, smollm2-gsm8k"):
         resolve("no-such-preset", None, [])
     with pytest.raises(TrainingConfigError, match="eval_samples"):
         build_configs(resolve("arith-tiny", None, ["eval_samples=-1"]))

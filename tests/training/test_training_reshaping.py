@@ -9,12 +9,7 @@ from oar_attrib.world import generate_problems
 from oar_attrib.training.reshaping import ReshapeSettings, encode_row, encode_rows, token_weights, unpad_rows
 from oar_attrib.weights import pipeline
 from oar_attrib.weights.pipeline import _chunks, row_seed
-from oar_attrib.training.toy import ScriptedRollout, tiny_policy, world_tokenizer
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return world_tokenizer()
+from oar_attrib.training.toy import ScriptedRollout, tiny_policy
 
 
 @pytest.fixture(scope="module")

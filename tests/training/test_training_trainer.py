@@ -14,6 +14,7 @@ from trl import GRPOTrainer
 from oar_attrib.weights.gating import bilevel_weights
 from oar_attrib.inputs.encoding import encode_pairs
 from oar_attrib.methods import get_method, register_method, unregister_method
+from oar_attrib.methods.baselines.ktae import key_token_values
 from oar_attrib.methods import method_spec as get_method_spec
 from oar_attrib.weights.weightings import weighting_spec
 from oar_attrib.training import trainer as trainer_module
@@ -21,20 +22,10 @@ from oar_attrib.training.config import OARConfig, oar_method_choices
 from oar_attrib.training.errors import TrainingConfigError
 from oar_attrib.training.rewards import world_reward
 from oar_attrib.training.run_store_hook import RunStoreHook
-from oar_attrib.training.toy import ScriptedRollout, tiny_policy, world_tokenizer
+from oar_attrib.training.toy import ScriptedRollout, tiny_policy
 from oar_attrib.training.trainer import OARGRPOTrainer
 from shared_data import qwen_dir
-from models import GROUP, TRAIN_ARGS, record_loss_inputs, tiny_trainer, train_world
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return world_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def world():
-    return train_world()
+from models import GROUP, TRAIN_ARGS, record_loss_inputs, tiny_trainer
 
 
 def logged(trainer) -> dict:
@@ -121,7 +112,7 @@ def test_every_method_runs_and_logs(tmp_path, tok, world, method):
     trainer.train()
     tw = trainer.last_token_weights
     assert torch.isfinite(tw.weights).all() and not tw.nonfinite.any()
-    assert tw.scored.any() and (tw.importances[tw.scored] >= 0).all()
+    assert tw.scored.any() and (get_method_spec(name).signed or (tw.importances[tw.scored] >= 0).all())
     assert (tw.importances[~tw.scored] == 0).all() and (tw.weights[~tw.scored] == 1).all()
     if weighting_spec(mode or get_method_spec(name).weighting).preserves_mass:  # mean 1 over S
         for row in range(len(tw.pairs)):
@@ -381,3 +372,74 @@ def test_a_low_span_found_rate_warns_once_naming_the_formats(tmp_path, tok, worl
         assert "formats tried: boxed" in text and "gsm8k" in text and f"{rates[0]:.0%}" in text
     else:
         assert min(rates) >= 0.5 and not low
+
+
+# ------------------------------------------------------------------ the published baselines
+# What the loss receives is the paper's token advantage, computed again here (METHOD.md 7):
+# KTAE adds each group's key-token values (the rows of one prompt: TRL shuffles the rows before
+# the loss; right = total reward > 0); GRAIL keeps a right rollout's reasoning at weight 1; the
+# 80/20 entropy scores every row, those whose advantage is 0 too (its cut-off is the batch's).
+
+
+def _rows(tok, inputs):
+    """Prompts (text), completion id lists and texts of a recorded loss call."""
+    prompt_rows = [ids[m.bool()].tolist() for ids, m in zip(inputs["prompt_ids"], inputs["prompt_mask"])]
+    lengths = inputs["completion_mask"].sum(dim=1).tolist()
+    completions = [ids[:n].tolist() for ids, n in zip(inputs["completion_ids"], lengths)]
+    return tok.batch_decode(prompt_rows), completions, tok.batch_decode(completions, skip_special_tokens=True)
+
+
+def test_ktae_adds_each_groups_key_token_values_to_the_advantage(tmp_path, tok, world):
+    trainer = tiny_trainer(tmp_path, tok, world, record=True, oar_method="ktae")
+    trainer.train()
+    (inputs,) = trainer.loss_inputs
+    prompts, completions, texts = _rows(tok, inputs)
+    answers = {p.prompt: str(p.answer) for p in world[0]}
+    rewards = torch.tensor(world_reward(prompts, texts, answer=[answers[p] for p in prompts]))
+    adv = torch.zeros(len(prompts))
+    expected = torch.zeros(inputs["completion_ids"].shape)
+    for prompt in set(prompts):
+        rows = [i for i, p in enumerate(prompts) if p == prompt]
+        assert len(rows) == GROUP
+        r = rewards[rows]
+        adv[rows] = (r - r.mean()) / (r.std() + 1e-4)
+        values = key_token_values([torch.tensor(completions[i]) for i in rows], r > 0, tok.pad_token_id)
+        for i in rows:
+            expected[i, :len(completions[i])] = torch.tensor([values[t] for t in completions[i]])
+    expected = adv[:, None] + expected
+    mask = inputs["completion_mask"].bool()
+    assert (expected[mask] != adv[:, None].expand_as(expected)[mask]).any()  # some values are not 0
+    torch.testing.assert_close(inputs["advantages"][mask], expected[mask], atol=1e-4, rtol=1e-4)
+    assert (trainer.last_token_weights.weights == 1).all()
+
+
+def test_grail_keeps_right_rollouts_reasoning_at_weight_one(tmp_path, tok, world):
+    trainer = tiny_trainer(tmp_path, tok, world, oar_method="grail", oar_skip_zero_advantage=False)
+    trainer.train()
+    tw = trainer.last_token_weights  # rows in TRL's group order (before its shuffle)
+    prompts = tok.batch_decode([p.prompt_ids for p in tw.pairs])
+    answers = {p.prompt: str(p.answer) for p in world[0]}
+    rewards = torch.tensor(world_reward(prompts, [p.text for p in tw.pairs],
+                                        answer=[answers[p] for p in prompts]))
+    sequence = rewards - rewards.view(-1, GROUP).mean(dim=1).repeat_interleave(GROUP)  # sign of A_i
+    reasoning = torch.stack([torch.tensor([lab == "reasoning" for lab in p.labels] +
+                                          [False] * (tw.weights.shape[1] - len(p.labels)))
+                             for p in tw.pairs]) & tw.span_found[:, None]
+    answer = torch.stack([torch.tensor([lab == "answer" for lab in p.labels] +
+                                       [False] * (tw.weights.shape[1] - len(p.labels)))
+                          for p in tw.pairs]) & tw.span_found[:, None]
+    right, wrong = sequence > 0, sequence < 0
+    assert right.any() and wrong.any()
+    assert (tw.weights[right[:, None] & reasoning] == 1).all()
+    assert (tw.weights[wrong[:, None] & reasoning] != 1).any()
+    assert (tw.weights[answer] == 5).all()
+
+
+def test_entropy_scores_rows_whose_advantage_is_zero(tmp_path, tok, world):
+    trainer = tiny_trainer(tmp_path, tok, world, oar_method="entropy")
+    trainer.train()
+    tw = trainer.last_token_weights
+    assert tw.attributed.all()  # oar_skip_zero_advantage stays on, yet every row takes part
+    kept = tw.weights[tw.scored]
+    assert set(kept.unique().tolist()) <= {0.0, 1.0}
+    assert int(kept.sum()) == pytest.approx(0.2 * int(tw.scored.sum()), abs=1.0)

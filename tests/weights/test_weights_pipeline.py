@@ -108,9 +108,9 @@ def test_attribute_the_trainer_and_the_live_page_all_call_the_one_pipeline(tmp_p
     assert calls == ["entropy"]
     LiveAttributor(model, tok, max_tokens=512, max_concurrent=1).run(*texts[0], ["random"], "as_mean")
     assert calls == ["entropy", "random"]
-    trainer = tiny_trainer(tmp_path, tok, train_world(), oar_method="grail", oar_granularity="step")
+    trainer = tiny_trainer(tmp_path, tok, train_world(), oar_method="grail_reasoning", oar_granularity="step")
     trainer.train()
-    assert calls == ["entropy", "random", "grail"] and trainer.oar_batches == 1
+    assert calls == ["entropy", "random", "grail_reasoning"] and trainer.oar_batches == 1
 
 
 def test_a_method_with_draws_hands_them_over_and_their_mean_is_the_methods_own(model, tok, texts):

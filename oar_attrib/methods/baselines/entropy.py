@@ -1,6 +1,14 @@
 """Entropy baseline (METHOD.md section 7): I_t = H(pi(. | y_<t)), the policy's entropy at the
 step that chose y_t, read from the logits at t - 1.
 
+Two registrations of the same entropies:
+- `entropy`, as the high-entropy-minority paper defines its reshaper (Wang et al. 2025,
+  "Beyond the 80/20 Rule", arXiv 2506.01939): every response token of every row is scored
+  (answer span or not), and its weighting `top_rho` keeps the gradient on the top rho (0.2)
+  of the batch's response tokens by entropy, zero on the rest;
+- `entropy_reasoning`, the earlier variant: the scored reasoning S of rows with an answer
+  span only, gated like OAR (bi-level) unless a weighting is named.
+
 Only the entropies are kept, never the (B, L, V) logits: rows run in groups and, where a
 group's logits would pass the token budget (a long row, a large vocabulary), its columns run in
 chunks on the key/value cache of the chunks before (the same forward, in pieces), each chunk's
@@ -22,25 +30,49 @@ from ..probes import check_probe, padded_positions
 ENTROPY_SLICE = 1 << 21  # logits per float32 temporary of token_entropy (8 MB)
 
 
-@register_method("entropy", token_budget=True)
+@register_method("entropy", weighting="top_rho", token_budget=True, scope="response")
 def entropy(model, batch: ScoringBatch, *, probe: str = PROBE,
             generator: torch.Generator | None = None,
             max_batch_tokens: int | None = None) -> torch.Tensor:
-    """Entropy of the next-token distribution that produced each scored token.
+    """Entropy of the next-token distribution that produced each response token (the 80/20
+    paper's H_t, every response token of every row).
 
-    batch: B rows of width L. `probe` and `generator` are unused (the entropy needs no probe
-    and no randomness); the probe name is still checked so that a typo is not silent.
+    batch: B rows of width L, with `response_mask`. `probe` and `generator` are unused (the
+    entropy needs no probe and no randomness); the probe name is still checked so that a typo
+    is not silent.
     max_batch_tokens: at most this many tokens' logits (rows x columns) in one forward; None:
     sized from the device's memory bound and the vocabulary (`budget.logit_tokens`). Changes
     memory, not results.
-    Returns (B, L) float32 on the batch's device: H_t >= 0 on scored positions t >= 1 of rows
-    with an answer span (position 0 has no preceding logits: 0), exactly 0 elsewhere.
+    Returns (B, L) float32 on the batch's device: H_t >= 0 on response positions t >= 1
+    (position 0 has no preceding logits: 0), exactly 0 elsewhere.
     """
+    responses = batch.responses()
+    values = _entropy_at(model, batch, probe, max_batch_tokens, lambda work: work.responses().clone())
+    return torch.where(responses.to(values.device), values, torch.zeros((), device=values.device))
+
+
+@register_method("entropy_reasoning", token_budget=True, variant_of="entropy")
+def entropy_reasoning(model, batch: ScoringBatch, *, probe: str = PROBE,
+                      generator: torch.Generator | None = None,
+                      max_batch_tokens: int | None = None) -> torch.Tensor:
+    """`entropy` on the scored reasoning positions only (the earlier variant).
+
+    batch: B rows of width L; probe, generator and max_batch_tokens as `entropy`'s.
+    Returns (B, L) float32 on the batch's device: H_t >= 0 on scored positions t >= 1 of rows
+    with an answer span, exactly 0 elsewhere.
+    """
+    return keep_scoreable(_entropy_at(model, batch, probe, max_batch_tokens, scoreable), batch)
+
+
+def _entropy_at(model, batch: ScoringBatch, probe: str, max_batch_tokens: int | None,
+                positions) -> torch.Tensor:
+    """(B, L) float32 H_t on the batch's device at `positions(work)` (a (B, L) bool of the
+    batch on the model's device), 0 elsewhere."""
     check_probe(probe)
     check_positions(model, batch)
     check_token_budget(max_batch_tokens)
     work = batch.to(model_device(model))
-    target = scoreable(work)
+    target = positions(work)
     target[:, 0] = False
     out = torch.zeros(work.input_ids.shape, dtype=torch.float32, device=target.device)
     if not target.any():
@@ -54,7 +86,7 @@ def entropy(model, batch: ScoringBatch, *, probe: str = PROBE,
             columns = max(1, max_batch_tokens // len(rows))
             out[rows, :sub.input_ids.shape[1]] = _entropies(model, sub, target[rows, :sub.input_ids.shape[1]],
                                                             columns)
-    return keep_scoreable(out, work).to(batch.input_ids.device)
+    return out.to(batch.input_ids.device)
 
 
 def _entropies(model, batch: ScoringBatch, target: torch.Tensor, columns: int) -> torch.Tensor:

@@ -1,0 +1,332 @@
+"""The statistics of a gradient-alignment run (`oar align`), made from its store folder.
+
+Per training batch b and method m (parts: all rows, positive-advantage rows, negative ones):
+
+- cos_m,b = cos(g_m,b, g*)                       alignment with the reference gradient
+- delta_cos_m,b = cos_m,b - cos_GRPO,b           the primary endpoint, paired by batch
+- sign_m,b = <g*, sign(g_m,b)> / ||g*||_1        the sign-agreement proxy (1: every sign right)
+- norm_ratio_m,b = ||g_m,b|| / ||g_GRPO,b||      step size against GRPO's
+- cos_grpo_m,b = cos(g_m,b, g_GRPO,b)            how far the reshaping turns GRPO's gradient
+
+Each is summarised by its mean over batches with a percentile bootstrap interval over batches
+(the batches are resampled together, so every contrast stays paired). The contrasts (every
+method against GRPO, and OAR-G against random weights) get two-sided bootstrap p-values and
+Holm's step-down correction across the family; each contrast's interval is at Holm's level
+for its rank (1 - alpha / (K - rank + 1)), so an interval that excludes 0 agrees with its
+adjusted p below alpha.
+
+Bias or variance, from the running sums S_a, S_b of each method's gradients over the even and
+odd batches (independent halves, n_a and n_b batches): ||mu_m||^2 = <S_a, S_b> / (n_a n_b) is
+the squared norm of the method's expected gradient without the batch noise, and the noise is
+E||g_m,b||^2 - ||mu_m||^2. `direction_grpo` = cos(mu_m, mu_GRPO) from cross-half sums (1 for
+GRPO; below 1: the method points elsewhere on average, a bias), `direction_star` = cos(mu_m,
+mu*) against the pool's expected gradient (GRPO's is ~1 up to noise: the instrument's check),
+`noise_to_signal` its per-batch noise over its signal (lower than GRPO's: a variance gain), and
+`mean_cos_star` the plain cosine of its mean gradient with g*. These are point estimates.
+
+Power: with the per-batch SD of delta_cos, the batches a paired test needs to detect an effect
+at alpha / K (Holm's first step) and the given power, and the smallest effect the batches at
+hand resolve: n = ((z_{1 - alpha/(2K)} + z_power) * sd / effect)^2.
+"""
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+from statistics import NormalDist
+
+import numpy as np
+
+from ..defaults import NO_METHOD as BASELINE
+from ..errors import InputError
+from ..jsonl import iter_jsonl
+
+PARTS = ("all", "pos", "neg")
+ENDPOINTS = ("cos", "delta_cos", "sign_agreement", "norm_ratio", "cos_grpo")
+DEFAULT_EFFECTS = (0.002, 0.005, 0.01, 0.02, 0.05)
+PLANNED = (("oar_g", "none"), ("oar_g", "random"))  # the issue's named contrasts, when both ran
+
+
+def _read_json(path: Path):
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def _lines(path: Path) -> list[dict]:
+    return [v for _, v in iter_jsonl(path) if isinstance(v, dict)] if path.exists() else []
+
+
+def load(folder: str | Path) -> dict:
+    """What the statistics read from an align store: record, reference, result lines, mean
+    gradients and the screen's counts. InputError when the folder holds no reference yet."""
+    folder = Path(folder)
+    record = _read_json(folder / "record.json")
+    reference = _read_json(folder / "reference" / "reference.json")
+    if record is None or reference is None:
+        raise InputError(f"{folder} holds no finished reference gradient yet (record.json and "
+                         "reference/reference.json); run oar align into it first")
+    screen = _lines(folder / "screen.jsonl")
+    return {"folder": str(folder), "record": record, "reference": reference,
+            "results": _lines(folder / "results.jsonl"),
+            "mean_gradients": _read_json(folder / "mean_gradients.json"),
+            "screen": {"prompts": len(screen), "mixed": sum(bool(s.get("mixed")) for s in screen),
+                       "seconds": float(sum(s.get("seconds", 0.0) for s in screen)),
+                       "cpu_seconds": float(sum(s.get("cpu_seconds", 0.0) for s in screen))}}
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def per_batch(data: dict) -> dict:
+    """method -> part -> endpoint -> (n,) float64 array over the committed batches."""
+    ref = data["reference"]
+    results = data["results"]
+    labels = list(results[0]["methods"]) if results else list(data["record"]["align"]["methods"])
+    out = {}
+    for label in labels:
+        out[label] = {}
+        for part in PARTS:
+            col = {k: np.array([r["methods"][label][part][k] for r in results], dtype=np.float64)
+                   for k in ("dot_star", "sq", "dot_grpo", "sign_star")}
+            grpo_sq = np.array([r["methods"][labels[0]][part]["sq"] for r in results], dtype=np.float64)
+            out[label][part] = {
+                "cos": _ratio(col["dot_star"], np.sqrt(col["sq"] * ref["sq"])),
+                "sign_agreement": col["sign_star"] / ref["l1"],
+                "norm_ratio": np.sqrt(_ratio(col["sq"], grpo_sq)),
+                "cos_grpo": _ratio(col["dot_grpo"], np.sqrt(col["sq"] * grpo_sq)),
+            }
+    for label in labels:
+        for part in PARTS:
+            out[label][part]["delta_cos"] = out[label][part]["cos"] - out[labels[0]][part]["cos"]
+    return out
+
+
+def bootstrap_means(values: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """(n_boot,) means of `values` (n,) over the resampled batch indices `index` (n_boot, n),
+    NaN entries left out of each mean (NaN where a resample holds none)."""
+    picked = values[index]
+    if not np.isnan(values).any():
+        return picked.mean(axis=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a resample of NaNs only: its mean is NaN
+        return np.nanmean(picked, axis=1)
+
+
+def interval(values: np.ndarray, boot: np.ndarray, level: float) -> dict:
+    """{"mean", "low", "high"}: the mean of the finite `values` and the percentile interval of
+    the bootstrap means `boot` at `level` (None when there is nothing to resample)."""
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return {"mean": None, "low": None, "high": None}
+    boot = boot[np.isfinite(boot)]
+    low, high = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2]) if boot.size else (np.nan, np.nan)
+    return {"mean": float(finite.mean()), "low": _num(low), "high": _num(high)}
+
+
+def _num(x) -> float | None:
+    return None if x is None or not np.isfinite(x) else float(x)
+
+
+def boot_p(boot: np.ndarray) -> float:
+    """Two-sided bootstrap p-value of a mean difference of 0: twice the smaller share of
+    bootstrap means on either side of 0, at least 1 / n_boot."""
+    boot = boot[np.isfinite(boot)]
+    if boot.size == 0:
+        return 1.0
+    side = min((boot <= 0).mean(), (boot >= 0).mean())
+    return float(min(1.0, max(2 * side, 1 / boot.size)))
+
+
+def holm(pvalues: dict[str, float]) -> tuple[dict[str, float], dict[str, int]]:
+    """(Holm-adjusted p-values, rank 1..K by raw p) of a family of contrasts."""
+    order = sorted(pvalues, key=lambda k: (pvalues[k], k))
+    adjusted, running, k = {}, 0.0, len(order)
+    for rank, key in enumerate(order, start=1):
+        running = max(running, min(1.0, (k - rank + 1) * pvalues[key]))
+        adjusted[key] = running
+    return adjusted, {key: rank for rank, key in enumerate(order, start=1)}
+
+
+def batches_needed(sd: float, effect: float, alpha: float, power: float, family: int) -> int | None:
+    """Batches a paired two-sided test at alpha / family needs to detect `effect` with `power`."""
+    if not np.isfinite(sd) or effect <= 0:
+        return None
+    z = NormalDist().inv_cdf(1 - alpha / (2 * family)) + NormalDist().inv_cdf(power)
+    return max(2, math.ceil((z * sd / effect) ** 2))
+
+
+def detectable(sd: float, n: int, alpha: float, power: float, family: int) -> float | None:
+    """The smallest effect n paired batches detect at alpha / family with `power`."""
+    if not np.isfinite(sd) or n < 2:
+        return None
+    z = NormalDist().inv_cdf(1 - alpha / (2 * family)) + NormalDist().inv_cdf(power)
+    return float(z * sd / math.sqrt(n))
+
+
+def contrasts(labels: list[str], planned=PLANNED) -> list[tuple[str, str]]:
+    """The Holm family: every method against GRPO, then the planned contrasts not yet in it
+    whose two methods both ran."""
+    family = [(m, BASELINE) for m in labels if m != BASELINE]
+    return family + [c for c in planned if c not in family and c[0] in labels and c[1] in labels]
+
+
+def _contrast(values: dict, pair: tuple[str, str], part: str = "all") -> np.ndarray:
+    return values[pair[0]][part]["cos"] - values[pair[1]][part]["cos"]
+
+
+def mean_gradient_stats(data: dict, values: dict) -> dict:
+    """Per method: the bias-or-variance estimates of the module docstring (None before any
+    mean gradient was summed)."""
+    sums, ref = data["mean_gradients"], data["reference"]
+    if not sums or not data["results"]:
+        return {}
+    na, nb = sums["halves"]["a"], sums["halves"]["b"]
+    n = na + nb
+    labels = list(sums["methods"])
+    out = {}
+    for label in labels:
+        s = sums["methods"][label]
+        signal = s["ab"] / (na * nb) if na and nb else float("nan")
+        sq = np.array([r["methods"][label]["all"]["sq"] for r in data["results"]], dtype=np.float64)
+        grpo_signal = sums["methods"][labels[0]]["ab"] / (na * nb) if na and nb else float("nan")
+        total = s["aa"] + s["bb"] + 2 * s["ab"]
+        out[label] = {
+            "mean_cos_star": _num(s["star"] / math.sqrt(total * ref["sq"])) if total > 0 else None,
+            "split_half_cos": _num(s["ab"] / math.sqrt(s["aa"] * s["bb"])) if s["aa"] * s["bb"] > 0 else None,
+            "signal_sq": _num(signal),
+            "noise_to_signal": _num((sq.mean() - signal) / signal) if signal > 0 else None,
+            "direction_star": (_num(s["star"] / n / math.sqrt(signal * ref["signal_sq"]))
+                               if signal > 0 and ref["signal_sq"] > 0 else None),
+            "direction_grpo": (_num(s["cross_grpo"] / (2 * na * nb) / math.sqrt(signal * grpo_signal))
+                               if signal > 0 and grpo_signal > 0 else None),
+        }
+    return out
+
+
+def _power(values: dict, pairs, n: int, planned_batches: int, alpha: float, power: float,
+           effects) -> dict:
+    table = {}
+    for pair in pairs:
+        d = _contrast(values, pair)
+        d = d[np.isfinite(d)]
+        sd = float(d.std(ddof=1)) if d.size >= 2 else float("nan")
+        table[f"{pair[0]} - {pair[1]}"] = {
+            "sd": _num(sd), "batches_needed": [batches_needed(sd, e, alpha, power, len(pairs)) for e in effects],
+            "detectable_now": detectable(sd, n, alpha, power, len(pairs)),
+            "detectable_at_planned": detectable(sd, planned_batches, alpha, power, len(pairs))}
+    return {"alpha": alpha, "power": power, "family": len(pairs), "effects": list(effects),
+            "batches": n, "planned_batches": planned_batches, "contrasts": table}
+
+
+def _contrast_stats(values: dict, pairs, index: np.ndarray, alpha: float) -> dict:
+    """name -> the paired difference of each contrast: mean, Holm-level interval, p, p_holm,
+    and the unadjusted 95% interval."""
+    boots = {pair: bootstrap_means(_contrast(values, pair), index) for pair in pairs}
+    raw = {pair: boot_p(boot) for pair, boot in boots.items()}
+    adjusted, rank = holm(raw)
+    out = {}
+    for pair in pairs:
+        d, level = _contrast(values, pair), 1 - alpha / (len(pairs) - rank[pair] + 1)
+        held = interval(d, boots[pair], level)
+        plain95 = interval(d, boots[pair], 0.95)
+        out[f"{pair[0]} - {pair[1]}"] = {**held, "level": level, "low95": plain95["low"],
+                                         "high95": plain95["high"], "p": raw[pair], "p_holm": adjusted[pair]}
+    return out
+
+
+def summarise(folder: str | Path, *, n_boot: int = 10_000, alpha: float = 0.05, power: float = 0.8,
+              effects=DEFAULT_EFFECTS, seed: int = 0, planned=PLANNED) -> dict:
+    """The statistics of an align store (module docstring) as one JSON-ready dict; for each
+    method `methods[label]["delta_cos"]` is {"mean", "low", "high", ...} (GRPO's: 0, exactly)."""
+    data = load(folder)
+    values = per_batch(data)
+    labels = list(values)
+    n = len(data["results"])
+    index = np.random.default_rng(seed).integers(0, max(n, 1), size=(n_boot, max(n, 1)))
+    pairs = contrasts(labels, planned)
+    tested = _contrast_stats(values, pairs, index, alpha) if n else {}
+    bias = mean_gradient_stats(data, values)
+    methods = {}
+    for label in labels:
+        entry = {}
+        for part in PARTS:
+            stats = {e: interval(values[label][part][e], bootstrap_means(values[label][part][e], index), 0.95)
+                     for e in ENDPOINTS if e != "delta_cos"}
+            stats["delta_cos"] = interval(values[label][part]["delta_cos"],
+                                          bootstrap_means(values[label][part]["delta_cos"], index), 0.95)
+            entry[part] = stats
+        own = dict(entry.pop("all"))
+        held = tested.get(f"{label} - {BASELINE}")
+        if held is not None:  # the Holm-level interval of the contrast with GRPO
+            own["delta_cos"] = held
+        elif label == BASELINE and n:
+            own["delta_cos"] = {"mean": 0.0, "low": 0.0, "high": 0.0, "level": None, "p": 1.0, "p_holm": 1.0}
+        seconds = [r["methods"][label]["seconds"] for r in data["results"]]
+        methods[label] = {**own, "pos": entry["pos"], "neg": entry["neg"], "mean_gradient": bias.get(label),
+                          "seconds_per_batch": _seconds(seconds)}
+    record, ref = data["record"], data["reference"]
+    planned_batches = int(record["align"]["batches"])
+    return {
+        "format": 1, "store": data["folder"], "model": record.get("model"), "preset": record["align"]["preset"],
+        "batches": n, "planned_batches": planned_batches, "n_boot": n_boot, "alpha": alpha,
+        "rows_per_batch": data["results"][0]["rows"] if n else None,
+        "screen": {**data["screen"], "rate": data["screen"]["mixed"] / max(data["screen"]["prompts"], 1)},
+        "reference": {"pool_batches": ref["pool_batches"], "split_half_cos": ref["split_half_cos"],
+                      "reliability": _spearman_brown(ref["split_half_cos"]),
+                      "batch_cos_expected": _num(math.sqrt(ref["signal_sq"] / ref["batch_sq_mean"]))
+                      if ref["signal_sq"] > 0 else None},
+        "methods": methods,
+        "contrasts": {k: v for k, v in tested.items() if not k.endswith(f" - {BASELINE}")},
+        "power": _power(values, pairs, n, planned_batches, alpha, power, effects) if n else None,
+    }
+
+
+def _seconds(per_batch: list[dict]) -> dict | None:
+    """Mean seconds per batch of a method: wall and CPU, computing its weights and its backward."""
+    if not per_batch:
+        return None
+    return {k: float(np.mean([s.get(k, np.nan) for s in per_batch])) for k in per_batch[0]}
+
+
+def _spearman_brown(r: float) -> float | None:
+    """The reliability of the whole pool's mean from its halves' correlation r: 2r / (1 + r)."""
+    return _num(2 * r / (1 + r)) if r > -1 else None
+
+
+def _fmt(x, spec: str = "+.4f") -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def format_summary(summary: dict) -> str:
+    """The summary as a few tables of text."""
+    ref = summary["reference"]
+    lines = [f"gradient alignment: {summary['batches']} of {summary['planned_batches']} batches of "
+             f"{summary['rows_per_batch']} completions; reference g* from {ref['pool_batches']} pool batches "
+             f"(split-half cos {_fmt(ref['split_half_cos'], '.3f')}, reliability {_fmt(ref['reliability'], '.3f')}); "
+             f"screen kept {summary['screen']['mixed']} of {summary['screen']['prompts']} prompts",
+             "", f"{'method':<20} {'delta cos(g,g*) [Holm interval]':<38} {'p_holm':>7} {'cos':>8} "
+             f"{'sign':>7} {'|g|/|gG|':>8} {'cos gG':>7} {'dir gG':>7} {'noise/sig':>9} {'cpu s':>7}"]
+    if summary["batches"] < 20:
+        lines.insert(1, "(fewer than 20 batches: bootstrap intervals this short are too narrow)")
+    for label, m in summary["methods"].items():
+        d, bias = m.get("delta_cos") or {}, m.get("mean_gradient") or {}
+        seconds = m.get("seconds_per_batch") or {}
+        cpu = seconds.get("weights_cpu", 0.0) + seconds.get("backward_cpu", 0.0) if "weights_cpu" in seconds else None
+        shown = f"{_fmt(d.get('mean'))} [{_fmt(d.get('low'))}, {_fmt(d.get('high'))}]"
+        lines.append(f"{label:<20} {shown:<38} {_fmt(d.get('p_holm'), '.4f'):>7} {_fmt(m['cos']['mean'], '.4f'):>8} "
+                     f"{_fmt(m['sign_agreement']['mean'], '.4f'):>7} {_fmt(m['norm_ratio']['mean'], '.3f'):>8} "
+                     f"{_fmt(m['cos_grpo']['mean'], '.3f'):>7} {_fmt(bias.get('direction_grpo'), '.3f'):>7} "
+                     f"{_fmt(bias.get('noise_to_signal'), '.1f'):>9} {_fmt(cpu, '.1f'):>7}")
+    for name, c in summary["contrasts"].items():
+        lines.append(f"{name:<20} {_fmt(c['mean'])} [{_fmt(c['low'])}, {_fmt(c['high'])}]  p_holm {_fmt(c['p_holm'], '.4f')}")
+    power = summary.get("power")
+    if power:
+        head = " ".join(f"{e:>8g}" for e in power["effects"])
+        lines += ["", f"batches needed (paired, alpha {power['alpha']}/{power['family']}, power {power['power']}) "
+                      f"for an effect in delta cos of:", f"{'contrast':<20} {'sd':>8} {head}  detectable now"]
+        for name, row in power["contrasts"].items():
+            needed = " ".join(f"{'n/a' if n is None else n:>8}" for n in row["batches_needed"])
+            lines.append(f"{name:<20} {_fmt(row['sd'], '.4f'):>8} {needed}  {_fmt(row['detectable_now'], '.4f')}")
+    return "\n".join(lines)

@@ -1,0 +1,127 @@
+"""`oar align`: does a method's credit give the trainer a better gradient? Measured on shared batches.
+
+    oar align --model arith-tiny --methods none oar_g oar_p_step random --quick --json
+    oar align --preset smollm2-words --pilot temperature=0.5 threads=1
+    oar align --preset smollm2-words --store runs/align/smollm2 --batches 100 --pool-batches 24
+
+Every method's gradient is the one the trainer of --preset applies on the same rollouts; each is
+compared with a reference gradient g* (the mean GRPO gradient of an independent pool) and with
+GRPO's on the same batch. A rerun with the same --store resumes (nothing finished is redone);
+one with other settings is refused. docs/guide/align.md explains the endpoints.
+
+`add_align_command(subparsers)` registers the subcommand on the `oar` parser; it imports
+neither torch nor the trainer until the command runs.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import sys
+from pathlib import Path
+
+from oar_attrib.commands import run_command
+from oar_attrib.configs import DefaultsHelpFormatter, add_dataclass_args
+from oar_attrib.extras import require_extra
+
+from .settings import QUICK, AlignSettings
+
+PILOT_BATCHES = 12
+SETTING = re.compile(r"^[A-Za-z_][\w.]*=")  # key=value; a method's keywords follow a colon
+EPILOG = """settings: key=value pairs override the preset's trainer and run settings as in `oar train`
+(temperature=0.5 num_generations=8 max_completion_length=96 threads=1).
+--quick: a tiny pool and 3 batches (minutes on a CPU). --pilot: 12 batches unless --batches is
+given, and the power table says how many batches an effect needs (docs/guide/align.md)."""
+
+
+def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    add_dataclass_args(parser, AlignSettings, names=("preset", "model", "methods", "batch_prompts", "seed"))
+    fields = {f.name: f for f in dataclasses.fields(AlignSettings)}
+    for name in ("batches", "pool_batches"):
+        parser.add_argument("--" + name.replace("_", "-"), type=int, default=None,
+                            help=f"{fields[name].metadata['help']} (default: {fields[name].default}; "
+                                 f"--quick: {QUICK[name]})")
+    parser.add_argument("--store", help="folder the run is written to and resumed from (default: "
+                                        "runs/align/<preset>[-quick|-pilot])")
+    parser.add_argument("--quick", action="store_true", help="a tiny pool and 3 batches: a smoke test")
+    parser.add_argument("--pilot", action="store_true", help=f"{PILOT_BATCHES} batches unless --batches "
+                                                             "is given; read the power table")
+    parser.add_argument("--json", action="store_true", help="print the summary as one JSON line, last")
+    parser.add_argument("--summary", metavar="PATH", help="also write the summary JSON there")
+    parser.add_argument("--export", metavar="DIR", help="also copy the files the statistics are made from "
+                                                        "(kilobytes) to DIR, e.g. docs/experiments/align/NAME")
+    parser.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples of the batches")
+    parser.add_argument("--effects", type=float, nargs="+", default=None,
+                        help="effects in delta cos the power table sizes batches for (default: 0.002 "
+                             "0.005 0.01 0.02 0.05)")
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="preset settings overrides")
+    parser.set_defaults(func=run_align)
+    return parser
+
+
+def add_align_command(subparsers) -> argparse.ArgumentParser:
+    """Register `align` on the subparsers of the `oar` command line."""
+    parser = subparsers.add_parser("align", help="gradient alignment of credit methods on shared batches",
+                                   description=__doc__.split("\n\n")[0], epilog=EPILOG,
+                                   formatter_class=DefaultsHelpFormatter)
+    return _configure(parser)
+
+
+def settings_from_args(args: argparse.Namespace) -> AlignSettings:
+    """The AlignSettings of a parsed command line (--quick and --pilot filled in)."""
+    sizes = {}
+    for name in ("batches", "pool_batches"):
+        value = getattr(args, name)
+        if value is None and args.quick:
+            value = QUICK[name]
+        if value is None and name == "batches" and args.pilot:
+            value = PILOT_BATCHES
+        if value is not None:
+            sizes[name] = value
+    # `--methods a b key=value`: argparse gives the settings after the methods to --methods.
+    methods = [m for m in args.methods or () if not SETTING.match(m)]
+    overrides = [m for m in args.methods or () if SETTING.match(m)] + list(args.overrides)
+    return AlignSettings(preset=args.preset, model=args.model, overrides=tuple(overrides),
+                         methods=tuple(methods), batch_prompts=args.batch_prompts, seed=args.seed, **sizes)
+
+
+def default_store(args: argparse.Namespace) -> Path:
+    suffix = "-quick" if args.quick else ("-pilot" if args.pilot else "")
+    return Path("runs") / "align" / f"{Path(args.preset).stem}{suffix}"
+
+
+def run_align(args: argparse.Namespace) -> int:
+    require_extra("train", "oar align")
+    from oar_attrib.analysis.align import DEFAULT_EFFECTS, format_summary, summarise
+
+    from .run import align
+
+    settings = settings_from_args(args)
+    store = align(settings, args.store or default_store(args), progress=args.progress)
+    summary = summarise(store, n_boot=args.n_boot, effects=tuple(args.effects or DEFAULT_EFFECTS),
+                        seed=settings.seed)
+    text = json.dumps(summary)
+    if args.export:
+        from .store import export
+
+        export(store, args.export)
+    if args.summary:
+        Path(args.summary).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    if args.json:
+        sys.stdout.flush()
+        print(text, flush=True)
+    else:
+        print(format_summary(summary), flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _configure(argparse.ArgumentParser(prog="oar align", description=__doc__.split("\n\n")[0],
+                                                epilog=EPILOG, formatter_class=DefaultsHelpFormatter))
+    return run_command(parser.parse_args(argv), "align")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,307 @@
+"""`align(settings, store)`: the phases of a gradient-alignment run, each resumable.
+
+1. screen (`Screen`, on demand): the trainer samples G completions per prompt (prompts in a
+   seeded random order); the mixed-reward groups, in that order, make the pool batches first
+   and then the training batches (`rollouts`);
+2. reference: g* = the mean GRPO gradient of the pool batches, with the cosine of its two
+   halves' sums (even and odd pool batches) as its reliability;
+3. batches: per training batch, every method's gradient on the same rollouts (`gradients`),
+   its endpoint sums against g* and GRPO, and its running sums; the first batches' results
+   are there long before the last ones are screened;
+4. mean gradients: the sums over the methods' running sums that tell a bias from a variance.
+
+The statistics are made from the store afterwards (`oar_attrib.analysis.align`).
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..errors import AlignError
+from . import gradients
+from .gradients import ParamLayout, dot64, endpoint_sums, grpo_gradient, method_gradient, shared_forward
+from .rollouts import GroupRef, batch_of, call_seed, prompt_order, screen_call
+from .settings import AlignSettings, MethodChoice
+from .store import HALVES, AlignStore
+
+# Trainer and run settings that say how a run is executed, not what it measures: kept out of
+# the record, so a resume with another thread count or output folder goes on.
+EXECUTION_ONLY = {"trainer": ("output_dir", "logging_steps", "disable_tqdm", "report_to", "save_strategy",
+                              "save_steps", "save_total_limit", "dataloader_num_workers", "max_steps",
+                              "oar_store_every", "oar_store_samples", "oar_store_path", "use_cpu",
+                              "dataloader_pin_memory"),
+                  "run": ("threads", "eval_every", "eval_n", "eval_preset", "eval_samples", "eval_data",
+                          "eval_max_new_tokens")}
+
+
+def trainer_settings(settings: AlignSettings, store: Path) -> dict:
+    """The merged {'run', 'trainer'} settings of the measuring trainer: the preset, its
+    overrides, the model, and what a measurement fixes (module docstring of `gradients`):
+    no reshaping of its own (each method is applied by align), one accumulation step, a batch of
+    batch_prompts x num_generations completions, no run store, no evaluation."""
+    from ..config import OARConfig
+    from ..launch import resolve
+
+    overrides = list(settings.overrides) + ([f"run.model={json.dumps(settings.model)}"] if settings.model else [])
+    merged = resolve(settings.preset, None, overrides)
+    generations = merged["trainer"].get("num_generations") or OARConfig.__dataclass_fields__["num_generations"].default
+    merged["trainer"].update(oar_method="none", oar_store_every=0, gradient_accumulation_steps=1,
+                             per_device_train_batch_size=settings.batch_prompts * int(generations),
+                             output_dir=str(store / "trainer"), report_to=[])
+    merged["trainer"].pop("steps_per_generation", None)
+    merged["trainer"].pop("generation_batch_size", None)
+    merged["run"]["eval_every"] = 0
+    return merged
+
+
+def align_record(settings: AlignSettings, methods: list[MethodChoice], merged: dict, args) -> dict:
+    """The settings record of the run (`records.settings_record`): the reshaping settings, the
+    methods with every keyword they run with, the model by its weights, the trainer and run
+    settings that shape a measurement, and align's own."""
+    from oar_attrib.records.settings_record import method_record, settings_record
+
+    from oar_attrib.weights.settings import ReshapeSettings
+
+    base = ReshapeSettings.from_config(args)
+    sections = {name: {k: v for k, v in merged[name].items() if k not in EXECUTION_ONLY[name]}
+                for name in ("run", "trainer")}
+    sections["run"].pop("model")  # the record's model is compared by the sha256 of its weights
+    own = {"preset": settings.preset, "batches": settings.batches, "batch_prompts": settings.batch_prompts,
+           "pool_batches": settings.pool_batches, "seed": settings.seed,
+           "methods": {c.label: {"method": c.name, **method_record(c.name, base, c.params)} for c in methods}}
+    return settings_record(base, sorted({c.name for c in methods}), model=merged["run"]["model"],
+                           dtype=merged["run"].get("dtype", "float32"), align=own, **sections)
+
+
+def spell(field: str) -> str:
+    """How the command line sets a record field (for the refusal's one line)."""
+    from oar_attrib.weights.settings import config_name
+
+    head, _, rest = field.partition(".")
+    name = rest.partition(".")[0]
+    if head == "align":
+        return "--methods" if name == "methods" else "--" + name.replace("_", "-")
+    if head == "methods":
+        return "--methods"
+    if head == "model":
+        return "--model"
+    if head in ("run", "trainer", "dtype"):
+        return f"{name or head}="
+    if head == "settings":
+        return f"{config_name(name)}="
+    return field
+
+
+def open_run(settings: AlignSettings, store_path: str | Path):
+    """(store, trainer, methods): the settings checked and recorded (before the model loads),
+    then the measuring trainer built (None when the store holds the finished run)."""
+    from ..launch import build_configs, build_trainer
+    from .settings import resolve_methods
+
+    store_path = Path(store_path)
+    methods = resolve_methods(settings.methods)
+    merged = trainer_settings(settings, store_path)
+    run, args = build_configs(merged)
+    store = AlignStore(store_path).open(align_record(settings, methods, merged, args), spell)
+    if finished(store, settings):
+        return store, None, methods
+    try:
+        trainer, _ = build_trainer(run, args, data_seed=settings.seed)
+        gradients.check_trainer(trainer)
+    except BaseException:
+        store.close()
+        raise
+    return store, trainer, methods
+
+
+# ---------------------------------------------------------------------------- phases
+
+
+class Screen:
+    """The screen of a run, grown on demand: the mixed groups in screening order. The pool is
+    the first pool_batches x batch_prompts of them, batch b the next batch_prompts after the
+    pool and the batches before it (the prompts come in a seeded random order, so taking them in
+    order deals them at random); a resumed run reads the same groups back from screen.jsonl."""
+
+    def __init__(self, store: AlignStore, trainer, settings: AlignSettings, progress: bool):
+        self.store, self.trainer, self.settings = store, trainer, settings
+        self.order = prompt_order(len(trainer.train_dataset), settings.seed)
+        lines = store.screen_lines()
+        self.prompts = len(lines)
+        self.calls = max((line["call"] for line in lines), default=-1) + 1
+        self.mixed = [GroupRef(line["call"], line["group"]) for line in lines if line["mixed"]]
+        self.progress = progress
+
+    def groups(self, start: int, stop: int) -> list[GroupRef]:
+        """Mixed groups start..stop-1 in screening order, screening more prompts when needed."""
+        bar = tqdm(total=stop, initial=min(len(self.mixed), stop), desc="screen", unit="group",
+                   disable=not self.progress or len(self.mixed) >= stop, leave=False)
+        while len(self.mixed) < stop:
+            self._call()
+            bar.update(min(len(self.mixed), stop) - bar.n)
+            bar.set_postfix(prompts=self.prompts, refresh=False)
+        bar.close()
+        return self.mixed[start:stop]
+
+    def _call(self) -> None:
+        per, dataset = self.settings.batch_prompts, self.trainer.train_dataset
+        start = self.calls * per
+        if start + per > len(dataset):
+            raise AlignError(f"the training set has {len(dataset)} prompts and {len(self.mixed)} of the "
+                             f"{start} screened have mixed rewards; {self.settings.groups_needed} are needed: "
+                             "lower --batches or --pool-batches, or use a larger training set "
+                             "(world_train_size=... or data_limit=...)")
+        began, cpu = time.perf_counter(), time.process_time()
+        output, found = screen_call(self.trainer, dataset, self.order[start:start + per],
+                                    call_seed(self.settings.seed, self.calls))
+        seconds, cpu = (time.perf_counter() - began) / len(found), (time.process_time() - cpu) / len(found)
+        found = [{**line, "group": g, "seconds": seconds, "cpu_seconds": cpu} for g, line in enumerate(found)]
+        self.store.add_screen_call(self.calls, output, found)
+        self.mixed += [GroupRef(self.calls, line["group"]) for line in found if line["mixed"]]
+        self.prompts += len(found)
+        self.calls += 1
+
+
+def _counts(lines: list[dict]) -> dict[str, int]:
+    return {h: sum(1 for line in lines if line["half"] == h) for h in HALVES}
+
+
+def reference(store: AlignStore, trainer, layout_: ParamLayout, screen: Screen, settings: AlignSettings,
+              progress: bool) -> dict:
+    """g* on disk and its reference.json: the mean GRPO gradient of the pool batches."""
+    found = store.json("reference/reference.json")
+    if found is not None:
+        return found
+    per, n = settings.batch_prompts, settings.pool_batches
+    sums = store.sums("reference", layout_.size)
+    lines = store.lines("pool")
+    counts = _counts(lines)
+    for half in HALVES:
+        sums[half].keep(counts[half])
+    screen.groups(0, n * per)
+    for k in tqdm(range(len(lines), n), desc="reference pool", unit="batch", disable=not progress,
+                  initial=len(lines), total=n):
+        refs = screen.groups(k * per, (k + 1) * per)
+        began, cpu = time.perf_counter(), time.process_time()
+        gradient = grpo_gradient(trainer, layout_, batch_of(store, refs, trainer))
+        half = HALVES[k % 2]
+        sums[half].add((gradient,), counts[half])
+        store.commit("pool", {"pool_batch": k, "half": half, "groups": [[r.call, r.group] for r in refs],
+                              "sq": dot64(gradient, gradient), "seconds": time.perf_counter() - began,
+                              "cpu_seconds": time.process_time() - cpu})
+        counts[half] += 1
+        sums[half].keep(counts[half])
+    lines = store.lines("pool")
+    a, b = (sums[h].read(counts[h]) for h in HALVES)
+    cross, aa, bb = _dots(a, b)
+    star = (np.asarray(a, dtype=np.float32) + np.asarray(b, dtype=np.float32)) / n
+    store.write_gstar(star)
+    star = store.gstar()
+    info = {"pool_batches": n, "halves": counts, "split_half_cos": cross / np.sqrt(aa * bb),
+            "sq": dot64(star, star), "l1": _l1(star),
+            "batch_sq_mean": float(np.mean([line["sq"] for line in lines])),
+            "signal_sq": cross / (counts["a"] * counts["b"]),
+            "seconds_per_batch": float(np.mean([line["seconds"] for line in lines]))}
+    store.write("reference/reference.json", info)
+    return info
+
+
+def _l1(vector) -> float:
+    """||v||_1 of a (D,) array, summed in float64 chunk by chunk."""
+    return float(sum(gradients.chunk64(vector, slice(i, i + gradients.CHUNK)).abs().sum()
+                     for i in range(0, len(vector), gradients.CHUNK)))
+
+
+def _dots(a, b) -> tuple[float, float, float]:
+    return dot64(a, b), dot64(a, a), dot64(b, b)
+
+
+def measure(store: AlignStore, trainer, layout_: ParamLayout, methods: list[MethodChoice], screen: Screen,
+            settings: AlignSettings, progress: bool) -> None:
+    """Every method's endpoint sums and running sums on every training batch not yet committed
+    (its groups screened when it comes)."""
+    per, first = settings.batch_prompts, settings.pool_batches * settings.batch_prompts
+    star = store.gstar()
+    base = gradients.base_settings(trainer)
+    sums = [store.sums(str(i), layout_.size) for i in range(len(methods))]
+    lines = store.lines("results")
+    counts = _counts(lines)
+    for method_sums in sums:
+        for half in HALVES:
+            method_sums[half].keep(counts[half])
+    bar = tqdm(range(len(lines), settings.batches), desc="batches", unit="batch", disable=not progress,
+               initial=len(lines), total=settings.batches)
+    for b in bar:
+        half = HALVES[b % 2]
+        refs = screen.groups(first + b * per, first + (b + 1) * per)
+        inputs = batch_of(store, refs, trainer)
+        advantages = inputs["advantages"]
+        line = {"batch": b, "half": half, "groups": [[r.call, r.group] for r in refs],
+                "rows": int(advantages.numel()), "pos_rows": int((advantages > 0).sum()),
+                "neg_rows": int((advantages < 0).sum()), "tokens": int(inputs["num_items_in_batch"]),
+                "methods": {}}
+        with shared_forward(trainer):
+            grpo = None
+            for i, choice in enumerate(methods):
+                bar.set_postfix(method=choice.label, refresh=True)
+                gradient = method_gradient(trainer, layout_, inputs, choice, base)
+                if grpo is None:  # methods[0] is GRPO
+                    grpo = gradient
+                line["methods"][choice.label] = {**endpoint_sums(gradient, grpo, star), "seconds": gradient.seconds}
+                sums[i][half].add((gradient.pos, gradient.neg), counts[half])
+                del gradient
+        store.commit("results", line)
+        counts[half] += 1
+        for method_sums in sums:
+            method_sums[half].keep(counts[half])
+        trainer._metrics["train"].clear()  # TRL's per-loss-call logs would grow without end
+
+
+def mean_gradients(store: AlignStore, methods: list[MethodChoice], size: int, progress: bool) -> dict:
+    """Per method, over its running sums S_a, S_b (even and odd batches): <S_a, S_b>, ||S_a||^2,
+    ||S_b||^2, <S_a + S_b, g*>, and with GRPO's sums the cross-half <S_a, G_b> + <S_b, G_a>
+    (independent batches, so its noise has mean zero); kept at the batch count it was made at."""
+    counts = _counts(store.lines("results"))
+    found = store.json("mean_gradients.json")
+    if found is not None and found.get("halves") == counts:
+        return found
+    star = store.gstar()
+    grpo = store.sums("0", size)
+    ga, gb = (grpo[h].read(counts[h]) for h in HALVES)
+    out = {"halves": counts, "methods": {}}
+    for i, choice in enumerate(tqdm(methods, desc="mean gradients", unit="method", disable=not progress)):
+        sums = store.sums(str(i), size)
+        a, b = (sums[h].read(counts[h]) for h in HALVES)
+        ab, aa, bb = _dots(a, b)
+        out["methods"][choice.label] = {"ab": ab, "aa": aa, "bb": bb, "star": dot64(a, star) + dot64(b, star),
+                                        "cross_grpo": dot64(a, gb) + dot64(b, ga)}
+    store.write("mean_gradients.json", out)
+    return out
+
+
+def finished(store: AlignStore, settings: AlignSettings) -> bool:
+    """Whether the store holds every batch and the mean-gradient sums of all of them."""
+    sums = store.json("mean_gradients.json")
+    return sums is not None and sum(sums["halves"].values()) == settings.batches
+
+
+def align(settings: AlignSettings, store_path: str | Path, progress: bool = True) -> Path:
+    """Run (or resume) a gradient-alignment measurement into the folder `store_path`; returns
+    the folder. `oar_attrib.analysis.align.summarise(folder)` makes the statistics."""
+    store, trainer, methods = open_run(settings, store_path)
+    if trainer is None:
+        store.close()
+        return Path(store_path)
+    try:
+        layout_ = ParamLayout(trainer.model)
+        screen = Screen(store, trainer, settings, progress)
+        reference(store, trainer, layout_, screen, settings, progress)
+        measure(store, trainer, layout_, methods, screen, settings, progress)
+        mean_gradients(store, methods, layout_.size, progress)
+    finally:
+        store.close()
+    return Path(store_path)

@@ -1,0 +1,126 @@
+"""What a gradient-alignment run measures: `AlignSettings` and the methods it compares.
+
+A method of `oar align` is a registered importance method and the keyword arguments it runs
+with, written `name` or `name:key=value,key=value` (`oar_g:n_noise=8` is OAR-G averaging 8
+noise draws): `MethodChoice.parse`. Every setting here, the preset's trainer and run settings
+and the methods' keywords go into the store's settings record (`store.align_record`), and a
+resume with any of them changed is refused.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from oar_attrib.defaults import NO_METHOD as BASELINE
+
+from ..errors import AlignError
+
+# The default comparison: GRPO, OAR-G with the trainer's one draw and the analysis's eight,
+# token and step OAR-P, the published baselines and the random-weights floor. Names that are
+# not registered in this install (e.g. ktae before it lands) are left out when resolved.
+DEFAULT_METHODS = ("none", "oar_g", "oar_g:n_noise=8", "oar_p", "oar_p_step", "grail", "entropy",
+                   "random", "ktae")
+QUICK = {"batches": 3, "pool_batches": 2}
+
+
+@dataclass(frozen=True)
+class MethodChoice:
+    """One compared method: `label` as written, the registered `name`, its `params`."""
+
+    label: str
+    name: str
+    params: dict = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str) -> "MethodChoice":
+        """`name` or `name:key=value,key=value` (YAML values: `n_noise=8` is the int 8)."""
+        from ..launch import parse_value
+
+        name, sep, rest = text.strip().partition(":")
+        params = {}
+        for item in filter(None, (part.strip() for part in rest.split(","))):
+            key, eq, value = item.partition("=")
+            if not eq or not key.strip():
+                raise AlignError(f"method {text!r}: {item!r} must look like key=value "
+                                 "(e.g. oar_g:n_noise=8)")
+            params[key.strip()] = parse_value(value.strip())
+        if not name or (sep and not params):
+            raise AlignError(f"method {text!r} must be a registered name or name:key=value,... "
+                             "(e.g. oar_g:n_noise=8)")
+        label = name if not params else name + ":" + ",".join(f"{k}={v}" for k, v in params.items())
+        return cls(label, name, params)
+
+    def check(self) -> None:
+        """AlignError unless the method is registered, trainable and takes these keywords."""
+        import inspect
+
+        from oar_attrib.methods import method_spec, trainable_methods
+
+        if self.name not in trainable_methods():
+            raise AlignError(f"method {self.name!r} is not one the trainer can reshape with; choose "
+                             f"among {', '.join(trainable_methods())}")
+        keywords = set(inspect.signature(method_spec(self.name).fn).parameters) - {"model", "batch"}
+        unknown = sorted(set(self.params) - keywords)
+        if unknown:
+            raise AlignError(f"method {self.label!r}: {self.name} takes no {', '.join(unknown)}; "
+                             f"its keywords: {', '.join(sorted(keywords))}")
+
+
+def resolve_methods(texts: tuple[str, ...] | list[str] | None) -> list[MethodChoice]:
+    """The compared methods, GRPO (`none`) first: the given ones (each checked), or
+    `DEFAULT_METHODS` less the ones this install has not registered."""
+    from oar_attrib.methods import trainable_methods
+
+    if not texts:
+        texts = [m for m in DEFAULT_METHODS if m.partition(":")[0] in trainable_methods()]
+    choices = [MethodChoice.parse(t) for t in texts]
+    labels = [c.label for c in choices]
+    if len(set(labels)) != len(labels):
+        raise AlignError(f"methods {' '.join(labels)} name one method twice; give each once")
+    for choice in choices:
+        choice.check()
+    baseline = [c for c in choices if c.label == BASELINE]
+    return (baseline or [MethodChoice(BASELINE, BASELINE)]) + [c for c in choices if c.label != BASELINE]
+
+
+@dataclass(frozen=True)
+class AlignSettings:
+    """A gradient-alignment run: which trainer, which methods, how many batches (docs/guide/align.md)."""
+
+    preset: str = field(default="arith-tiny", metadata={
+        "help": "Training preset (or YAML file) whose trainer measures the gradients: model, data, "
+                "prompt template, reward, sampling, loss type and the reshaping knobs (`oar train`'s)."})
+    model: str | None = field(default=None, metadata={
+        "help": "Checkpoint whose gradients are measured: a catalogue name or a folder (default: "
+                "the preset's)."})
+    overrides: tuple[str, ...] = field(default=(), metadata={
+        "help": "key=value settings of the preset, as `oar train` takes them (temperature=0.5, "
+                "num_generations=8, max_completion_length=96, ...)."})
+    methods: tuple[str, ...] = field(default=(), metadata={
+        "help": "Methods compared with GRPO ('none', always included): registered names or "
+                "name:key=value (oar_g:n_noise=8). Default: " + " ".join(DEFAULT_METHODS) +
+                " (those registered)."})
+    batches: int = field(default=100, metadata={
+        "help": "Training batches B: each is measured under every method, on the same rollouts."})
+    batch_prompts: int = field(default=2, metadata={
+        "help": "Prompts per batch; a batch is batch_prompts x num_generations completions."})
+    pool_batches: int = field(default=16, metadata={
+        "help": "Batches of the reference pool, disjoint from the training batches; g* is the mean "
+                "of their GRPO gradients. Raise it for a steadier g* (its split-half cosine says "
+                "how steady)."})
+    seed: int = field(default=0, metadata={
+        "help": "Seed of the prompts' order, the sampling of each screening call and the methods' "
+                "random numbers."})
+
+    def __post_init__(self) -> None:
+        for name in ("batches", "batch_prompts", "pool_batches"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise AlignError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        if self.pool_batches < 2:
+            raise AlignError("pool_batches must be >= 2: g*'s split-half reliability needs two halves")
+        object.__setattr__(self, "overrides", tuple(self.overrides))
+        object.__setattr__(self, "methods", tuple(self.methods))
+
+    @property
+    def groups_needed(self) -> int:
+        """Mixed-reward groups the screen must find: the pool's and the batches'."""
+        return (self.pool_batches + self.batches) * self.batch_prompts

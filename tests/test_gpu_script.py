@@ -1,0 +1,146 @@
+"""bench/gpu.sh, the prepared GPU run, checked without a GPU: its dry run (stages, flags, the
+file plan under 64 MiB per call), its one-line refusals, its file checks and the JSON a run on
+a machine without CUDA writes."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MIB = 2**20
+
+
+def gpu_module():
+    spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "bench" / "gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def gpu_sh(*args, env=None):
+    env = {**(env or os.environ), "PYTHON": sys.executable}  # the interpreter of this test run
+    return subprocess.run(["bash", "bench/gpu.sh", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+@pytest.mark.slow
+def test_dry_run_prints_the_plan_and_passes():
+    done = gpu_sh("--dry-run")
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert out.strip().splitlines()[-1] == "dry-run: ok"
+    limits = {m[0]: int(m[1]) for m in re.findall(r"^plan: stage (\w+) limit (\d+) s", out, re.M)}
+    assert {"oar_p_steps", "train_step"} <= set(limits)
+    align = gpu_module().align_present()
+    assert ("align" in limits and "model" in limits) if align else \
+        "plan: stage align: skipped: oar align not installed" in out
+    assert sum(limits.values()) <= 9 * 60 - 40  # setup and the JSON fit in what is left
+    assert "bench/bench_steps.py --models qwen2-0.5b --lengths 2048" in out
+    assert "bench/bench_train_step.py --no-cpu" in out
+    calls = re.findall(r"^carry: call (\d): (\[.*?\]) ([\d.]+) MiB \+ tree = ([\d.]+) MiB (\S+) 64.0 MiB",
+                       out, re.M)
+    assert [c[0] for c in calls] == ["1", "2"]
+    for _, carry, carried, total, verdict in calls:
+        assert json.loads(carry) and verdict == "<=" and float(total) <= 64.0
+        assert float(carried) > 40  # each call carries about half of the 93.8 MiB model
+
+
+def test_wrong_argument_is_one_line_and_fails():
+    done = gpu_sh("--bogus")
+    assert done.returncode != 0 and done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1 and "--bogus" in done.stderr
+    done = gpu_sh("--dry-run", "--align-pool", "1")
+    assert done.returncode != 0 and len(done.stderr.strip().splitlines()) == 1
+    assert "--align-pool" in done.stderr
+
+
+def test_bench_steps_help_names_the_hierarchical_method():
+    done = subprocess.run([sys.executable, "bench/bench_steps.py", "--help"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "oar_p_hier" in done.stdout and "--top-steps" in done.stdout
+
+
+def test_the_dry_run_finds_a_flag_a_script_lacks():
+    gpu = gpu_module()
+    stage = gpu.Stage("oar_p_steps", 1, [sys.executable, "bench/bench_steps.py"], "its --help only",
+                      flags=["--steps", "--top", "--no-such-flag"])  # --top only as part of --top-steps
+    assert gpu.check_stages([stage]) == ["oar_p_steps: its --help names no --top",
+                                         "oar_p_steps: its --help names no --no-such-flag"]
+
+
+def test_file_plan_refuses_a_tree_too_large(monkeypatch):
+    gpu = gpu_module()
+    monkeypatch.setattr(gpu, "read_manifest", lambda folder: None)  # the estimated plan
+    monkeypatch.setattr(gpu, "tree_bytes", lambda: 10 * MIB)
+    plan = gpu.file_plan()
+    assert plan["fits"] and plan["calls"][0]["bytes"] == gpu.LIMIT - gpu.MARGIN
+    # the rest of the model and the wheels in call 2
+    assert plan["calls"][1]["bytes"] == 10 * MIB + gpu.GGUF_BYTES - plan["calls"][0]["carried_bytes"] \
+        + gpu.WHEELS_ESTIMATE
+    monkeypatch.setattr(gpu, "tree_bytes", lambda: 25 * MIB)  # 93.8 MiB + 2 trees > 2 x 64 MiB
+    assert not gpu.file_plan()["fits"]
+
+
+def test_a_part_is_checked_by_size_and_sha256(tmp_path):
+    gpu = gpu_module()
+    path = tmp_path / "part"
+    path.write_bytes(b"abc")
+    part = {"bytes": 3, "sha256": gpu.sha256(path)}
+    gpu.check_part(path, part)
+    path.write_bytes(b"abd")
+    with pytest.raises(gpu.PlanError, match="not the part prepared"):
+        gpu.check_part(path, part)
+    with pytest.raises(gpu.PlanError, match="missing"):
+        gpu.check_part(tmp_path / "absent", part)
+
+
+def test_a_run_without_cuda_writes_the_json_with_its_error(tmp_path):
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this checks the refusal on a machine without CUDA")
+    env = {**os.environ, "OAR_GPU_WORK": str(tmp_path / "work"), "OUT": str(tmp_path)}
+    done = gpu_sh(env=env)
+    assert done.returncode == 1
+    report = json.loads((tmp_path / "gpu.json").read_text())
+    assert report["error"].startswith("no CUDA device")
+    skipped = {"align": {"status": "skipped", "error": "skipped: oar align not installed"}}
+    assert report["stages"] == ({} if gpu_module().align_present() else skipped)
+    assert report["device"]["cuda"] is False and report["device"]["torch"] == torch.__version__
+    assert report["setup"]["status"] in ("ok", "error")
+
+
+def test_a_stage_is_killed_at_its_limit_and_the_next_one_reads(tmp_path):
+    """run_stage: the figures of a stage that ends (its last stdout line, or its result file),
+    the error of one that fails, and a stage past its limit killed with its children."""
+    gpu = gpu_module()
+    py = sys.executable
+    ok = gpu.Stage("a", 5, [py, "-c", "print('warming up'); print('{\"x\": 1.5}')"], "prints figures")
+    row = gpu.run_stage(ok, dict(os.environ), 20, tmp_path / "a.log")
+    assert row["status"] == "ok" and row["result"] == {"x": 1.5}
+    result = tmp_path / "r.json"
+    into_file = gpu.Stage("b", 5, [py, "-c", f"open({str(result)!r}, 'w').write('[2]')"], "writes a file",
+                          result_file=result)
+    assert gpu.run_stage(into_file, dict(os.environ), 20, tmp_path / "b.log")["result"] == [2]
+    failing = gpu.Stage("c", 5, [py, "-c", "raise SystemExit('no figures: the model is missing')"], "fails")
+    row = gpu.run_stage(failing, dict(os.environ), 20, tmp_path / "c.log")
+    assert row["status"] == "error" and row["log_tail"] == ["no figures: the model is missing"]
+    marker = tmp_path / "late"
+    child = f"import time; time.sleep(3); open({str(marker)!r}, 'w')"
+    slow = gpu.Stage("d", 1, [py, "-c", f"import subprocess, sys, time; subprocess.Popen([sys.executable, "
+                                        f"'-c', {child!r}]); time.sleep(30)"], "outlives its limit")
+    start = time.perf_counter()
+    row = gpu.run_stage(slow, dict(os.environ), 1, tmp_path / "d.log")
+    assert row["status"] == "timeout" and time.perf_counter() - start < 10
+    time.sleep(4)
+    assert not marker.exists()  # its child was killed with it

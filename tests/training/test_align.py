@@ -1,0 +1,213 @@
+"""`oar align`: the gradient it measures is the trainer's own, and its store resumes.
+
+The equivalence tests train one real step of OARGRPOTrainer on a tiny random Qwen2 (scripted
+rollouts), keep the generation batch TRL produced and the gradient the optimizer was about to
+apply, and measure the same batch with align's `method_gradient` on a fresh copy of the
+starting policy. The command-line tests run the issue's bar command once (module fixture).
+"""
+import argparse
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import TrainerCallback
+from trl import GRPOTrainer
+
+from oar_attrib.training.align import cli as align_cli
+from oar_attrib.training.align import gradients, rollouts
+from oar_attrib.training.align import run as align_run
+from oar_attrib.training.align.gradients import ParamLayout, method_gradient, shared_forward
+from oar_attrib.training.align.settings import AlignSettings, MethodChoice, resolve_methods
+from oar_attrib.training.errors import AlignError
+from models import tiny_trainer
+
+
+class KeepGradients(TrainerCallback):
+    """The flat gradient of every parameter right before the optimizer steps."""
+
+    def __init__(self):
+        self.flat = None
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        self.flat = torch.cat([p.grad.detach().float().reshape(-1).clone() for p in model.parameters()
+                               if p.requires_grad])
+
+
+def trainer_step(tmp_path, tok, world, monkeypatch, **overrides) -> tuple[dict, torch.Tensor]:
+    """(TRL's generation output before reshaping, the gradient the trainer applied) of one
+    training step from the seeded tiny policy; no clipping (max_grad_norm=0)."""
+    kept = {}
+    original = GRPOTrainer._generate_and_score_completions
+
+    def keep(self, inputs):
+        output = original(self, inputs)
+        kept.update({k: v.detach().clone() if torch.is_tensor(v) else v for k, v in output.items()})
+        return output
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", keep)
+    trainer = tiny_trainer(tmp_path / "train", tok, world, max_grad_norm=0.0, **overrides)
+    callback = KeepGradients()
+    trainer.add_callback(callback)
+    trainer.train()
+    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", original)
+    return kept, callback.flat
+
+
+def measured(tmp_path, tok, world, output, choice: MethodChoice, **overrides) -> gradients.MethodGradient:
+    """align's gradient of `output` under `choice`, by a trainer that does no reshaping of its
+    own, over a fresh policy built from the same seed."""
+    trainer = tiny_trainer(tmp_path / "align", tok, world, max_grad_norm=0.0,
+                           **{**overrides, "oar_method": "none"})
+    layout = ParamLayout(trainer.model)
+    with shared_forward(trainer):
+        return method_gradient(trainer, layout, dict(output), choice, gradients.base_settings(trainer))
+
+
+def relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.double() - b.double()).norm() / b.double().norm())
+
+
+@pytest.mark.parametrize("method,loss_type", [("oar_g", "dapo"), ("none", "dapo"), ("oar_p", "grpo")])
+def test_measured_gradient_is_the_gradient_the_trainer_applies(tmp_path, tok, world, monkeypatch,
+                                                               method, loss_type):
+    output, applied = trainer_step(tmp_path, tok, world, monkeypatch, oar_method=method, loss_type=loss_type)
+    assert (output["advantages"] > 0).any() and (output["advantages"] < 0).any()
+    g = measured(tmp_path, tok, world, output, MethodChoice(method, method), loss_type=loss_type)
+    assert relative(g.all, applied) < 1e-5
+    assert g.pos.norm() > 0 and g.neg.norm() > 0 and relative(g.pos, applied) > 1e-2  # two real halves
+
+
+def test_row_halves_equal_zeroed_advantage_halves(tmp_path, tok, world, monkeypatch):
+    """The dapo fast path (each half's rows alone) gives the halves of the zeroed-advantage loss."""
+    output, _ = trainer_step(tmp_path, tok, world, monkeypatch, oar_method="none")
+    fast = measured(tmp_path, tok, world, output, MethodChoice("random", "random"))
+    monkeypatch.setattr(gradients, "ROW_INDEPENDENT_LOSSES", ())
+    slow = measured(tmp_path, tok, world, output, MethodChoice("random", "random"))
+    assert relative(fast.pos, slow.pos) < 1e-5 and relative(fast.neg, slow.neg) < 1e-5
+
+
+def test_method_params_reach_the_method(tmp_path, tok, world, monkeypatch):
+    output, _ = trainer_step(tmp_path, tok, world, monkeypatch, oar_method="none")
+    one = measured(tmp_path, tok, world, output, MethodChoice("oar_g", "oar_g"))
+    eight = measured(tmp_path, tok, world, output, MethodChoice.parse("oar_g:n_noise=8"))
+    assert relative(one.all, eight.all) > 1e-4
+
+
+def test_collate_rebuilds_the_generation_batch(tmp_path, tok, world, monkeypatch):
+    output, _ = trainer_step(tmp_path, tok, world, monkeypatch, oar_method="none")
+    groups = output["advantages"].numel() // 4
+    parts = [rollouts.group_rows(output, g, 4) for g in range(groups)]
+    batch = rollouts.collate(parts, tok.pad_token_id)
+    for key in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages"):
+        assert torch.equal(batch[key], output[key]), key
+    assert int(batch["num_items_in_batch"]) == int(output["num_items_in_batch"])
+
+
+def test_method_choices_parse_and_are_checked():
+    choice = MethodChoice.parse("oar_g:n_noise=8")
+    assert (choice.label, choice.name, choice.params) == ("oar_g:n_noise=8", "oar_g", {"n_noise": 8})
+    assert [c.label for c in resolve_methods(["oar_g", "random"])] == ["none", "oar_g", "random"]
+    for bad, words in (("oar_g:n_noise", "key=value"), ("oar_g:bogus=1", "takes no bogus"),
+                       ("no_such", "not one the trainer")):
+        with pytest.raises(AlignError, match=words):
+            resolve_methods([bad])
+    with pytest.raises(AlignError, match="twice"):
+        resolve_methods(["oar_g", "oar_g"])
+    with pytest.raises(AlignError, match="pool_batches"):
+        AlignSettings(pool_batches=1)
+    parsed = align_cli._configure(argparse.ArgumentParser()).parse_args(
+        ["--methods", "oar_g", "oar_g:n_noise=8", "temperature=0.5", "trainer.seed=1"])
+    settings = align_cli.settings_from_args(parsed)
+    assert settings.methods == ("oar_g", "oar_g:n_noise=8")
+    assert settings.overrides == ("temperature=0.5", "trainer.seed=1")
+
+
+# ---------------------------------------------------------------------------- the command line
+
+BAR = ["--model", "arith-tiny", "--methods", "none", "oar_g", "oar_p_step", "random", "--quick", "--json",
+       "--no-progress", "--n-boot", "2000"]
+
+
+def run_cli(argv, capsys) -> tuple[int, str, str]:
+    code = align_cli.main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def bar_store(tmp_path_factory):
+    """The bar command's store, killed while committing its last batch (after that batch's
+    running sums were written, a torn line in results.jsonl) and resumed; returns the store,
+    the command line and how many method gradients the resume measured."""
+    from oar_attrib.training.align.store import AlignStore
+
+    store = tmp_path_factory.mktemp("align") / "store"
+    argv = BAR + ["--store", str(store)]
+    commit = AlignStore.commit
+
+    def killed(self, kind, line):
+        if kind == "results" and line["batch"] == 2:
+            with open(self.path / "results.jsonl", "a") as handle:
+                handle.write(json.dumps(line)[:40])
+            raise KeyboardInterrupt
+        return commit(self, kind, line)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(AlignStore, "commit", killed)
+        assert align_cli.main(argv) == 130
+    assert {p.name for p in (store / "accum" / "0").glob("a-*.npy")} == {"a-1.npy", "a-2.npy"}
+    calls = []
+    with pytest.MonkeyPatch.context() as patch:
+        original = align_run.method_gradient
+        patch.setattr(align_run, "method_gradient", lambda *a, **k: calls.append(1) or original(*a, **k))
+        patch.setattr(align_run, "screen_call", lambda *a, **k: pytest.fail("screened again"))
+        patch.setattr(align_run, "grpo_gradient", lambda *a, **k: pytest.fail("pool measured again"))
+        assert align_cli.main(argv) == 0
+    return store, argv, len(calls)
+
+
+def test_a_resume_after_a_kill_redoes_only_the_uncommitted_batch(bar_store):
+    store, _, calls = bar_store
+    assert calls == 4  # one batch, four methods
+    lines = [json.loads(line) for line in (store / "results.jsonl").read_text().splitlines()]
+    assert [line["batch"] for line in lines] == [0, 1, 2]
+
+
+def test_bar_prints_delta_cos_per_method_last(bar_store, capsys):
+    store, argv, _ = bar_store
+    code, out, _ = run_cli(argv, capsys)  # a resume of the finished store: statistics only
+    assert code == 0
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert set(summary["methods"]) == {"none", "oar_g", "oar_p_step", "random"}
+    for name, entry in summary["methods"].items():
+        assert {"mean", "low", "high"} <= set(entry["delta_cos"])
+    assert summary["methods"]["none"]["delta_cos"]["mean"] == 0.0
+    assert summary["batches"] == 3 and summary["reference"]["pool_batches"] == 2
+    oar_g = summary["methods"]["oar_g"]["delta_cos"]
+    assert oar_g["low"] <= oar_g["mean"] <= oar_g["high"]
+    assert summary["methods"]["none"]["cos_grpo"]["mean"] == pytest.approx(1.0)
+    assert "oar_g - random" in summary["contrasts"]
+
+
+def test_results_are_consistent_with_the_running_sums(bar_store):
+    """The per-batch <g, g*> summed over a half equals <S_half, g*> of its stored running sum."""
+    store, _, _ = bar_store
+    lines = [json.loads(line) for line in (store / "results.jsonl").read_text().splitlines()]
+    star = np.load(store / "reference" / "gstar.npy")
+    for i, label in enumerate(("none", "oar_g", "oar_p_step", "random")):
+        for half in ("a", "b"):
+            mine = [line for line in lines if line["half"] == half]
+            running = np.load(store / "accum" / str(i) / f"{half}-{len(mine)}.npy").astype(np.float64)
+            expected = sum(line["methods"][label]["all"]["dot_star"] for line in mine)
+            assert float(running @ star) == pytest.approx(expected, rel=1e-5)
+            assert len(list((store / "accum" / str(i)).glob(f"{half}-*.npy"))) == 1  # old sums deleted
+
+
+def test_a_resume_with_other_settings_is_refused_naming_the_flags(bar_store, capsys):
+    store, argv, _ = bar_store
+    code, _, err = run_cli(argv + ["--batches", "4", "temperature=0.5"], capsys)
+    assert code == 2
+    assert "--batches: 3 there, 4 here" in err and "temperature=" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli([a if a != "random" else "entropy" for a in argv], capsys)
+    assert code == 2 and "--methods" in err
