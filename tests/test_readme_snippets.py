@@ -64,6 +64,8 @@ NOT_RUN = {
     "OMP_NUM_THREADS=1 python bench/": BENCH,
     "python bench/": BENCH,
     "MKL_CBWR=AUTO,STRICT python bench/": BENCH,
+    "bash bench/gpu.sh": "the GPU run: its preparation downloads wheels and the model, the run needs a GPU; "
+                         "tests/test_gpu_script.py runs its --dry-run and its checks",
     "oar align --preset smollm2-words":
         "SmolLM2-135M-Instruct's gradients on 12 to 100 screened batches (hours on a CPU); "
         "tests/training/test_align.py runs oar align on the bundled model",
