@@ -242,15 +242,19 @@ def entry_folder(entry: CatalogueEntry, fetch: bool = True, rebuild: bool = Fals
     except OSError as err:
         raise cache_error(err, folder.parent) from None
     with scratch as tmp:
-        return convert_entry(entry, fetch_wheel_member(entry, Path(tmp)), rebuild=rebuild)
+        return _convert(entry, fetch_wheel_member(entry, Path(tmp)), rebuild)  # sha256 checked there
 
 
 def convert_entry(entry: CatalogueEntry, gguf: Path, rebuild: bool = False) -> Path:
     """The entry's converted cache folder made from `gguf`, its GGUF file obtained elsewhere
-    (fetched from its wheel, or carried to a machine without network): its sha256 checked."""
+    (carried to a machine without network): its sha256 checked."""
     if sha256_of(gguf) != entry.sha256:
         raise ModelLoadError(f"{gguf} is not {entry.name}'s GGUF file (its sha256 is not "
                              f"{entry.sha256}); fetch it again")
+    return _convert(entry, gguf, rebuild)
+
+
+def _convert(entry: CatalogueEntry, gguf: Path, rebuild: bool) -> Path:
     source = {"name": entry.name, "upstream": entry.upstream, "wheel": entry.wheel,
               "member": entry.member, "sha256": entry.sha256, "licence": entry.licence}
     return convert_gguf(gguf, cache_dir() / "models" / entry.name, source, replace=rebuild)

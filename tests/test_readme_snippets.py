@@ -64,6 +64,8 @@ NOT_RUN = {
     "OMP_NUM_THREADS=1 python bench/": BENCH,
     "python bench/": BENCH,
     "MKL_CBWR=AUTO,STRICT python bench/": BENCH,
+    "pip install 'oar-attrib": "installs into the running environment; tests/test_extras.py installs the core "
+                               "alone into a fresh one and tests/test_release.py the built wheel",
     "bash bench/gpu.sh": "the GPU run: its preparation downloads wheels and the model, the run needs a GPU; "
                          "tests/test_gpu_script.py runs its --dry-run and its checks",
     "oar align --preset smollm2-words":

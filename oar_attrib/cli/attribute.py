@@ -208,8 +208,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _attribute_into(final, source, args, rank, world, dist)
     except KeyboardInterrupt:
+        kept = final.kept()  # read back: the Ctrl-C may have come between a write and its count
         final.close(finish=False)  # every finished batch is kept; the lock is released
-        raise outputs.interrupted(args.out, len(final.done)) from None
+        raise outputs.interrupted(args.out, kept) from None
     except BaseException:
         final.close(finish=False)
         raise

@@ -50,6 +50,11 @@ class Output(Protocol):
 
     def write(self, records: list[dict]) -> None: ...
 
+    def kept(self) -> int:
+        """The lines the output holds now, read back from it (a Ctrl-C can land between a
+        write and the update of `done`)."""
+        ...
+
     def close(self, finish: bool = True) -> None: ...
 
 
@@ -113,6 +118,9 @@ class JsonlOutput:
         except OSError as err:  # a line cut short here is dropped when the run is resumed
             raise _write_failed(self.path, err, _complete_lines(self.path, len(self.done))) from None
         self.done.update(r["line"] for r in records)
+
+    def kept(self) -> int:
+        return len({r["line"] for r in read_records(self.path)})
 
     def close(self, finish: bool = True) -> None:
         try:
@@ -178,6 +186,9 @@ class StoreOutput:
 
     def _lines(self, run_id: int) -> list[int]:
         return [int(line) for (line,) in self.store.trace_extras(run_id, "line") if line is not None]
+
+    def kept(self) -> int:
+        return 0 if self.run_id is None else len(set(self._lines(self.run_id)))
 
     def write(self, records: list[dict]) -> None:
         if not records:
