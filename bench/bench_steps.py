@@ -72,8 +72,9 @@ def text_trace(tokenizer, length: int, step_unit: str) -> ScoringBatch:
     """One row of real text of `length` reasoning tokens (module docstring)."""
     from oar_attrib.inputs.encoding import encode_pairs
     from longtrace import long_responses, shared_dir
+    from shared_data import shared_folder  # $OAR_SHARED, else ../shared beside the repository
 
-    prompt, response = long_responses(shared_dir(), tokenizer, 1, target_tokens=length + 64)[0]
+    prompt, response = long_responses(shared_dir(shared_folder()), tokenizer, 1, target_tokens=length + 64)[0]
     offsets = tokenizer(response, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
     response = response[:offsets[length][0]].rstrip() + "\nThe answer is 42."
     batch, pairs = encode_pairs(tokenizer, [prompt], [response], answer_format="answer_is",
