@@ -37,14 +37,14 @@ from transformers import DynamicCache
 
 from ..defaults import PROBE
 from ..inputs.batch import ScoringBatch
-from ..budget import backward_tokens, row_groups
+from ..budget import row_groups
 from ..errors import InputError
 from ..lm import (accepts_logits_to_keep, check_positions, check_token_budget, draw_normal,
                  eval_mode, input_embeddings, keep_scoreable, logits_at, model_device, plain_kv,
                  scoreable, with_cache)
 from .draws import mean_of_draws
 from .registry import register_method
-from .probes import ProbeSites, check_probe, probe_divergence, probe_sites, probe_values
+from .probes import ProbeSites, backward_budget, check_probe, probe_divergence, probe_sites, probe_values
 
 
 # Analysis reads with 8 draws (one draw's ranking is mostly noise on a real model: seed-to-seed
@@ -81,9 +81,9 @@ def oar_g(model, batch: ScoringBatch, *, probe: str = PROBE, noise_std: float | 
     Returns (B, L) float32 on the batch's device: >= 0 (NaN if the model gives NaN) on scored
     positions of rows with an answer span, exactly 0 elsewhere.
     """
-    _check_arguments(model, batch, probe, noise_std, n_noise, generator)
+    _check_arguments(model, batch, probe, noise_std, n_noise, generator, max_batch_tokens)
     work = batch.to(model_device(model))
-    max_batch_tokens = _token_budget(model, work, max_batch_tokens)
+    max_batch_tokens = backward_budget(model, work, max_batch_tokens)
     noisy = scoreable(work)[..., None]  # (B, L, 1)
     draws = torch.zeros((n_noise, *work.input_ids.shape), dtype=torch.float32, device=noisy.device)
     with eval_mode(model):
@@ -110,10 +110,12 @@ def oar_g(model, batch: ScoringBatch, *, probe: str = PROBE, noise_std: float | 
     return draws if return_draws else mean_of_draws(draws)
 
 
-def _check_arguments(model, batch: ScoringBatch, probe: str, noise_std, n_noise, generator) -> None:
+def _check_arguments(model, batch: ScoringBatch, probe: str, noise_std, n_noise, generator,
+                     max_batch_tokens) -> None:
     """One-line InputErrors for oar_g's arguments, before any work."""
     check_probe(probe)
     check_positions(model, batch)
+    check_token_budget(max_batch_tokens)
     if not isinstance(n_noise, int) or n_noise < 1:
         raise InputError(f"n_noise must be an integer >= 1, got {n_noise!r}")
     if noise_std is not None and not noise_std >= 0:
@@ -121,16 +123,6 @@ def _check_arguments(model, batch: ScoringBatch, probe: str, noise_std, n_noise,
     if isinstance(generator, (list, tuple)) and len(generator) != batch.input_ids.shape[0]:
         raise InputError(f"{len(generator)} generators for {batch.input_ids.shape[0]} rows; "
                          "pass one generator, or one per row")
-
-
-def _token_budget(model, work: ScoringBatch, max_batch_tokens: int | None) -> int:
-    """`max_batch_tokens` checked, or (None) sized from the device's memory bound and the
-    model's shape (`budget.backward_tokens`)."""
-    check_token_budget(max_batch_tokens)
-    if max_batch_tokens is not None:
-        return max_batch_tokens
-    width = int(probe_sites(work).valid.sum(dim=1).max()) if work.input_ids.numel() else 1
-    return backward_tokens(model, model_device(model), work.input_ids.shape[1], width)
 
 
 def _draws_per_pass(draws_per_pass: int | None, n_noise: int, parts: list["_Part"],

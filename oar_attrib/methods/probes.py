@@ -18,9 +18,11 @@ from dataclasses import dataclass
 
 import torch
 
+from ..budget import backward_tokens
 from ..defaults import PROBES
 from ..inputs.batch import ScoringBatch
 from ..errors import unknown_name
+from ..lm import model_device
 
 DISTRIBUTION_PROBES: frozenset[str] = frozenset({"lt", "as_mean"})
 
@@ -142,3 +144,13 @@ def probe_importance(clean: torch.Tensor, perturbed: torch.Tensor, probe: str) -
     distributions a hair negative; it is clamped to 0 too.
     """
     return probe_divergence(clean, perturbed, probe).clamp_min(0.0)
+
+
+def backward_budget(model, work: ScoringBatch, max_batch_tokens: int | None) -> int:
+    """`max_batch_tokens`, or (None) the tokens of one forward with backward over `work`'s rows
+    (on the model's device) with their probe sites, from the device's memory bound
+    (`budget.backward_tokens`): the budget of OAR-G, GRAIL and IG."""
+    if max_batch_tokens is not None:
+        return max_batch_tokens
+    width = int(probe_sites(work).valid.sum(dim=1).max()) if work.input_ids.numel() else 1
+    return backward_tokens(model, model_device(model), work.input_ids.shape[1], width)

@@ -18,11 +18,11 @@ import torch
 
 from ...defaults import PROBE
 from ...inputs.batch import ScoringBatch
-from ...budget import backward_tokens, row_groups
+from ...budget import row_groups
 from ...lm import (check_positions, check_token_budget, eval_mode, input_embeddings,
                   keep_scoreable, logits_at, model_device)
 from ..registry import register_method
-from ..probes import check_probe, probe_sites, probe_values
+from ..probes import backward_budget, check_probe, probe_sites, probe_values
 
 
 @register_method("grail", weighting="grail", token_budget=True, scope="response")
@@ -74,9 +74,7 @@ def _saliencies(model, batch: ScoringBatch, probe: str, max_batch_tokens: int | 
     check_positions(model, batch)
     check_token_budget(max_batch_tokens)
     work = batch.to(model_device(model))
-    if max_batch_tokens is None:
-        width = int(probe_sites(work).valid.sum(dim=1).max()) if work.input_ids.numel() else 1
-        max_batch_tokens = backward_tokens(model, model_device(model), work.input_ids.shape[1], width)
+    max_batch_tokens = backward_budget(model, work, max_batch_tokens)
     out = torch.zeros(work.input_ids.shape, dtype=torch.float32, device=work.input_ids.device)
     for rows in row_groups(list(range(work.input_ids.shape[0])), work.lengths.tolist(),
                            max_batch_tokens):

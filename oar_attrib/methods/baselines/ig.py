@@ -21,12 +21,12 @@ from transformers import DynamicCache
 
 from ...defaults import PROBE
 from ...inputs.batch import ScoringBatch
-from ...budget import backward_tokens, row_groups
+from ...budget import row_groups
 from ...errors import InputError
 from ...lm import (check_positions, check_token_budget, eval_mode, keep_scoreable, logits_at,
                   model_device, plain_kv, scoreable, with_cache)
 from ..registry import register_method
-from ..probes import ProbeSites, check_probe, probe_sites, probe_values
+from ..probes import backward_budget, ProbeSites, check_probe, probe_sites, probe_values
 
 
 # internal_batch_size splits the same path points; reuse_prefix reads the prompt from a cache
@@ -64,9 +64,7 @@ def ig(model, batch: ScoringBatch, *, probe: str = PROBE,
     if internal_batch_size is not None:
         return keep_scoreable(_attributions(model, work, n_steps, internal_batch_size,
                                             reuse_prefix), work).to(batch.input_ids.device)
-    if max_batch_tokens is None:
-        width = int(probe_sites(work).valid.sum(dim=1).max()) if work.input_ids.numel() else 1
-        max_batch_tokens = backward_tokens(model, model_device(model), work.input_ids.shape[1], width)
+    max_batch_tokens = backward_budget(model, work, max_batch_tokens)
     out = torch.zeros(work.input_ids.shape, dtype=torch.float32, device=work.input_ids.device)
     for rows in row_groups(list(range(work.input_ids.shape[0])), work.lengths.tolist(),
                            max_batch_tokens):
