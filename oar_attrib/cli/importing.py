@@ -14,7 +14,7 @@ import argparse
 from pathlib import Path
 
 from ..console import say
-from ..defaults import DEFAULT_MODEL
+from ..defaults import ANSWER_FORMAT, DEFAULT_MODEL
 from ..files import check_writable
 from ..errors import InputError
 from .choices import add_answer_format_arg
@@ -30,7 +30,7 @@ def _defaults(args, found) -> str | None:
 
     if args.stack == "jsonl" and found:
         return input_defaults(args, found[0].path, DEFAULT_MODEL, "import")
-    args.answer_format = args.answer_format or "auto"
+    args.answer_format = args.answer_format or ANSWER_FORMAT
     if args.model is not None:
         return None
     policy = run_policy(args.sources)

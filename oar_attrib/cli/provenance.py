@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..catalogue import TOKENIZER_FILES
+from ..defaults import ANSWER_FORMAT
 from ..jsonl import iter_jsonl
 
 # The most lines read for the first line that names its model.
@@ -122,7 +123,7 @@ def input_defaults(args, path: str | Path, default_model: str, command: str) -> 
         args.answer_format = named["answer_format"]
         taken.append(f"--answer-format {args.answer_format}")
     args.model = args.model or default_model
-    args.answer_format = args.answer_format or "auto"
+    args.answer_format = args.answer_format or ANSWER_FORMAT
     if not taken:
         return None
     line = f"oar {command}: {' '.join(taken)}, as {Path(path).name} was generated (its lines' `sampling`)"
