@@ -8,6 +8,7 @@ laid out as prompt | scored reasoning | bridge | answer span (1-3 tokens) | tail
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2ForCausalLM

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 import functools
-import sys
 
 from ..commands import INTERRUPTED, quiet_library_deprecations, run_command  # noqa: F401  (this module's names too)
 from ..configs import DefaultsHelpFormatter
+from ..console import say
 
 
 def _add_plugin_commands(sub) -> None:

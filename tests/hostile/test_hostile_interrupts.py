@@ -36,6 +36,17 @@ def test_every_command_turns_ctrl_c_into_one_line_and_130(error, capsys):
     assert capsys.readouterr().err == f"oar recall: {str(error) or 'interrupted'}\n"
 
 
+def test_ctrl_c_while_the_parser_is_built_is_one_line(monkeypatch, capsys):
+    """A Ctrl-C while `main` builds the parser (the plugins' commands import there) is one line
+    and exit 130."""
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["models"]) == 130
+    assert capsys.readouterr().err == "oar: interrupted\n"
+
+
 @pytest.mark.slow
 def test_ctrl_c_in_attribute_keeps_the_written_lines_and_says_so(tmp_path, problems):
     src, out = _write_input(tmp_path / "in.jsonl", problems), tmp_path / "out.jsonl"
