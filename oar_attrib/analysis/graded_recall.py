@@ -42,6 +42,7 @@ from ..errors import InputError
 from ..inputs.grading import grade
 from ..jsonl import iter_jsonl
 from ..methods import available_methods, method_spec, ranking_scores
+from ..records.record import json_safe
 from ..records.settings_record import model_dtype, model_identity, settings_record
 from ..rollouts import decode_answers
 from ..weights.metrics import mean_ci, spearman
@@ -145,7 +146,7 @@ class GradedReport(RecallSummary):
     per-trace data kept for a closer look (`graded`: each trace's `GradedTrace`, None when
     skipped)."""
 
-    SUMMARY_FIELDS = RecallSummary.SUMMARY_FIELDS + ("between", "oracle", "decode", "cache")
+    SUMMARY_FIELDS = RecallSummary.SUMMARY_FIELDS + ("between", "oracle", "decode", "cache", "per_trace")
     _: KW_ONLY
     between: dict = field(default_factory=dict)
     oracle: dict = field(default_factory=dict)
@@ -153,6 +154,12 @@ class GradedReport(RecallSummary):
     cache: dict = field(default_factory=dict)
     graded: list = field(default_factory=list, repr=False)
     texts: list = field(default_factory=list, repr=False)
+
+    def as_dict(self) -> dict:
+        """The summary as strict JSON, `per_trace` included (each trace's {method: {"spearman",
+        "auc"}}, None for a skipped trace or an undefined value): `pooled` over its non-None
+        entries gives `methods` and `between` again, so a reader recomputes them from the file."""
+        return json_safe(super().as_dict())
 
 
 # ------------------------------------------------------------------ the run

@@ -109,6 +109,10 @@ def test_a_rerun_with_the_same_cache_calls_the_model_for_nothing(bundled, tmp_pa
         assert again.cache == {"answer": {"cached": 3, "computed": 0}, "group": {"cached": 0, "computed": 0},
                                "scores": {"cached": 9, "computed": 0}, "oracle": {"cached": 3, "computed": 0}}
         assert again.as_dict()["methods"] == first.as_dict()["methods"]
+        printed = json.loads(json.dumps(first.as_dict(), allow_nan=False))  # strict JSON, as --json prints
+        assert len(printed["per_trace"]) == 3
+        summary, between = pooled([t for t in printed["per_trace"] if t is not None], kwargs["methods"])
+        assert summary == printed["methods"] and between == printed["between"]  # recomputable from the file
         other = graded_recall(model, tok, records(), **{**kwargs, "settings": GradedSettings(k=3, positions=4)})
         assert other.cache["oracle"] == {"cached": 0, "computed": 3}  # another K: a new oracle
         assert other.cache["scores"] == {"cached": 9, "computed": 0}  # the same scores
