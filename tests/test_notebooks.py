@@ -26,7 +26,7 @@ PLOTLY = "application/vnd.plotly.v1+json"
 CELL_TIMEOUT = 240
 # Variables the notebooks read: the tests set them explicitly, whatever the caller's shell has.
 NOTEBOOK_ENV = ("OAR_RUN_STORE", "OAR_SHARED", "OAR_EXPERIMENT_STORE", "OAR_EXPERIMENT", "OAR_EXPERIMENTS",
-                "OAR_GRID_SUMMARY", "OAR_ALIGN_RESULTS")
+                "OAR_GRID_SUMMARY", "OAR_ALIGN_RESULTS", "OAR_GRADED_RESULTS")
 
 
 def run_notebook(name: str, **env: str) -> tuple[nbformat.NotebookNode, dict]:
@@ -70,7 +70,7 @@ def test_notebooks_are_committed_without_outputs():
     names = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
     assert names == ["01_attribution_recall.ipynb", "02_reshaping.ipynb", "03_your_model.ipynb",
                      "04_steps.ipynb", "05_experiment.ipynb", "06_real_model.ipynb",
-                     "07_gradient_alignment.ipynb"]
+                     "07_gradient_alignment.ipynb", "08_graded_oracle.ipynb"]
     for name in names:
         nb = nbformat.read(NOTEBOOKS / name, as_version=4)
         nbformat.validate(nb)
@@ -343,3 +343,33 @@ def test_07_gradient_alignment_recomputes_the_align_statistics(tmp_path):
                 assert got[key] is None if want is None else got[key] == pytest.approx(want, rel=1e-9)
     assert summary["base"]["none"]["delta_cos"] == 0.0
     assert len(plotly_outputs(nb)) == 2
+
+
+def test_08_graded_oracle_recomputes_the_printed_means_from_the_per_trace_rows(bundled, tmp_path):
+    """08 recomputes, with its own code, each method's mean Spearman and AUC from the per-trace
+    rows of `oar recall --sets graded --json`'s output: the means equal the printed ones, each
+    bootstrap interval holds its mean; a file without per-trace rows is passed over."""
+    from oar_attrib.analysis.graded_oracle import GradedSettings
+    from oar_attrib.analysis.graded_recall import graded_recall
+    from oar_attrib.world import generate_problems
+
+    model, tok = bundled
+    records = [{"prompt": p.prompt, "answer": str(p.answer)} for p in generate_problems(4, "recall", seed=1, split="test")]
+    report = graded_recall(model, tok, records, methods=["oar_p", "entropy", "random"],
+                           settings=GradedSettings(k=2, positions=4), max_new_tokens=96)
+    (tmp_path / "tiny.json").write_text(json.dumps(report.as_dict(), allow_nan=False))
+    (tmp_path / "older.json").write_text(json.dumps({"methods": {}, "oracle": {}}))  # no per_trace
+    nb, summary = run_notebook("08_graded_oracle.ipynb", OAR_GRADED_RESULTS=str(tmp_path))
+    assert list(summary) == ["tiny"]
+    got = summary["tiny"]
+    assert sorted(got) == ["entropy", "oar_p", "random"]
+    for method, row in got.items():
+        assert row["traces"] == report.n_scored > 0
+        for metric in ("spearman", "auc"):
+            printed = report.methods[method][metric]["mean"]
+            assert (row[metric] is None) == (not finite(printed))
+            if finite(printed):
+                assert row[metric] == pytest.approx(printed, abs=1e-12) == row[f"printed_{metric}"]
+        if finite(row["spearman_low"]):
+            assert row["spearman_low"] <= row["spearman"] <= row["spearman_high"]
+    assert len(plotly_outputs(nb)) == 3  # Spearman, AUC, the flip-rate counts
