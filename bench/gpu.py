@@ -68,13 +68,8 @@ class Stage:
     result_file: Path | None = None  # else the last stdout line, a JSON object
 
 
-def align_present() -> bool:
-    """Whether this tree has the `oar align` command (merged from its branch)."""
-    return (ROOT / "oar_attrib/training/align/cli.py").is_file()
-
-
 def stages(args) -> list[Stage]:
-    """The stages of a run, in order (the model stage only when align runs)."""
+    """The stages of a run, in order."""
     py = sys.executable
     steps = ["--models", "qwen2-0.5b", "--lengths", "2048", "--steps", "20", "--top-steps", "3"]
     train = ["--no-cpu", "--rounds", "1", "--steps", str(args.train_steps), "--gpu-tokens",
@@ -89,19 +84,18 @@ def stages(args) -> list[Stage]:
                  f"weights, bf16, 16 completions of {args.train_tokens} tokens, {args.train_steps} "
                  "timed steps per method after a warm-up)",
                  flags=[f for f in train if f.startswith("--")], result_file=WORK / "train_step.json")]
-    if align_present():
-        align = ["--preset", "smollm2-words", "--model", MODEL, "--store", str(WORK / "align"),
-                 "--batches", str(args.align_batches), "--pool-batches", str(args.align_pool),
-                 "--methods", "none", "oar_g", "oar_g:n_noise=8", "oar_p", "oar_p_step", "random",
-                 "--n-boot", "2000", "--no-progress", "--summary", str(WORK / "align.json"),
-                 "use_cpu=false", "num_generations=8", "max_completion_length=256",
-                 "temperature=0.5"]
-        out += [Stage("model", 50, [py, "bench/gpu.py", "--join"],
-                      f"join the two GGUF parts, check the sha256, convert {MODEL} to float32"),
-                Stage("align", 180, [py, "-m", "oar_attrib.training.align.cli", *align],
-                      f"oar align on the real {MODEL}, the word-problem world, 2 prompts x 8 "
-                      "completions of <= 256 tokens per batch",
-                      flags=[f for f in align if f.startswith("--")], result_file=WORK / "align.json")]
+    align = ["--preset", "smollm2-words", "--model", MODEL, "--store", str(WORK / "align"),
+             "--batches", str(args.align_batches), "--pool-batches", str(args.align_pool),
+             "--methods", "none", "oar_g", "oar_g:n_noise=8", "oar_p", "oar_p_step", "random",
+             "--n-boot", "2000", "--no-progress", "--summary", str(WORK / "align.json"),
+             "use_cpu=false", "num_generations=8", "max_completion_length=256",
+             "temperature=0.5"]
+    out += [Stage("model", 50, [py, "bench/gpu.py", "--join"],
+                  f"join the two GGUF parts, check the sha256, convert {MODEL} to float32"),
+            Stage("align", 180, [py, "-m", "oar_attrib.training.align.cli", *align],
+                  f"oar align on the real {MODEL}, the word-problem world, 2 prompts x 8 "
+                  "completions of <= 256 tokens per batch",
+                  flags=[f for f in align if f.startswith("--")], result_file=WORK / "align.json")]
     assert sum(s.limit_s for s in out) <= TOTAL_S
     return out
 
@@ -260,8 +254,6 @@ def dry_run(args) -> int:
     for stage in plan_stages:
         print(f"plan: stage {stage.name} limit {stage.limit_s} s: {stage.what}")
         print(f"      {' '.join(['python', *stage.argv[1:]])}")
-    if not align_present():
-        print("plan: stage align: skipped: oar align not installed (recorded so in the JSON)")
     total = sum(s.limit_s for s in plan_stages)
     print(f"plan: stages' limits total {total} s of {TOTAL_S} s (9 minutes with setup and the JSON)")
     print(f"plan: JSON to {args.out or '$OUT/gpu.json'}")
@@ -418,8 +410,6 @@ def run(args) -> int:
             report["stages"][stage.name] = run_stage(stage, env, min(stage.limit_s, left),
                                                      WORK / f"{stage.name}.log")
         print(f"gpu.sh: {stage.name}: {report['stages'][stage.name]['status']}", flush=True)
-    if not align_present():
-        report["stages"]["align"] = {"status": "skipped", "error": "skipped: oar align not installed"}
     report["seconds"] = round(TOTAL_S - (deadline - time.perf_counter()), 1)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")

@@ -40,9 +40,7 @@ def test_dry_run_prints_the_plan_and_passes():
     assert out.strip().splitlines()[-1] == "dry-run: ok"
     limits = {m[0]: int(m[1]) for m in re.findall(r"^plan: stage (\w+) limit (\d+) s", out, re.M)}
     assert {"oar_p_steps", "train_step"} <= set(limits)
-    align = gpu_module().align_present()
-    assert ("align" in limits and "model" in limits) if align else \
-        "plan: stage align: skipped: oar align not installed" in out
+    assert list(limits) == ["oar_p_steps", "train_step", "model", "align"]
     assert sum(limits.values()) <= 9 * 60 - 40  # setup and the JSON fit in what is left
     assert "bench/bench_steps.py --models qwen2-0.5b --lengths 2048" in out
     assert "bench/bench_train_step.py --no-cpu" in out
@@ -114,8 +112,7 @@ def test_a_run_without_cuda_writes_the_json_with_its_error(tmp_path):
     assert done.returncode == 1
     report = json.loads((tmp_path / "gpu.json").read_text())
     assert report["error"].startswith("no CUDA device")
-    skipped = {"align": {"status": "skipped", "error": "skipped: oar align not installed"}}
-    assert report["stages"] == ({} if gpu_module().align_present() else skipped)
+    assert report["stages"] == {}  # refused before any stage
     assert report["device"]["cuda"] is False and report["device"]["torch"] == torch.__version__
     assert report["setup"]["status"] in ("ok", "error")
 
