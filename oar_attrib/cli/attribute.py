@@ -23,7 +23,7 @@ from typing import Iterator
 from ..console import say, terminal_safe
 from ..defaults import ANSWER_FORMAT, DEFAULT_MODEL
 from ..errors import InputError
-from ..inputs.pairs import Skip, input_labels, judge_record, judge_tokens
+from ..inputs.pairs import Skip, input_labels, judge_record, judge_tokens, label_problems
 from ..inputs.segments import n_scored
 from ..jsonl import iter_jsonl
 from . import outputs
@@ -47,8 +47,8 @@ def read_pairs(path: Path, tokenizer, answer_format: str, skip_line, counts: Cou
     """(line number, prompt, response, labels, the pair encoded) of the good lines of `path` for
     which `skip_line(n)` is false (`input_labels`; `inputs.pairs.judge_tokens` encodes each
     line once, and the attribution scores that encoding); each bad one is reported (`report`,
-    one line naming file and line) and counted, and so is a reward or advantage that is there
-    but not a finite number (the line is kept without it)."""
+    one line naming file and line) and counted, and so is a label that is there but not what it
+    must be (`inputs.pairs.label_problems`; the line is kept without it)."""
     for number, record in iter_jsonl(path):
         if skip_line(number):
             continue
@@ -58,12 +58,9 @@ def read_pairs(path: Path, tokenizer, answer_format: str, skip_line, counts: Cou
             counts[judged.kind] += 1
             report(f"{path}:{number}: skipped ({judged.kind}): {judged}")
             continue
-        labels = input_labels(record, got[1], answer_format)
-        for key in ("reward", "advantage"):
-            if record.get(key) is not None and key not in labels:
-                report(f"{path}:{number}: its {key} {str(record[key])[:40]!r} is not a finite number; "
-                       f"attributed and stored without one (write a number, or leave {key} out)")
-        yield number, *got, labels, judged
+        for problem in label_problems(record):
+            report(f"{path}:{number}: {problem}; the line is attributed and stored without it")
+        yield number, *got, input_labels(record, got[1], answer_format), judged
 
 
 

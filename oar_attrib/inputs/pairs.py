@@ -82,6 +82,22 @@ def _finite(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# The labels a line may carry beside its text, each with its test and what it must be.
+LABEL_RULES = {"reward": (_finite, "a finite number"), "advantage": (_finite, "a finite number"),
+               "group": (_integer, "an integer"), "correct": (lambda v: isinstance(v, bool), "true or false")}
+
+
+def label_problems(record: dict) -> list[str]:
+    """What is wrong with each label of `record` that is there (not null) but not what it must
+    be (`LABEL_RULES`); `input_labels` leaves such a label out."""
+    return [f"its {key} {str(record[key])[:40]!r} is not {what}" for key, (ok, what) in LABEL_RULES.items()
+            if record.get(key) is not None and not ok(record[key])]
+
+
 def input_labels(record: dict, response: str, answer_format: str = ANSWER_FORMAT) -> dict:
     """What a line says about its response beside the text, carried into the output: `gold`
     (the line's `gold` or `answer`), `reward` and `advantage` (finite numbers; the advantage
@@ -97,7 +113,7 @@ def input_labels(record: dict, response: str, answer_format: str = ANSWER_FORMAT
     for key in ("reward", "advantage"):
         if _finite(record.get(key)):
             labels[key] = float(record[key])
-    if isinstance(record.get("group"), int) and not isinstance(record["group"], bool):
+    if _integer(record.get("group")):
         labels["group"] = record["group"]
     if isinstance(record.get("correct"), bool):
         labels["correct"] = record["correct"]

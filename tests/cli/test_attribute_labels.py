@@ -85,26 +85,31 @@ def test_lines_without_an_answer_are_counted_in_the_summary(tmp_path, capsys):
         assert set(w["scores"]["oar_p"]) == {0.0} and set(w["weights"]["oar_p"]) == {1.0}
 
 
-def test_a_reward_or_advantage_that_is_not_a_finite_number_is_said_and_stored_as_absent(tmp_path, capsys):
-    """NaN, Infinity, a string or a bool in `reward` or `advantage`: the line is attributed and
-    stored without that label, and one line per label names the file, the line and the value."""
+def test_a_label_that_is_not_what_it_must_be_is_said_and_stored_as_absent(tmp_path, capsys):
+    """NaN, Infinity, a string or a bool as `reward` or `advantage`, a float or a string as
+    `group`, a string as `correct`: the line is attributed and stored without that label (a
+    `correct` left out is graded against the gold answer), and one line per label names the
+    file, the line and the value; null is an absent label, said nowhere."""
     source = tmp_path / "in.jsonl"
     source.write_text(
-        json.dumps({"prompt": PROMPT, "response": RIGHT, "advantage": 0.5}) + "\n"
+        json.dumps({"prompt": PROMPT, "response": RIGHT, "advantage": 0.5, "group": 3}) + "\n"
         + '{"prompt": %s, "response": %s, "advantage": NaN, "reward": Infinity}\n' % (json.dumps(PROMPT), json.dumps(RIGHT))
-        + json.dumps({"prompt": PROMPT, "response": WRONG, "reward": "high", "advantage": True}) + "\n"
-        + json.dumps({"prompt": PROMPT, "response": WRONG, "reward": None}) + "\n")
+        + json.dumps({"prompt": PROMPT, "response": WRONG, "reward": "high", "advantage": True, "group": 1.5}) + "\n"
+        + json.dumps({"prompt": PROMPT, "response": WRONG, "reward": None, "answer": 22, "correct": "yes"}) + "\n")
     db = tmp_path / "runs.db"
     assert cli.main(["attribute", "--input", str(source), "--methods", "entropy", "--no-progress",
                      "--out", str(db)]) == 0
-    said = [line for line in capsys.readouterr().err.splitlines() if "not a finite number" in line]
-    assert said == [
-        f"{source}:2: its reward 'inf' is not a finite number; attributed and stored without one (write a number, or leave reward out)",
-        f"{source}:2: its advantage 'nan' is not a finite number; attributed and stored without one (write a number, or leave advantage out)",
-        f"{source}:3: its reward 'high' is not a finite number; attributed and stored without one (write a number, or leave reward out)",
-        f"{source}:3: its advantage 'True' is not a finite number; attributed and stored without one (write a number, or leave advantage out)",
-    ]  # line 4's null is an absent reward, not a bad one
+    said = [line for line in capsys.readouterr().err.splitlines() if "stored without it" in line]
+    tail = "; the line is attributed and stored without it"
+    assert said == [f"{source}:2: its reward 'inf' is not a finite number{tail}",
+                    f"{source}:2: its advantage 'nan' is not a finite number{tail}",
+                    f"{source}:3: its reward 'high' is not a finite number{tail}",
+                    f"{source}:3: its advantage 'True' is not a finite number{tail}",
+                    f"{source}:3: its group '1.5' is not an integer{tail}",
+                    f"{source}:4: its correct 'yes' is not true or false{tail}"]
     with Store(db, readonly=True) as store:
         records = list(store.iter_traces(1))
     assert [r.row.advantage for r in records] == [0.5, None, None, None]
     assert [r.row.reward for r in records] == [None, None, None, None]
+    assert [r.row.group for r in records] == [3, None, None, None]
+    assert [r.row.correct for r in records] == [None, None, None, False]  # graded: 21 is not 22
