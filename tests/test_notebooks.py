@@ -372,4 +372,11 @@ def test_08_graded_oracle_recomputes_the_printed_means_from_the_per_trace_rows(b
                 assert row[metric] == pytest.approx(printed, abs=1e-12) == row[f"printed_{metric}"]
         if finite(row["spearman_low"]):
             assert row["spearman_low"] <= row["spearman"] <= row["spearman_high"]
+    for metric in ("spearman", "auc"):  # Holm: each adjusted p at least its own, in the raw p's order
+        tested = sorted((row[f"{metric}_p"], row[f"{metric}_p_holm"]) for m, row in got.items()
+                        if f"{metric}_p" in row)
+        assert tested and all(p <= adj <= 1 for p, adj in tested)
+        assert [adj for _, adj in tested] == sorted(adj for _, adj in tested)
+        assert tested[0][1] == pytest.approx(min(1.0, len(tested) * tested[0][0]))
+    assert "random" not in [m for m, row in got.items() if "spearman_p" in row]
     assert len(plotly_outputs(nb)) == 3  # Spearman, AUC, the flip-rate counts
