@@ -362,7 +362,7 @@ def test_08_graded_oracle_recomputes_the_printed_means_from_the_per_trace_rows(b
     nb, summary = run_notebook("08_graded_oracle.ipynb", OAR_GRADED_RESULTS=str(tmp_path))
     assert list(summary) == ["tiny"]
     got = summary["tiny"]
-    assert sorted(got) == ["entropy", "oar_p", "random"]
+    assert sorted(got) == ["earliest_first", "entropy", "oar_p", "random"]
     for method, row in got.items():
         assert row["traces"] == report.n_scored > 0
         for metric in ("spearman", "auc"):

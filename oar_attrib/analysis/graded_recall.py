@@ -10,7 +10,11 @@ quantile, or, when those quantiles are equal, above and at or below it; a trace 
 rates do not separate has no AUC, one whose flip rates or scores are constant no Spearman).
 Pooled: the mean over traces with a 95% percentile bootstrap over traces, the paired
 difference to the `random` method on the same traces, and between every two methods. A random
-ranking's expectation is 0 (Spearman) and 0.5 (AUC).
+ranking's expectation is 0 (Spearman) and 0.5 (AUC). Beside the methods, the report scores one
+reference ranking that reads nothing of the model, `earliest_first` (`EARLIEST`: a token's
+position, earlier first): on a real model a replacement early in an answer derails more of what
+follows, so the flip rates fall with position, and a method is worth reading against this as
+well as against random.
 
 Resumable end to end, in one JSON Lines cache (`GradedCache`): each model answer, each
 method's scores of each trace and each trace's oracle are appended as soon as they are made,
@@ -91,6 +95,8 @@ class GradedCache:
 
 
 # ------------------------------------------------------------------ per-trace statistics
+
+EARLIEST = "earliest_first"  # the reference ranking by position (module docstring)
 
 
 def tercile_auc(scores: np.ndarray, flips: np.ndarray) -> float:
@@ -326,13 +332,14 @@ def graded_recall(model, tokenizer, records: list[dict], *, methods=None, probe:
         decode.add(oracle.stats)
         status.append("scored")
         graded.append(oracle)
-        per_trace.append(trace_metrics(trace_scores, oracle.flip_rates()))
+        position = [-float(t) for t in range(len(trace.token_ids))]
+        per_trace.append(trace_metrics({**trace_scores, EARLIEST: position}, oracle.flip_rates()))
     return _report(records, texts, traces, methods, per_trace, graded, status, decode, run)
 
 
 def _report(records, texts, traces, methods, per_trace, graded, status, decode, run: _Run) -> GradedReport:
     scored = [t for t in per_trace if t is not None]
-    summary, between = pooled(scored, methods, run.settings.seed) if scored else ({}, {})
+    summary, between = pooled(scored, [*methods, EARLIEST], run.settings.seed) if scored else ({}, {})
     rates = np.array([f for g in graded if g is not None for f in g.flip_rates().values()])
     k = run.settings.k
     levels = np.round(rates * k).astype(int) if rates.size else np.zeros(0, dtype=int)

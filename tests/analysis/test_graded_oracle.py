@@ -12,7 +12,7 @@ import torch
 import oar_attrib as oa
 from oar_attrib.analysis.counterfactual_recall import answer_key
 from oar_attrib.analysis.graded_oracle import GradedSettings, GradedTrace, draw_replacements, graded_oracle
-from oar_attrib.analysis.graded_recall import graded_recall, pooled, tercile_auc, trace_metrics
+from oar_attrib.analysis.graded_recall import EARLIEST, graded_recall, pooled, tercile_auc, trace_metrics
 from oar_attrib.errors import InputError
 from oar_attrib.generation import generate
 from oar_attrib.inputs.grading import grade
@@ -111,7 +111,7 @@ def test_a_rerun_with_the_same_cache_calls_the_model_for_nothing(bundled, tmp_pa
         assert again.as_dict()["methods"] == first.as_dict()["methods"]
         printed = json.loads(json.dumps(first.as_dict(), allow_nan=False))  # strict JSON, as --json prints
         assert len(printed["per_trace"]) == 3
-        summary, between = pooled([t for t in printed["per_trace"] if t is not None], kwargs["methods"])
+        summary, between = pooled([t for t in printed["per_trace"] if t is not None], [*kwargs["methods"], EARLIEST])
         assert summary == printed["methods"] and between == printed["between"]  # recomputable from the file
         other = graded_recall(model, tok, records(), **{**kwargs, "settings": GradedSettings(k=3, positions=4)})
         assert other.cache["oracle"] == {"cached": 0, "computed": 3}  # another K: a new oracle
@@ -140,3 +140,26 @@ def test_ktae_applies_with_sampled_groups_only(bundled, tmp_path):
         assert trace.scores["ktae"] == pytest.approx(expected, abs=1e-6)
         nonzero += any(expected)
     assert nonzero  # a group with right and wrong answers, so KTAE had something to compare
+
+
+def test_the_earliest_first_reference_ranks_by_position(bundled):
+    """`earliest_first` scores each trace's tested positions by their place, earlier first: its
+    Spearman with the flip rates is the one of the negated positions, trace by trace, and it is
+    reported beside the methods and against random."""
+    from scipy.stats import spearmanr
+
+    model, tok = bundled
+    report = graded_recall(model, tok, records(), methods=["entropy", "random"],
+                           settings=GradedSettings(k=2, positions=4), max_new_tokens=96)
+    assert list(report.methods) == ["entropy", "random", EARLIEST] and "vs_random" in report.methods[EARLIEST]
+    checked = 0
+    for graded, row in zip(report.graded, report.per_trace):
+        if graded is None:
+            continue
+        rates = graded.flip_rates()
+        positions = sorted(rates)
+        want = spearmanr([-t for t in positions], [rates[t] for t in positions]).correlation
+        got = row[EARLIEST]["spearman"]
+        assert (math.isnan(got) and math.isnan(want)) or got == pytest.approx(want, abs=1e-12)
+        checked += 1
+    assert checked == report.n_scored > 0
