@@ -100,6 +100,18 @@ def test_ctrl_c_in_experiment_run_ends_its_cells_and_says_so(tmp_path):
     assert not [pid for pid in cells if _alive(pid)]  # a rerun cannot race a cell
 
 
+def _wait_for_torch(pid: int, timeout: float = 60.0) -> None:
+    """Until process `pid` has torch's library mapped (it is importing torch), however loaded
+    the machine is: a fixed sleep raced the parser on a busy one."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/maps") as maps:
+            if "libtorch" in maps.read():
+                return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not start importing torch in {timeout} s")
+
+
 def _children(pid: int) -> list[int]:
     with open(f"/proc/{pid}/task/{pid}/children") as f:
         return [int(x) for x in f.read().split()]
@@ -123,7 +135,7 @@ def test_ctrl_c_while_a_command_starts_is_one_line(tmp_path):
                              "sys.exit(c.main(['recall', '--n', '2', '--no-progress']))"],
                             env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline() == "ready\n"  # the package is imported; main starts now
-    time.sleep(0.3)  # inside the command, while it imports torch and transformers
+    _wait_for_torch(proc.pid)  # the parser imports no torch: now inside the command, importing it
     _, err = _interrupt(proc)
     assert proc.returncode == 130, err
     assert _ours(err) == ["oar recall: interrupted"]
