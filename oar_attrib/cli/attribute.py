@@ -43,12 +43,14 @@ def check_input(path: str) -> Path:
 
 
 def read_pairs(path: Path, tokenizer, answer_format: str, skip_line, counts: Counter,
-               report=print, chat: bool | None = None) -> Iterator[tuple[int, object, str, dict, object]]:
+               report=print, chat: bool | None = None, notice=None) -> Iterator[tuple[int, object, str, dict, object]]:
     """(line number, prompt, response, labels, the pair encoded) of the good lines of `path` for
     which `skip_line(n)` is false (`input_labels`; `inputs.pairs.judge_tokens` encodes each
     line once, and the attribution scores that encoding); each bad one is reported (`report`,
-    one line naming file and line) and counted, and so is a label that is there but not what it
-    must be (`inputs.pairs.label_problems`; the line is kept without it)."""
+    one line naming file and line) and counted; a label that is there but not what it must be
+    (`inputs.pairs.label_problems`) is said through `notice` (default: `report`) and the line kept
+    without it."""
+    notice = notice or report
     for number, record in iter_jsonl(path):
         if skip_line(number):
             continue
@@ -59,7 +61,7 @@ def read_pairs(path: Path, tokenizer, answer_format: str, skip_line, counts: Cou
             report(f"{path}:{number}: skipped ({judged.kind}): {judged}")
             continue
         for problem in label_problems(record):
-            report(f"{path}:{number}: {problem}; the line is attributed and stored without it")
+            notice(f"{path}:{number}: {problem}; the line is attributed and stored without it")
         yield number, *got, input_labels(record, got[1], answer_format), judged
 
 
@@ -245,7 +247,11 @@ def _attribute_into(final: outputs.Output, source: Path, args, rank: int, world:
         bar.write(terminal_safe(line), file=sys.stderr)
 
     chat_choice(args.chat, tokenizer)  # said once; args.chat stays as given: it is in the record
-    pairs = read_pairs(source, tokenizer, args.answer_format, skip_line, counts, report=report, chat=args.chat)
+    def notice(line: str) -> None:  # a line kept without a label: said above the bar, not counted
+        bar.write(terminal_safe(line), file=sys.stderr)
+
+    pairs = read_pairs(source, tokenizer, args.answer_format, skip_line, counts, report=report,
+                       chat=args.chat, notice=notice)
     with bar:
         written = attribute_lines(model, tokenizer, pairs, _Flagged(writer, flagged, bar), args)
     if dist is not None:

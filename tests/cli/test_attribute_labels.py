@@ -113,3 +113,21 @@ def test_a_label_that_is_not_what_it_must_be_is_said_and_stored_as_absent(tmp_pa
     assert [r.row.reward for r in records] == [None, None, None, None]
     assert [r.row.group for r in records] == [3, None, None, None]
     assert [r.row.correct for r in records] == [None, None, None, False]  # graded: 21 is not 22
+
+
+def test_a_label_notice_is_not_counted_as_a_skipped_line(tmp_path):
+    """read_pairs says a bad label through `notice`, not `report` (which counts a skipped line
+    on the progress bar): the line is still yielded, once."""
+    from collections import Counter
+
+    import oar_attrib as oa
+    from oar_attrib.cli.attribute import read_pairs
+
+    _, tok = oa.load_model("arith-tiny")
+    source = tmp_path / "in.jsonl"
+    source.write_text(json.dumps({"prompt": PROMPT, "response": RIGHT, "group": "g1"}) + "\n")
+    reported, noticed = [], []
+    pairs = list(read_pairs(source, tok, "auto", lambda n: False, Counter(), report=reported.append,
+                            notice=noticed.append))
+    assert [p[0] for p in pairs] == [1] and reported == []
+    assert noticed == [f"{source}:1: its group 'g1' is not an integer; the line is attributed and stored without it"]
