@@ -170,10 +170,12 @@ def run_train(args: argparse.Namespace) -> int:
     resume = _check_resume(args.resume, settings)
     run, trainer_args = build_configs(settings)
     summary = train(run, trainer_args, resume=resume)
-    # One write per line: under a launcher every rank prints its summary to the same pipe, and a
-    # line split across two buffer flushes interleaved with the other rank's.
+    # One write per line: under a launcher every rank prints its summary to the same pipe. `print`
+    # writes the text and its newline apart, and unbuffered (PYTHONUNBUFFERED, `python -u`) each
+    # reaches the pipe alone, so the other rank's line could land between them.
     sys.stdout.flush()
-    print(json.dumps(summary), flush=True)
+    sys.stdout.write(json.dumps(summary) + "\n")
+    sys.stdout.flush()
     return 0
 
 
