@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import pytest
@@ -22,6 +23,18 @@ def _share_the_cores() -> None:
 
 
 _share_the_cores()
+
+
+def _let_ctrl_c_through() -> None:
+    """A run started in the background (`pytest &`, `nohup`) starts with Ctrl-C (SIGINT)
+    ignored, and an ignored signal stays ignored in every process started from there: the
+    commands the Ctrl-C tests start would not see it. Python's own handler is put back here, so
+    those commands start with the default disposition, as from a terminal."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_let_ctrl_c_through()
 
 
 @pytest.fixture(scope="session")
