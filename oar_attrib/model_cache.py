@@ -7,8 +7,9 @@ changed since (its time differs and so does its hash) is refused in one line tha
 file and the command that rebuilds the folder (`oar models --rebuild NAME`); a load never
 rehashes a file whose size and time are as recorded. `oar models --verify` rehashes every
 file. Folders converted before files were recorded are used as they are (`--verify` says
-so). `file_hashes` is the one place a folder's files are hashed: other code that needs a
-model's identity (the settings record of a result) calls it.
+so). `weights_sha256` is the one place a model folder's identity is computed: the settings
+record of a result calls it, and a converted folder's recorded value is used while its weight
+files are as recorded.
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import json
 import os
 import shutil
 import tempfile
+from fnmatch import fnmatch
+from functools import lru_cache
 from pathlib import Path
 
 from .errors import ModelLoadError
@@ -55,18 +58,36 @@ def read_record(folder: Path) -> dict | None:
     return record if isinstance(record, dict) else None
 
 
-def file_hashes(folder: str | Path, pattern: str = WEIGHTS) -> dict[str, str]:
-    """{file name: sha256} of the files of `folder` matching `pattern` (default: the
-    safetensors weights), sorted by name. A converted folder's recorded hash is used for a
-    file whose size and time are as recorded; every other file is hashed."""
+@lru_cache(maxsize=None)
+def _weights_digest(files: tuple[tuple[str, int, int], ...]) -> str:
+    digest = hashlib.sha256()
+    for path, _, _ in files:
+        digest.update(Path(path).name.encode() + b"\0")
+        with open_regular(Path(path)) as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def weights_sha256(folder: str | Path, pattern: str = WEIGHTS) -> str | None:
+    """A model folder's identity, as the settings record stores it: one sha256 over its weight
+    files (`pattern`, default the safetensors), each file's name, a NUL byte and its bytes, in
+    name order; None when the folder has none. A converted folder records it (`convert_gguf`): the
+    recorded value is used while the weight files are the ones recorded with the size and time
+    recorded, as a load trusts them; otherwise the files are hashed, once per process for files
+    of the same size and time."""
     folder = Path(folder)
-    recorded = ((read_record(folder) or {}).get("files") or {})
-    out = {}
-    for path in sorted(folder.glob(pattern)):
-        known = recorded.get(path.name)
-        same = isinstance(known, dict) and {k: known.get(k) for k in ("size", "mtime_ns")} == _stat(path)
-        out[path.name] = known["sha256"] if same else sha256_of(path)
-    return out
+    files = sorted(folder.glob(pattern))
+    if not files:
+        return None
+    record = read_record(folder) or {}
+    recorded = record.get("files") if isinstance(record.get("files"), dict) else {}
+    kept = {name for name in recorded if fnmatch(name, pattern)} == {f.name for f in files} and all(
+        isinstance(recorded[f.name], dict) and {k: recorded[f.name].get(k) for k in ("size", "mtime_ns")} == _stat(f)
+        for f in files)
+    if kept and isinstance(record.get("weights_sha256"), str):
+        return record["weights_sha256"]
+    return _weights_digest(tuple((str(f.resolve()), *_stat(f).values()) for f in files))
 
 
 def damage(folder: Path, sha256: str, full: bool = False) -> str | None:

@@ -2,6 +2,7 @@
 conversion, hash checks, and the one-line errors when a model cannot be had."""
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 
@@ -151,9 +152,11 @@ def test_a_local_gguf_file_is_converted_once_by_its_hash(smollm2, smollm2_gguf, 
     assert folder.name == f"gguf-{entry.sha256[:16]}" and (folder / "model.safetensors").is_file()
     stamp = (folder / "model.safetensors").stat().st_mtime_ns
     assert resolve(gguf) == folder and (folder / "model.safetensors").stat().st_mtime_ns == stamp
-    recorded = json.loads((folder / catalogue.SOURCE_FILE).read_text())["files"]
-    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(recorded)
+    record = json.loads((folder / catalogue.SOURCE_FILE).read_text())
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(record["files"])
     assert damage(folder, entry.sha256, full=True) is None
+    direct = hashlib.sha256(b"model.safetensors\0" + (folder / "model.safetensors").read_bytes())
+    assert record["weights_sha256"] == direct.hexdigest()  # the identity records read from then on
 
 
 def test_a_carried_gguf_file_becomes_the_entrys_cached_folder(smollm2_gguf, tmp_path, monkeypatch):

@@ -25,14 +25,13 @@ resume with another token budget is not refused.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import inspect
 import json
 import re
-from functools import lru_cache
 from pathlib import Path
 
 from ..errors import InputError
+from ..model_cache import weights_sha256
 
 RECORD_FORMAT = 1
 
@@ -123,27 +122,6 @@ def method_record(name: str, settings, params: dict | None = None) -> dict:
     values |= {k: getattr(settings, k) for k in spec.train_params}
     values |= dict(params or {})
     return {k: plain(v) for k, v in sorted(values.items()) if k not in skip}
-
-
-@lru_cache(maxsize=None)
-def _hash_files(files: tuple[tuple[str, int, int], ...]) -> str:
-    digest = hashlib.sha256()
-    for path, _, _ in files:
-        digest.update(Path(path).name.encode() + b"\0")
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
-
-
-def weights_sha256(folder: str | Path) -> str | None:
-    """sha256 over a checkpoint folder's *.safetensors files (names and bytes, in name order),
-    computed once per process for files of the same size and modification time; None when the
-    folder holds none."""
-    files = sorted(Path(folder).glob("*.safetensors"))
-    if not files:
-        return None
-    return _hash_files(tuple((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files))
 
 
 def _catalogue_name(folder: Path) -> str | None:

@@ -6,11 +6,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import inspect
+import json
+import os
+import shutil
 import warnings
 
 import pytest
 import torch
 
+from oar_attrib import model_cache
 from oar_attrib.attribution import attribute, compute_weights
 from oar_attrib.methods import method_spec
 from oar_attrib.methods.registry import RUN_ONLY
@@ -103,12 +107,39 @@ def test_the_weights_hash_is_of_the_files_and_computed_once_per_process(tmp_path
     for path in sorted(folder.glob("*.safetensors")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     assert sr.model_identity("arith-tiny")["weights_sha256"] == digest.hexdigest()
-    before = sr._hash_files.cache_info()
+    before = model_cache._weights_digest.cache_info()
     for _ in range(3):
         sr.model_identity("arith-tiny")
-    after = sr._hash_files.cache_info()
+    after = model_cache._weights_digest.cache_info()
     assert after.misses == before.misses and after.hits == before.hits + 3
     assert sr.weights_sha256(tmp_path) is None  # no weight files: no hash
+
+
+def test_a_converted_folder_gives_its_recorded_identity_while_its_weights_are_as_recorded(tmp_path):
+    """The identity a conversion records (`model_cache.weights_sha256`, read back) is the one
+    the files give; it stands while every weight file has its recorded size and time, and the
+    files are hashed again when one changed, was added or is gone."""
+    folder = tmp_path / "converted"
+    shutil.copytree(resolve("arith-tiny"), folder)
+    computed = model_cache.weights_sha256(folder)
+    planted = "f" * 64  # not a hash of anything: seen back only if the record is read
+    record = {"files": model_cache.record_files(folder), "weights_sha256": planted}
+    (folder / model_cache.SOURCE_FILE).write_text(json.dumps(record))
+    assert sr.model_identity(str(folder))["weights_sha256"] == planted
+    extra = folder / "more.safetensors"
+    shutil.copy(folder / "model.safetensors", extra)
+    assert model_cache.weights_sha256(folder) not in (planted, computed)  # a file added: hashed
+    extra.unlink()
+    assert model_cache.weights_sha256(folder) == planted
+    weights = folder / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    weights.write_bytes(bytes(data))
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
+    changed = model_cache.weights_sha256(folder)
+    assert changed not in (planted, computed)  # changed since: hashed, and not as before
+    direct = hashlib.sha256(b"model.safetensors\0" + bytes(data)).hexdigest()
+    assert changed == direct
 
 
 def test_a_loaded_model_has_the_identity_of_its_catalogue_name(tiny):
