@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 import torch
 
-import oar_attrib as oa
 from oar_attrib import cli
 from oar_attrib.attribution import AttributionBatch, attribute, compute_weights
 from oar_attrib.errors import InputError, TokenizerError, UnknownNameError

@@ -1,7 +1,6 @@
 """The repository's root `training/` and `webapp/` folders: entry scripts and recipes that run
 from a checkout, holding no package (`oar_attrib` is the only import name)."""
 import importlib.util
-import json
 import os
 import subprocess
 import sys

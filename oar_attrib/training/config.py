@@ -6,9 +6,7 @@ the TRL version is pinned to the range those hooks were tested against.
 """
 from __future__ import annotations
 
-import math
 import os
-import warnings
 from dataclasses import dataclass, field, fields, make_dataclass
 
 from packaging.version import Version

@@ -5,9 +5,6 @@ recall summaries. Built once into the user's cache directory, then reused.
 from __future__ import annotations
 
 import hashlib
-import os
-import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 

@@ -7,7 +7,6 @@ blocks and write it with textContent.
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 

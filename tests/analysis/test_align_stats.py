@@ -1,7 +1,6 @@
 """The statistics of `oar align` (analysis/align.py) on stores made here from known vectors:
 endpoints against numpy's cosines, Holm and power against hand-computed values, and the
 bias-or-variance estimates against simulated methods whose bias and noise are known."""
-import json
 import math
 
 import numpy as np

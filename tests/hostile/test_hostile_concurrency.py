@@ -2,7 +2,6 @@
 a SIGKILLed first one followed by a second), and `oar experiment run`'s cells when their
 parent is killed. Exactly one writer wins, the loser says who holds the output in one line,
 and the output holds every line once."""
-import json
 import os
 import signal
 import subprocess

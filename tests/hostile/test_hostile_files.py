@@ -4,7 +4,6 @@ place, and damaged checkpoints given to `oar train --resume`. Each is one line o
 status 2, never a traceback (the real `oar` in a subprocess, for each family), and nothing
 already written is changed or lost."""
 import json
-import os
 import pickle
 import sqlite3
 import subprocess

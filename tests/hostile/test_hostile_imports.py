@@ -18,7 +18,6 @@ import pytest
 from models import write_verl_dump
 from test_hostile import _run
 
-from oar_attrib import cli
 from oar_attrib.importers.rows import ADVANTAGE_EPS
 
 

@@ -3,7 +3,6 @@ delivered to a real process. Each ends with one line and no traceback: a command
 work exits 130 and says what it kept (and that a rerun resumes), `oar web` stops quietly with
 exit status 0, and nothing already written is lost."""
 import argparse
-import os
 import signal
 import subprocess
 import time

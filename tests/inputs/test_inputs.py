@@ -1,5 +1,4 @@
 """Text -> ScoringBatch: prompt templating, response segments, masks and errors."""
-from pathlib import Path
 
 import pytest
 import torch

@@ -1,8 +1,6 @@
 """Steps of a response: character spans per unit and token ranges over the reasoning."""
 import json
-import os
 import re
-from pathlib import Path
 
 import pytest
 

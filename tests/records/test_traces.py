@@ -1,12 +1,11 @@
 """The trace record: `build_trace` from an encoded pair, the one shape `attribute`, the run store
 hook and the store share; hand-computed metrics, and the undefined ones as None everywhere."""
-import json
 
 import pytest
 import torch
 
 from oar_attrib.inputs.encoding import encode_pairs
-from oar_attrib.records.traces import TraceAttribution, build_trace, scored_positions
+from oar_attrib.records.traces import build_trace, scored_positions
 from oar_attrib.training.reshaping import TokenWeights
 from oar_attrib.training.run_store_hook import trace_record
 from models import word_tokenizer

@@ -30,9 +30,6 @@ from oar_attrib.store import (
 from oar_attrib.store import codec
 from oar_attrib.analysis.agreement import spearman
 from oar_attrib.analysis.run_summary import summarise
-from oar_attrib.world import generate_problems
-from oar_attrib.world.tokenizer import build_tokenizer
-from models import world_policy
 from models import tiny_world, wrong_solution
 
 METHODS = ["entropy", "oar_p", "random"]

@@ -1,7 +1,6 @@
 """Verifiable rewards: the world's exact reward, GSM8K numeric match, math-verify (MATH/AIME/AMC)."""
 import json
 import re
-from pathlib import Path
 
 import pytest
 

@@ -5,7 +5,6 @@ solution), so rewards differ within every group and answer spans exist; in the p
 equivalence test the rollout also samples from the model, to exercise the random streams.
 """
 import json
-from pathlib import Path
 
 import pytest
 import torch
