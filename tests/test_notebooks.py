@@ -346,9 +346,10 @@ def test_07_gradient_alignment_recomputes_the_align_statistics(tmp_path):
 
 
 def test_08_graded_oracle_recomputes_the_printed_means_from_the_per_trace_rows(bundled, tmp_path):
-    """08 recomputes, with its own code, each method's mean Spearman and AUC from the per-trace
-    rows of `oar recall --sets graded --json`'s output: the means equal the printed ones, each
-    bootstrap interval holds its mean; a file without per-trace rows is passed over."""
+    """08 recomputes, with its own code, each method's mean Spearman, AUC, partial Spearman
+    (position held fixed) and Spearman with earliness from the per-trace rows of `oar recall
+    --sets graded --json`'s output: the means equal the printed ones, each bootstrap interval
+    holds its mean; a file without per-trace rows is passed over."""
     from oar_attrib.analysis.graded_oracle import GradedSettings
     from oar_attrib.analysis.graded_recall import graded_recall
     from oar_attrib.world import generate_problems
@@ -372,6 +373,14 @@ def test_08_graded_oracle_recomputes_the_printed_means_from_the_per_trace_rows(b
                 assert row[metric] == pytest.approx(printed, abs=1e-12) == row[f"printed_{metric}"]
         if finite(row["spearman_low"]):
             assert row["spearman_low"] <= row["spearman"] <= row["spearman_high"]
+        for metric in ("partial_spearman", "position_spearman"):  # position held fixed, and its bias
+            printed = report.methods[method][metric]["mean"]
+            assert (row[metric] is None) == (not finite(printed))
+            if finite(printed):
+                assert row[metric] == pytest.approx(printed, abs=1e-12) == row[f"printed_{metric}"]
+    assert got["earliest_first"]["position_spearman"] == 1.0 and got["earliest_first"]["partial_spearman"] is None
+    held = [(m, row["partial_p_holm_vs_0"]) for m, row in got.items() if row["partial_p_holm_vs_0"] is not None]
+    assert held and "earliest_first" not in dict(held) and all(0 <= p <= 1 for _, p in held)
     for metric in ("spearman", "auc"):  # Holm: each adjusted p at least its own, in the raw p's order
         tested = sorted((row[f"{metric}_p"], row[f"{metric}_p_holm"]) for m, row in got.items()
                         if f"{metric}_p" in row)

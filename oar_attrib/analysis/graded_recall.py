@@ -14,7 +14,11 @@ ranking's expectation is 0 (Spearman) and 0.5 (AUC). Beside the methods, the rep
 reference ranking that reads nothing of the model, `earliest_first` (`EARLIEST`: a token's
 position, earlier first): on a real model a replacement early in an answer derails more of what
 follows, so the flip rates fall with position, and a method is worth reading against this as
-well as against random.
+well as against random. Two more figures per trace say how much of a method's agreement is
+position: `position_spearman`, the Spearman correlation of its scores with earliness (> 0: it
+ranks early tokens higher, as `earliest_first` does, which scores 1), and `partial_spearman`,
+its Spearman correlation with the flip rates with position held fixed (`weights.metrics.
+partial_spearman`; undefined for `earliest_first`; a random ranking's expectation is 0).
 
 Resumable end to end, in one JSON Lines cache (`GradedCache`): each model answer, each
 method's scores of each trace and each trace's oracle are appended as soon as they are made,
@@ -49,14 +53,14 @@ from ..methods import available_methods, method_spec, ranking_scores
 from ..records.record import json_safe
 from ..records.settings_record import model_dtype, model_identity, settings_record
 from ..rollouts import decode_answers
-from ..weights.metrics import mean_ci, spearman
+from ..weights.metrics import mean_ci, partial_spearman, spearman
 from ..weights.settings import ReshapeSettings
 from .counterfactual_recall import answer_key, encode_prompt_ids, record_prompt
 from .graded_oracle import DecodeStats, GradedSettings, GradedTrace, graded_oracle
 from .report import RecallSummary
 from .sets import GRADED
-METRICS = ("spearman", "auc")
-RANDOM_RANKING = {"spearman": 0.0, "auc": 0.5}  # a random ranking's
+METRICS = ("spearman", "auc", "partial_spearman", "position_spearman")
+RANDOM_RANKING = {"spearman": 0.0, "auc": 0.5, "partial_spearman": 0.0, "position_spearman": 0.0}  # a random ranking's
 
 
 def cache_key(record: dict, *parts) -> str:
@@ -111,25 +115,28 @@ def tercile_auc(scores: np.ndarray, flips: np.ndarray) -> float:
 
 
 def trace_metrics(scores: dict[str, list[float]], flip_rates: dict[int, float]) -> dict[str, dict]:
-    """{method: {"spearman", "auc"}} of one trace over its tested positions (NaN where
-    undefined or where a score is not finite)."""
+    """{method: {metric: value for each of METRICS}} of one trace over its tested positions
+    (NaN where undefined or where a score is not finite)."""
     positions = sorted(flip_rates)
     flips = np.array([flip_rates[t] for t in positions], dtype=np.float64)
+    earliness = -np.array(positions, dtype=np.float64)
     out = {}
     for method, values in scores.items():
         s = ranking_scores(method, np.array([values[t] for t in positions], dtype=np.float64))
         if len(positions) < 2 or not np.isfinite(s).all():
-            out[method] = {"spearman": float("nan"), "auc": float("nan")}
+            out[method] = {metric: float("nan") for metric in METRICS}
             continue
-        out[method] = {"spearman": spearman(s, flips), "auc": tercile_auc(s, flips)}
+        out[method] = {"spearman": spearman(s, flips), "auc": tercile_auc(s, flips),
+                       "partial_spearman": partial_spearman(s, flips, earliness),
+                       "position_spearman": spearman(s, earliness)}
     return out
 
 
 def pooled(per_trace: list[dict], methods: list[str], seed: int = 0) -> tuple[dict, dict]:
     """(methods: {method: {metric: mean_ci, "vs_random": {metric: mean_ci of the paired
     difference}}}, between: {"a - b": {metric: mean_ci}})."""
-    def column(method, metric):
-        return np.array([t[method][metric] for t in per_trace], dtype=np.float64)
+    def column(method, metric):  # a row made before a metric existed holds none of it
+        return np.array([t[method].get(metric, np.nan) for t in per_trace], dtype=np.float64)
 
     summary, between = {}, {}
     for m in methods:

@@ -186,7 +186,7 @@ def run_graded(args: argparse.Namespace) -> int:
     """`--sets graded`: each method's Spearman and tercile AUC against the graded oracle's flip
     rates (K replacements per tested position), resumable through `--cf-cache`."""
     from ..analysis.graded_oracle import GradedSettings
-    from ..analysis.graded_recall import graded_recall
+    from ..analysis.graded_recall import RANDOM_RANKING, graded_recall
     from ..models import load_model
 
     if args.sets != ["graded"] or args.granularity == "step":
@@ -209,13 +209,19 @@ def run_graded(args: argparse.Namespace) -> int:
     print(f"oracle: {report.oracle}")
     print(f"decode: {report.decode}; cache: {report.cache}")
     width = max([len(m) for m in report.methods] + [len(RANDOM_EXPECTED)])
-    print(f"{'method':<{width}} {'spearman':>22} {'tercile AUC':>22} {'spearman - random':>22}")
+    heads = ("spearman", "tercile AUC", "spearman - random", "spearman | position", "early first")
+    print(f"{'method':<{width}} " + " ".join(f"{h:>22}" for h in heads))
     for method, stats in report.methods.items():
         versus = stats.get("vs_random", {}).get("spearman")
         cells = [stats_cell(stats["spearman"], "mean"), stats_cell(stats["auc"], "mean"),
-                 stats_cell(versus, "mean") if versus else ""]
+                 stats_cell(versus, "mean") if versus else "",
+                 stats_cell(stats["partial_spearman"], "mean"), stats_cell(stats["position_spearman"], "mean")]
         print(f"{method:<{width}} " + " ".join(f"{c:>22}" for c in cells))
-    print(f"{RANDOM_EXPECTED:<{width}} {0.0:>22.3f} {0.5:>22.3f}")
+    expected = ("spearman", "auc", None, "partial_spearman", "position_spearman")
+    print(f"{RANDOM_EXPECTED:<{width}} " + " ".join(
+        f"{'':>22}" if k is None else f"{RANDOM_RANKING[k]:>22.3f}" for k in expected))
+    print("spearman | position: with position held fixed (partial); early first: the scores' "
+          "Spearman with earliness (earliest_first: 1)")
     return 0
 
 

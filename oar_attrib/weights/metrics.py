@@ -213,6 +213,17 @@ def spearman(a, b) -> float:
     return float((ra * rb).sum() / denom) if denom > 0 else float("nan")
 
 
+def partial_spearman(a, b, z) -> float:
+    """Spearman correlation of `a` and `b` with `z` held fixed (the partial correlation of
+    their ranks: (r_ab - r_az r_bz) / sqrt((1 - r_az^2)(1 - r_bz^2))); NaN when any of the three
+    correlations is undefined or `a` or `b` is a monotone function of `z`."""
+    r_ab, r_az, r_bz = spearman(a, b), spearman(a, z), spearman(b, z)
+    denom = (1.0 - r_az * r_az) * (1.0 - r_bz * r_bz)
+    if not (np.isfinite([r_ab, r_az, r_bz]).all() and denom > 1e-12):
+        return float("nan")
+    return float(np.clip((r_ab - r_az * r_bz) / math.sqrt(denom), -1.0, 1.0))
+
+
 def _split_half_row(draws: np.ndarray, scored: np.ndarray) -> float:
     """draws: (n, T) float64; scored: (T,) bool."""
     half = draws.shape[0] // 2

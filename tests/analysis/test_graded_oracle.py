@@ -81,6 +81,12 @@ def test_tercile_auc_and_spearman_by_hand():
                             {1: 1.0, 2: 0.0, 3: 0.5})
     assert metrics["m"]["spearman"] == pytest.approx(1.0)
     assert metrics["ktae"]["spearman"] == pytest.approx(1.0)  # a signed method ranks by |k|
+    # scores 3, 1, 2 at positions 1, 2, 3: Spearman with earliness (-1, -2, -3) is 0.5, and so
+    # is the flip rates'; with position held fixed, (1 - 0.25) / sqrt(0.75 * 0.75) = 1
+    assert metrics["m"]["position_spearman"] == pytest.approx(0.5)
+    assert metrics["m"]["partial_spearman"] == pytest.approx(1.0)
+    early = trace_metrics({"late": [0.0, 1.0, 2.0, 3.0]}, {1: 0.0, 2: 1.0, 3: 0.5})["late"]
+    assert early["position_spearman"] == pytest.approx(-1.0) and math.isnan(early["partial_spearman"])
 
 
 def test_pooled_differences_are_paired_per_trace():
@@ -161,5 +167,8 @@ def test_the_earliest_first_reference_ranks_by_position(bundled):
         want = spearmanr([-t for t in positions], [rates[t] for t in positions]).correlation
         got = row[EARLIEST]["spearman"]
         assert (math.isnan(got) and math.isnan(want)) or got == pytest.approx(want, abs=1e-12)
+        if len(positions) > 1:  # position alone: earliness 1, nothing left once it is held fixed
+            assert row[EARLIEST]["position_spearman"] == pytest.approx(1.0)
+            assert math.isnan(row[EARLIEST]["partial_spearman"])
         checked += 1
     assert checked == report.n_scored > 0

@@ -12,6 +12,7 @@ from oar_attrib.weights.metrics import (
     bootstrap_ci,
     mean_ci,
     ess_ratio,
+    partial_spearman,
     random_recall,
     recall_at_k,
     spearman,
@@ -126,6 +127,29 @@ def test_mean_ci_drops_undefined_values():
     assert got == {"recall": 2.0, "ci95": list(bootstrap_ci([1.0, 3.0], seed=1)), "n": 2}
     assert got["ci95"][0] >= 1.0 and got["ci95"][1] <= 3.0
     assert mean_ci([None, np.nan]) == {"mean": None, "ci95": [None, None], "n": 0}
+
+
+def test_partial_spearman_is_the_correlation_of_rank_residuals():
+    """The formula from the three Spearman coefficients equals its definition: the Pearson
+    correlation of a's and b's ranks after each is regressed on z's ranks (ties averaged)."""
+    from scipy.stats import rankdata
+
+    rng = np.random.default_rng(0)
+    for _ in range(25):
+        z = rng.permutation(8).astype(float)
+        a, b = z + rng.normal(0, 3, 8), np.round(-z + rng.normal(0, 3, 8))  # b with ties
+        design = np.c_[np.ones(8), rankdata(z)]
+
+        def residual(x):
+            r = rankdata(x)
+            return r - design @ np.linalg.lstsq(design, r, rcond=None)[0]
+
+        want = np.corrcoef(residual(a), residual(b))[0, 1]
+        assert partial_spearman(a, b, z) == pytest.approx(want, abs=1e-9)
+    assert math.isnan(partial_spearman(a, b, 2 * a + 1))  # a is a monotone function of z
+    assert math.isnan(partial_spearman(np.ones(8), b, z))  # a constant: undefined
+    # b = z exactly up to a rank-preserving map: nothing left once z is held fixed
+    assert math.isnan(partial_spearman(a, np.exp(z), z))
 
 
 def test_split_half_reliability_by_hand():
