@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from fnmatch import fnmatch
@@ -26,6 +27,7 @@ from .errors import ModelLoadError
 from .files import open_regular
 
 SOURCE_FILE = "oar_source.json"
+SHA256 = re.compile(r"[0-9a-f]{64}")
 WEIGHTS = "*.safetensors"
 
 
@@ -85,8 +87,8 @@ def weights_sha256(folder: str | Path, pattern: str = WEIGHTS) -> str | None:
     kept = {name for name in recorded if fnmatch(name, pattern)} == {f.name for f in files} and all(
         isinstance(recorded[f.name], dict) and {k: recorded[f.name].get(k) for k in ("size", "mtime_ns")} == _stat(f)
         for f in files)
-    if kept and isinstance(record.get("weights_sha256"), str):
-        return record["weights_sha256"]
+    if kept and isinstance(record.get("weights_sha256"), str) and SHA256.fullmatch(record["weights_sha256"]):
+        return record["weights_sha256"]  # else (not a sha256: an edited record) the files are hashed
     return _weights_digest(tuple((str(f.resolve()), *_stat(f).values()) for f in files))
 
 

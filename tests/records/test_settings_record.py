@@ -140,6 +140,10 @@ def test_a_converted_folder_gives_its_recorded_identity_while_its_weights_are_as
     assert changed not in (planted, computed)  # changed since: hashed, and not as before
     direct = hashlib.sha256(b"model.safetensors\0" + bytes(data)).hexdigest()
     assert changed == direct
+    record["files"] = model_cache.record_files(folder)
+    for edited in ("<b>x</b>", "F" * 64, "f" * 65, 7):  # not a sha256: never carried into a record
+        (folder / model_cache.SOURCE_FILE).write_text(json.dumps({**record, "weights_sha256": edited}))
+        assert model_cache.weights_sha256(folder) == direct
 
 
 def test_a_loaded_model_has_the_identity_of_its_catalogue_name(tiny):
