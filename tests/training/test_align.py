@@ -7,6 +7,7 @@ starting policy. The command-line tests run the issue's bar command once (module
 """
 import argparse
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -202,6 +203,33 @@ def test_results_are_consistent_with_the_running_sums(bar_store):
             expected = sum(line["methods"][label]["all"]["dot_star"] for line in mine)
             assert float(running @ star) == pytest.approx(expected, rel=1e-5)
             assert len(list((store / "accum" / str(i)).glob(f"{half}-*.npy"))) == 1  # old sums deleted
+
+
+def test_report_reads_a_store_as_it_stands_and_changes_nothing(bar_store, tmp_path, capsys, monkeypatch):
+    """`--report`: the finished store's statistics equal those its run printed; a store a run
+    is still writing (two of three batches committed, a third line half written) reports its
+    two batches; no model is loaded and no file of the store is touched."""
+    store, argv, _ = bar_store
+    code, out, _ = run_cli(argv, capsys)
+    assert code == 0
+    ran = json.loads(out.strip().splitlines()[-1])
+    monkeypatch.setattr(align_run, "align", lambda *a, **k: pytest.fail("measured"))
+    report = ["--report", "--json", "--n-boot", "2000"]
+    code, out, _ = run_cli(["--store", str(store), *report], capsys)
+    assert code == 0 and json.loads(out.strip().splitlines()[-1]) == ran
+    partial = tmp_path / "partial"
+    shutil.copytree(store, partial)
+    lines = (partial / "results.jsonl").read_text().splitlines(keepends=True)
+    (partial / "results.jsonl").write_text("".join(lines[:2]) + lines[2][:40])
+    before = {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in partial.rglob("*")}
+    code, out, _ = run_cli(["--store", str(partial), *report], capsys)
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert code == 0 and (summary["batches"], summary["planned_batches"]) == (2, 3)
+    mine = [json.loads(line) for line in lines[:2]]
+    assert summary["methods"]["oar_g"]["seconds_per_batch"] is not None and summary["rows_per_batch"] == mine[0]["rows"]
+    assert {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in partial.rglob("*")} == before
+    code, _, err = run_cli(["--store", str(tmp_path / "none"), "--report"], capsys)
+    assert code == 2 and "holds no finished reference gradient yet" in err and len(err.strip().splitlines()) == 1
 
 
 def test_a_resume_with_other_settings_is_refused_naming_the_flags(bar_store, capsys):

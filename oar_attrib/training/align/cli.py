@@ -3,6 +3,7 @@
     oar align --model arith-tiny --methods none oar_g oar_p_step random --quick --json
     oar align --preset smollm2-words --pilot temperature=0.5 threads=1
     oar align --preset smollm2-words --store runs/align/smollm2 --batches 100 --pool-batches 24
+    oar align --store runs/align/smollm2 --report      # the batches so far, while it runs
 
 Every method's gradient is the one the trainer of --preset applies on the same rollouts; each is
 compared with a reference gradient g* (the mean GRPO gradient of an independent pool) and with
@@ -47,6 +48,9 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="a tiny pool and 3 batches: a smoke test")
     parser.add_argument("--pilot", action="store_true", help=f"{PILOT_BATCHES} batches unless --batches "
                                                              "is given; read the power table")
+    parser.add_argument("--report", action="store_true",
+                        help="print the statistics of --store as it stands (the batches committed so "
+                             "far; a run may still be writing it), measuring and changing nothing")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line, last")
     parser.add_argument("--summary", metavar="PATH", help="also write the summary JSON there")
     parser.add_argument("--export", metavar="DIR", help="also copy the files the statistics are made from "
@@ -99,7 +103,10 @@ def run_align(args: argparse.Namespace) -> int:
     from .run import align
 
     settings = settings_from_args(args)
-    store = align(settings, args.store or default_store(args), progress=args.progress)
+    if args.report:  # the store's own record says what it measures: the other settings are moot
+        store = Path(args.store or default_store(args))
+    else:
+        store = align(settings, args.store or default_store(args), progress=args.progress)
     summary = summarise(store, n_boot=args.n_boot, effects=tuple(args.effects or DEFAULT_EFFECTS),
                         seed=settings.seed)
     text = json.dumps(summary)
