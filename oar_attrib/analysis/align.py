@@ -283,6 +283,21 @@ def summarise(folder: str | Path, *, n_boot: int = 10_000, alpha: float = 0.05, 
     }
 
 
+# What a blinded interim read shows (`blinded`): how far the run is, the instrument's own checks
+# and the noise that sizes it, none of the methods' estimates.
+BLIND_FIELDS = ("format", "store", "model", "preset", "batches", "planned_batches", "n_boot", "alpha",
+                "rows_per_batch", "screen", "reference", "power")
+
+
+def blinded(summary: dict) -> dict:
+    """The part of a summary a run still under way may be read by without looking at an effect
+    (a pilot's read: the batches so far, the reference's reliability, the per-batch SD of each
+    contrast with the power table, each method's seconds per batch); `blinded: True` marks it."""
+    out = {k: summary[k] for k in BLIND_FIELDS if k in summary}
+    out["seconds_per_batch"] = {label: m.get("seconds_per_batch") for label, m in summary["methods"].items()}
+    return {**out, "blinded": True}
+
+
 def _seconds(per_batch: list[dict]) -> dict | None:
     """Mean seconds per batch of a method: wall and CPU, computing its weights and its backward."""
     if not per_batch:
@@ -308,9 +323,15 @@ def format_summary(summary: dict) -> str:
              f"screen kept {summary['screen']['mixed']} of {summary['screen']['prompts']} prompts",
              "", f"{'method':<20} {'delta cos(g,g*) [Holm interval]':<38} {'p_holm':>7} {'cos':>8} "
              f"{'sign':>7} {'|g|/|gG|':>8} {'cos gG':>7} {'dir gG':>7} {'noise/sig':>9} {'cpu s':>7}"]
-    if summary["batches"] < 20:
+    if summary["batches"] < 20 and not summary.get("blinded"):
         lines.insert(1, "(fewer than 20 batches: bootstrap intervals this short are too narrow)")
-    for label, m in summary["methods"].items():
+    if summary.get("blinded"):
+        lines[-1:] = ["blinded: the estimates stay hidden until the planned batches are in (--unblind "
+                      "shows them); the noise and the cost so far:", ""]
+        for label, seconds in summary["seconds_per_batch"].items():
+            cpu = (seconds or {}).get("weights_cpu", 0.0) + (seconds or {}).get("backward_cpu", 0.0)
+            lines.append(f"{label:<20} cpu s per batch {_fmt(cpu if seconds else None, '.1f')}")
+    for label, m in ({} if summary.get("blinded") else summary["methods"]).items():
         d, bias = m.get("delta_cos") or {}, m.get("mean_gradient") or {}
         seconds = m.get("seconds_per_batch") or {}
         cpu = seconds.get("weights_cpu", 0.0) + seconds.get("backward_cpu", 0.0) if "weights_cpu" in seconds else None
@@ -319,7 +340,7 @@ def format_summary(summary: dict) -> str:
                      f"{_fmt(m['sign_agreement']['mean'], '.4f'):>7} {_fmt(m['norm_ratio']['mean'], '.3f'):>8} "
                      f"{_fmt(m['cos_grpo']['mean'], '.3f'):>7} {_fmt(bias.get('direction_grpo'), '.3f'):>7} "
                      f"{_fmt(bias.get('noise_to_signal'), '.1f'):>9} {_fmt(cpu, '.1f'):>7}")
-    for name, c in summary["contrasts"].items():
+    for name, c in summary.get("contrasts", {}).items():
         lines.append(f"{name:<20} {_fmt(c['mean'])} [{_fmt(c['low'])}, {_fmt(c['high'])}]  p_holm {_fmt(c['p_holm'], '.4f')}")
     power = summary.get("power")
     if power:

@@ -208,7 +208,8 @@ def test_results_are_consistent_with_the_running_sums(bar_store):
 def test_report_reads_a_store_as_it_stands_and_changes_nothing(bar_store, tmp_path, capsys, monkeypatch):
     """`--report`: the finished store's statistics equal those its run printed; a store a run
     is still writing (two of three batches committed, a third line half written) reports its
-    two batches; no model is loaded and no file of the store is touched."""
+    two batches, blinded (the power table and the cost, no estimate) unless --unblind; no model
+    is loaded and no file of the store is touched."""
     store, argv, _ = bar_store
     code, out, _ = run_cli(argv, capsys)
     assert code == 0
@@ -225,8 +226,19 @@ def test_report_reads_a_store_as_it_stands_and_changes_nothing(bar_store, tmp_pa
     code, out, _ = run_cli(["--store", str(partial), *report], capsys)
     summary = json.loads(out.strip().splitlines()[-1])
     assert code == 0 and (summary["batches"], summary["planned_batches"]) == (2, 3)
+    # blinded before the planned batches are in: the noise (power table) and the cost, no estimate
+    assert summary["blinded"] is True and "methods" not in summary and "contrasts" not in summary
+    assert set(summary["power"]["contrasts"]) == set(ran["power"]["contrasts"])
     mine = [json.loads(line) for line in lines[:2]]
-    assert summary["methods"]["oar_g"]["seconds_per_batch"] is not None and summary["rows_per_batch"] == mine[0]["rows"]
+    assert summary["seconds_per_batch"]["oar_g"]["weights"] == pytest.approx(
+        np.mean([line["methods"]["oar_g"]["seconds"]["weights"] for line in mine]))
+    code, out, _ = run_cli(["--store", str(partial), *report, "--unblind"], capsys)
+    unblinded = json.loads(out.strip().splitlines()[-1])
+    assert "blinded" not in unblinded and unblinded["batches"] == 2 and set(unblinded["methods"]) == set(ran["methods"])
+    assert unblinded["power"] == summary["power"]
+    code, out, _ = run_cli(["--store", str(partial), "--report"], capsys)  # the text: no estimate in it
+    assert code == 0 and "blinded" in out and "batches needed" in out
+    assert "Holm interval" not in out and "p_holm" not in out  # no estimate table, no contrast line
     assert {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in partial.rglob("*")} == before
     code, _, err = run_cli(["--store", str(tmp_path / "none"), "--report"], capsys)
     assert code == 2 and "holds no finished reference gradient yet" in err and len(err.strip().splitlines()) == 1

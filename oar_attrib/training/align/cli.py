@@ -50,7 +50,12 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                                                              "is given; read the power table")
     parser.add_argument("--report", action="store_true",
                         help="print the statistics of --store as it stands (the batches committed so "
-                             "far; a run may still be writing it), measuring and changing nothing")
+                             "far; a run may still be writing it), measuring and changing nothing. "
+                             "Before the planned batches are in, blinded: the noise, the power table "
+                             "and the cost, no estimate")
+    parser.add_argument("--unblind", action="store_true",
+                        help="with --report: show the estimates of an unfinished store too (an interim "
+                             "look, which a plan fixed in advance may forbid)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line, last")
     parser.add_argument("--summary", metavar="PATH", help="also write the summary JSON there")
     parser.add_argument("--export", metavar="DIR", help="also copy the files the statistics are made from "
@@ -98,7 +103,7 @@ def default_store(args: argparse.Namespace) -> Path:
 
 def run_align(args: argparse.Namespace) -> int:
     require_extra("train", "oar align")
-    from oar_attrib.analysis.align import DEFAULT_EFFECTS, format_summary, summarise
+    from oar_attrib.analysis.align import DEFAULT_EFFECTS, blinded, format_summary, summarise
 
     from .run import align
 
@@ -109,6 +114,8 @@ def run_align(args: argparse.Namespace) -> int:
         store = align(settings, args.store or default_store(args), progress=args.progress)
     summary = summarise(store, n_boot=args.n_boot, effects=tuple(args.effects or DEFAULT_EFFECTS),
                         seed=settings.seed)
+    if args.report and not args.unblind and summary["batches"] < summary["planned_batches"]:
+        summary = blinded(summary)
     text = json.dumps(summary)
     if args.export:
         from .store import export
