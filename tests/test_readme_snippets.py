@@ -72,6 +72,9 @@ NOT_RUN = {
         "SmolLM2-135M-Instruct's gradients on 12 to 100 screened batches (hours on a CPU); "
         "tests/training/test_align.py runs oar align on the bundled model",
     "oar align --preset gsm8k-gpu": "needs a GPU, a 0.5B checkpoint and GSM8K's training file",
+    "oar align --store runs/align/smollm2 --report":
+        "reads the store of the measurement above, which is not run here; tests/training/test_align.py "
+        "runs --report on a store it measures",
     "oar web --store runs.db --align": "a web server that runs until stopped; tests/webapp/test_align_page.py "
                                        "builds the /align pages",
     "nice -n 10 env OMP_NUM_THREADS=1 oar train --preset smollm2-words":
