@@ -240,6 +240,15 @@ def test_report_reads_a_store_as_it_stands_and_changes_nothing(bar_store, tmp_pa
     assert code == 0 and "blinded" in out and "batches needed" in out
     assert "Holm interval" not in out and "p_holm" not in out  # no estimate table, no contrast line
     assert {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in partial.rglob("*")} == before
+    recorded = json.loads((partial / "record.json").read_text())
+    recorded["align"]["seed"] = 7  # a report resamples with the store's own seed, whatever --seed says
+    (partial / "record.json").write_text(json.dumps(recorded))
+    _, out, _ = run_cli(["--store", str(partial), *report, "--unblind"], capsys)
+    _, again, _ = run_cli(["--store", str(partial), *report, "--unblind", "--seed", "3"], capsys)
+    assert json.loads(again.strip().splitlines()[-1]) == json.loads(out.strip().splitlines()[-1])
+    assert json.loads(out.strip().splitlines()[-1]) != unblinded  # seed 7, not 0
+    code, _, err = run_cli(["--store", str(partial), "--unblind"], capsys)
+    assert code == 2 and "--unblind goes with --report" in err
     code, _, err = run_cli(["--store", str(tmp_path / "none"), "--report"], capsys)
     assert code == 2 and "holds no finished reference gradient yet" in err and len(err.strip().splitlines()) == 1
 
