@@ -5,9 +5,9 @@ A path given as input may name anything: a folder, a FIFO (whose open blocks unt
 comes, and ignores Ctrl-C while it waits), a device such as /dev/zero (endless), a socket, or a
 link to one of these. `check_file` judges a path by `os.stat` alone, never opening it;
 `open_regular` opens with O_NONBLOCK (a FIFO's open returns at once) and checks the open
-descriptor again, so a file swapped for a FIFO between the two is refused too; `folder_files`
-lists a folder's matching files, skipping with one line each what is not a regular file or is
-a link out of the folder. `check_writable` refuses an output path that cannot be created or
+descriptor again, so a file swapped for a FIFO between the two is refused too (`feed_file`
+hashes a file through it); `folder_files` lists a folder's matching files, skipping with one
+line each what is not a regular file or is a link out of the folder. `check_writable` refuses an output path that cannot be created or
 appended (a folder, a FIFO, no permission) before anything runs; `drop_partial_tail` cuts the
 line a kill left without its newline, so a resumed JSONL holds whole records only.
 """
@@ -72,6 +72,15 @@ def open_regular(path: str | Path, flag: str = "") -> BinaryIO:
     if hasattr(os, "set_blocking"):
         os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
+
+
+def feed_file(digest, path: str | Path):
+    """`digest` (a hashlib object) updated with the bytes of the regular file `path`
+    (`open_regular`), read in 1 MB blocks; returned."""
+    with open_regular(path) as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest
 
 
 def folder_files(folder: Path, names: Iterable[Path], report: Callable[[str], None]) -> list[Path]:

@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .errors import ModelLoadError
-from .files import open_regular
+from .files import feed_file
 
 SOURCE_FILE = "oar_source.json"
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -33,11 +33,7 @@ WEIGHTS = "*.safetensors"
 
 def sha256_of(path: Path) -> str:
     """The sha256 of a regular file's bytes, read in 1 MB blocks."""
-    digest = hashlib.sha256()
-    with open_regular(path) as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return feed_file(hashlib.sha256(), path).hexdigest()
 
 
 def _stat(path: Path) -> dict:
@@ -65,9 +61,7 @@ def _weights_digest(files: tuple[tuple[str, int, int], ...]) -> str:
     digest = hashlib.sha256()
     for path, _, _ in files:
         digest.update(Path(path).name.encode() + b"\0")
-        with open_regular(Path(path)) as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
+        feed_file(digest, path)
     return digest.hexdigest()
 
 

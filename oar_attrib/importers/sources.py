@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from ..errors import InputError
-from ..files import check_file, folder_files, open_regular
+from ..files import check_file, feed_file, folder_files
 
 ID_CHARS = 16  # hex digits of the content hash kept as a source's id
 
@@ -37,11 +37,7 @@ class Source:
 
 def content_id(path: Path) -> str:
     """The sha256 of the bytes of the regular file `path`, first ID_CHARS hex digits."""
-    digest = hashlib.sha256()
-    with open_regular(path) as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()[:ID_CHARS]
+    return feed_file(hashlib.sha256(), path).hexdigest()[:ID_CHARS]
 
 
 def find_sources(paths: Sequence[str | Path], in_folder: Callable[[Path], list[Path]], *,
