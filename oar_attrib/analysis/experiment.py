@@ -25,7 +25,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from oar_attrib.defaults import NO_METHOD as BASELINE
 from oar_attrib.errors import unknown_name
 from oar_attrib.store.experiments import STEP_KEY, open_readonly
 

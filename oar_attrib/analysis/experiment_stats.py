@@ -27,7 +27,7 @@ import math
 import numpy as np
 import pandas as pd
 
-BASELINE = "none"
+from ..defaults import NO_METHOD as BASELINE  # GRPO, the method every other is compared with
 
 
 def grid_frame(finals: dict[str, dict[int, float]]) -> pd.DataFrame:
