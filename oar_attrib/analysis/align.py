@@ -298,6 +298,14 @@ def blinded(summary: dict) -> dict:
     return {**out, "blinded": True}
 
 
+def cpu_seconds(seconds: dict | None) -> float | None:
+    """A method's CPU seconds per batch (its weights and its backward) from its
+    `seconds_per_batch`; None when not recorded."""
+    if not seconds or "weights_cpu" not in seconds:
+        return None
+    return seconds["weights_cpu"] + seconds["backward_cpu"]
+
+
 def _seconds(per_batch: list[dict]) -> dict | None:
     """Mean seconds per batch of a method: wall and CPU, computing its weights and its backward."""
     if not per_batch:
@@ -320,21 +328,20 @@ def format_summary(summary: dict) -> str:
     lines = [f"gradient alignment: {summary['batches']} of {summary['planned_batches']} batches of "
              f"{summary['rows_per_batch']} completions; reference g* from {ref['pool_batches']} pool batches "
              f"(split-half cos {_fmt(ref['split_half_cos'], '.3f')}, reliability {_fmt(ref['reliability'], '.3f')}); "
-             f"screen kept {summary['screen']['mixed']} of {summary['screen']['prompts']} prompts",
-             "", f"{'method':<20} {'delta cos(g,g*) [Holm interval]':<38} {'p_holm':>7} {'cos':>8} "
-             f"{'sign':>7} {'|g|/|gG|':>8} {'cos gG':>7} {'dir gG':>7} {'noise/sig':>9} {'cpu s':>7}"]
-    if summary["batches"] < 20 and not summary.get("blinded"):
-        lines.insert(1, "(fewer than 20 batches: bootstrap intervals this short are too narrow)")
+             f"screen kept {summary['screen']['mixed']} of {summary['screen']['prompts']} prompts", ""]
     if summary.get("blinded"):
-        lines[-1:] = ["blinded: the estimates stay hidden until the planned batches are in (--unblind "
-                      "shows them); the noise and the cost so far:", ""]
-        for label, seconds in summary["seconds_per_batch"].items():
-            cpu = (seconds or {}).get("weights_cpu", 0.0) + (seconds or {}).get("backward_cpu", 0.0)
-            lines.append(f"{label:<20} cpu s per batch {_fmt(cpu if seconds else None, '.1f')}")
+        lines.append("blinded: the estimates stay hidden until the planned batches are in (--unblind "
+                     "shows them); the noise and the cost so far:")
+        lines += [""] + [f"{label:<20} cpu s per batch {_fmt(cpu_seconds(seconds), '.1f')}"
+                  for label, seconds in summary["seconds_per_batch"].items()]
+    else:
+        if summary["batches"] < 20:
+            lines.insert(1, "(fewer than 20 batches: bootstrap intervals this short are too narrow)")
+        lines.append(f"{'method':<20} {'delta cos(g,g*) [Holm interval]':<38} {'p_holm':>7} {'cos':>8} "
+                     f"{'sign':>7} {'|g|/|gG|':>8} {'cos gG':>7} {'dir gG':>7} {'noise/sig':>9} {'cpu s':>7}")
     for label, m in ({} if summary.get("blinded") else summary["methods"]).items():
         d, bias = m.get("delta_cos") or {}, m.get("mean_gradient") or {}
-        seconds = m.get("seconds_per_batch") or {}
-        cpu = seconds.get("weights_cpu", 0.0) + seconds.get("backward_cpu", 0.0) if "weights_cpu" in seconds else None
+        cpu = cpu_seconds(m.get("seconds_per_batch"))
         shown = f"{_fmt(d.get('mean'))} [{_fmt(d.get('low'))}, {_fmt(d.get('high'))}]"
         lines.append(f"{label:<20} {shown:<38} {_fmt(d.get('p_holm'), '.4f'):>7} {_fmt(m['cos']['mean'], '.4f'):>8} "
                      f"{_fmt(m['sign_agreement']['mean'], '.4f'):>7} {_fmt(m['norm_ratio']['mean'], '.3f'):>8} "

@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import HTMLResponse
 
+from oar_attrib.analysis.align import cpu_seconds
 from oar_attrib.store import NotFoundError
 
 from ..deps import SettingsDep, TemplatesDep
@@ -66,12 +67,6 @@ def align_list_page(request: Request, settings: SettingsDep, templates: Template
 @router.get("/align/{name}", response_class=HTMLResponse, summary="Page: one align result")
 def align_page(request: Request, name: AlignName, settings: SettingsDep, templates: TemplatesDep):
     summary = summary_of(settings, name)
-    cpu = {label: _cpu(m.get("seconds_per_batch")) for label, m in summary["methods"].items()}
+    cpu = {label: cpu_seconds(m.get("seconds_per_batch")) for label, m in summary["methods"].items()}
     return templates.TemplateResponse(request, "align.html", {"name": name, "s": summary, "payload": summary, "cpu": cpu})
 
-
-def _cpu(seconds: dict | None) -> float | None:
-    """A method's CPU seconds per batch (its weights and its backward), None when not recorded."""
-    if not seconds or "weights_cpu" not in seconds:
-        return None
-    return seconds["weights_cpu"] + seconds["backward_cpu"]
