@@ -237,10 +237,15 @@ def _contrast_stats(values: dict, pairs, index: np.ndarray, alpha: float) -> dic
 
 
 def summarise(folder: str | Path, *, n_boot: int = 10_000, alpha: float = 0.05, power: float = 0.8,
-              effects=DEFAULT_EFFECTS, seed: int = 0, planned=PLANNED) -> dict:
+              effects=DEFAULT_EFFECTS, seed: int | None = None, planned=PLANNED) -> dict:
     """The statistics of an align store (module docstring) as one JSON-ready dict; for each
-    method `methods[label]["delta_cos"]` is {"mean", "low", "high", ...} (GRPO's: 0, exactly)."""
+    method `methods[label]["delta_cos"]` is {"mean", "low", "high", ...} (GRPO's: 0, exactly).
+    seed: of the bootstrap; default the store's own (its record's, else 0), so that every reader
+    of a store resamples as the run that measured it did."""
     data = load(folder)
+    if seed is None:
+        recorded = (data["record"].get("align") or {}).get("seed")
+        seed = recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else 0
     values = per_batch(data)
     labels = list(values)
     n = len(data["results"])

@@ -111,13 +111,11 @@ def run_align(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     if args.unblind and not args.report:
         raise AlignError("--unblind goes with --report (a finished run's summary shows every estimate)")
-    seed = settings.seed
-    if args.report:  # the store's own record says what it measures: the other settings are moot
+    if args.report:  # the store's own record says what it measures (its seed too): the other settings are moot
         store = Path(args.store or default_store(args))
-        seed = _recorded_seed(store, seed)
     else:
         store = align(settings, args.store or default_store(args), progress=args.progress)
-    summary = summarise(store, n_boot=args.n_boot, effects=tuple(args.effects or DEFAULT_EFFECTS), seed=seed)
+    summary = summarise(store, n_boot=args.n_boot, effects=tuple(args.effects or DEFAULT_EFFECTS))
     if args.report and not args.unblind and summary["batches"] < summary["planned_batches"]:
         summary = blinded(summary)
     text = json.dumps(summary)
@@ -133,16 +131,6 @@ def run_align(args: argparse.Namespace) -> int:
     else:
         print(format_summary(summary), flush=True)
     return 0
-
-
-def _recorded_seed(store: Path, default: int) -> int:
-    """The seed a store was measured with (its record's), so that a report resamples as its run
-    did; `default` when the record is missing or has none (`summarise` then says what is wrong)."""
-    try:
-        seed = json.loads((store / "record.json").read_text(encoding="utf-8"))["align"]["seed"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return default
-    return seed if isinstance(seed, int) and not isinstance(seed, bool) else default
 
 
 def main(argv: list[str] | None = None) -> int:
