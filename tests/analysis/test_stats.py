@@ -1,0 +1,110 @@
+"""analysis.stats, the one owner of the statistics: known values, equivalence with scipy and
+statsmodels, determinism by seed, and the undefined cases."""
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+from statsmodels.stats.multitest import multipletests
+
+from oar_attrib.analysis import stats
+from oar_attrib.errors import InputError
+
+
+def test_holm_matches_a_hand_computed_example():
+    # p sorted: 0.01 (x3 -> 0.03), 0.02 (x2 -> 0.04), 0.04 (x1 -> 0.04, kept monotone)
+    adjusted, rank = stats.holm({"a": 0.04, "b": 0.01, "c": 0.02})
+    assert adjusted == pytest.approx({"a": 0.04, "b": 0.03, "c": 0.04})
+    assert rank == {"b": 1, "c": 2, "a": 3}
+    adjusted, _ = stats.holm({"a": 0.5, "b": 0.4})
+    assert adjusted == pytest.approx({"a": 0.8, "b": 0.8})  # 2 x 0.4, then max(0.8, 0.5)
+
+
+def test_holm_equals_statsmodels_on_random_families_and_keeps_its_invariants():
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        k = int(rng.integers(1, 9))
+        p = rng.uniform(0, 1, k) ** 3
+        raw = {f"m{i}": float(v) for i, v in enumerate(p)}
+        adjusted, rank = stats.holm(raw)
+        expected = multipletests(p, method="holm")[1]
+        assert [adjusted[f"m{i}"] for i in range(k)] == pytest.approx(list(expected))
+        order = sorted(raw, key=rank.get)
+        assert [raw[m] for m in order] == sorted(raw.values())
+        assert all(adjusted[a] <= adjusted[b] for a, b in zip(order, order[1:]))  # monotone in rank
+        assert all(raw[m] <= adjusted[m] <= 1.0 for m in raw)
+        assert all(adjusted[m] <= min(1.0, k * raw[m]) + 1e-12 for m in raw)  # never above Bonferroni
+
+
+def test_holm_leaves_nan_out_and_breaks_ties_by_name():
+    adjusted, rank = stats.holm({"b": 0.01, "a": 0.01, "c": math.nan})
+    assert set(adjusted) == {"a", "b"} and rank == {"a": 1, "b": 2}
+    assert adjusted["a"] == adjusted["b"] == pytest.approx(0.02)
+    assert stats.holm({}) == ({}, {})
+
+
+def test_t_quantile_and_interval_match_scipy():
+    assert stats.t_quantile(0.975, 4) == pytest.approx(2.776445105, abs=1e-8)
+    x = np.array([0.3, -0.1, 0.5, 0.2, 0.4, np.nan])
+    got = stats.t_interval(x, 0.9)
+    lo, hi = sps.t.interval(0.9, 4, loc=np.nanmean(x), scale=sps.sem(x[:5]))
+    assert (got["low"], got["high"], got["n"]) == (pytest.approx(lo), pytest.approx(hi), 5)
+    assert stats.t_interval([1.0])["low"] is None
+    with pytest.raises(ValueError):
+        stats.t_quantile(1.0, 3)
+
+
+def test_t_test_p_matches_scipy_and_handles_no_spread():
+    x = np.array([0.2, 0.1, -0.05, 0.3, 0.15])
+    assert stats.t_test_p(x) == pytest.approx(sps.ttest_1samp(x, 0).pvalue)
+    assert stats.t_test_p([0.0, 0.0, 0.0]) == 1.0 and stats.t_test_p([0.2, 0.2]) == 0.0
+    assert math.isnan(stats.t_test_p([0.3]))
+
+
+def test_bootstrap_is_deterministic_by_seed_and_paired():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(0.3, 1, 30), rng.normal(0, 1, 30)
+    one = stats.paired_bootstrap(a, b, n_boot=2000, seed=5)
+    assert one == stats.paired_bootstrap(a, b, n_boot=2000, seed=5)
+    assert one != stats.paired_bootstrap(a, b, n_boot=2000, seed=6)
+    assert one["mean"] == pytest.approx((a - b).mean()) and one["low"] < one["mean"] < one["high"]
+    assert stats.paired_bootstrap(a - b, n_boot=2000, seed=5) == one  # against 0 == paired
+    assert stats.bootstrap_ci(a, seed=1) == stats.bootstrap_ci(a, seed=1)
+
+
+def test_bootstrap_p_is_a_bound_when_no_resample_crosses_and_never_prints_0():
+    p = stats.paired_bootstrap(np.linspace(1, 2, 20), n_boot=1000)["p"]
+    assert p.bound and float(p) == pytest.approx(1e-3)
+    assert stats.format_p(p) == "p < 0.001" and "0.0000" not in stats.format_p(p)
+    crossing = stats.bootstrap_p(np.array([-1.0, 1.0, 2.0, 3.0]))
+    assert not crossing.bound and float(crossing) == 0.5
+    assert stats.format_p(0.0) == "p < 0.0001" and stats.format_p(0.0123) == "p 0.0123"
+    assert stats.format_p(None) == "p n/a" and stats.format_p(math.nan) == "p n/a"
+
+
+def test_bootstrap_ci_checks_its_arguments():
+    with pytest.raises(InputError):
+        stats.bootstrap_ci([1.0, 2.0], alpha=1.5)
+    with pytest.raises(InputError):
+        stats.bootstrap_ci([1.0, 2.0], n_boot=0)
+    assert all(math.isnan(v) for v in stats.bootstrap_ci([math.nan]))
+
+
+def test_power_inverts_itself():
+    sd, alpha, power, family = 0.02, 0.05, 0.8, 3
+    n = stats.units_needed(sd, 0.01, alpha, power, family)
+    z = sps.norm.ppf(1 - alpha / (2 * family)) + sps.norm.ppf(power)
+    assert n == math.ceil((z * sd / 0.01) ** 2)
+    assert stats.min_detectable_effect(sd, n, alpha, power, family) <= 0.01
+    assert stats.min_detectable_effect(sd, n - 1, alpha, power, family) > 0.01
+    assert stats.units_needed(math.nan, 0.01) is None and stats.min_detectable_effect(0.1, 1) is None
+
+
+def test_constant_scores_have_no_spearman_or_auc():
+    flips = np.array([0.0, 0.25, 0.5, 1.0])
+    assert stats.spearman_or_none([1, 1, 1, 1], flips) is None
+    assert stats.auc_or_none([2.0, 2.0, 2.0, 2.0], flips > 0.5, flips < 0.5) is None
+    assert stats.spearman_or_none([1, 2, 3, 4], flips) == pytest.approx(1.0)
+    assert stats.auc_or_none([1.0, 2.0, 3.0, 4.0], flips > 0.5, flips < 0.5) == 1.0
+    assert stats.auc_or_none([1.0, 3.0, 3.0, 1.0], flips > 0.5, flips < 0.5) == 0.25  # ties count half
+    assert stats.count_undefined([None, math.nan, 0.5, 0.0]) == 2
