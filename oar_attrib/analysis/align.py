@@ -27,20 +27,32 @@ mu*) against the pool's expected gradient (GRPO's is ~1 up to noise: the instrum
 Power: with the per-batch SD of delta_cos, the batches a paired test needs to detect an effect
 at alpha / K (Holm's first step) and the given power, and the smallest effect the batches at
 hand resolve: n = ((z_{1 - alpha/(2K)} + z_power) * sd / effect)^2.
+
+The bootstrap, its p-values (a bound where no resample crosses 0), Holm and the power are
+`analysis.stats`'s, which every summary shares.
 """
 from __future__ import annotations
 
 import json
 import math
-import warnings
 from pathlib import Path
-from statistics import NormalDist
 
 import numpy as np
 
 from ..defaults import NO_METHOD as BASELINE
 from ..errors import InputError
 from ..jsonl import iter_jsonl
+from .stats import (
+    PValue,
+    bootstrap_index,
+    bootstrap_means,
+    bootstrap_p,
+    format_p,
+    holm,
+    min_detectable_effect,
+    units_needed,
+)
+from .stats import percentile_interval as interval
 
 PARTS = ("all", "pos", "neg")
 ENDPOINTS = ("cos", "delta_cos", "sign_agreement", "norm_ratio", "cos_grpo")
@@ -103,66 +115,8 @@ def per_batch(data: dict) -> dict:
     return out
 
 
-def bootstrap_means(values: np.ndarray, index: np.ndarray) -> np.ndarray:
-    """(n_boot,) means of `values` (n,) over the resampled batch indices `index` (n_boot, n),
-    NaN entries left out of each mean (NaN where a resample holds none)."""
-    picked = values[index]
-    if not np.isnan(values).any():
-        return picked.mean(axis=1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a resample of NaNs only: its mean is NaN
-        return np.nanmean(picked, axis=1)
-
-
-def interval(values: np.ndarray, boot: np.ndarray, level: float) -> dict:
-    """{"mean", "low", "high"}: the mean of the finite `values` and the percentile interval of
-    the bootstrap means `boot` at `level` (None when there is nothing to resample)."""
-    finite = values[np.isfinite(values)]
-    if finite.size == 0:
-        return {"mean": None, "low": None, "high": None}
-    boot = boot[np.isfinite(boot)]
-    low, high = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2]) if boot.size else (np.nan, np.nan)
-    return {"mean": float(finite.mean()), "low": _num(low), "high": _num(high)}
-
-
 def _num(x) -> float | None:
     return None if x is None or not np.isfinite(x) else float(x)
-
-
-def boot_p(boot: np.ndarray) -> float:
-    """Two-sided bootstrap p-value of a mean difference of 0: twice the smaller share of
-    bootstrap means on either side of 0, at least 1 / n_boot."""
-    boot = boot[np.isfinite(boot)]
-    if boot.size == 0:
-        return 1.0
-    side = min((boot <= 0).mean(), (boot >= 0).mean())
-    return float(min(1.0, max(2 * side, 1 / boot.size)))
-
-
-def holm(pvalues: dict[str, float]) -> tuple[dict[str, float], dict[str, int]]:
-    """(Holm-adjusted p-values, rank 1..K by raw p) of a family of contrasts."""
-    order = sorted(pvalues, key=lambda k: (pvalues[k], k))
-    adjusted, running, k = {}, 0.0, len(order)
-    for rank, key in enumerate(order, start=1):
-        running = max(running, min(1.0, (k - rank + 1) * pvalues[key]))
-        adjusted[key] = running
-    return adjusted, {key: rank for rank, key in enumerate(order, start=1)}
-
-
-def batches_needed(sd: float, effect: float, alpha: float, power: float, family: int) -> int | None:
-    """Batches a paired two-sided test at alpha / family needs to detect `effect` with `power`."""
-    if not np.isfinite(sd) or effect <= 0:
-        return None
-    z = NormalDist().inv_cdf(1 - alpha / (2 * family)) + NormalDist().inv_cdf(power)
-    return max(2, math.ceil((z * sd / effect) ** 2))
-
-
-def detectable(sd: float, n: int, alpha: float, power: float, family: int) -> float | None:
-    """The smallest effect n paired batches detect at alpha / family with `power`."""
-    if not np.isfinite(sd) or n < 2:
-        return None
-    z = NormalDist().inv_cdf(1 - alpha / (2 * family)) + NormalDist().inv_cdf(power)
-    return float(z * sd / math.sqrt(n))
 
 
 def contrasts(labels: list[str], planned=PLANNED) -> list[tuple[str, str]]:
@@ -213,18 +167,19 @@ def _power(values: dict, pairs, n: int, planned_batches: int, alpha: float, powe
         d = d[np.isfinite(d)]
         sd = float(d.std(ddof=1)) if d.size >= 2 else float("nan")
         table[f"{pair[0]} - {pair[1]}"] = {
-            "sd": _num(sd), "batches_needed": [batches_needed(sd, e, alpha, power, len(pairs)) for e in effects],
-            "detectable_now": detectable(sd, n, alpha, power, len(pairs)),
-            "detectable_at_planned": detectable(sd, planned_batches, alpha, power, len(pairs))}
+            "sd": _num(sd), "batches_needed": [units_needed(sd, e, alpha, power, len(pairs)) for e in effects],
+            "detectable_now": min_detectable_effect(sd, n, alpha, power, len(pairs)),
+            "detectable_at_planned": min_detectable_effect(sd, planned_batches, alpha, power, len(pairs))}
     return {"alpha": alpha, "power": power, "family": len(pairs), "effects": list(effects),
             "batches": n, "planned_batches": planned_batches, "contrasts": table}
 
 
 def _contrast_stats(values: dict, pairs, index: np.ndarray, alpha: float) -> dict:
     """name -> the paired difference of each contrast: mean, Holm-level interval, p, p_holm,
-    and the unadjusted 95% interval."""
+    p_bound (no resample crossed 0: p and p_holm are bounds, printed "< x"), and the
+    unadjusted 95% interval."""
     boots = {pair: bootstrap_means(_contrast(values, pair), index) for pair in pairs}
-    raw = {pair: boot_p(boot) for pair, boot in boots.items()}
+    raw = {pair: bootstrap_p(boot) for pair, boot in boots.items()}
     adjusted, rank = holm(raw)
     out = {}
     for pair in pairs:
@@ -232,7 +187,8 @@ def _contrast_stats(values: dict, pairs, index: np.ndarray, alpha: float) -> dic
         held = interval(d, boots[pair], level)
         plain95 = interval(d, boots[pair], 0.95)
         out[f"{pair[0]} - {pair[1]}"] = {**held, "level": level, "low95": plain95["low"],
-                                         "high95": plain95["high"], "p": raw[pair], "p_holm": adjusted[pair]}
+                                         "high95": plain95["high"], "p": float(raw[pair]), "p_holm": adjusted[pair],
+                                         "p_bound": raw[pair].bound}
     return out
 
 
@@ -249,7 +205,7 @@ def summarise(folder: str | Path, *, n_boot: int = 10_000, alpha: float = 0.05, 
     values = per_batch(data)
     labels = list(values)
     n = len(data["results"])
-    index = np.random.default_rng(seed).integers(0, max(n, 1), size=(n_boot, max(n, 1)))
+    index = bootstrap_index(n, n_boot, seed)
     pairs = contrasts(labels, planned)
     tested = _contrast_stats(values, pairs, index, alpha) if n else {}
     bias = mean_gradient_stats(data, values)
@@ -327,6 +283,12 @@ def _fmt(x, spec: str = "+.4f") -> str:
     return "n/a" if x is None else format(x, spec)
 
 
+def _p_holm(contrast: dict) -> str:
+    """A contrast's Holm p as printed: a bound ("<0.0004") where no resample crossed 0."""
+    p = contrast.get("p_holm")
+    return "n/a" if p is None else format_p(PValue(p, bool(contrast.get("p_bound"))), label="").replace(" ", "")
+
+
 def format_summary(summary: dict) -> str:
     """The summary as a few tables of text."""
     ref = summary["reference"]
@@ -348,12 +310,12 @@ def format_summary(summary: dict) -> str:
         d, bias = m.get("delta_cos") or {}, m.get("mean_gradient") or {}
         cpu = cpu_seconds(m.get("seconds_per_batch"))
         shown = f"{_fmt(d.get('mean'))} [{_fmt(d.get('low'))}, {_fmt(d.get('high'))}]"
-        lines.append(f"{label:<20} {shown:<38} {_fmt(d.get('p_holm'), '.4f'):>7} {_fmt(m['cos']['mean'], '.4f'):>8} "
+        lines.append(f"{label:<20} {shown:<38} {_p_holm(d):>7} {_fmt(m['cos']['mean'], '.4f'):>8} "
                      f"{_fmt(m['sign_agreement']['mean'], '.4f'):>7} {_fmt(m['norm_ratio']['mean'], '.3f'):>8} "
                      f"{_fmt(m['cos_grpo']['mean'], '.3f'):>7} {_fmt(bias.get('direction_grpo'), '.3f'):>7} "
                      f"{_fmt(bias.get('noise_to_signal'), '.1f'):>9} {_fmt(cpu, '.1f'):>7}")
     for name, c in summary.get("contrasts", {}).items():
-        lines.append(f"{name:<20} {_fmt(c['mean'])} [{_fmt(c['low'])}, {_fmt(c['high'])}]  p_holm {_fmt(c['p_holm'], '.4f')}")
+        lines.append(f"{name:<20} {_fmt(c['mean'])} [{_fmt(c['low'])}, {_fmt(c['high'])}]  p_holm {_p_holm(c)}")
     power = summary.get("power")
     if power:
         head = " ".join(f"{e:>8g}" for e in power["effects"])

@@ -32,7 +32,6 @@ import numpy as np
 
 from ..errors import InputError
 
-
 # ------------------------------------------------------------------ p-values
 
 
@@ -51,17 +50,21 @@ class PValue:
         return format_p(self)
 
 
-def format_p(p, digits: int = 4) -> str:
-    """`p` as printed: "p 0.0123", "p < 0.0001" for a bound (`PValue.bound`) or a value that
-    rounds to 0 at `digits`, "p n/a" for None or NaN. Never "p 0"."""
+def format_p(p, digits: int = 4, label: str = "p") -> str:
+    """`p` as printed: "p 0.0123", "p < 0.0005" for a bound (`PValue.bound`: below the
+    resolution of its resamples), "p < 0.0001" for a value that rounds to 0 at `digits`, "p n/a"
+    for None or NaN; never "p 0". `label` "" leaves the "p " out ("< 0.0005")."""
     bound = isinstance(p, PValue) and p.bound
     value = None if p is None else float(p)
+    head = f"{label} " if label else ""
     if value is None or not math.isfinite(value):
-        return "p n/a"
+        return f"{head}n/a"
     floor = 10.0 ** -digits
-    if bound or value < floor:
-        return f"p < {max(value, floor):.{digits}g}" if bound else f"p < {floor:.{digits}f}"
-    return f"p {value:.{digits}f}"
+    if bound:
+        return f"{head}< {max(value, floor):.{digits}g}"
+    if value < floor:
+        return f"{head}< {floor:.{digits}f}"
+    return f"{head}{value:.{digits}f}"
 
 
 def bootstrap_p(boot: np.ndarray) -> PValue:

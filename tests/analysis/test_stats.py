@@ -1,5 +1,6 @@
 """analysis.stats, the one owner of the statistics: known values, equivalence with scipy and
 statsmodels, determinism by seed, and the undefined cases."""
+import itertools
 import math
 
 import numpy as np
@@ -31,7 +32,7 @@ def test_holm_equals_statsmodels_on_random_families_and_keeps_its_invariants():
         assert [adjusted[f"m{i}"] for i in range(k)] == pytest.approx(list(expected))
         order = sorted(raw, key=rank.get)
         assert [raw[m] for m in order] == sorted(raw.values())
-        assert all(adjusted[a] <= adjusted[b] for a, b in zip(order, order[1:]))  # monotone in rank
+        assert all(adjusted[a] <= adjusted[b] for a, b in itertools.pairwise(order))  # monotone in rank
         assert all(raw[m] <= adjusted[m] <= 1.0 for m in raw)
         assert all(adjusted[m] <= min(1.0, k * raw[m]) + 1e-12 for m in raw)  # never above Bonferroni
 
@@ -108,3 +109,16 @@ def test_constant_scores_have_no_spearman_or_auc():
     assert stats.auc_or_none([1.0, 2.0, 3.0, 4.0], flips > 0.5, flips < 0.5) == 1.0
     assert stats.auc_or_none([1.0, 3.0, 3.0, 1.0], flips > 0.5, flips < 0.5) == 0.25  # ties count half
     assert stats.count_undefined([None, math.nan, 0.5, 0.0]) == 2
+
+
+def test_holm_and_power_against_hand_computed_values():
+    """Moved from test_align_stats (align's power table and contrasts use these)."""
+    adjusted, rank = stats.holm({"a": 0.01, "b": 0.04, "c": 0.03})
+    assert adjusted == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06}) and rank == {"a": 1, "c": 2, "b": 3}
+    # ((1.959964 + 0.841621) * 1 / 0.5)^2 = 31.39
+    assert stats.units_needed(1.0, 0.5, 0.05, 0.8, family=1) == 32
+    # Bonferroni at the first Holm step: z(1 - 0.05 / 8) = 2.4977
+    assert stats.units_needed(1.0, 0.5, 0.05, 0.8, family=4) == math.ceil(((2.497705 + 0.841621) * 2) ** 2)
+    assert stats.min_detectable_effect(1.0, 32, 0.05, 0.8, 1) == pytest.approx(2.801585 / math.sqrt(32), rel=1e-5)
+    assert float(stats.bootstrap_p(np.full(1000, 0.3))) == pytest.approx(1 / 1000)
+    assert float(stats.bootstrap_p(np.linspace(-1, 1, 1001))) == pytest.approx(1.0)
