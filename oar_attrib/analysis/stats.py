@@ -96,8 +96,9 @@ def holm(pvalues: dict, alpha: float = 0.05) -> tuple[dict, dict]:
 # ------------------------------------------------------------------ bootstrap
 
 
-def bootstrap_index(n: int, n_boot: int, seed: int) -> np.ndarray:
-    """(n_boot, max(n, 1)) indices of n units drawn with replacement (numpy's default_rng)."""
+def bootstrap_index(n: int, n_boot: int, seed) -> np.ndarray:
+    """(n_boot, max(n, 1)) indices of n units drawn with replacement; `seed`: an int or a
+    numpy Generator (drawn from, so successive calls continue its stream)."""
     return np.random.default_rng(seed).integers(0, max(n, 1), size=(n_boot, max(n, 1)))
 
 
@@ -110,6 +111,14 @@ def bootstrap_means(values: np.ndarray, index: np.ndarray) -> np.ndarray:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a resample of NaNs only: its mean is NaN
         return np.nanmean(picked, axis=1)
+
+
+def nested_bootstrap_means(values: np.ndarray, n_boot: int = 2000, seed: int = 0) -> np.ndarray:
+    """(n_boot,) means of `values` (S, P) with both its rows (seeds) and its columns (the same
+    problems in every row) resampled: the bootstrap over both sources of variation."""
+    rng = np.random.default_rng(seed)
+    rows, cols = bootstrap_index(values.shape[0], n_boot, rng), bootstrap_index(values.shape[1], n_boot, rng)
+    return np.array([values[r][:, c].mean() for r, c in zip(rows, cols)])
 
 
 def percentile_interval(values: np.ndarray, boot: np.ndarray, level: float) -> dict:

@@ -122,3 +122,22 @@ def test_holm_and_power_against_hand_computed_values():
     assert stats.min_detectable_effect(1.0, 32, 0.05, 0.8, 1) == pytest.approx(2.801585 / math.sqrt(32), rel=1e-5)
     assert float(stats.bootstrap_p(np.full(1000, 0.3))) == pytest.approx(1 / 1000)
     assert float(stats.bootstrap_p(np.linspace(-1, 1, 1001))) == pytest.approx(1.0)
+
+
+# Two-sided 95% t quantiles from a printed t table (moved from tests/training/test_experiment.py).
+T_TABLE = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 9: 2.262}
+
+
+@pytest.mark.parametrize("df", sorted(T_TABLE))
+def test_t_quantile_matches_the_t_table(df):
+    assert stats.t_quantile(0.975, df) == pytest.approx(T_TABLE[df], abs=1e-3)
+
+
+def test_nested_bootstrap_is_the_former_two_stage_draw():
+    """Rows and columns drawn in that order from one generator, as experiment_stats did."""
+    values = np.random.default_rng(1).normal(size=(4, 7))
+    rng = np.random.default_rng(9)
+    rows, cols = rng.integers(0, 4, size=(50, 4)), rng.integers(0, 7, size=(50, 7))
+    expected = [values[r][:, c].mean() for r, c in zip(rows, cols)]
+    assert stats.nested_bootstrap_means(values, 50, 9) == pytest.approx(expected)
+
