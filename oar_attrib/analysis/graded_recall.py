@@ -7,7 +7,8 @@ tercile of positions by flip rate against the bottom tercile (the probability th
 of the top one outscores one of the bottom one, ties counted half; the terciles are the
 positions at or above the 2/3 quantile of the trace's flip rates and at or below its 1/3
 quantile, or, when those quantiles are equal, above and at or below it; a trace whose flip
-rates do not separate has no AUC, one whose flip rates or scores are constant no Spearman).
+rates do not separate has no AUC, one whose flip rates or scores are constant no Spearman, and
+one whose scores are constant no AUC either: undefined values are counted apart, `undefined`).
 Pooled: the mean over traces with a 95% percentile bootstrap over traces, the paired
 difference to the `random` method on the same traces, and between every two methods. A random
 ranking's expectation is 0 (Spearman) and 0.5 (AUC). Beside the methods, the report scores one
@@ -53,12 +54,13 @@ from ..methods import available_methods, method_spec, ranking_scores
 from ..records.record import json_safe
 from ..records.settings_record import model_dtype, model_identity, settings_record
 from ..rollouts import decode_answers
-from ..weights.metrics import mean_ci, partial_spearman, spearman
+from ..weights.metrics import partial_spearman, spearman
 from ..weights.settings import ReshapeSettings
 from .counterfactual_recall import answer_key, encode_prompt_ids, record_prompt
 from .graded_oracle import DecodeStats, GradedSettings, GradedTrace, graded_oracle
 from .report import RecallSummary
 from .sets import GRADED
+from .stats import auc_or_none, count_undefined, mean_ci
 METRICS = ("spearman", "auc", "partial_spearman", "position_spearman")
 RANDOM_RANKING = {"spearman": 0.0, "auc": 0.5, "partial_spearman": 0.0, "position_spearman": 0.0}  # a random ranking's
 
@@ -105,13 +107,12 @@ EARLIEST = "earliest_first"  # the reference ranking by position (module docstri
 
 def tercile_auc(scores: np.ndarray, flips: np.ndarray) -> float:
     """AUC of the top tercile of positions by flip rate against the bottom one (module
-    docstring); NaN when the flip rates do not separate two terciles."""
+    docstring, `stats.auc_or_none`); NaN when the flip rates do not separate two terciles or
+    the scores are constant (a ranking that ranks nothing has no AUC, not 0.5)."""
     lo, hi = np.quantile(flips, [1 / 3, 2 / 3])
     top, bottom = (flips >= hi, flips <= lo) if hi > lo else (flips > lo, flips <= lo)
-    if not top.any() or not bottom.any():
-        return float("nan")
-    diff = scores[top][:, None] - scores[bottom][None, :]
-    return float((diff > 0).mean() + 0.5 * (diff == 0).mean())
+    auc = auc_or_none(scores, top, bottom)
+    return float("nan") if auc is None else auc
 
 
 def trace_metrics(scores: dict[str, list[float]], flip_rates: dict[int, float]) -> dict[str, dict]:
@@ -134,7 +135,9 @@ def trace_metrics(scores: dict[str, list[float]], flip_rates: dict[int, float]) 
 
 def pooled(per_trace: list[dict], methods: list[str], seed: int = 0) -> tuple[dict, dict]:
     """(methods: {method: {metric: mean_ci, "vs_random": {metric: mean_ci of the paired
-    difference}}}, between: {"a - b": {metric: mean_ci}})."""
+    difference}, "undefined": {metric: traces without a value}}}, between: {"a - b": {metric:
+    mean_ci}}). An undefined value (constant scores or flip rates) is counted apart, not as 0
+    or 0.5."""
     def column(method, metric):  # a row made before a metric existed holds none of it
         return np.array([t[method].get(metric, np.nan) for t in per_trace], dtype=np.float64)
 
@@ -144,6 +147,7 @@ def pooled(per_trace: list[dict], methods: list[str], seed: int = 0) -> tuple[di
         if "random" in methods and m != "random":
             summary[m]["vs_random"] = {metric: mean_ci(column(m, metric) - column("random", metric), seed, "mean")
                                        for metric in METRICS}
+        summary[m]["undefined"] = {metric: count_undefined(column(m, metric)) for metric in METRICS}
     for i, a in enumerate(methods):
         for b in methods[i + 1:]:
             between[f"{a} - {b}"] = {metric: mean_ci(column(a, metric) - column(b, metric), seed, "mean")

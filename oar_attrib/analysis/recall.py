@@ -17,18 +17,20 @@ from dataclasses import KW_ONLY, dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..defaults import PROBE
 from ..attribution import TraceAttribution, attribute
-from .counterfactual import counterfactual_oracle
-from ..generation import generate
+from ..defaults import PROBE
 from ..errors import InputError
-from ..methods import available_methods, ranking_scores
-from ..weights.metrics import average_precision, mean_ci, random_recall, recall_at_k
+from ..generation import generate
 from ..inputs.segments import span_mask
+from ..methods import available_methods, ranking_scores
+from ..weights.metrics import average_precision, random_recall, recall_at_k
+from ..weights.settings import ReshapeSettings
 from ..world import Oracle, Problem, extract_answer, generate_problems
+from .counterfactual import counterfactual_oracle
 from .report import RecallSummary
 from .sets import COUNTERFACTUAL, DEFAULT_SETS, RECALL_SETS
-from ..weights.settings import ReshapeSettings
+from .stats import mean_ci
+
 EXPECTED = "random_expectation"
 
 

@@ -15,7 +15,7 @@ from ..attribution import AttributionBatch
 
 @dataclass
 class RecallSummary:
-    """methods: {method: {oracle set or metric: `metrics.mean_ci` stats}}; random: {set or
+    """methods: {method: {oracle set or metric: `stats.mean_ci` stats}}; random: {set or
     metric: stats} of a random ranking's expectation; n problems sampled, n_scored of them
     scored, accuracy over all n, skipped: {reason: count} of the traces left out.
 

@@ -15,7 +15,7 @@ from .agreement import agreement_matrix
 from .recall import EXPECTED, summarize, trace_recall
 from .sets import DEFAULT_SETS, SUBSETS
 
-N_BOOT = 2000  # the default of metrics.bootstrap_ci, which recall.summarize uses
+N_BOOT = 2000  # the default of stats.bootstrap_ci, which recall.summarize uses
 
 
 def _skip_reason(record) -> str | None:

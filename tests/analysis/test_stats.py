@@ -141,3 +141,22 @@ def test_nested_bootstrap_is_the_former_two_stage_draw():
     expected = [values[r][:, c].mean() for r, c in zip(rows, cols)]
     assert stats.nested_bootstrap_means(values, 50, 9) == pytest.approx(expected)
 
+
+def test_bootstrap_ci():
+    """Moved from tests/weights/test_metrics.py with the function."""
+    values = np.random.default_rng(0).normal(2.0, 1.0, size=400)
+    lo, hi = stats.bootstrap_ci(values, n_boot=1000)
+    assert lo < values.mean() < hi
+    assert hi - lo == pytest.approx(2 * 1.96 / 20, rel=0.2)  # ~ 2 z sigma / sqrt(n)
+    assert stats.bootstrap_ci(values, n_boot=1000) == (lo, hi)  # seeded
+    assert stats.bootstrap_ci([3.0, np.nan, 3.0]) == (3.0, 3.0)  # NaN rows are dropped
+    assert all(math.isnan(v) for v in stats.bootstrap_ci([np.nan]))
+    with pytest.raises(InputError):
+        stats.bootstrap_ci(values, alpha=1.5)
+
+
+def test_mean_ci_drops_undefined_values():
+    got = stats.mean_ci([1.0, None, 3.0, float("inf"), np.nan], seed=1, key="recall")
+    assert got == {"recall": 2.0, "ci95": list(stats.bootstrap_ci([1.0, 3.0], seed=1)), "n": 2}
+    assert got["ci95"][0] >= 1.0 and got["ci95"][1] <= 3.0
+    assert stats.mean_ci([None, np.nan]) == {"mean": None, "ci95": [None, None], "n": 0}
