@@ -31,13 +31,13 @@ from ..records.settings_record import RECORD_FILE
 RECORD = RECORD_FILE  # settings_record.json, as beside a training run
 OLD_RECORD = "record.json"  # the name align stores had before: still read
 SCREEN = "screen.jsonl"
-REFERENCE = "reference/reference.json"
+REFERENCE_JSON = "reference/reference.json"
 POOL = "reference/pool.jsonl"
 RESULTS = "results.jsonl"
 MEAN_GRADIENTS = "mean_gradients.json"
 # The files the statistics are made from (kilobytes): what a result folder under
 # docs/experiments/ holds and `oar align --export` copies.
-RESULT_FILES = (RECORD, OLD_RECORD, SCREEN, REFERENCE, POOL, RESULTS, MEAN_GRADIENTS)
+RESULT_FILES = (RECORD, OLD_RECORD, SCREEN, REFERENCE_JSON, POOL, RESULTS, MEAN_GRADIENTS)
 SUM_FIELDS = ("dot_star", "sq", "dot_grpo", "sign_star")
 PARTS = ("all", "pos", "neg")
 HALVES = ("a", "b")  # batches 0, 2, 4, ... and 1, 3, 5, ...: two independent halves
@@ -75,7 +75,7 @@ class AlignFolder:
 
     def is_results(self) -> bool:
         """Whether the folder holds a result: a record and a finished reference."""
-        return self.record_file().is_file() and self.file(REFERENCE).is_file()
+        return self.record_file().is_file() and self.file(REFERENCE_JSON).is_file()
 
     def _bad(self, name: str, why: str, line: int | None = None) -> AlignFolderError:
         where = f"{self.file(name)}" + (f" line {line}" if line is not None else "")
@@ -132,19 +132,19 @@ class AlignFolder:
 
     def reference(self) -> dict | None:
         """reference/reference.json, checked: g*'s norms and split-half cosine are numbers."""
-        value = self._json(REFERENCE)
+        value = self._json(REFERENCE_JSON)
         if value is None:
             return None
         if not isinstance(value, dict):
-            raise self._bad(REFERENCE, "is not a JSON object")
+            raise self._bad(REFERENCE_JSON, "is not a JSON object")
         for key in ("sq", "l1", "split_half_cos", "signal_sq", "batch_sq_mean"):
             if not _number(value.get(key)):
-                raise self._bad(REFERENCE, f"{key} is {value.get(key)!r}, not a number")
+                raise self._bad(REFERENCE_JSON, f"{key} is {value.get(key)!r}, not a number")
         if not _count(value.get("pool_batches")):
-            raise self._bad(REFERENCE, f"pool_batches is {value.get('pool_batches')!r}, not a count")
+            raise self._bad(REFERENCE_JSON, f"pool_batches is {value.get('pool_batches')!r}, not a count")
         halves = value.get("halves_sq")
         if halves is not None and not (isinstance(halves, dict) and all(_number(halves.get(h)) for h in HALVES)):
-            raise self._bad(REFERENCE, "halves_sq is not two numbers a and b")
+            raise self._bad(REFERENCE_JSON, "halves_sq is not two numbers a and b")
         return value
 
     def mean_gradients(self) -> dict | None:

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from oar_attrib.analysis.align_folder import HALVES, MEAN_GRADIENTS, REFERENCE
+from oar_attrib.analysis.align_folder import HALVES, MEAN_GRADIENTS, REFERENCE_JSON
 
 from ..errors import AlignError
 from . import gradients
@@ -243,7 +243,7 @@ def reference(store: AlignStore, trainer, layout_: ParamLayout, screen: Screen, 
     for h in HALVES:
         store.write_vector(f"gstar_{h}", np.asarray(sums[h].read(counts[h]), dtype=np.float32) / counts[h])
     if found is None:
-        store.write_json(REFERENCE, info)
+        store.write_json(REFERENCE_JSON, info)
     return found or info
 
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import HTMLResponse
 
 from oar_attrib.analysis.align import cpu_seconds
-from oar_attrib.analysis.align_folder import MEAN_GRADIENTS, REFERENCE, RESULTS, AlignFolder
+from oar_attrib.analysis.align_folder import MEAN_GRADIENTS, REFERENCE_JSON, RESULTS, AlignFolder
 from oar_attrib.store import NotFoundError
 
 from ..deps import SettingsDep, TemplatesDep
@@ -33,7 +33,7 @@ def results(roots) -> dict[str, FilePath]:
 def _stamp(folder: FilePath) -> tuple:
     owner = AlignFolder(folder)
     return tuple(owner.file(f).stat().st_mtime_ns if owner.file(f).exists() else 0
-                 for f in (RESULTS, MEAN_GRADIENTS, REFERENCE))
+                 for f in (RESULTS, MEAN_GRADIENTS, REFERENCE_JSON))
 
 
 @lru_cache(maxsize=16)
