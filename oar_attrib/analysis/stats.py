@@ -205,6 +205,18 @@ def t_interval(values, level: float = 0.95) -> dict:
     return out
 
 
+def t_bounds(mean: float, se: float, df: float, level: float) -> tuple[float, float, float]:
+    """(low, high, two-sided p of 0) of an estimate `mean` with standard error `se` on `df`
+    degrees of freedom (Student's t, e.g. Welch-Satterthwaite's); NaNs where se or df is not
+    positive."""
+    from scipy import stats
+
+    if not (np.isfinite(se) and se > 0 and df > 0):
+        return (math.nan, math.nan, math.nan)
+    q = t_quantile((1 + level) / 2, df)
+    return mean - q * se, mean + q * se, float(2 * stats.t.sf(abs(mean) / se, df))
+
+
 def t_test_p(values) -> float:
     """Two-sided one-sample t-test p-value of a mean of 0 over the finite `values` (a paired
     test when they are differences; scipy.stats.ttest_1samp); NaN below 2 values, 1.0 (or 0.0

@@ -66,6 +66,10 @@ class RecordMismatchError(InputError):
         return f"{self.where} was made with other settings ({'; '.join(parts)}); {self.remedy}"
 
 
+# The file a run folder keeps its settings record in (an `oar train` output dir, an `oar align`
+# store); align stores made before this name kept it in `record.json`, which is still read.
+RECORD_FILE = "settings_record.json"
+
 def show(value) -> str:
     """A record value as a person types it: lists space-separated, None as `none`."""
     if value is None:

@@ -65,6 +65,9 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--effects", type=float, nargs="+", default=None,
                         help="effects in delta cos the power table sizes batches for (default: 0.002 "
                              "0.005 0.01 0.02 0.05)")
+    parser.add_argument("--no-mean-gradients", dest="mean_gradients", action="store_false",
+                        help="sum no running means of the methods' gradients (no bias-or-variance "
+                             "estimates; a real model's run then resumes from its result files alone)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="preset settings overrides")
     parser.set_defaults(func=run_align)
@@ -94,7 +97,8 @@ def settings_from_args(args: argparse.Namespace) -> AlignSettings:
     methods = [m for m in args.methods or () if not SETTING.match(m)]
     overrides = [m for m in args.methods or () if SETTING.match(m)] + list(args.overrides)
     return AlignSettings(preset=args.preset, model=args.model, overrides=tuple(overrides),
-                         methods=tuple(methods), batch_prompts=args.batch_prompts, seed=args.seed, **sizes)
+                         methods=tuple(methods), batch_prompts=args.batch_prompts, seed=args.seed,
+                         mean_gradients=args.mean_gradients, **sizes)
 
 
 def default_store(args: argparse.Namespace) -> Path:

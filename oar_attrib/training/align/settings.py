@@ -20,6 +20,25 @@ from ..errors import AlignError
 DEFAULT_METHODS = ("none", "oar_g", "oar_g:n_noise=8", "oar_p", "oar_p_step", "grail", "entropy",
                    "random", "ktae")
 QUICK = {"batches": 3, "pool_batches": 2}
+# Controls: analysis-only methods align measures as if a trainer used them, to check the
+# instrument (never trained with). Name -> the training data whose causal tokens it knows.
+CONTROLS = {"causal_oracle": "world"}
+
+
+def register_controls() -> None:
+    """Register the control methods (`control`: not in `methods`, which knows nothing of the world)."""
+    from . import control  # noqa: F401  (registration)
+
+
+def check_controls(methods: list["MethodChoice"], data: str | None) -> None:
+    """AlignError when a control method is asked for on training data whose causal tokens it
+    does not know (before anything is written or a model loaded)."""
+    for choice in methods:
+        needs = CONTROLS.get(choice.name)
+        if needs is not None and data != needs:
+            raise AlignError(f"method {choice.label!r} is a positive control that knows the causal tokens "
+                             f"of the arithmetic world only; this preset trains on {data!r} data: use "
+                             "--preset arith-tiny (or another world preset), or leave it out of --methods")
 
 
 @dataclass(frozen=True)
@@ -55,10 +74,11 @@ class MethodChoice:
 
         from oar_attrib.methods import method_spec, trainable_methods
 
-        if self.name not in trainable_methods():
+        register_controls()
+        if self.name not in trainable_methods() and self.name not in CONTROLS:
             raise AlignError(f"method {self.name!r} is not one the trainer can reshape with; choose "
                              f"among {', '.join(trainable_methods())}")
-        keywords = set(inspect.signature(method_spec(self.name).fn).parameters) - {"model", "batch"}
+        keywords = set(inspect.signature(method_spec(self.name).fn).parameters) - {"model", "batch", "tokenizer"}
         unknown = sorted(set(self.params) - keywords)
         if unknown:
             raise AlignError(f"method {self.label!r}: {self.name} takes no {', '.join(unknown)}; "
@@ -107,6 +127,10 @@ class AlignSettings:
         "help": "Batches of the reference pool, disjoint from the training batches; g* is the mean "
                 "of their GRPO gradients. Raise it for a steadier g* (its split-half cosine says "
                 "how steady)."})
+    mean_gradients: bool = field(default=True, metadata={
+        "help": "Keep each method's running sums of its batch gradients (gigabytes on a real model) "
+                "for the bias-or-variance estimates; without them the run's result files alone "
+                "resume it on a fresh machine."})
     seed: int = field(default=0, metadata={
         "help": "Seed of the prompts' order, the sampling of each screening call and the methods' "
                 "random numbers."})
