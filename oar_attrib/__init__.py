@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # every export; each loads on first use
     from .analysis.recall import RecallReport, oracle_recall
     from .analysis.run_summary import summarise
     from .attribution import attribute, compute_weights  # compute_weights: deprecated, weights.pipeline.weigh
-    from .generation import generate
+    from .models.generation import generate
     from .inputs.batch import ScoringBatch
     from .inputs.encoding import encode_pairs
     from .inputs.spans import find_answer_span, locate_answer, segment_tokens

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from oar_attrib.generation import generate
+from oar_attrib.models.generation import generate
 from oar_attrib.inputs.grading import grade
 from oar_attrib.weights.metrics import mean_ci
 from oar_attrib.models import load_model

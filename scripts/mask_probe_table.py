@@ -27,7 +27,7 @@ import torch
 
 from oar_attrib.analysis import mask_probe as mp
 from oar_attrib.analysis.counterfactual_recall import data_records, model_traces, record_prompt
-from oar_attrib.generation import generate
+from oar_attrib.models.generation import generate
 from oar_attrib.inputs.grading import grade
 from oar_attrib.jsonl import NotJSON, iter_jsonl
 from oar_attrib.models import load_model

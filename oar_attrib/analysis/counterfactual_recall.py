@@ -38,7 +38,7 @@ from ..defaults import PROBE
 from ..attribution import attribute
 from ..errors import InputError
 from ..files import check_file
-from ..generation import generate
+from ..models.generation import generate
 from ..inputs.chat_template import chat_ids
 from ..inputs.grading import grade
 from ..jsonl import NotJSON, iter_jsonl

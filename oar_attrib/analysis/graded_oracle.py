@@ -33,8 +33,8 @@ import torch
 from transformers import DynamicCache
 
 from ..errors import InputError
-from ..generation import continue_rows, cut_at_stop, left_pad, stop_ids
-from ..lm import cache_of, eval_mode, plain_kv, with_cache
+from ..models.generation import continue_rows, cut_at_stop, left_pad, stop_ids
+from ..models.lm import cache_of, eval_mode, plain_kv, with_cache
 from .counterfactual import choose_positions
 from .counterfactual_recall import REGENERATION_MARGIN  # tokens beyond what is left of the response
 

@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from ..defaults import PROBE
 from ..attribution import TraceAttribution, attribute
 from .counterfactual import counterfactual_oracle
-from ..generation import generate
+from ..models.generation import generate
 from ..errors import InputError
 from ..methods import available_methods, ranking_scores
 from ..weights.metrics import average_precision, mean_ci, random_recall, recall_at_k

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..attribution import TraceAttribution, attribute
 from ..errors import InputError
-from ..generation import generate
+from ..models.generation import generate
 from ..inputs.encoding import encode_pairs
 from ..methods import available_methods
 from ..methods.resample import resample_steps

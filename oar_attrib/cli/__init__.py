@@ -17,7 +17,7 @@ from ..console import say
 
 def _add_plugin_commands(sub) -> None:
     """Subcommands of the other packages of the distribution (`oar demo`, `oar web`,
-    `oar train`), found through the `oar_attrib.commands` entry points so that the core
+    `oar train`, `oar eval`), found through the `oar_attrib.commands` entry points so that the core
     never imports `training` or `webapp` itself."""
     from importlib.metadata import entry_points
 
@@ -28,13 +28,13 @@ def _add_plugin_commands(sub) -> None:
 def build_parser() -> argparse.ArgumentParser:
     # The subcommands are imported here, not with the package, so that a Ctrl-C while they load
     # is caught by `main` like any other (one line, exit 130).
-    from . import attribute, importing, models, recall
+    from . import attribute, generate, importing, models, recall
 
     parser = argparse.ArgumentParser(prog="oar", description="Outcome-grounded Advantage Reshaping")
     # Every subcommand's --help shows the defaults.
     sub = parser.add_subparsers(dest="command", required=True, parser_class=functools.partial(
         argparse.ArgumentParser, formatter_class=DefaultsHelpFormatter))
-    for command in (attribute, importing, models, recall):
+    for command in (attribute, generate, importing, models, recall):
         command.add_parser(sub)
     _add_plugin_commands(sub)
     return parser

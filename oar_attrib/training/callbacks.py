@@ -20,7 +20,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
-from oar_attrib.generation import continue_rows
+from oar_attrib.models.generation import continue_rows
 from oar_attrib.inputs.chat_template import chat_ids
 from oar_attrib.world.evaluation import evaluate_world
 

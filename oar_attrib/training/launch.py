@@ -249,7 +249,7 @@ def build_trainer(run: RunConfig, args, rollout_func=None, data_seed: int | None
     itself)."""
     import torch
 
-    from oar_attrib.generation import stop_ids
+    from oar_attrib.models.generation import stop_ids
     from oar_attrib.models import load_model
 
     from .callbacks import AccuracyCallback

@@ -15,7 +15,7 @@ import torch
 from test_hostile import _one_line_error, _run, no_model  # noqa: F401 - a fixture
 
 from oar_attrib.rollouts import group_advantages
-from oar_attrib.training import generate_cli
+from oar_attrib.cli import generate as generate_cli
 from oar_attrib.world import generate_problems
 
 
