@@ -176,7 +176,7 @@ def settings_record(settings, methods, method_params: dict | None = None, *, mod
     step_unit, chat: how reasoning splits into steps, whether prompts get the chat template.
     extra: more JSON-ready fields of the producer (e.g. the input of a store run).
     """
-    from .. import __version__
+    from ..version import __version__
 
     params = method_params or {}
     names = [methods] if isinstance(methods, str) else list(methods)
