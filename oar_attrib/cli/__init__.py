@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import functools
 
-from ..commands import INTERRUPTED, quiet_library_deprecations, run_command  # noqa: F401  (this module's names too)
-from ..configs import DefaultsHelpFormatter
+from ..commands import (INTERRUPTED, DefaultsHelpFormatter, quiet_library_deprecations,  # noqa: F401  (this module's names too)
+                        run_command)
 from ..console import say
 
 

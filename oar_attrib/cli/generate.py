@@ -29,7 +29,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from oar_attrib.configs import add_model_args
+from oar_attrib.commands import add_model_args
 from oar_attrib.inputs.spans import MARKER_FORMATS
 
 # The most rows (questions x samples) decoded at once.

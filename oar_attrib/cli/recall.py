@@ -10,7 +10,7 @@ import argparse
 import json
 
 from ..analysis.sets import CLI_SETS, DEFAULT_SETS
-from ..configs import add_model_args
+from ..commands import add_model_args
 from ..console import say
 from ..defaults import GRANULARITIES, GRANULARITY, VIEW_STEP_POOL
 from ..inputs.steps import STEP_POOLS

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from oar_attrib.configs import DTYPES
+from oar_attrib.commands import DTYPES
 from oar_attrib.console import say
 from oar_attrib.defaults import PROMPT_FORMAT, WORLD_FORMAT
 from oar_attrib.rollouts import PROMPT_TEMPLATES

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import __version__
-from ..configs import DTYPES
+from ..commands import DTYPES
 from ..defaults import PROBE, PROBES
 from ..models.catalogue import cache_dir
 from ..errors import OARError
