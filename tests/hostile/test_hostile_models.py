@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from test_hostile import _run
+from hostile_helpers import _run
+
 
 from oar_attrib.models import catalogue
 from oar_attrib.models import bundled_path, load_model
