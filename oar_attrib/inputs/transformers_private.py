@@ -27,9 +27,9 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import LibraryVersionError
 
-CHECKED_ON = "5.24.0"  # the transformers versions every name below was read against
+TRANSFORMERS_CHECKED_ON = "5.24.0"  # the transformers versions every name below was read against
 CHAT_TEMPLATE_UTILS = "transformers.utils.chat_template_utils"
-NAMES = (
+TRANSFORMERS_NAMES = (
     f"{CHAT_TEMPLATE_UTILS}:_compile_jinja_template",
     f"{CHAT_TEMPLATE_UTILS}:_normalize_chat_messages",
     f"{CHAT_TEMPLATE_UTILS}:_plain_template_data",
@@ -72,11 +72,11 @@ def version_line(library: str, checked_on: str, missing: Sequence[str]) -> str:
             f"(checked on {library} {checked_on}); install a {library} version it was checked on")
 
 
-def check(names: Sequence[str] = NAMES) -> None:
+def check(names: Sequence[str] = TRANSFORMERS_NAMES) -> None:
     """LibraryVersionError, in one line, when the installed transformers lacks one of `names`."""
     missing = private_names_missing(names)
     if missing:
-        raise LibraryVersionError(version_line("transformers", CHECKED_ON, missing))
+        raise LibraryVersionError(version_line("transformers", TRANSFORMERS_CHECKED_ON, missing))
 
 
 def _chat_utils(*names: str) -> list:

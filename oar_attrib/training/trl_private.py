@@ -17,18 +17,18 @@ from __future__ import annotations
 from ..errors import LibraryVersionError
 from ..inputs.transformers_private import private_names_missing, version_line
 
-CHECKED_ON = "1.16.0"  # the TRL versions every name below was read against
+TRL_CHECKED_ON = "1.16.0"  # the TRL versions every name below was read against
 FORWARD = "_get_per_token_logps_and_entropies"
-NAMES = tuple(f"trl:GRPOTrainer.{name}" for name in (
+TRL_NAMES = tuple(f"trl:GRPOTrainer.{name}" for name in (
     "_generate_and_score_completions", "_calculate_rewards", FORWARD,
     "_metrics", "_step", "_tokenizer", "_entropy_bonus_enabled"))
 
 
-def check(names=NAMES) -> None:
+def check(names=TRL_NAMES) -> None:
     """LibraryVersionError, in one line, when the installed TRL lacks one of `names`."""
     missing = private_names_missing(names)
     if missing:
-        raise LibraryVersionError(version_line("trl", CHECKED_ON, missing))
+        raise LibraryVersionError(version_line("trl", TRL_CHECKED_ON, missing))
 
 
 def metrics(trainer, mode: str = "train"):

@@ -22,14 +22,14 @@ def _trl_names():
 
 
 def test_every_private_transformers_name_is_there():
-    missing = seam.private_names_missing(seam.NAMES)
-    assert missing == [], seam.version_line("transformers", seam.CHECKED_ON, missing)
+    missing = seam.private_names_missing(seam.TRANSFORMERS_NAMES)
+    assert missing == [], seam.version_line("transformers", seam.TRANSFORMERS_CHECKED_ON, missing)
 
 
 def test_every_private_trl_name_is_there():
     trl_private = _trl_names()
-    missing = seam.private_names_missing(trl_private.NAMES)
-    assert missing == [], seam.version_line("trl", trl_private.CHECKED_ON, missing)
+    missing = seam.private_names_missing(trl_private.TRL_NAMES)
+    assert missing == [], seam.version_line("trl", trl_private.TRL_CHECKED_ON, missing)
 
 
 def test_the_check_reads_functions_methods_and_instance_attributes():
@@ -51,9 +51,10 @@ def test_a_missing_name_is_one_line_naming_the_versions_it_was_checked_on():
         seam.check(["transformers:Trainer._renamed_away"])
     line = str(info.value)
     assert "\n" not in line and "transformers:Trainer._renamed_away" in line
-    assert f"transformers {transformers.__version__}" in line and f"checked on transformers {seam.CHECKED_ON}" in line
+    assert f"transformers {transformers.__version__}" in line
+    assert f"checked on transformers {seam.TRANSFORMERS_CHECKED_ON}" in line
     trl_private = _trl_names()
-    with pytest.raises(LibraryVersionError, match=f"checked on trl {trl_private.CHECKED_ON}"):
+    with pytest.raises(LibraryVersionError, match=f"checked on trl {trl_private.TRL_CHECKED_ON}"):
         trl_private.check(["trl:GRPOTrainer._renamed_away"])
 
 
@@ -91,8 +92,8 @@ def test_the_reach_check_finds_a_planted_use():
 
 
 def test_no_module_but_the_seams_reaches_a_listed_name():
-    names = {name.split(":")[1].rsplit(".", 1)[-1] for name in seam.NAMES}
-    names |= {name.split(":")[1].rsplit(".", 1)[-1] for name in _trl_names().NAMES}
+    names = {name.split(":")[1].rsplit(".", 1)[-1] for name in seam.TRANSFORMERS_NAMES}
+    names |= {name.split(":")[1].rsplit(".", 1)[-1] for name in _trl_names().TRL_NAMES}
     found = {str(p.relative_to(ROOT)): got for p in sorted((ROOT / "oar_attrib").rglob("*.py")) if p not in SEAMS
              for got in [_reaches(p.read_text(encoding="utf-8"), names)] if got}
     assert found == {}
