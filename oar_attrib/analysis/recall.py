@@ -136,7 +136,7 @@ class RecallReport(RecallSummary):
         return pd.DataFrame(rows, columns=columns)
 
 
-def summarize(per_trace: list[dict], methods, sets=DEFAULT_SETS, seed: int = 0) -> tuple[dict, dict]:
+def summarise(per_trace: list[dict], methods, sets=DEFAULT_SETS, seed: int = 0) -> tuple[dict, dict]:
     """Mean recall with a bootstrap CI (and mean AP) per method and set, and the random floor."""
     summary = {}
     for method in methods:
@@ -195,7 +195,7 @@ def oracle_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "
             token_sets[COUNTERFACTUAL] = counterfactual_masks(model, tokenizer, problem, trace,
                                                               cf_positions, seed, replacement)
         per_trace.append(trace_recall(trace, oracle, sets, token_sets))
-    summary, rand = summarize([t for t in per_trace if t is not None], methods, sets, seed=seed)
+    summary, rand = summarise([t for t in per_trace if t is not None], methods, sets, seed=seed)
     return RecallReport(methods=summary, random=rand, n=n, n_scored=status.count("scored"),
                         accuracy=sum(correct) / n, skipped=skipped, problems=problems,
                         texts=texts, traces=traces, oracles=oracles, correct=correct,
