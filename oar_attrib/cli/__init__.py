@@ -18,11 +18,13 @@ from ..console import say
 def _add_plugin_commands(sub) -> None:
     """Subcommands of the other packages of the distribution (`oar demo`, `oar web`,
     `oar train`, `oar eval`), found through the `oar_attrib.commands` entry points so that the core
-    never imports `training` or `webapp` itself."""
+    never imports `training` or `webapp` itself. A core subcommand is never a plugin's: an
+    entry point of its name (an install made before `oar generate` became one) is not loaded."""
     from importlib.metadata import entry_points
 
     for entry in sorted(entry_points(group="oar_attrib.commands"), key=lambda e: e.name):
-        entry.load()(sub)
+        if entry.name not in sub.choices:
+            entry.load()(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:
