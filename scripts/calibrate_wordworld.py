@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from oar_attrib.analysis.stats import mean_ci
-from oar_attrib.generation import generate
+from oar_attrib.models.generation import generate
 from oar_attrib.inputs.grading import grade
 from oar_attrib.models import load_model
 from oar_attrib.training.data import format_prompt

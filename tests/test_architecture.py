@@ -181,9 +181,10 @@ def test_the_method_registry_imports_none_of_its_members():
 # The wings along the data flow, lowest first; a module belongs to the first wing whose name
 # (a module, or a package with everything under it) it falls under.
 WINGS = {
-    "base": ["errors", "jsonl", "defaults", "extras", "lazy", "console", "files", "gguf_header", "model_cache"],
+    "base": ["errors", "jsonl", "defaults", "extras", "lazy", "console", "files", "version"],
     "inputs": ["inputs"],
-    "methods": ["methods", "lm", "budget", "generation"],
+    "models": ["models"],  # which model, loading it, running it (logits, memory per forward, decoding)
+    "methods": ["methods"],
     "weights": ["weights"],
     "records": ["records"],
 }
@@ -202,9 +203,19 @@ def test_the_wings_cover_the_pipeline_modules():
     assert _wing("oar_attrib.store.core") is None and _wing("oar_attrib.training.trainer") is None
     unplaced = [m for m, p in MODULES.items()
                 if p.parent == PACKAGE and p.name != "__init__.py" and _wing(m) is None]
-    assert set(unplaced) == {"oar_attrib.attribution", "oar_attrib.configs", "oar_attrib.models", "oar_attrib.catalogue",
+    assert set(unplaced) == {"oar_attrib.attribution",
                              "oar_attrib.rollouts",  # rollouts: questions -> graded answers, above the wings
                              "oar_attrib.commands"}  # what the command lines share: above the records it names
+
+
+MAX_TOP_LEVEL = 12  # modules at the package's top level, __init__ included: the rest sit in rooms
+
+
+def test_the_top_level_is_small_and_the_model_files_have_a_room():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP_LEVEL, top
+    assert {"catalogue.py", "loading.py", "cache.py", "gguf.py"} <= {p.name for p in (PACKAGE / "models").glob("*.py")}
+    assert _wing("oar_attrib.models.gguf") == "models" and _wing("oar_attrib.models.lm") == "models"
 
 
 def test_no_wing_imports_a_higher_one():
@@ -427,10 +438,8 @@ def test_every_function_is_within_the_bound():
     assert set(LONG_FUNCTIONS) <= set(found), "an allowed function is short now: drop it from the list"
 
 
-# Test files over the line bound, each with its reason.
-LONG_TEST_FILES = {
-    "tests/hostile/test_hostile.py": "652 lines, being split by the hostile-input work",
-}
+# Test files over the line bound, each with its reason (none now).
+LONG_TEST_FILES: dict[str, str] = {}
 TESTS = sorted((ROOT / "tests").rglob("*.py"))
 
 

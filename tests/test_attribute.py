@@ -11,7 +11,7 @@ from oar_attrib.errors import InputError, TokenizerError, UnknownNameError
 from oar_attrib.inputs.encoding import encode_pairs
 from oar_attrib.methods import available_methods, get_method
 from oar_attrib.models import random_qwen2
-from oar_attrib.analysis.recall import EXPECTED, oracle_token_mask, summarize, trace_recall
+from oar_attrib.analysis.recall import EXPECTED, oracle_token_mask, summarise, trace_recall
 from oar_attrib.world import generate_problems
 from oar_attrib.world.tokenizer import build_tokenizer
 from models import world_policy
@@ -149,7 +149,7 @@ def test_oracle_token_mask_and_recall_of_a_perfect_and_a_reversed_ranking(traces
     assert res["worst"]["direct"]["recall"] == 0.0
     expected = (direct & scored).sum() / scored.sum()
     assert res[EXPECTED]["direct"] == pytest.approx(expected)
-    summary, rand = summarize([res, res], ["best", "worst"])
+    summary, rand = summarise([res, res], ["best", "worst"])
     assert summary["best"]["direct"]["recall"] == 1.0 and summary["best"]["direct"]["ci95"] == [1.0, 1.0]
     assert rand["direct"]["recall"] == pytest.approx(expected)
 

@@ -15,9 +15,9 @@ import torch
 
 from models import tiny_qwen2
 from oar_attrib import cli
-from oar_attrib.generation import continue_groups
+from oar_attrib.models.generation import continue_groups
 from oar_attrib.records.settings_record import weights_sha256
-from oar_attrib.training import generate_cli
+from oar_attrib.cli import generate as generate_cli
 from oar_attrib.world import generate_problems
 
 TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"

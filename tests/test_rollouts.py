@@ -11,9 +11,9 @@ import torch
 
 from models import greedy_reference, tiny_qwen2
 from oar_attrib import cli
-from oar_attrib.generation import continue_groups, continue_rows
+from oar_attrib.models.generation import continue_groups, continue_rows
 from oar_attrib.rollouts import Question, group_advantages, graded_group, read_questions
-from oar_attrib.training import generate_cli
+from oar_attrib.cli import generate as generate_cli
 from oar_attrib.world import generate_problems
 
 

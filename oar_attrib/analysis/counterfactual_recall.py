@@ -38,7 +38,8 @@ from ..defaults import PROBE
 from ..attribution import attribute
 from ..errors import InputError
 from ..files import check_file
-from ..generation import generate
+from ..models.budget import CPU_BATCH_TOKENS
+from ..models.generation import generate
 from ..inputs.chat_template import chat_ids
 from ..inputs.grading import grade
 from ..jsonl import NotJSON, iter_jsonl
@@ -47,7 +48,7 @@ from ..inputs.spans import locate_answer
 from ..world.value_oracle import VALUE_SETS, parse_number, value_oracle
 from ..world.words import WordProblem, generate_word_problems
 from .counterfactual import check_replacement, counterfactual_oracle
-from .recall import RecallReport, summarize, trace_recall
+from .recall import RecallReport, summarise, trace_recall
 from .sets import COUNTERFACTUAL
 from ..weights.settings import ReshapeSettings
 
@@ -233,14 +234,14 @@ def _by_outcome(per_trace: list, correct: list, methods, sets, seed: int) -> dic
     for name, want in (("right", True), ("wrong", False)):
         part = [t for t, c in zip(per_trace, correct) if t is not None and c is want]
         if part:
-            m, r = summarize(part, methods, sets, seed=seed)
+            m, r = summarise(part, methods, sets, seed=seed)
             out[name] = {"methods": m, "random": r, "n": len(part)}
     return out
 
 
 def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None, probe: str = PROBE,
                           seed: int = 0, cf_positions: int = 32, max_new_tokens: int = 256,
-                          max_batch_tokens: int = 16384, cache: str | Path | None = None,
+                          max_batch_tokens: int = CPU_BATCH_TOKENS, cache: str | Path | None = None,
                           model_name: str = "", method_params: dict | None = None,
                           progress: bool = False, replacement="pad",
                           sets=(COUNTERFACTUAL,)) -> CounterfactualReport:
@@ -284,7 +285,7 @@ def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None
         status.append("scored")
         per_trace.append(trace_recall(trace, oracle, sets, token_sets))
     scored = [t for t in per_trace if t is not None]
-    summary, rand = summarize(scored, methods, sets, seed=seed)
+    summary, rand = summarise(scored, methods, sets, seed=seed)
     by_outcome = _by_outcome(per_trace, correct, methods, sets, seed)
     graded = [c for c in correct if c is not None]
     return CounterfactualReport(

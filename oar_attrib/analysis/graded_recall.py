@@ -50,6 +50,7 @@ from ..defaults import PROBE
 from ..errors import InputError
 from ..inputs.grading import grade
 from ..jsonl import iter_jsonl
+from ..models.budget import CPU_BATCH_TOKENS
 from ..methods import available_methods, method_spec, ranking_scores
 from ..records.record import json_safe
 from ..records.settings_record import model_dtype, model_identity, settings_record
@@ -305,7 +306,7 @@ def _oracle(run: _Run, prompt_ids, trace, answer_of, max_batch_tokens: int) -> G
 
 def graded_recall(model, tokenizer, records: list[dict], *, methods=None, probe: str = PROBE,
                   settings: GradedSettings = GradedSettings(), max_new_tokens: int = 256,
-                  max_batch_tokens: int = 16384, cache: str | Path | None = None,
+                  max_batch_tokens: int = CPU_BATCH_TOKENS, cache: str | Path | None = None,
                   method_params: dict | None = None, group_samples: int = 0,
                   answer_of: Callable[[str], str | None] = answer_key, progress: bool = False) -> GradedReport:
     """Graded recall of every method against the model's own graded oracle on `records`

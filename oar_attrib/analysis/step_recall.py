@@ -32,7 +32,7 @@ import numpy as np
 from ..attribution import TraceAttribution, attribute
 from ..defaults import PROBE, VIEW_STEP_POOL
 from ..errors import InputError
-from ..generation import generate
+from ..models.generation import generate
 from ..inputs.encoding import encode_pairs
 from ..inputs.steps import STEP_POOLS, pool_steps
 from ..methods import available_methods

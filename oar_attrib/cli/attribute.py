@@ -27,7 +27,7 @@ from ..inputs.pairs import Skip, input_labels, judge_record, judge_tokens, label
 from ..inputs.segments import n_scored
 from ..jsonl import iter_jsonl
 from . import outputs
-from ..configs import add_dataclass_args, add_model_args
+from ..commands import add_dataclass_args, add_model_args
 from ..weights.settings import ReshapeSettings
 from .choices import add_answer_format_arg, add_method_knobs, add_probe_arg, method_name, method_params_from
 from .provenance import input_defaults

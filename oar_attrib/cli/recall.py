@@ -10,7 +10,7 @@ import argparse
 import json
 
 from ..analysis.sets import CLI_SETS, DEFAULT_SETS
-from ..configs import add_model_args
+from ..commands import add_model_args
 from ..console import say
 from ..defaults import GRANULARITIES, GRANULARITY, VIEW_STEP_POOL
 from ..inputs.steps import STEP_POOLS
@@ -138,6 +138,7 @@ def run_data(args: argparse.Namespace) -> int:
     (and value-oracle recall on the word-problem world)."""
     from ..analysis.counterfactual_recall import counterfactual_recall, data_records, data_sets
     from ..models import load_model
+    from ..models.budget import CPU_BATCH_TOKENS
 
     records = data_records(args.data, args.n, args.seed)
     known = data_sets(records)
@@ -153,7 +154,7 @@ def run_data(args: argparse.Namespace) -> int:
     report = counterfactual_recall(
         model, tokenizer, records, methods=args.methods, probe=args.probe, seed=args.seed,
         cf_positions=args.cf_positions, max_new_tokens=args.max_new_tokens,
-        max_batch_tokens=args.max_batch_tokens or 16384, cache=args.cf_cache, model_name=args.model,
+        max_batch_tokens=args.max_batch_tokens or CPU_BATCH_TOKENS, cache=args.cf_cache, model_name=args.model,
         method_params=method_params_from(args, budget_params(args.max_batch_tokens)),
         progress=not args.no_progress, replacement=args.replace, sets=sets)
     if args.json:
@@ -188,6 +189,7 @@ def run_graded(args: argparse.Namespace) -> int:
     from ..analysis.graded_oracle import GradedSettings
     from ..analysis.graded_recall import RANDOM_RANKING, graded_recall
     from ..models import load_model
+    from ..models.budget import CPU_BATCH_TOKENS
 
     if args.sets != ["graded"] or args.granularity == "step":
         say("oar recall: --sets graded runs alone, at token granularity")
@@ -197,7 +199,7 @@ def run_graded(args: argparse.Namespace) -> int:
     report = graded_recall(
         model, tokenizer, records, methods=args.methods, probe=args.probe,
         settings=GradedSettings(k=args.graded_k, positions=args.cf_positions, seed=args.seed),
-        max_new_tokens=args.max_new_tokens, max_batch_tokens=args.max_batch_tokens or 16384,
+        max_new_tokens=args.max_new_tokens, max_batch_tokens=args.max_batch_tokens or CPU_BATCH_TOKENS,
         cache=args.cf_cache, group_samples=args.group_samples,
         method_params=method_params_from(args, budget_params(args.max_batch_tokens)),
         progress=not args.no_progress)

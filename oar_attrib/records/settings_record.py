@@ -31,7 +31,7 @@ import re
 from pathlib import Path
 
 from ..errors import InputError
-from ..model_cache import weights_sha256
+from ..models.cache import weights_sha256
 
 RECORD_FORMAT = 1
 
@@ -130,7 +130,7 @@ def method_record(name: str, settings, params: dict | None = None) -> dict:
 
 def _catalogue_name(folder: Path) -> str | None:
     """The catalogue name whose local folder is `folder` (nothing is fetched)."""
-    from ..catalogue import CATALOGUE, entry_folder
+    from ..models.catalogue import CATALOGUE, entry_folder
 
     for name, entry in CATALOGUE.items():
         try:
@@ -150,7 +150,7 @@ def model_identity(model) -> dict:
     if model is None:
         return {"name": None, "weights_sha256": None}
     if isinstance(model, (str, Path)):
-        from ..catalogue import CATALOGUE
+        from ..models.catalogue import CATALOGUE
         from ..models import resolve
 
         folder = resolve(model)
@@ -180,7 +180,7 @@ def settings_record(settings, methods, method_params: dict | None = None, *, mod
     step_unit, chat: how reasoning splits into steps, whether prompts get the chat template.
     extra: more JSON-ready fields of the producer (e.g. the input of a store run).
     """
-    from .. import __version__
+    from ..version import __version__
 
     params = method_params or {}
     names = [methods] if isinstance(methods, str) else list(methods)

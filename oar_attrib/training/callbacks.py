@@ -20,9 +20,11 @@ import torch
 from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
-from oar_attrib.generation import continue_rows
+from oar_attrib.models.generation import continue_rows
 from oar_attrib.inputs.chat_template import chat_ids
 from oar_attrib.world.evaluation import evaluate_world
+
+from .trl_private import metrics
 
 
 class AccuracyCallback(TrainerCallback):
@@ -56,7 +58,7 @@ class AccuracyCallback(TrainerCallback):
         if self.trainer is not None:
             for key, value in result.items():
                 if key.startswith("accuracy"):
-                    self.trainer._metrics["train"][f"eval/{key}"].append(value)
+                    metrics(self.trainer)[f"eval/{key}"].append(value)
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if state.global_step == 0:

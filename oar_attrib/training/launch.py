@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from oar_attrib.configs import DTYPES
+from oar_attrib.commands import DTYPES
 from oar_attrib.console import say
 from oar_attrib.defaults import PROMPT_FORMAT, WORLD_FORMAT
 from oar_attrib.records.settings_record import RECORD_FILE  # noqa: F401  (the record file, named once)
@@ -250,7 +250,7 @@ def build_trainer(run: RunConfig, args, rollout_func=None, data_seed: int | None
     itself)."""
     import torch
 
-    from oar_attrib.generation import stop_ids
+    from oar_attrib.models.generation import stop_ids
     from oar_attrib.models import load_model
 
     from .callbacks import AccuracyCallback

@@ -31,6 +31,7 @@ from .model_card import base_model_name, oar_model_card
 from .rewards import correctness
 from .reshaping import ReshapeSettings, TokenWeights, token_advantages, token_weights, unpad_rows
 from .run_store_hook import RunStoreHook
+from . import trl_private
 
 
 LOW_SPAN_RATE = 0.5
@@ -67,6 +68,7 @@ class OARGRPOTrainer(GRPOTrainer):
 
     def __init__(self, *args, run_store: RunStoreHook | None = None, **kwargs):
         check_trl_version()
+        trl_private.check()
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, OARConfig):
             raise TrainingConfigError(
@@ -99,8 +101,8 @@ class OARGRPOTrainer(GRPOTrainer):
         # run store's run config. The weights hash is of the files the model came from.
         self.oar_record = self.args.settings_record(self.model)
         if run_store is None and self.args.oar_store_every > 0 and self.accelerator.is_main_process:
-            name = getattr(getattr(self.model, "config", None), "_name_or_path", "") or ""
-            self.run_store = RunStoreHook.from_config(self.args, model=str(name), record=self.oar_record)
+            name = self._oar_base_model or ""
+            self.run_store = RunStoreHook.from_config(self.args, model=name, record=self.oar_record)
 
     # ------------------------------------------------------------------ TRL hooks
 
@@ -155,11 +157,11 @@ class OARGRPOTrainer(GRPOTrainer):
         start = time.perf_counter()
         output = super().training_step(model, inputs, num_items_in_batch)
         self._oar_step_wall += time.perf_counter() - start
-        if self._step % self.current_gradient_accumulation_steps == 0:
+        if trl_private.step(self) % self.current_gradient_accumulation_steps == 0:
             # Attribution happens inside the step that generates, so this share is high on
             # generation steps and 0 on reuse steps; the logged mean is the overall share.
             share = self._oar_step_attr / max(self._oar_step_wall, 1e-9)
-            self._metrics["train"]["oar/time_share"].append(share)
+            trl_private.metrics(self)["oar/time_share"].append(share)
             self._oar_step_attr, self._oar_step_wall = 0.0, 0.0
         return output
 
@@ -250,7 +252,7 @@ class OARGRPOTrainer(GRPOTrainer):
         # The slowest rank sets the pace.
         peak = self._pooled(torch.amax, {"weight": tw.weights.max() if tw.weights.numel() else 1.0,
                                          "seconds": tw.seconds})
-        metrics, rows = self._metrics["train"], max(sums["rows"], 1.0)
+        metrics, rows = trl_private.metrics(self), max(sums["rows"], 1.0)
         if sums["ess_rows"] > 0:
             metrics["oar/ess_ratio"].append(sums["ess"] / sums["ess_rows"])
         if sums["top_rows"] > 0:

@@ -9,9 +9,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import __version__
-from ..configs import DTYPES
+from ..commands import DTYPES
 from ..defaults import PROBE, PROBES
-from ..catalogue import cache_dir
+from ..models.catalogue import cache_dir
 from ..errors import OARError
 
 
@@ -206,7 +206,7 @@ def sample_world(model, tokenizer, config: DemoConfig = DemoConfig(), *, progres
     """(owners, texts): `config.samples` sampled responses to each of `config.n_problems`
     held-out problems (groups with right and wrong answers first, `_keep_mixed_groups`), one
     problem per response. Seeded: the same config gives the same texts."""
-    from ..generation import generate
+    from ..models.generation import generate
     from ..world import generate_problems
 
     problems = generate_problems(config.n_problems * config.candidates, config.preset,

@@ -14,7 +14,7 @@ from oar_attrib.analysis.counterfactual_recall import answer_key
 from oar_attrib.analysis.graded_oracle import GradedSettings, GradedTrace, draw_replacements, graded_oracle
 from oar_attrib.analysis.graded_recall import EARLIEST, graded_recall, pooled, tercile_auc, trace_metrics
 from oar_attrib.errors import InputError
-from oar_attrib.generation import generate
+from oar_attrib.models.generation import generate
 from oar_attrib.inputs.grading import grade
 from oar_attrib.methods.baselines.ktae import key_token_values
 from oar_attrib.world import generate_problems

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from oar_attrib.commands import run_command
-from oar_attrib.configs import DefaultsHelpFormatter, add_dataclass_args
+from oar_attrib.commands import DefaultsHelpFormatter, add_dataclass_args
 from oar_attrib.extras import require_extra
 
 from ..errors import AlignError

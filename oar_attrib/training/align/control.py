@@ -21,7 +21,7 @@ import torch
 from oar_attrib.defaults import PROBE
 from oar_attrib.errors import InputError
 from oar_attrib.inputs.batch import ScoringBatch
-from oar_attrib.lm import keep_scoreable
+from oar_attrib.models.lm import keep_scoreable
 from oar_attrib.methods.probes import check_probe
 from oar_attrib.methods.registry import register_method
 from oar_attrib.world.generator import parse_question

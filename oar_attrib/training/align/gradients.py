@@ -45,6 +45,7 @@ from oar_attrib.weights.settings import ReshapeSettings
 
 from ..errors import AlignError
 from ..reshaping import token_advantages
+from ..trl_private import FORWARD, entropy_bonus
 from .settings import MethodChoice
 
 ROW_INDEPENDENT_LOSSES = ("dapo", "cispo", "vespo")  # normalised by the batch's num_items_in_batch
@@ -60,7 +61,7 @@ def check_trainer(trainer) -> None:
         (trainer.beta != 0.0, f"beta={trainer.beta} (the KL term is not linear in the advantages): set beta=0"),
         (trainer.num_iterations != 1, f"num_iterations={trainer.num_iterations}: set num_iterations=1 "
                                       "(one policy step per generation, ratio 1)"),
-        (trainer._entropy_bonus_enabled, "an entropy bonus (entropy_coef / use_adaptive_entropy): turn it off"),
+        (entropy_bonus(trainer), "an entropy bonus (entropy_coef / use_adaptive_entropy): turn it off"),
         (trainer.use_vllm, "use_vllm=true: sample with the policy (use_vllm=false)"),
         (trainer.scale_rewards == "batch" or args.multi_objective_aggregation != "sum_then_normalize",
          "rewards scaled over the whole batch: set scale_rewards=group (or none) and "
@@ -125,7 +126,7 @@ def shared_forward(trainer):
     """Within the block the trainer's forward (`_get_per_token_logps_and_entropies`) runs once
     per distinct (model, tokens, mask, logits kept) and returns the same graph-carrying tensors
     after that; backward passes must keep the graph (`retain_graph=True`). The graphs go at exit."""
-    original = trainer._get_per_token_logps_and_entropies
+    original = getattr(trainer, FORWARD)
     cache: dict[str, tuple] = {}
 
     def cached(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
@@ -135,11 +136,11 @@ def shared_forward(trainer):
             cache[key] = original(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
         return cache[key]
 
-    trainer._get_per_token_logps_and_entropies = cached
+    setattr(trainer, FORWARD, cached)
     try:
         yield
     finally:
-        del trainer._get_per_token_logps_and_entropies  # the class's method again
+        delattr(trainer, FORWARD)  # the class's method again
         cache.clear()
 
 

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from oar_attrib.analysis.align_folder import HALVES, MEAN_GRADIENTS, REFERENCE_JSON
 
 from ..errors import AlignError
+from ..trl_private import metrics
 from . import gradients
 from .gradients import ParamLayout, dot64, endpoint_sums, grpo_gradient, method_gradient, shared_forward
 from .rollouts import GroupRef, batch_of, call_seed, prompt_order, screen_call
@@ -360,7 +361,7 @@ def measure(store: AlignStore, trainer, layout_: ParamLayout, methods: list[Meth
         ahead[half] = False
         for method_sums in sums:
             method_sums[half].keep(counts[half])
-        trainer._metrics["train"].clear()  # TRL's per-loss-call logs would grow without end
+        metrics(trainer).clear()  # TRL's per-loss-call logs would grow without end
 
 
 def mean_gradients(store: AlignStore, methods: list[MethodChoice], size: int, progress: bool) -> dict:

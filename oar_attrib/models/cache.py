@@ -23,8 +23,8 @@ from fnmatch import fnmatch
 from functools import lru_cache
 from pathlib import Path
 
-from .errors import ModelLoadError
-from .files import feed_file
+from ..errors import ModelLoadError
+from ..files import feed_file
 
 SOURCE_FILE = "oar_source.json"
 SHA256 = re.compile(r"[0-9a-f]{64}")

@@ -29,7 +29,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from oar_attrib.configs import add_model_args
+from oar_attrib.commands import add_model_args
 from oar_attrib.inputs.spans import MARKER_FORMATS
 
 # The most rows (questions x samples) decoded at once.
@@ -272,7 +272,7 @@ def model_defaults(args) -> str | None:
     """Fill in the sampling flags left out (None) from the model's catalogue entry
     (`catalogue.Answering`: how it gives answers), else the generic defaults; the line that
     says which came from the catalogue, None when none did."""
-    from oar_attrib.catalogue import answering
+    from oar_attrib.models.catalogue import answering
 
     defaults, known = answering(args.model)
     taken = [name for name in ("answer_format", "temperature", "max_new_tokens")
@@ -356,8 +356,3 @@ def add_parser(sub) -> None:
     add_model_args(gen, budget=False)
     gen.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     gen.set_defaults(func=run)
-
-
-def add_generate_command(subparsers) -> None:
-    """Register `oar generate` (entry point `oar_attrib.commands`)."""
-    add_parser(subparsers)
