@@ -68,20 +68,19 @@ def check_cache(args: argparse.Namespace) -> None:
     the model loads); give a cache without a record this command's."""
     from pathlib import Path
 
-    from ..jsonl import iter_jsonl
+    from ..jsonl import append_jsonl, check_log_path, iter_jsonl
     from ..records.settings_record import check_resume
 
     if args.cf_cache is None:
         return
-    path, full = Path(args.cf_cache), recall_record(args)
+    path, full = check_log_path(args.cf_cache, "--cf-cache"), recall_record(args)
     record = {k: full[k] for k in ("format", "model", "dtype", "version")}
     stored = next((v["record"] for _, v in (iter_jsonl(path) if path.is_file() else ())
                    if isinstance(v, dict) and isinstance(v.get("record"), dict)), None)
     if stored is not None:
         check_resume(f"--cf-cache {path}", stored, record, "pass a new --cf-cache")
         return
-    with path.open("a", encoding="utf-8") as out:  # readers skip lines without a key
-        out.write(json.dumps({"record": record}) + "\n")
+    append_jsonl(path, [{"record": record}], "--cf-cache")  # readers skip lines without a key
 
 
 def run_steps(args: argparse.Namespace, model, tokenizer) -> int:
@@ -186,19 +185,20 @@ def run_graded(args: argparse.Namespace) -> int:
     """`--sets graded`: each method's Spearman and tercile AUC against the graded oracle's flip
     rates (K replacements per tested position), resumable through `--cf-cache`."""
     from ..analysis.graded_oracle import GradedSettings
-    from ..analysis.graded_recall import RANDOM_RANKING, graded_recall
+    from ..analysis.graded_recall import RANDOM_RANKING, GradedCache, graded_recall
     from ..models import load_model
 
     if args.sets != ["graded"] or args.granularity == "step":
         say("oar recall: --sets graded runs alone, at token granularity")
         return 2
     records = graded_records(args)
+    cache = GradedCache(args.cf_cache)  # read and checked before the model loads
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
     report = graded_recall(
         model, tokenizer, records, methods=args.methods, probe=args.probe,
         settings=GradedSettings(k=args.graded_k, positions=args.cf_positions, seed=args.seed),
         max_new_tokens=args.max_new_tokens, max_batch_tokens=args.max_batch_tokens or 16384,
-        cache=args.cf_cache, group_samples=args.group_samples,
+        cache=cache, group_samples=args.group_samples,
         method_params=method_params_from(args, budget_params(args.max_batch_tokens)),
         progress=not args.no_progress)
     if args.json:

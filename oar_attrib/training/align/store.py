@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from oar_attrib.files import drop_partial_tail
-from oar_attrib.jsonl import NotJSON, iter_jsonl
+from oar_attrib.jsonl import NotJSON, append_jsonl, iter_jsonl
 from oar_attrib.records.settings_record import RecordMismatchError, record_differences
 from oar_attrib.store.lock import WriterLock
 
@@ -45,10 +45,7 @@ def _write_json(path: Path, value) -> None:
 
 
 def _append_line(path: Path, value: dict) -> None:
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(value, ensure_ascii=False) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    append_jsonl(path, [value])
 
 
 def read_lines(path: Path) -> list[dict]:
@@ -149,10 +146,7 @@ class AlignStore:
         tmp = folder / f"call-{call}.pt.tmp"
         torch.save(output, tmp)
         os.replace(tmp, folder / f"call-{call}.pt")
-        with open(self.path / "screen.jsonl", "a", encoding="utf-8") as handle:
-            handle.write("".join(json.dumps({"call": call, **line}, ensure_ascii=False) + "\n" for line in lines))
-            handle.flush()
-            os.fsync(handle.fileno())
+        append_jsonl(self.path / "screen.jsonl", ({"call": call, **line} for line in lines))
 
     def call_output(self, call: int) -> dict:
         if call not in self._outputs:
