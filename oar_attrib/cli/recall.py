@@ -225,15 +225,37 @@ def run_graded(args: argparse.Namespace) -> int:
     return 0
 
 
+# The count flags and their least values; each is at most configs.MAX_COUNT (past it a flag
+# asks for memory by the terabyte, or for a run that never ends).
+COUNTS = (("n", 1), ("resample_samples", 1), ("intervention_samples", 0), ("cf_positions", 1),
+          ("max_new_tokens", 1), ("graded_k", 1), ("group_samples", 0))
+
+
+def number_problem(args: argparse.Namespace) -> str | None:
+    """The one line for a count flag or --seed out of its bounds (checked before anything
+    loads), or None."""
+    from ..configs import MAX_COUNT
+
+    if args.resample_samples < 1:
+        return f"--resample-samples must be >= 1, got {args.resample_samples}"
+    if args.intervention_samples < 0:
+        return f"--intervention-samples must be >= 0 (0: off), got {args.intervention_samples}"
+    for name, low in COUNTS:
+        value = getattr(args, name, None)
+        if value is not None and not low <= value <= MAX_COUNT:
+            return f"--{name.replace('_', '-')} must be from {low} to {MAX_COUNT}, got {value}"
+    if not 0 <= args.seed < 2**32:
+        return f"--seed must be from 0 to 2**32 - 1, got {args.seed}"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from ..models import load_model
     from ..analysis.recall import oracle_recall
 
-    if args.resample_samples < 1:
-        say(f"oar recall: --resample-samples must be >= 1, got {args.resample_samples}")
-        return 2
-    if args.intervention_samples < 0:
-        say(f"oar recall: --intervention-samples must be >= 0 (0: off), got {args.intervention_samples}")
+    problem = number_problem(args)
+    if problem:
+        say(f"oar recall: {problem}")
         return 2
     if args.sets and "graded" in args.sets:
         return run_graded(args)

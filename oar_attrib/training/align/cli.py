@@ -146,6 +146,9 @@ def check_paths(args: argparse.Namespace, store: Path) -> None:
     kind = _kind(Path(args.summary)) if args.summary else None
     if kind not in (None, "a regular file"):
         raise AlignError(f"--summary {args.summary} is {kind}; pass a file path")
+    if args.summary and Path(args.summary).is_symlink():
+        raise AlignError(f"--summary {args.summary} is a symbolic link; nothing is written through "
+                         "a link: pass the file itself or a new path")
     if not args.export:
         return
     export, kind = Path(args.export), _kind(Path(args.export))
