@@ -10,9 +10,7 @@ import sys
 
 import pytest
 
-import oar_attrib as oa
-from oar_attrib.analysis.graded_oracle import GradedSettings
-from oar_attrib.analysis.graded_recall import GradedCache, graded_recall
+from oar_attrib.analysis.graded_recall import GradedCache
 from oar_attrib.errors import InputError, OutputError
 from oar_attrib.jsonl import AppendLog, append_jsonl, iter_jsonl
 from oar_attrib.world import generate_problems
@@ -116,16 +114,19 @@ def _records(n=2):
 
 
 @pytest.fixture(scope="module")
-def cache_lines(tmp_path_factory):
-    """The lines of a real graded cache (the bundled model, 2 traces, two methods)."""
-    model, tok = oa.load_model("arith-tiny")
-    path = tmp_path_factory.mktemp("graded") / "cache.jsonl"
-    records = [{"prompt": p.prompt, "answer": str(p.answer)}
-               for p in generate_problems(2, "recall", seed=0, split="test")]
-    graded_recall(model, tok, records, methods=["entropy", "random"], settings=GradedSettings(k=2, positions=3),
-                  cache=path, max_new_tokens=48)
-    lines = path.read_text(encoding="utf-8").splitlines()
-    assert {json.loads(line)["kind"] for line in lines} == {"answer", "scores", "oracle"}
+def cache_lines():
+    """Lines of a graded cache as `graded_recall` writes them (an answer, a method's scores
+    with an undefined one as null, an oracle: [position, drawn ids, 0/1 flips]); that real
+    caches read back is tests/analysis/test_graded_oracle.py's rerun test."""
+    entries = [{"kind": "answer", "key": "a" * 32, "text": "3 + 4 = 7. The answer is 7."},
+               {"kind": "scores", "key": "b" * 32, "method": "entropy", "scores": [0.25, None, 1.5, 0.0]},
+               {"kind": "oracle", "key": "c" * 32, "positions": [[0, [11, 12], [1, 0]], [2, [13, 14], [0, 0]]],
+                "decode": {"rows": 4, "seconds": 0.1}},
+               {"kind": "answer", "key": "d" * 32, "text": "The answer is 9."}]
+    lines = [json.dumps(e) for e in entries]
+    path_free = GradedCache(None)
+    for e in entries:
+        path_free._take(1, e)  # each is one GradedCache takes
     return lines
 
 
