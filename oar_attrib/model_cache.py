@@ -100,7 +100,11 @@ def config_sha256(folder: str | Path) -> str | None:
     files = [Path(folder) / name for name in CONFIG_FILES if (Path(folder) / name).is_file()]
     if not files:
         return None
-    return _weights_digest(tuple((str(f.resolve()), *_stat(f).values()) for f in files))
+    digest = hashlib.sha256()  # small files: hashed each time, beside the weights' cached digest
+    for path in files:
+        digest.update(path.name.encode() + b"\0")
+        feed_file(digest, path)
+    return digest.hexdigest()
 
 
 def damage(folder: Path, sha256: str, full: bool = False) -> str | None:

@@ -79,13 +79,12 @@ def show(value) -> str:
 
 def shown(record: dict, dotted: str) -> str:
     """A field's value in the one line; the model as its name and the head of its hash."""
-    if dotted.endswith("model.config_sha256"):
-        digest = lookup(record, dotted)
-        return f"config, tokenizer and chat template {digest[:12]}" if isinstance(digest, str) else show(digest)
     if dotted.startswith("model."):
         model = record.get("model") or {}
-        digest = model.get("weights_sha256")
-        return f"{show(model.get('name'))}" + (f" (weights {digest[:12]})" if digest else "")
+        digest, config = model.get("weights_sha256"), model.get("config_sha256")
+        return f"{show(model.get('name'))}" + (f" (weights {digest[:12]})" if digest else "") + (
+            f", config, tokenizer and chat template {config[:12]}"
+            if dotted.endswith("config_sha256") and isinstance(config, str) else "")
     return show(lookup(record, dotted))
 
 

@@ -30,7 +30,7 @@ from ..errors import AlignError
 from .settings import QUICK, AlignSettings
 
 PILOT_BATCHES = 12
-N_BOOT = (100, 100_000)  # fewer cannot place a 95% percentile interval; more is memory, not precision
+BOOT_RANGE = (100, 100_000)  # fewer cannot place a 95% percentile interval; more is memory, not precision
 MAX_EFFECT = 2.0  # a difference of two cosines is at most 2
 SETTING = re.compile(r"^[A-Za-z_][\w.]*=")  # key=value; a method's keywords follow a colon
 EPILOG = """settings: key=value pairs override the preset's trainer and run settings as in `oar train`
@@ -64,7 +64,7 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--export", metavar="DIR", help="also copy the files the statistics are made from "
                                                         "(kilobytes) to DIR, e.g. docs/experiments/align/NAME")
     parser.add_argument("--n-boot", type=int, default=10_000,
-                        help=f"bootstrap resamples of the batches ({N_BOOT[0]} to {N_BOOT[1]})")
+                        help=f"bootstrap resamples of the batches ({BOOT_RANGE[0]} to {BOOT_RANGE[1]})")
     parser.add_argument("--effects", type=float, nargs="+", default=None,
                         help="effects in delta cos the power table sizes batches for (default: 0.002 "
                              "0.005 0.01 0.02 0.05)")
@@ -109,8 +109,8 @@ def check_numbers(args: argparse.Namespace) -> None:
     """AlignError for a --n-boot or --effects out of its bounds (before anything is written)."""
     import math
 
-    if not N_BOOT[0] <= args.n_boot <= N_BOOT[1]:
-        raise AlignError(f"--n-boot must be between {N_BOOT[0]} and {N_BOOT[1]}, got {args.n_boot}; "
+    if not BOOT_RANGE[0] <= args.n_boot <= BOOT_RANGE[1]:
+        raise AlignError(f"--n-boot must be between {BOOT_RANGE[0]} and {BOOT_RANGE[1]}, got {args.n_boot}; "
                          "10000 is the default")
     for effect in args.effects or ():
         if not (math.isfinite(effect) and 0 < effect <= MAX_EFFECT):
