@@ -110,6 +110,25 @@ def quiet_library_deprecations() -> None:
         warnings.filterwarnings("default", category=category, module="oar_attrib")
 
 
+# The largest count a command-line number may ask for (noise draws, samples, batches): larger ones
+# allocate memory by the terabyte before any check of theirs could run.
+MAX_COUNT = 100_000
+
+
+def number_problem(value, kind: type) -> str | None:
+    """Why `value` is not a usable positive `kind` (int or float) setting, or None: a bool or
+    text, NaN or an infinity, <= 0, or an int above MAX_COUNT."""
+    import math
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+        return f"must be a{'n integer' if kind is int else ' number'}, got {value!r}"
+    if not math.isfinite(value) or not value > 0:
+        return f"must be a finite number > 0, got {value!r}"
+    if kind is int and value > MAX_COUNT:
+        return f"must be at most {MAX_COUNT}, got {value}"
+    return None
+
+
 class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter):
     """`--help` that shows each option's default (unless its help already says it, or it has
     none: None, False), descriptions and epilogs kept as written."""

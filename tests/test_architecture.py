@@ -316,6 +316,51 @@ def test_no_sql_outside_the_store():
     assert found == {}
 
 
+# One append-only log: every append to a file goes through `jsonl.AppendLog` (its link and
+# FIFO checks, its cut of a half-written last line, its fsync), never an `open(..., "a")` of its own.
+APPEND_OWNER = "oar_attrib.jsonl"
+
+
+def _mode_of(call: ast.Call) -> str | None:
+    """The mode string an `open(path, mode)`, `path.open(mode)` or `io.open` call passes, if any."""
+    func = call.func
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+    if name != "open":
+        return None
+    builtin = isinstance(func, ast.Name) or (isinstance(func.value, ast.Name) and func.value.id == "io")
+    args = call.args[1:2] if builtin else call.args[:1]
+    args += [k.value for k in call.keywords if k.arg == "mode"]
+    return next((a.value for a in args if isinstance(a, ast.Constant) and isinstance(a.value, str)), None)
+
+
+def _appends_in(source: str) -> list[int]:
+    """The lines of `source` that open a file for appending (a mode with `a`, or `O_APPEND`)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and "a" in (_mode_of(node) or ""):
+            found.append(node.lineno)
+        elif isinstance(node, ast.Attribute) and node.attr == "O_APPEND":
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def test_the_append_check_finds_planted_appends_and_not_reads():
+    planted = ("with open(path, 'a', encoding='utf-8') as out: pass\n"
+               "with path.open('ab') as out: pass\n"
+               "handle = io.open(path, mode='a+')\n"
+               "fd = os.open(path, os.O_WRONLY | os.O_APPEND)\n"
+               "with open(path, 'rb') as src, path.open('w') as dst, open(path) as plain: pass\n"
+               "data = requests.open('a')\n")
+    assert _appends_in(planted) == [1, 2, 3, 4, 6]  # any `.open('a')` counts: a Path's is the common one
+
+
+def test_only_the_jsonl_log_appends_to_files():
+    """Files are appended to by `jsonl.AppendLog` alone (one rule for links, FIFOs, cut lines, fsync)."""
+    found = {m: got for m, path in MODULES.items() if m != APPEND_OWNER
+             for got in [_appends_in(path.read_text(encoding="utf-8"))] if got}
+    assert found == {}
+
+
 # One definition of each default: parameters, dataclass fields and command-line flags named like
 # a knob take the declared default (`oar_attrib.defaults`, the only place it is written).
 KNOBS = {"tau", "beta", "w_min", "rho", "oar_tau", "oar_beta", "oar_w_min", "oar_entropy_rho",

@@ -25,7 +25,7 @@ import shutil
 from pathlib import Path
 
 from ..errors import InputError
-from ..jsonl import NotJSON, iter_jsonl
+from ..jsonl import NotJSON, append_jsonl, iter_jsonl
 from ..records.settings_record import RECORD_FILE
 
 RECORD = RECORD_FILE  # settings_record.json, as beside a training run
@@ -190,13 +190,10 @@ class AlignFolder:
         os.replace(tmp, path)
 
     def append(self, name: str, lines: list[dict]) -> None:
-        """Append lines to one of the folder's JSON Lines files, fsynced."""
+        """Append lines to one of the folder's JSON Lines files (the project's one append-only log)."""
         path = self.file(name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as handle:
-            handle.write("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines))
-            handle.flush()
-            os.fsync(handle.fileno())
+        append_jsonl(path, lines)
 
     def export(self, dest: str | Path) -> list[Path]:
         """Copy the `RESULT_FILES` that exist into the folder `dest` (made if needed)."""

@@ -27,7 +27,7 @@ from ..inputs.pairs import Skip, input_labels, judge_record, judge_tokens, label
 from ..inputs.segments import n_scored
 from ..jsonl import iter_jsonl
 from . import outputs
-from ..commands import add_dataclass_args, add_model_args
+from ..commands import MAX_COUNT, add_dataclass_args, add_model_args
 from ..weights.settings import ReshapeSettings
 from .choices import add_answer_format_arg, add_method_knobs, add_probe_arg, method_name, method_params_from
 from .provenance import input_defaults
@@ -192,8 +192,8 @@ def chat_choice(chat: bool | None, tokenizer) -> bool | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.batch_size < 1:
-        raise InputError(f"--batch-size must be at least 1, got {args.batch_size}")
+    if not 1 <= args.batch_size <= MAX_COUNT:
+        raise InputError(f"--batch-size must be from 1 to {MAX_COUNT}, got {args.batch_size}")
     if (args.store is None) != (args.run is None):
         raise InputError("--store and --run go together: the run store and the run to attribute")
     if args.store is not None:

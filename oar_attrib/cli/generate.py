@@ -115,10 +115,8 @@ def _settle(out: Path) -> None:
         os.replace(tmp, out)
 
 
-def _write(handle, groups: list[list[dict]]) -> None:
-    handle.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for g in groups for r in g))
-    handle.flush()
-    os.fsync(handle.fileno())
+def _write(log, groups: list[list[dict]]) -> None:
+    log.write(r for g in groups for r in g)
 
 
 def _askable(tokenizer, questions, limit: int | None, max_new_tokens: int, data: Path,
@@ -219,12 +217,13 @@ def _answer(model, tokenizer, todo: dict, args, settings, out: Path, report) -> 
     from tqdm.auto import tqdm
 
     from oar_attrib.inputs.encoding import position_limit
+    from oar_attrib.jsonl import AppendLog
     from oar_attrib.rollouts import sample_encoded
 
     record, limit = settings.record(), position_limit(tokenizer, model)
     tally = Tally()
     try:
-        with open(out, "a", encoding="utf-8") as handle, \
+        with AppendLog(out, "--out") as handle, \
                 tqdm(total=sum(len(q) * (args.samples - have) for have, q in todo.items()),
                      desc="generate", unit="answer", disable=args.no_progress) as bar:
             progress = Progress(bar)
@@ -290,6 +289,7 @@ def run(args: argparse.Namespace) -> int:
     from oar_attrib.console import say
     from oar_attrib.errors import InputError
     from oar_attrib.files import check_file, check_writable
+    from oar_attrib.jsonl import check_log_path
     from oar_attrib.models import load_model
     from oar_attrib.rollouts import SamplingSettings, read_questions
 
@@ -304,6 +304,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--out {out}: oar generate writes JSONL; attribute it into a store with "
                          f"oar attribute --input {out.with_suffix('.jsonl')} --out {out}")
     check_writable(out)
+    check_log_path(out, "--out")
     held = _held(out, settings.record())
     if said:  # once every refusal has had its say
         say(said)

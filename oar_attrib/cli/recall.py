@@ -66,22 +66,19 @@ def recall_record(args: argparse.Namespace) -> dict:
 def check_cache(args: argparse.Namespace) -> None:
     """Refuse a `--cf-cache` computed with another model or dtype (RecordMismatchError, before
     the model loads); give a cache without a record this command's."""
-    from pathlib import Path
-
-    from ..jsonl import iter_jsonl
+    from ..jsonl import append_jsonl, check_log_path, iter_jsonl
     from ..records.settings_record import check_resume
 
     if args.cf_cache is None:
         return
-    path, full = Path(args.cf_cache), recall_record(args)
+    path, full = check_log_path(args.cf_cache, "--cf-cache"), recall_record(args)
     record = {k: full[k] for k in ("format", "model", "dtype", "version")}
     stored = next((v["record"] for _, v in (iter_jsonl(path) if path.is_file() else ())
                    if isinstance(v, dict) and isinstance(v.get("record"), dict)), None)
     if stored is not None:
         check_resume(f"--cf-cache {path}", stored, record, "pass a new --cf-cache")
         return
-    with path.open("a", encoding="utf-8") as out:  # readers skip lines without a key
-        out.write(json.dumps({"record": record}) + "\n")
+    append_jsonl(path, [{"record": record}], "--cf-cache")  # readers skip lines without a key
 
 
 def run_steps(args: argparse.Namespace, model, tokenizer) -> int:
@@ -187,7 +184,7 @@ def run_graded(args: argparse.Namespace) -> int:
     """`--sets graded`: each method's Spearman and tercile AUC against the graded oracle's flip
     rates (K replacements per tested position), resumable through `--cf-cache`."""
     from ..analysis.graded_oracle import GradedSettings
-    from ..analysis.graded_recall import RANDOM_RANKING, graded_recall
+    from ..analysis.graded_recall import RANDOM_RANKING, GradedCache, graded_recall
     from ..models import load_model
     from ..models.budget import CPU_BATCH_TOKENS
 
@@ -195,12 +192,13 @@ def run_graded(args: argparse.Namespace) -> int:
         say("oar recall: --sets graded runs alone, at token granularity")
         return 2
     records = graded_records(args)
+    cache = GradedCache(args.cf_cache)  # read and checked before the model loads
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
     report = graded_recall(
         model, tokenizer, records, methods=args.methods, probe=args.probe,
         settings=GradedSettings(k=args.graded_k, positions=args.cf_positions, seed=args.seed),
         max_new_tokens=args.max_new_tokens, max_batch_tokens=args.max_batch_tokens or CPU_BATCH_TOKENS,
-        cache=args.cf_cache, group_samples=args.group_samples,
+        cache=cache, group_samples=args.group_samples,
         method_params=method_params_from(args, budget_params(args.max_batch_tokens)),
         progress=not args.no_progress)
     if args.json:
@@ -227,15 +225,37 @@ def run_graded(args: argparse.Namespace) -> int:
     return 0
 
 
+# The count flags and their least values; each is at most configs.MAX_COUNT (past it a flag
+# asks for memory by the terabyte, or for a run that never ends).
+COUNTS = (("n", 1), ("resample_samples", 1), ("intervention_samples", 0), ("cf_positions", 1),
+          ("max_new_tokens", 1), ("graded_k", 1), ("group_samples", 0))
+
+
+def number_problem(args: argparse.Namespace) -> str | None:
+    """The one line for a count flag or --seed out of its bounds (checked before anything
+    loads), or None."""
+    from ..commands import MAX_COUNT
+
+    if args.resample_samples < 1:
+        return f"--resample-samples must be >= 1, got {args.resample_samples}"
+    if args.intervention_samples < 0:
+        return f"--intervention-samples must be >= 0 (0: off), got {args.intervention_samples}"
+    for name, low in COUNTS:
+        value = getattr(args, name, None)
+        if value is not None and not low <= value <= MAX_COUNT:
+            return f"--{name.replace('_', '-')} must be from {low} to {MAX_COUNT}, got {value}"
+    if not 0 <= args.seed < 2**32:
+        return f"--seed must be from 0 to 2**32 - 1, got {args.seed}"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from ..models import load_model
     from ..analysis.recall import oracle_recall
 
-    if args.resample_samples < 1:
-        say(f"oar recall: --resample-samples must be >= 1, got {args.resample_samples}")
-        return 2
-    if args.intervention_samples < 0:
-        say(f"oar recall: --intervention-samples must be >= 0 (0: off), got {args.intervention_samples}")
+    problem = number_problem(args)
+    if problem:
+        say(f"oar recall: {problem}")
         return 2
     if args.sets and "graded" in args.sets:
         return run_graded(args)

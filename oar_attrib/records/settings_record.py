@@ -31,7 +31,7 @@ import re
 from pathlib import Path
 
 from ..errors import InputError
-from ..models.cache import weights_sha256
+from ..models.cache import config_sha256, weights_sha256
 
 RECORD_FORMAT = 1
 
@@ -85,8 +85,10 @@ def shown(record: dict, dotted: str) -> str:
     """A field's value in the one line; the model as its name and the head of its hash."""
     if dotted.startswith("model."):
         model = record.get("model") or {}
-        digest = model.get("weights_sha256")
-        return f"{show(model.get('name'))}" + (f" (weights {digest[:12]})" if digest else "")
+        digest, config = model.get("weights_sha256"), model.get("config_sha256")
+        return f"{show(model.get('name'))}" + (f" (weights {digest[:12]})" if digest else "") + (
+            f", config, tokenizer and chat template {config[:12]}"
+            if dotted.endswith("config_sha256") and isinstance(config, str) else "")
     return show(lookup(record, dotted))
 
 
@@ -143,10 +145,13 @@ def _catalogue_name(folder: Path) -> str | None:
 
 
 def model_identity(model) -> dict:
-    """{"name", "weights_sha256"} of a model: a catalogue name or checkpoint path (resolved to
-    its folder, fetched as `load_model` would), or a loaded model (its `name_or_path` folder).
-    A model built in memory has no files: name and hash None. The hash is of the files the
-    model was loaded from, not of weights changed since in memory."""
+    """{"name", "weights_sha256", "config_sha256"} of a model: a catalogue name or checkpoint
+    path (resolved to its folder, fetched as `load_model` would), or a loaded model (its
+    `name_or_path` folder). A model built in memory has no files: name and hashes None. The
+    hashes are of the files the model was loaded from (its weights; its config, tokenizer and
+    chat template, `models.cache.CONFIG_FILES`), not of weights changed since in memory. A
+    record written before `config_sha256` existed lacks it, and a field only one side has is
+    not compared (`record_differences`): such an output resumes, judged by its weights."""
     if model is None:
         return {"name": None, "weights_sha256": None}
     if isinstance(model, (str, Path)):
@@ -155,12 +160,13 @@ def model_identity(model) -> dict:
 
         folder = resolve(model)
         name = str(model) if str(model) in CATALOGUE else str(Path(model).expanduser())
-        return {"name": name, "weights_sha256": weights_sha256(folder)}
+        return {"name": name, "weights_sha256": weights_sha256(folder), "config_sha256": config_sha256(folder)}
     source = str(getattr(model, "name_or_path", "") or "")
     folder = Path(source).expanduser() if source else None
     if folder is None or not folder.is_dir():
         return {"name": source or None, "weights_sha256": None}
-    return {"name": _catalogue_name(folder) or str(folder), "weights_sha256": weights_sha256(folder)}
+    return {"name": _catalogue_name(folder) or str(folder), "weights_sha256": weights_sha256(folder),
+            "config_sha256": config_sha256(folder)}
 
 
 def model_dtype(model) -> str | None:

@@ -41,6 +41,9 @@ def check_controls(methods: list["MethodChoice"], data: str | None) -> None:
                              "--preset arith-tiny (or another world preset), or leave it out of --methods")
 
 
+MAX_PROMPTS = 4096  # prompts per batch: past this a batch's rollouts outgrow any accelerator
+
+
 @dataclass(frozen=True)
 class MethodChoice:
     """One compared method: `label` as written, the registered `name`, its `params`."""
@@ -78,11 +81,34 @@ class MethodChoice:
         if self.name not in trainable_methods() and self.name not in CONTROLS:
             raise AlignError(f"method {self.name!r} is not one the trainer can reshape with; choose "
                              f"among {', '.join(trainable_methods())}")
-        keywords = set(inspect.signature(method_spec(self.name).fn).parameters) - {"model", "batch", "tokenizer"}
+        signature = inspect.signature(method_spec(self.name).fn).parameters
+        keywords = set(signature) - {"model", "batch", "tokenizer"}
         unknown = sorted(set(self.params) - keywords)
         if unknown:
             raise AlignError(f"method {self.label!r}: {self.name} takes no {', '.join(unknown)}; "
                              f"its keywords: {', '.join(sorted(keywords))}")
+        for key, value in self.params.items():
+            problem = keyword_problem(signature[key].default, value)
+            if problem:
+                raise AlignError(f"method {self.label!r}: {key} {problem} (e.g. oar_g:n_noise=8)")
+
+
+def keyword_problem(default, value) -> str | None:
+    """Why `value` cannot stand for a method keyword whose default is `default`, or None: a
+    number must be of the default's kind, finite, > 0 and a bounded count (`commands.
+    number_problem`); a switch true or false; a name letters, digits, `_`, `.` or `-`."""
+    import re
+
+    from oar_attrib.commands import number_problem
+
+    if isinstance(default, bool) or isinstance(value, bool):
+        return None if isinstance(value, bool) and isinstance(default, (bool, type(None))) else \
+            f"must be true or false, got {value!r}"
+    if isinstance(default, (int, float)) or isinstance(value, (int, float)):
+        return number_problem(value, int if isinstance(default, int) else float)
+    if not isinstance(value, str) or not re.fullmatch(r"[\w.-]{1,64}", value, re.ASCII):
+        return f"must be a number or a plain name (letters, digits, _ . -), got {value!r}"
+    return None
 
 
 def resolve_methods(texts: tuple[str, ...] | list[str] | None) -> list[MethodChoice]:
@@ -136,9 +162,14 @@ class AlignSettings:
                 "random numbers."})
 
     def __post_init__(self) -> None:
-        for name in ("batches", "batch_prompts", "pool_batches"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise AlignError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        from oar_attrib.commands import MAX_COUNT
+
+        for name, high in (("batches", MAX_COUNT), ("batch_prompts", MAX_PROMPTS), ("pool_batches", MAX_COUNT)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= high:
+                raise AlignError(f"{name} must be an integer from 1 to {high}, got {value!r}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**32:
+            raise AlignError(f"seed must be an integer from 0 to 2**32 - 1, got {self.seed!r}")
         if self.pool_batches < 2:
             raise AlignError("pool_batches must be >= 2: g*'s split-half reliability needs two halves")
         object.__setattr__(self, "overrides", tuple(self.overrides))

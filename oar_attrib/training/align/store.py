@@ -19,14 +19,20 @@ writer at a time (`store.lock.WriterLock`: the lock file `<folder>.lock` beside 
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from oar_attrib.analysis.align_folder import HALVES, POOL, RECORD, RESULTS, SCREEN, AlignFolder
+from oar_attrib.analysis.align_folder import (
+    HALVES,
+    POOL,
+    RECORD,
+    RESULTS,
+    SCREEN,
+    AlignFolder,
+)
 from oar_attrib.files import drop_partial_tail
 from oar_attrib.records.settings_record import RecordMismatchError, record_differences
 from oar_attrib.store.lock import WriterLock
