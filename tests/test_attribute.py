@@ -271,9 +271,9 @@ def test_cli_attribute_progress_counts_traces_and_positions(tmp_path, model, tok
     positions = sum(sum(s == "reasoning" for s in r["segments"]) for r in rows if r["span_found"])
     assert len(rows) == 5 and positions > 0
     # 6 non-blank lines: 5 traces and a skipped one; the bar ends at the last one (what it
-    # shows in between depends on tqdm's refresh interval).
+    # shows in between depends on tqdm's refresh interval), with a time estimate.
     last_bar = [part for part in err.split("\r") if part.startswith("attribute:")][-1]
-    assert "6/6 [" in last_bar and f"positions={positions}" in last_bar and "trace" in last_bar
+    assert "6.0/6 traces [" in last_bar and "<00:00" in last_bar and f"positions={positions}" in last_bar and "trace" in last_bar
 
 
 def test_python_attribute_progress_counts_traces(model, tokenizer, problems, capsys):
