@@ -40,15 +40,16 @@ def _rewards(rows) -> dict:
 
 
 def group_signal(rows: Iterable[tuple[Hashable, float | None, bool | None]]) -> Signal:
-    """The `Signal` of (group key, reward, correct) rows (correct None: judged by reward > 0)."""
+    """The `Signal` of (group key, reward, correct) rows (correct None: not known, so such a
+    group is neither all right nor all wrong)."""
     rows = list(rows)
     by_group: dict = defaultdict(list)
     for key, reward, correct in rows:
         if key is not None and reward is not None:
-            by_group[key].append(bool(reward > 0) if correct is None else bool(correct))
+            by_group[key].append(None if correct is None else bool(correct))
     flat = flat_groups(rows)
-    right = sum(all(by_group[k]) for k in flat)
-    wrong = sum(not any(by_group[k]) for k in flat)
+    right = sum(all(c is True for c in by_group[k]) for k in flat)
+    wrong = sum(all(c is False for c in by_group[k]) for k in flat)
     return Signal(groups=len(by_group), flat=len(flat), all_right=right, all_wrong=wrong)
 
 
