@@ -24,6 +24,7 @@ from ..console import say, terminal_safe
 from ..defaults import ANSWER_FORMAT, DEFAULT_MODEL
 from ..errors import InputError
 from ..inputs.pairs import Skip, input_labels, judge_record, judge_tokens, label_problems
+from ..inputs.grading import TRUNCATED
 from ..inputs.segments import n_scored
 from ..jsonl import iter_jsonl
 from . import outputs
@@ -177,6 +178,10 @@ def _summary(out: str, written: int, flagged: Counter, resumed: int, counts: Cou
         # Such a trace costs no method a forward; the reader should know why it has no scores.
         text += (f"; {flagged['no_span']} without an answer in format {answer_format!r}: not "
                  "scored, every weight 1 (--answer-format picks another)")
+    if flagged["cut"]:
+        at = f" at {flagged['cut_at']} tokens" if flagged["cut_at"] else ""
+        text += (f"; {flagged['cut']} cut off{at} before their answer: not scored, every weight 1 "
+                 "(generate again with a larger --max-new-tokens)")
     if resumed:
         text += f", {resumed} lines already there"
     skipped = sum(counts.values())
@@ -309,7 +314,10 @@ class _Flagged:
     def write(self, records: list[dict]) -> None:
         self.output.write(records)
         self.counter["n"] += sum(bool(r.get("flags")) for r in records)
-        self.counter["no_span"] += sum(not r["span_found"] for r in records)
+        cut = [r for r in records if not r["span_found"] and r.get("graded") == TRUNCATED]
+        self.counter["no_span"] += sum(not r["span_found"] for r in records) - len(cut)
+        self.counter["cut"] += len(cut)
+        self.counter["cut_at"] = max([self.counter["cut_at"], *(r.get("new_tokens") or 0 for r in cut)])
         if self.bar is not None:
             self.positions += sum(n_scored(r["segments"], r["span_found"]) for r in records)
             self.bar.set_postfix(positions=self.positions, refresh=False)
