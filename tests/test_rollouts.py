@@ -209,7 +209,8 @@ def test_generate_says_when_no_group_carries_a_grpo_signal(tmp_path, capsys):
     assert all(r["advantage"] == 0 and not r["correct"] for r in lines(out))
     assert ("oar generate: no group carries a GRPO signal (3 with every answer wrong, 0 with every "
             "answer right)") in err and "--temperature" in err
-    argv = ["attribute", "--model", "arith-tiny", "--input", str(out), "--out", str(tmp_path / "a.jsonl"),
-            "--methods", "random", "--answer-format", "gsm8k", "--no-progress"]
-    assert cli.main(argv) == 0
-    assert "oar attribute: no group carries a GRPO signal (3 with every answer wrong" in capsys.readouterr().err
+    for attributed in ("a.jsonl", "a.db"):  # read back from the JSONL and from the store's run
+        argv = ["attribute", "--model", "arith-tiny", "--input", str(out), "--out", str(tmp_path / attributed),
+                "--methods", "random", "--answer-format", "gsm8k", "--no-progress"]
+        assert cli.main(argv) == 0
+        assert "oar attribute: no group carries a GRPO signal (3 with every answer wrong" in capsys.readouterr().err

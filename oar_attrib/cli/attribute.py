@@ -200,20 +200,36 @@ def output_signal(output: outputs.Output) -> str | None:
                                     for r in outputs.read_records(output.path)))
 
 
-def chat_choice(chat: bool | None, tokenizer) -> bool | None:
+CHAT_LINE = ("oar attribute: plain-string prompts get the model's chat template (as one user "
+             "message); --no-chat scores them as plain text")
+
+
+def chat_choice(chat: bool | None, tokenizer, tell=say) -> bool | None:
     """--chat/--no-chat, or when neither is given: plain-string prompts get the tokenizer's chat
-    template when it has one, said once on stderr (and not once per line: the library's
-    `PlainPromptWarning` is silenced)."""
+    template when it has one, said once through `tell` (None: not said here, `tell_plain_once`
+    says it at the first plain-string prompt; the library's per-line `PlainPromptWarning` is
+    silenced)."""
     if chat is None and getattr(tokenizer, "chat_template", None) is not None:
         import warnings
 
         from ..inputs.encoding import PlainPromptWarning
 
-        say("oar attribute: plain-string prompts get the model's chat template (as one user "
-            "message); --no-chat scores them as plain text")
+        if tell is not None:
+            tell(CHAT_LINE)
         warnings.filterwarnings("ignore", category=PlainPromptWarning)
         return True
     return chat
+
+
+def tell_plain_once(pairs, tell):
+    """`pairs` (`read_pairs`), calling `tell(CHAT_LINE)` at the first plain-string prompt: chat
+    message prompts (`oar generate`'s) get the template anyway, so nothing is said for them."""
+    told = False
+    for item in pairs:
+        if not told and isinstance(item[1], str):
+            tell(CHAT_LINE)
+            told = True
+        yield item
 
 
 def run(args: argparse.Namespace) -> int:
@@ -272,12 +288,14 @@ def _attribute_into(final: outputs.Output, source: Path, args, rank: int, world:
         bar.n_written += 1
         bar.write(terminal_safe(line), file=sys.stderr)
 
-    chat_choice(args.chat, tokenizer)  # said once; args.chat stays as given: it is in the record
+    templated = chat_choice(args.chat, tokenizer, tell=None) and args.chat is None  # args.chat: in the record
     def notice(line: str) -> None:  # a line kept without a label: said above the bar, not counted
         bar.write(terminal_safe(line), file=sys.stderr)
 
     pairs = read_pairs(source, tokenizer, args.answer_format, skip_line, counts, report=report,
                        chat=args.chat, notice=notice)
+    if templated:
+        pairs = tell_plain_once(pairs, notice)
     with bar:
         written = attribute_lines(model, tokenizer, pairs, _Flagged(writer, flagged, bar), args,
                                   on_scored=method_progress(bar, len(args.methods)))

@@ -150,7 +150,7 @@ def attribute_stored(args, default_chat, settings_of, record_of) -> int:
             with bar:
                 for records in _batches(store, todo, args, model):
                     for flag in (False, True):  # one `chat` per call of attribute
-                        part = [r for r in records if chat(r.to_attribution().prompt) == flag]
+                        part = [r for r in records if bool(chat(r.to_attribution().prompt)) == flag]  # None: no template
                         if part:
                             _write(store, part, attribute_part(part, flag), run.model or str(args.model))
                     done += len(records)

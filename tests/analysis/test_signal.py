@@ -1,10 +1,11 @@
 """Groups without a GRPO signal: counted from rewards (every reward equal: advantage 0), told
 in one line with the remedy, and read the same from a JSONL and from a run store."""
-from oar_attrib.analysis.signal import REMEDY, Signal, flat_groups, group_signal, signal_line, store_signal
-from oar_attrib.rollouts import group_advantages
-from oar_attrib.store import Store
+from types import SimpleNamespace
 
 import torch
+
+from oar_attrib.analysis.signal import REMEDY, Signal, flat_groups, group_signal, signal_line, store_signal
+from oar_attrib.rollouts import group_advantages
 
 ROWS = [  # (group, reward, correct)
     (0, 1.0, True), (0, 1.0, True),        # every answer right: no signal
@@ -31,11 +32,10 @@ def test_signal_line_counts_and_remedy():
     assert signal_line(Signal(2, 0, 0, 0)) is None and signal_line(Signal(0, 0, 0, 0)) is None
 
 
-def test_a_store_counts_groups_per_step(tmp_path):
-    with Store(tmp_path / "s.db") as store:
-        run = store.add_run("r")
-        # group 0 is all right at step 0 and mixed at step 1: one flat group of two
-        store.add_records(run, [{"prompt": "p", "response": f"r{i}", "group": 0, "step": step,
-                                 "reward": reward, "correct": reward > 0}
-                                for i, (step, reward) in enumerate([(0, 1.0), (0, 1.0), (1, 1.0), (1, 0.0)])])
-        assert store_signal(store, run) == Signal(groups=2, flat=1, all_right=1, all_wrong=0)
+def test_a_store_counts_groups_per_step():
+    """Groups are keyed by (step, group): group 0 is all right at step 0 and mixed at step 1.
+    (A real store is read in tests/test_rollouts.py, through `oar attribute --out *.db`.)"""
+    rows = [SimpleNamespace(step=step, group=0, reward=reward, correct=reward > 0)
+            for step, reward in [(0, 1.0), (0, 1.0), (1, 1.0), (1, 0.0)]]
+    store = SimpleNamespace(traces=lambda run_id, limit: (rows, len(rows)))
+    assert store_signal(store, 1) == Signal(groups=2, flat=1, all_right=1, all_wrong=0)

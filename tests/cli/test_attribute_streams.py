@@ -15,6 +15,7 @@ from oar_attrib.store import Store
 from oar_attrib.world import generate_problems
 
 N = 5
+REAL_BATCH = attribution._attribute_batch
 
 
 def _source(tmp_path, n: int = N):
@@ -28,7 +29,7 @@ def _scored(monkeypatch, stop_after: int | None = None) -> list[str]:
     """The responses `attribute` scores, in order (one entry per response and call); with
     `stop_after`, Ctrl-C once that many responses have been scored."""
     seen: list[str] = []
-    real = attribution._attribute_batch
+    real = REAL_BATCH
 
     def counted(model, tokenizer, prompts, responses, *args, **kwargs):
         if stop_after is not None and len(seen) + len(responses) > stop_after:
@@ -82,7 +83,7 @@ def test_each_trace_bigger_than_a_pass_is_written_alone_with_the_same_results(tm
     for a, b in zip(one, together):  # padding in a batch moves float32 sums in the last bits
         for key in ("scores", "weights"):
             for method in ("oar_p", "entropy"):
-                assert a[key][method] == pytest.approx(b[key][method], rel=1e-4, abs=1e-6)
+                assert a[key][method] == pytest.approx(b[key][method], rel=1e-3, abs=1e-4)
 
 
 def test_the_bar_moves_as_each_method_finishes_before_the_batch_is_written(tmp_path, monkeypatch):
@@ -148,3 +149,13 @@ def test_ctrl_c_in_place_keeps_the_finished_traces_and_the_rerun_does_only_the_r
     assert sorted(seen) == sorted(responses[3:])  # nothing scored twice
     with Store(db, readonly=True) as store:
         assert store.trace_ids(1, missing="oar_p") == []
+
+
+def test_the_chat_template_line_is_said_once_and_only_for_plain_string_prompts():
+    told = []
+    messages = [{"role": "user", "content": "q"}]
+    items = [(1, messages, "r"), (2, messages, "r")]
+    assert list(attribute_cli.tell_plain_once(iter(items), told.append)) == items and told == []
+    items += [(3, "plain q", "r"), (4, "plain q", "r")]
+    assert list(attribute_cli.tell_plain_once(iter(items), told.append)) == items
+    assert told == [attribute_cli.CHAT_LINE]
