@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -27,6 +27,9 @@ from .weights.pipeline import Weighed, for_method
 from .weights.settings import ReshapeSettings
 
 __all__ = ["AttributionBatch", "TraceAttribution", "attribute", "compute_weights"]  # records: traces
+
+if TYPE_CHECKING:  # for the signature and the API page only; transformers loads with the model
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 _D = ReshapeSettings  # the defaults below are the settings' own objects
 _SETTING_NAMES = tuple(f.name for f in dataclasses.fields(ReshapeSettings) if f.name != "method")
@@ -148,12 +151,14 @@ def _as_lists(prompts, responses, advantages, groups=None, correct=None) -> tupl
     return list(prompts), list(responses)
 
 
-def attribute(model, tokenizer, prompts: str | Sequence, responses: str | Sequence[str],
+def attribute(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: str | Sequence,
+              responses: str | Sequence[str],
               methods: Sequence[str] = ("oar_p",), settings: ReshapeSettings | None = None, *,
               method_params: dict[str, dict] | None = None, advantages: Sequence[float] | None = None,
-              chat: bool | None = None, step_unit=AUTO, batch_size: int = 16, progress: bool = False,
+              chat: bool | None = None, step_unit: str = "auto", batch_size: int = 16, progress: bool = False,
               groups: Sequence | None = None, correct: Sequence[bool] | None = None,
-              encoded: Sequence[EncodedPair] | None = None, on_scored=None, **overrides) -> AttributionBatch:
+              encoded: Sequence[EncodedPair] | None = None,
+              on_scored: Callable[[str, int], None] | None = None, **overrides) -> AttributionBatch:
     """Token importances, weights and credit metrics of each response.
 
     prompts, responses: one or B of each (a prompt is a string or a chat message list).
@@ -168,7 +173,7 @@ def attribute(model, tokenizer, prompts: str | Sequence, responses: str | Sequen
     advantages: optional B sequence advantages A_i; adds token advantages A_i * w_t and the
         top-10% advantage mass per method.
     chat: wrap plain-string prompts in the chat template (None: when the tokenizer has one).
-    step_unit: how reasoning splits into steps (`steps.step_spans`: line, paragraph,
+    step_unit: how reasoning splits into steps (the default is `steps.AUTO`, written out) (`steps.step_spans`: line, paragraph,
         sentence, a regex; default auto: lines, or sentences of a one-line reasoning). Sets
         each trace's `steps` and the steps step-level methods (`oar_p_step`) perturb.
     batch_size: traces scored together; progress: a bar counting traces and scored positions.

@@ -304,3 +304,16 @@ def test_old_spellings_are_gone_and_the_new_ones_work(model, tokenizer, problems
         cli.main(["attribute", "--model", str(folder), "--input", str(src), "--out", str(tmp_path / "o2.jsonl"),
                   "--methods", "entropy", "--format", "gsm8k"])
     assert "unrecognized arguments: --format" in capsys.readouterr().err
+
+
+def test_the_api_signature_shows_its_defaults_and_types():
+    """The API page is built from the signature: `step_unit` reads "auto" (not a constant's
+    name) and the model and tokenizer are typed."""
+    import inspect
+
+    from oar_attrib.inputs.steps import AUTO
+
+    params = inspect.signature(attribute).parameters
+    assert params["step_unit"].default == AUTO == "auto"
+    assert params["model"].annotation == "PreTrainedModel"
+    assert params["tokenizer"].annotation == "PreTrainedTokenizerBase"

@@ -39,6 +39,7 @@ REASONS = {
     "unparsable": "answer not parsable",
     "lenient": "right value, found without an answer statement",
     "format": "answer not in the format graded",
+    "format_right": "right value, other format: the grader reads only its own format",
 }
 
 
@@ -55,7 +56,7 @@ def reward_reason(record: TraceRecord) -> str | None:
         return f"cut off{at} before an answer; generate with a larger --max-new-tokens"
     if why in REASONS:
         fmt = record.extra.get("answer_format")
-        return REASONS[why] + (f" ({fmt})" if why == "format" and isinstance(fmt, str) else "")
+        return REASONS[why] + (f" ({fmt})" if why in ("format", "format_right") and isinstance(fmt, str) else "")
     if not row.span_found:
         return "no answer found"
     if row.correct is not None:

@@ -161,7 +161,7 @@ def test_the_chat_template_line_is_said_once_and_only_for_plain_string_prompts()
     assert told == [attribute_cli.CHAT_LINE]
 
 
-def test_a_command_hides_the_librarys_loading_bar(tmp_path, capfd):
+def test_a_command_hides_the_librarys_loading_bar(tmp_path):
     """transformers' "Loading weights" bar is not printed by a command (its own bar is)."""
     import subprocess
     import sys
@@ -169,6 +169,6 @@ def test_a_command_hides_the_librarys_loading_bar(tmp_path, capfd):
     src, _ = _source(tmp_path, 1)
     done = subprocess.run([sys.executable, "-m", "oar_attrib.cli", "attribute", "--input", str(src),
                            "--out", str(tmp_path / "o.jsonl"), "--methods", "random"],
-                          capture_output=True, text=True, env={**__import__("os").environ})
+                          capture_output=True, text=True)
     assert done.returncode == 0 and "attribute:" in done.stderr
     assert "Loading weights" not in done.stderr
