@@ -19,7 +19,6 @@ from .inputs.batch import GroupOutcomes
 from .inputs.encoding import EncodedPair, encode_pairs
 from .methods import method_spec
 from .methods.masks import resolve_mask_names
-from .inputs.steps import AUTO
 from .records.settings_record import settings_record
 from .records.traces import AttributionBatch, TraceAttribution, build_trace
 from .weights import pipeline
@@ -173,7 +172,7 @@ def attribute(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompt
     advantages: optional B sequence advantages A_i; adds token advantages A_i * w_t and the
         top-10% advantage mass per method.
     chat: wrap plain-string prompts in the chat template (None: when the tokenizer has one).
-    step_unit: how reasoning splits into steps (the default is `steps.AUTO`, written out) (`steps.step_spans`: line, paragraph,
+    step_unit: how reasoning splits into steps (`steps.step_spans`: line, paragraph,
         sentence, a regex; default auto: lines, or sentences of a one-line reasoning). Sets
         each trace's `steps` and the steps step-level methods (`oar_p_step`) perturb.
     batch_size: traces scored together; progress: a bar counting traces and scored positions.
