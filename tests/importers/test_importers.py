@@ -148,7 +148,8 @@ def test_rerun_resumes_and_adds_only_new_rows(tmp_path, capsys):
 
     from oar_attrib.webapp import create_app
 
-    with TestClient(create_app(db)) as client:  # an unattributed trace's page names the command
+    # an unattributed trace's page names the command that attributes it
+    with TestClient(create_app(db), base_url="http://127.0.0.1") as client:
         page = client.get("/traces/1").text
     assert f"<code>oar attribute --store <bdi>{db.name}</bdi> --run 1</code> adds one" in page
     write_verl_dump(tmp_path / "rollouts", steps=(2,))  # training went on

@@ -123,3 +123,25 @@ def test_step_level_methods_are_exactly_those_constant_within_each_step(world):
         scores = trace.scores[method]
         constant = all(len({scores[i] for i in range(a, b) if trace.scored[i]}) <= 1 for a, b in trace.steps)
         assert constant == (method in STEP_LEVEL_METHODS), method
+
+
+def test_the_run_page_counts_groups_without_signal_and_marks_them(tmp_path, world):
+    """Group 0 all wrong (no GRPO signal), group 1 mixed: the run page says 1 of 2 groups in
+    one line with the remedy and marks group 0's traces; their trace pages say it too."""
+    problems, tokenizer, model = world
+    p = problems[0]
+    texts = [wrong_solution(p), wrong_solution(p), p.solution, wrong_solution(p)]
+    traces = attribute(model, tokenizer, [p.prompt] * 4, texts, ["entropy"])
+    path = tmp_path / "g.db"
+    with Store(path) as store:
+        run = store.add_run("groups", model="tiny")
+        store.add_traces(run, traces, rewards=[0.0, 0.0, 1.0, 0.0], correct=[False, False, True, False],
+                         groups=[0, 0, 1, 1])
+        ids = store.trace_ids(run)
+    with TestClient(create_app(path), base_url=BASE) as c:
+        page = c.get(f"/runs/{run}").text
+        assert ('<p class="warn" id="signal">1 of 2 groups carry no GRPO signal (1 with every answer '
+                "wrong, 0 with every answer right)") in page
+        assert page.count(">no signal</span>") == 2
+        assert 'id="no-signal"' in c.get(f"/traces/{ids[0]}").text
+        assert 'id="no-signal"' not in c.get(f"/traces/{ids[2]}").text
