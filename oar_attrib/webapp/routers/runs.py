@@ -53,5 +53,5 @@ def run_page(request: Request, run_id: RunId, filters: FilterDep, store: StoreDe
     if context["signal"]:  # the traces of this page whose group has every reward equal
         flat = flat_groups(((r.step, r.group), r.reward, r.correct) for r in store.traces(run_id, limit=1 << 62)[0]
                            if r.group is not None)
-        context["no_signal"] = {t.id for t in context["traces"] if (t.step, t.group) in flat}
+        context["no_signal"] = {t["id"] for t in context["traces"] if (t["step"], t["group"]) in flat}
     return templates.TemplateResponse(request, "run.html", context)
