@@ -80,10 +80,12 @@ def test_each_trace_bigger_than_a_pass_is_written_alone_with_the_same_results(tm
 
     one, together = results("one.jsonl"), results("all.jsonl")
     assert [r["token_ids"] for r in one] == [r["token_ids"] for r in together]
-    for a, b in zip(one, together):  # padding in a batch moves float32 sums in the last bits
-        for key in ("scores", "weights"):
-            for method in ("oar_p", "entropy"):
-                assert a[key][method] == pytest.approx(b[key][method], rel=1e-3, abs=1e-4)
+    # padding in a batch moves float32 sums in the last bits (so a weight at the gate's edge
+    # may flip: the scores are compared)
+    for a, b in zip(one, together):
+        assert a["segments"] == b["segments"]
+        for method in ("oar_p", "entropy"):
+            assert a["scores"][method] == pytest.approx(b["scores"][method], rel=1e-3, abs=1e-4)
 
 
 def test_the_bar_moves_as_each_method_finishes_before_the_batch_is_written(tmp_path, monkeypatch):
