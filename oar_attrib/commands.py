@@ -45,6 +45,7 @@ def run_command(args: argparse.Namespace, name: str, parser: argparse.ArgumentPa
     from .records.settings_record import RecordMismatchError
 
     quiet_library_deprecations()
+    quiet_library_progress()
     safe_warnings()
     try:
         return args.func(args)
@@ -97,6 +98,17 @@ def record_flag(parser: argparse.ArgumentParser, field: str) -> str:
     if parts[0] == "settings" and parts[-1] in ReshapeSettings.__dataclass_fields__:
         return config_name(parts[-1])
     return parts[-1] if parts[0] != "methods" else field
+
+
+def quiet_library_progress() -> None:
+    """Hide transformers' own progress bars ("Loading weights" on every model load): a command
+    shows its own progress; the Python API keeps the library's. Set before transformers is
+    imported, through the variable it reads, so that nothing here imports it."""
+    import os
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules:
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
 
 
 def quiet_library_deprecations() -> None:

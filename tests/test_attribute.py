@@ -271,9 +271,9 @@ def test_cli_attribute_progress_counts_traces_and_positions(tmp_path, model, tok
     positions = sum(sum(s == "reasoning" for s in r["segments"]) for r in rows if r["span_found"])
     assert len(rows) == 5 and positions > 0
     # 6 non-blank lines: 5 traces and a skipped one; the bar ends at the last one (what it
-    # shows in between depends on tqdm's refresh interval).
+    # shows in between depends on tqdm's refresh interval), with a time estimate.
     last_bar = [part for part in err.split("\r") if part.startswith("attribute:")][-1]
-    assert "6/6 [" in last_bar and f"positions={positions}" in last_bar and "trace" in last_bar
+    assert "6.0/6 traces [" in last_bar and "<00:00" in last_bar and f"positions={positions}" in last_bar and "trace" in last_bar
 
 
 def test_python_attribute_progress_counts_traces(model, tokenizer, problems, capsys):
@@ -304,3 +304,16 @@ def test_old_spellings_are_gone_and_the_new_ones_work(model, tokenizer, problems
         cli.main(["attribute", "--model", str(folder), "--input", str(src), "--out", str(tmp_path / "o2.jsonl"),
                   "--methods", "entropy", "--format", "gsm8k"])
     assert "unrecognized arguments: --format" in capsys.readouterr().err
+
+
+def test_the_api_signature_shows_its_defaults_and_types():
+    """The API page is built from the signature: `step_unit` reads "auto" (not a constant's
+    name) and the model and tokenizer are typed."""
+    import inspect
+
+    from oar_attrib.inputs.steps import AUTO
+
+    params = inspect.signature(attribute).parameters
+    assert params["step_unit"].default == AUTO == "auto"
+    assert params["model"].annotation == "PreTrainedModel"
+    assert params["tokenizer"].annotation == "PreTrainedTokenizerBase"

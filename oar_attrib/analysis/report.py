@@ -41,6 +41,9 @@ class RecallSummary:
         return {name: getattr(self, name) for name in self.SUMMARY_FIELDS}
 
     def counts_line(self) -> str:
-        """`n=.. scored=.. accuracy=.. skipped=..`: the text report's first line."""
+        """`n=.. scored=.. accuracy=.. skipped: reason count, ...`: the text report's first line
+        (no Python repr)."""
+        from .verdicts import plain
+
         return (f"n={self.n} scored={self.n_scored} accuracy={self.accuracy:.3f} "
-                f"skipped={self.skipped}")
+                f"skipped: {plain(self.skipped) or 'none'}")

@@ -176,6 +176,19 @@ def _to_ask(questions, held: Held, samples: int) -> tuple[dict, int]:
     return todo, done
 
 
+def output_signal(out: Path) -> str | None:
+    """`analysis.signal.signal_line` of the answers in JSONL `out` (this run's and those
+    already there), or None when every group carries a GRPO signal."""
+    from oar_attrib.analysis.signal import group_signal, signal_line
+    from oar_attrib.jsonl import iter_jsonl
+
+    if not out.exists():
+        return None
+    rows = ((r.get("group"), r.get("reward"), r.get("correct")) for _, r in iter_jsonl(out)
+            if isinstance(r, dict))
+    return signal_line(group_signal(rows))
+
+
 class Tally(Counter):
     """What `_answer` made: `written` answers (`right`, `answered`: with an answer span in
     the format, `cut`: cut off at --max-new-tokens) to `asked` questions."""
@@ -323,6 +336,9 @@ def run(args: argparse.Namespace) -> int:
     warning = few_answers(tally, settings)
     if warning:  # before the summary, which stays the last line
         say(warning)
+    signal = output_signal(out)
+    if signal:
+        say(f"oar generate: {signal}")
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(skipped.items()))
     say(f"wrote {tally['written']} answers to {tally['asked']} questions to {out} ({tally['right']} right"
         + (f", {done} questions already there" if done else "") + f"); {sum(skipped.values())} "

@@ -127,7 +127,7 @@ class JsonlOutput:
             self._lock.release()
 
 
-_LABELS = ("line", "gold", "reward", "correct", "group")  # record keys that are not the trace's own
+_LABELS = ("line", "gold", "reward", "correct", "group", "graded", "new_tokens")  # record keys that are not the trace's own
 
 
 def run_record(config: dict) -> dict:
@@ -195,7 +195,8 @@ class StoreOutput:
         self.store.add_traces(
             self.run_id, traces, rewards=[r.get("reward") for r in records],
             correct=[r.get("correct", UNKNOWN) for r in records], groups=[r.get("group") for r in records],
-            extras=[{"line": r["line"], **({"gold": r["gold"]} if "gold" in r else {})} for r in records])
+            extras=[{"line": r["line"], **{k: r[k] for k in ("gold", "graded", "new_tokens") if k in r}}
+                    for r in records])
         self.done.update(r["line"] for r in records)
 
     def close(self, finish: bool = True) -> None:

@@ -7,9 +7,12 @@ hold the rest); a rerun with another model or dtype is refused before the model 
 from __future__ import annotations
 
 import argparse
+import shlex
 import json
 
+from ..analysis.recall_reading import graded_comparisons, paired_comparisons
 from ..analysis.sets import CLI_SETS, DEFAULT_SETS
+from ..analysis.verdicts import plain
 from ..commands import add_model_args
 from ..console import say
 from ..defaults import GRANULARITIES, GRANULARITY, VIEW_STEP_POOL
@@ -98,7 +101,15 @@ def run_steps(args: argparse.Namespace, model, tokenizer) -> int:
     if report.intervention:
         cell = stats_cell(report.intervention["upstream"], "mean")
         print(f"{'result-shift intervention (the model itself, no method)':<20} upstream {cell}")
+    print_reading(report, paired_comparisons(report, STEP_METRICS, args.seed), "oar recall --granularity step")
     return 0
+
+
+def print_reading(report, comparisons, command: str) -> None:
+    """The reading in words that ends the text output (`analysis.recall_reading`)."""
+    from ..analysis.recall_reading import next_recall_step, recall_reading
+
+    print("\n".join(recall_reading(report, comparisons, next_recall_step(report, command))))
 
 
 def budget_params(max_batch_tokens: int | None) -> dict | None:
@@ -158,12 +169,13 @@ def run_data(args: argparse.Namespace) -> int:
         print(json.dumps({**report.as_dict(), "record": recall_record(args)}))
         return 0
     accuracy = "n/a (no gold answers)" if report.accuracy is None else f"{report.accuracy:.3f}"
-    print(f"n={report.n} scored={report.n_scored} accuracy={accuracy} skipped={report.skipped} "
-          f"oracle={report.oracle}")
+    print(f"n={report.n} scored={report.n_scored} accuracy={accuracy} skipped: {plain(report.skipped)}; "
+          f"oracle: {plain(report.oracle)}")
     print(stats_table(report, sets, "recall"))
     for outcome, part in report.by_outcome.items():
         print(f"{outcome} traces (n={part['n']}):")
         print(stats_table(argparse.Namespace(methods=part["methods"], random=part["random"]), sets, "recall"))
+    print_reading(report, paired_comparisons(report, sets, args.seed), f"oar recall --data {shlex.quote(str(args.data))}")
     return 0
 
 
@@ -205,9 +217,9 @@ def run_graded(args: argparse.Namespace) -> int:
         print(json.dumps(report.as_dict()))
         return 0
     accuracy = "n/a (no gold answers)" if report.accuracy is None else f"{report.accuracy:.3f}"
-    print(f"n={report.n} scored={report.n_scored} accuracy={accuracy} skipped={report.skipped}")
-    print(f"oracle: {report.oracle}")
-    print(f"decode: {report.decode}; cache: {report.cache}")
+    print(f"n={report.n} scored={report.n_scored} accuracy={accuracy} skipped: {plain(report.skipped)}")
+    print(f"oracle: {plain(report.oracle)}")
+    print(f"decode: {plain(report.decode)}; cache: {plain(report.cache)}")
     width = max([len(m) for m in report.methods] + [len(RANDOM_EXPECTED)])
     heads = ("spearman", "tercile AUC", "spearman - random", "spearman | position", "early first")
     print(f"{'method':<{width}} " + " ".join(f"{h:>22}" for h in heads))
@@ -222,6 +234,7 @@ def run_graded(args: argparse.Namespace) -> int:
         f"{'':>22}" if k is None else f"{RANDOM_RANKING[k]:>22.3f}" for k in expected))
     print("spearman | position: with position held fixed (partial); early first: the scores' "
           "Spearman with earliness (earliest_first: 1)")
+    print_reading(report, graded_comparisons(report), "oar recall --sets graded")
     return 0
 
 
@@ -275,6 +288,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(report.counts_line())
     print(stats_table(report, args.sets, "recall"))
+    print_reading(report, paired_comparisons(report, args.sets, args.seed), "oar recall")
     return 0
 
 

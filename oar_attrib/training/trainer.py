@@ -34,7 +34,9 @@ from .run_store_hook import RunStoreHook
 from . import trl_private
 
 
-LOW_SPAN_RATE = 0.5
+# Below this share of completions with an answer span, the warning fires: at 0.8 one in five
+# completions already trains as plain GRPO (weight 1 everywhere), which a user should know.
+LOW_SPAN_RATE = 0.8
 
 
 def formats_tried(answer_format: str, pattern: str | None = None) -> str:
@@ -49,9 +51,11 @@ def formats_tried(answer_format: str, pattern: str | None = None) -> str:
 def low_span_rate_message(rate: float, n: int, answer_format: str, pattern: str | None = None) -> str:
     """The one-time warning of a generation batch whose span-found rate is below LOW_SPAN_RATE."""
     others = ", ".join(f for f in ANSWER_FORMATS if f != answer_format)
-    return (f"OAR is mostly off: the answer span was found in {rate:.0%} of {n} completions of this "
-            f"generation batch (formats tried: {formats_tried(answer_format, pattern)}). Completions "
-            "without a span keep weight 1, so the run is close to plain GRPO. Fix: set answer_format "
+    found = round(rate * n)
+    head = "OAR is mostly off" if rate < 0.5 else "OAR is partly off"
+    return (f"{head}: the answer span was found in {found} of {n} completions ({rate:.0%}) of this "
+            f"generation batch (formats tried: {formats_tried(answer_format, pattern)}). The other "
+            f"{n - found} keep weight 1 on every token, as in plain GRPO. Fix: set answer_format "
             f"to the format the model writes ({others}; regex needs answer_pattern), or ask for that "
             "format in the prompt. oar/span_found_rate logs the rate every step.")
 

@@ -127,8 +127,10 @@ def _grpo_advantages(rewards: list[float], group: int) -> list[float]:
 def graded(problem, text: str) -> dict:
     """Why a world trace got its reward, as the trace's extras (`views.reward_reason` reads
     them): `correct`; `wrong`, an answer in the world's format with another value; `format`,
-    an answer only in another format (`\\boxed{6}` where the world reads `#### N`, reward 0);
-    `no_answer`."""
+    an answer only in another format (`\\boxed{6}` where the world reads `#### N`, reward 0),
+    `format_right` when that answer's value is the right one (its own badge on the trace page:
+    the arithmetic is right, the format is not); `no_answer`."""
+    from ..inputs.grading import grade
     from ..inputs.spans import locate_answer
 
     fmt = problem.answer_format
@@ -138,6 +140,8 @@ def graded(problem, text: str) -> dict:
         why = "wrong"
     else:
         why = "format" if locate_answer(text) is not None else "no_answer"
+        if why == "format" and grade(text, str(problem.answer), "auto").correct:
+            why = "format_right"
     return {"graded": why, "answer_format": fmt}
 
 
