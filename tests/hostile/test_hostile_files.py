@@ -62,37 +62,33 @@ def test_no_traceback_for_a_foreign_file_from_the_real_command(tmp_path, problem
 
 # ------------------------------------------------------------------ a disk that fills up
 
-# `oar attribute` whose --out (JSONL) sits on a disk with argv[1] bytes free: the write past
-# them is cut short and fails with ENOSPC, as a real full disk does.
+# `oar attribute` whose --out (JSONL) sits on a disk with argv[1] bytes free: the append-only
+# log's write past them is cut short and fails with ENOSPC, as a real full disk does.
 FULL_JSONL = '''
-import errno, sys
-import oar_attrib.cli.outputs as outputs
+import errno, os, sys
+import oar_attrib.jsonl as jsonl
 from oar_attrib.cli import main
+
+free = [int(sys.argv[1])]
 
 
 class FullDisk:
-    def __init__(self, handle, free):
-        self.handle, self.free = handle, free
+    """The `os` the append-only log writes through, on a disk with free[0] bytes left."""
 
-    def write(self, text):
-        if len(text) > self.free:
-            self.handle.write(text[:self.free])  # what fitted reaches the disk
-            self.handle.flush()
-            self.free = 0
+    def write(self, fd, data):
+        data = bytes(data)
+        if len(data) > free[0]:
+            os.write(fd, data[:free[0]])  # what fitted reaches the disk
+            free[0] = 0
             raise OSError(errno.ENOSPC, "No space left on device")
-        self.free -= len(text)
-        return self.handle.write(text)
+        free[0] -= len(data)
+        return os.write(fd, data)
 
     def __getattr__(self, name):
-        return getattr(self.handle, name)
+        return getattr(os, name)
 
 
-def small_disk(path, mode="r", **kwargs):
-    handle = open(path, mode, **kwargs)
-    return FullDisk(handle, int(sys.argv[1])) if "a" in mode else handle
-
-
-outputs.open = small_disk
+jsonl.os = FullDisk()
 sys.exit(main(sys.argv[2:]))
 '''
 

@@ -116,7 +116,7 @@ def test_report_labels_read_from_the_folder_reach_the_terminal_escaped(align_sto
     hostile = "rand\\u001b[2J\\u001b[31mom\\u202e"
     store = tmp_path / "store"
     shutil.copytree(align_store, store)
-    for name in ("record.json", "results.jsonl", "mean_gradients.json"):
+    for name in (sr.RECORD_FILE, "results.jsonl", "mean_gradients.json"):
         path = store / name
         path.write_text(path.read_text(encoding="utf-8").replace('"random', '"' + hostile), encoding="utf-8")
     assert align_cli.main(["--report", "--store", str(store), "--n-boot", "200"]) == 0

@@ -250,7 +250,7 @@ def test_report_reads_a_store_as_it_stands_and_changes_nothing(bar_store, tmp_pa
     code, _, err = run_cli(["--store", str(partial), "--unblind"], capsys)
     assert code == 2 and "--unblind goes with --report" in err
     code, _, err = run_cli(["--store", str(tmp_path / "none"), "--report"], capsys)
-    assert code == 2 and "holds no finished reference gradient yet" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "does not exist" in err and len(err.strip().splitlines()) == 1
 
 
 def test_a_resume_with_other_settings_is_refused_naming_the_flags(bar_store, capsys):
