@@ -70,7 +70,8 @@ def cache_key(record: dict, *parts) -> str:
 
 class GradedCache:
     """One JSON Lines file of answers, scores and oracles (module docstring), read once and
-    appended to; `counts` says per kind how many were read back and how many computed."""
+    appended to; `counts` says per kind how many were read back and how many computed (a kind
+    other than these four, such as the advantage oracle's, is counted from its first use)."""
 
     def __init__(self, path: str | Path | None):
         self.path = None if path is None else Path(path)
@@ -84,13 +85,13 @@ class GradedCache:
     def get(self, kind: str, key: str) -> dict | None:
         found = self.items.get((kind, key))
         if found is not None:
-            self.counts[kind]["cached"] += 1
+            self.counts.setdefault(kind, {"cached": 0, "computed": 0})["cached"] += 1
         return found
 
     def put(self, kind: str, key: str, value: dict) -> dict:
         entry = {"kind": kind, "key": key, **value}
         self.items[(kind, key)] = entry
-        self.counts[kind]["computed"] += 1
+        self.counts.setdefault(kind, {"cached": 0, "computed": 0})["computed"] += 1
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a", encoding="utf-8") as out:

@@ -237,6 +237,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.sets and "graded" in args.sets:
         return run_graded(args)
+    if args.sets and "advantage" in args.sets:
+        from .recall_advantage import run_advantage
+
+        return run_advantage(args)
     if args.data is not None:
         return run_data(args)
     args.sets = args.sets or list(DEFAULT_SETS)
@@ -310,7 +314,12 @@ def add_parser(sub) -> None:
                          "(each regenerated greedily; the label is the share that change the answer)")
     rc.add_argument("--group-samples", type=int, default=0,
                     help="--sets graded: answers sampled per problem to form the group KTAE compares "
-                         "(with the greedy trace); 0: KTAE does not apply")
+                         "(with the greedy trace); 0: KTAE does not apply. --sets advantage: the "
+                         "GRPO group size (0: 4)")
+    rc.add_argument("--continuations", type=int, default=8,
+                    help="--sets advantage: continuations sampled per step boundary (V_k's denominator)")
+    rc.add_argument("--temperature", type=float, default=1.0,
+                    help="--sets advantage: the policy's sampling temperature (groups and continuations)")
     add_method_knobs(rc, RECALL_KNOB_METHODS)
     add_model_args(rc)
     rc.add_argument("--json", action="store_true", help="print one JSON object")

@@ -1,0 +1,135 @@
+"""`oar recall --sets advantage`: every method against the Monte-Carlo advantage oracle
+(`analysis.advantage_recall`), its text report ending in a reading in words."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+from ..console import say
+from .choices import method_params_from
+
+DEFAULT_GROUP = 4  # answers per problem when --group-samples is 0
+
+
+def advantage_records(args: argparse.Namespace, problems: int) -> list[dict]:
+    """Candidate problems: `--data`'s records, or held-out arithmetic-world problems (each with
+    its `problem`, whose reward grades and whose structural oracle is the positive control)."""
+    from ..analysis.counterfactual_recall import data_records
+    from ..world import generate_problems
+    from .recall import check_servable
+
+    if args.data is not None:
+        return data_records(args.data, problems, args.seed)
+    check_servable(args.model)
+    return [{"prompt": p.prompt, "answer": str(p.answer), "problem": p}
+            for p in generate_problems(problems, args.preset or "recall", seed=args.seed, split="test")]
+
+
+def default_methods() -> list[str]:
+    """Every reading method: the registered ones but the analysis-only resampling (a second
+    Monte-Carlo oracle, as costly as this one), and the grouped ones (KTAE)."""
+    from ..methods import available_methods, method_spec
+
+    return [m for m in available_methods(grouped=True) if not method_spec(m).analysis_only]
+
+
+def run_advantage(args: argparse.Namespace) -> int:
+    from ..analysis.advantage_oracle import AdvantageSettings
+    from ..analysis.advantage_recall import advantage_recall
+    from ..errors import InputError
+    from ..models import load_model
+    from .recall import budget_params
+
+    if args.sets != ["advantage"] or args.granularity == "step":
+        say("oar recall: --sets advantage runs alone (it scores steps itself; leave out --granularity)")
+        return 2
+    if args.n < 1:
+        say(f"oar recall: --n must be >= 1 (traces), got {args.n}")
+        return 2
+    size = args.group_samples or DEFAULT_GROUP
+    try:
+        settings = AdvantageSettings(n=args.continuations, temperature=args.temperature, seed=args.seed)
+        if size < 2:
+            raise InputError(f"--group-samples {size}: GRPO's advantage needs groups of at least 2 answers")
+    except InputError as err:
+        say(f"oar recall: {err}")
+        return 2
+    # Twice the groups needed are sampled, so that groups mixing right and wrong can be chosen.
+    records = advantage_records(args, 2 * math.ceil(args.n / size))
+    model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
+    report = advantage_recall(
+        model, tokenizer, records, n=args.n, methods=args.methods or default_methods(), probe=args.probe,
+        settings=settings, group_size=size, max_new_tokens=args.max_new_tokens, cache=args.cf_cache,
+        method_params=method_params_from(args, budget_params(args.max_batch_tokens)),
+        progress=not args.no_progress)
+    if args.json:
+        print(json.dumps(report.as_dict(), allow_nan=False))
+        return 0
+    print("\n".join(text_report(report)))
+    return 0
+
+
+def _cell(stats: dict | None) -> str:
+    if not stats or stats.get("mean") is None:
+        return "n/a"
+    low, high = stats["low"], stats["high"]
+    return f"{stats['mean']:+.3f} [{low:+.3f},{high:+.3f}]" if low is not None else f"{stats['mean']:+.3f}"
+
+
+def _p(stats: dict) -> str:
+    return "" if stats.get("p_holm") is None else f"{stats['p_holm']:.3f}"
+
+
+def text_report(report) -> list[str]:
+    """The lines of the text report: settings, the label's reliability, the table, the
+    positive control and the reading in words."""
+    o, rel = report.oracle, report.reliability
+    lines = [f"traces {report.n} in {report.groups['analysed']} groups of {report.groups['size']} "
+             f"({report.groups['mixed']} mixing right and wrong); scored {report.n_scored}; "
+             f"skipped without steps {report.skipped['no_steps']}",
+             f"oracle: {o['n']} continuations per boundary at temperature {o['temperature']}, "
+             f"{o['boundaries']} boundaries, mean |dV| {o['mean_abs_dv'] or 0:.3f}, "
+             f"{o['seconds_per_trace'] or 0:.1f} s per trace (work when made)"]
+    if rel.get("r") is None:
+        lines.append("label reliability: undefined (too few steps, or a constant half)")
+    else:
+        lines.append(f"label reliability: split-half r {rel['r']:+.3f}, Spearman-Brown {rel['spearman_brown']:+.3f} "
+                     f"over {rel['steps']} steps")
+    heads = ("spearman |dV|", "Holm p", "| position", "credit agreement", "Holm p", "s/trace")
+    rows = {**report.methods, **report.reference}
+    width = max(len(m) for m in rows)
+    lines.append(f"{'method':<{width}} " + " ".join(f"{h:>22}" for h in heads))
+    for method, s in rows.items():
+        seconds = s.get("seconds_per_trace")
+        cells = (_cell(s["spearman"]), _p(s["spearman"]), _cell(s["partial_spearman"]),
+                 _cell(s.get("credit_agreement")), _p(s.get("credit_agreement", {})),
+                 "" if seconds is None else f"{seconds:.3f}")
+        lines.append(f"{method:<{width}} " + " ".join(f"{c:>22}" for c in cells))
+    lines.append(f"GRPO's own credit correlation with dV: {_cell(report.grpo)} (credit agreement is a "
+                 "method's minus this)")
+    control = report.positive_control
+    if control:
+        lines.append(f"positive control: |dV| recalls the world's causal (chain) steps at {_cell(control['chain'])}, "
+                     f"random {_cell(control['random_chain'])}; direct steps {_cell(control['direct'])}")
+    return lines + [reading(report)]
+
+
+def reading(report) -> str:
+    """The report in words: which method leads, how sure, what to run next."""
+    rel = report.reliability.get("spearman_brown")
+    if not report.methods or report.n_scored == 0:
+        return "Reading: no trace was scored; run with more --n or check the answers' steps."
+    lead = max(report.methods, key=lambda m: report.methods[m]["spearman"]["mean"] or -2)
+    s = report.methods[lead]["spearman"]
+    sure = ("resolved above 0 after Holm" if s.get("p_holm") is not None and s["p_holm"] < 0.05 and s["low"] > 0
+            else "not resolved from 0 at this many traces")
+    credit = [m for m, v in report.methods.items() if (v["credit_agreement"].get("low") or -1) > 0]
+    words = [f"Reading: {lead} ranks steps by |dV| best (Spearman {_cell(s)}), {sure}."]
+    words.append(f"Reshaping that moves GRPO's signal towards dV resolvably: {', '.join(credit)}." if credit
+                 else "No method's reshaping resolvably moves GRPO's signal towards dV.")
+    words.append("The label itself is " + ("undefined" if rel is None else
+                 f"{'reliable' if rel >= 0.7 else 'noisy'} (Spearman-Brown {rel:+.2f}), which bounds any agreement")
+                 + f"; next: more traces (--n {max(2 * report.n, 40)}) and continuations "
+                 f"(--continuations {max(2 * report.oracle['n'], 16)}) narrow both.")
+    return " ".join(words)
