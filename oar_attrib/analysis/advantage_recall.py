@@ -259,10 +259,12 @@ class AdvantageReport:
 def advantage_recall(model, tokenizer, records: list[dict], *, n: int, methods=None, probe: str = PROBE,
                      settings: AdvantageSettings = AdvantageSettings(), group_size: int = 4,
                      max_new_tokens: int = 256, cache: str | Path | None = None,
-                     method_params: dict | None = None, progress: bool = False) -> AdvantageReport:
+                     method_params: dict | None = None, min_steps: int = 1,
+                     progress: bool = False) -> AdvantageReport:
     """Advantage recall of every method on about `n` traces (whole groups of `group_size`)
     answering `records` (candidates: a question or prompt and its gold `answer`, or an
-    arithmetic-world `problem`), module docstring."""
+    arithmetic-world `problem`), module docstring. A trace with fewer than `min_steps` steps
+    keeps its place in its group's advantages but gets no oracle (counted in `skipped`)."""
     if group_size < 2:
         raise InputError(f"group_size={group_size}: GRPO's advantage needs groups of at least 2 answers")
     methods = list(methods or available_methods())
@@ -275,7 +277,7 @@ def advantage_recall(model, tokenizer, records: list[dict], *, n: int, methods=N
     rewards = [[float(f(t)) for t in group] for f, group in zip(rewards_of, texts)]
     chosen = choose_groups(rewards, n, group_size)
     reshape = ReshapeSettings(probe=probe, seed=settings.seed)
-    per_trace, per_group, oracles, skipped = [], [], [], {"no_steps": 0}
+    per_trace, per_group, oracles, skipped = [], [], [], {"no_steps": 0, "few_steps": 0}
     bar = tqdm(total=len(chosen) * group_size, desc="advantage oracle", disable=not progress)
     for g in chosen:
         rows = _attribution(run, prompts[g], prompt_ids[g], texts[g], rewards[g], methods, reshape,
@@ -283,8 +285,8 @@ def advantage_recall(model, tokenizer, records: list[dict], *, n: int, methods=N
         credit_rows, labels, advantages = {m: [] for m in methods}, [], []
         for row, text, reward in zip(rows, texts[g], rewards[g]):
             bar.update(1)
-            if not row["steps"]:
-                skipped["no_steps"] += 1
+            if len(row["steps"]) < max(min_steps, 1):
+                skipped["no_steps" if not row["steps"] else "few_steps"] += 1
                 continue
             oracle = _oracle(run, prompt_ids[g], row, rewards_of[g], reward)
             oracles.append(oracle)

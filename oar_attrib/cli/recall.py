@@ -320,6 +320,9 @@ def add_parser(sub) -> None:
                     help="--sets advantage: continuations sampled per step boundary (V_k's denominator)")
     rc.add_argument("--temperature", type=float, default=1.0,
                     help="--sets advantage: the policy's sampling temperature (groups and continuations)")
+    rc.add_argument("--min-steps", type=int, default=1,
+                    help="--sets advantage: traces with fewer steps get no oracle (they stay in "
+                         "their group's advantages)")
     add_method_knobs(rc, RECALL_KNOB_METHODS)
     add_model_args(rc)
     rc.add_argument("--json", action="store_true", help="print one JSON object")

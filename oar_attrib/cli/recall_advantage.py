@@ -62,7 +62,7 @@ def run_advantage(args: argparse.Namespace) -> int:
         model, tokenizer, records, n=args.n, methods=args.methods or default_methods(), probe=args.probe,
         settings=settings, group_size=size, max_new_tokens=args.max_new_tokens, cache=args.cf_cache,
         method_params=method_params_from(args, budget_params(args.max_batch_tokens)),
-        progress=not args.no_progress)
+        min_steps=args.min_steps, progress=not args.no_progress)
     if args.json:
         print(json.dumps(report.as_dict(), allow_nan=False))
         return 0
@@ -87,7 +87,8 @@ def text_report(report) -> list[str]:
     o, rel = report.oracle, report.reliability
     lines = [f"traces {report.n} in {report.groups['analysed']} groups of {report.groups['size']} "
              f"({report.groups['mixed']} mixing right and wrong); scored {report.n_scored}; "
-             f"skipped without steps {report.skipped['no_steps']}",
+             f"skipped without steps {report.skipped['no_steps']}, with fewer than asked "
+             f"{report.skipped['few_steps']}",
              f"oracle: {o['n']} continuations per boundary at temperature {o['temperature']}, "
              f"{o['boundaries']} boundaries, mean |dV| {o['mean_abs_dv'] or 0:.3f}, "
              f"{o['seconds_per_trace'] or 0:.1f} s per trace (work when made)"]
