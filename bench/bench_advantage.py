@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from oar_attrib.analysis.advantage_oracle import sample_continuations  # noqa: E402
 from oar_attrib.analysis.counterfactual_recall import data_records, encode_prompt_ids, record_prompt  # noqa: E402
-from oar_attrib.generation import stop_ids  # noqa: E402
+from oar_attrib.models.generation import stop_ids  # noqa: E402
 from oar_attrib.models import load_model  # noqa: E402
 from oar_attrib.world import generate_problems  # noqa: E402
 from bench_generate import useful_flops  # noqa: E402

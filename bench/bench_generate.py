@@ -45,7 +45,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from oar_attrib import generation, rollouts  # noqa: E402
+from oar_attrib import rollouts  # noqa: E402
+from oar_attrib.models import generation  # noqa: E402
 from oar_attrib.models import load_model  # noqa: E402
 from oar_attrib.training import callbacks  # noqa: E402
 from oar_attrib.training.data import math_dataset  # noqa: E402

@@ -38,7 +38,7 @@ from oar_attrib.analysis.counterfactual_recall import (answer_key, data_records,
                                                        record_prompt)
 from oar_attrib.analysis.graded_oracle import DecodeStats, GradedSettings, graded_oracle  # noqa: E402
 from oar_attrib.attribution import attribute  # noqa: E402
-from oar_attrib.generation import continue_groups, stop_ids  # noqa: E402
+from oar_attrib.models.generation import continue_groups, stop_ids  # noqa: E402
 from oar_attrib.models import load_model  # noqa: E402
 from oar_attrib.world import generate_problems  # noqa: E402
 from bench_generate import useful_flops  # noqa: E402

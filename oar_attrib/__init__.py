@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from .lazy import lazy_exports
 
-__version__ = "0.2.0.dev0"  # the one place; pyproject.toml reads it (CHANGELOG.md: 0.2.0 is unreleased)
+from .version import __version__  # noqa: F401  (written in `version`, which pyproject.toml reads)
 
 if TYPE_CHECKING:  # every export; each loads on first use
     from .analysis.agreement import agreement_matrix
@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # every export; each loads on first use
     from .analysis.recall import RecallReport, oracle_recall
     from .analysis.run_summary import summarise
     from .attribution import attribute, compute_weights  # compute_weights: deprecated, weights.pipeline.weigh
-    from .generation import generate
+    from .models.generation import generate
     from .inputs.batch import ScoringBatch
     from .inputs.encoding import encode_pairs
     from .inputs.spans import find_answer_span, locate_answer, segment_tokens

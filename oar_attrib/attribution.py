@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -19,7 +19,6 @@ from .inputs.batch import GroupOutcomes
 from .inputs.encoding import EncodedPair, encode_pairs
 from .methods import method_spec
 from .methods.masks import resolve_mask_names
-from .inputs.steps import AUTO
 from .records.settings_record import settings_record
 from .records.traces import AttributionBatch, TraceAttribution, build_trace
 from .weights import pipeline
@@ -27,6 +26,9 @@ from .weights.pipeline import Weighed, for_method
 from .weights.settings import ReshapeSettings
 
 __all__ = ["AttributionBatch", "TraceAttribution", "attribute", "compute_weights"]  # records: traces
+
+if TYPE_CHECKING:  # for the signature and the API page only; transformers loads with the model
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 _D = ReshapeSettings  # the defaults below are the settings' own objects
 _SETTING_NAMES = tuple(f.name for f in dataclasses.fields(ReshapeSettings) if f.name != "method")
@@ -113,16 +115,20 @@ def _parts(n: int, batch_size: int, groups, correct, advantages) -> list[tuple[s
 
 def _attribute_batch(model, tokenizer, prompts, responses, settings: ReshapeSettings, params: dict,
                      advantages, record: dict, chat, step_unit, encoded=None,
-                     outcomes: GroupOutcomes | None = None) -> list[TraceAttribution]:
+                     outcomes: GroupOutcomes | None = None, on_scored=None) -> list[TraceAttribution]:
     """The traces of one batch: encoded once (or `encoded` already), scored and weighed by every
     method of `params` (method -> keyword arguments) under `settings`, each trace carrying `record`;
-    `outcomes`: the rows' groups and correctness, for the methods that compare a group's rollouts."""
+    `outcomes`: the rows' groups and correctness, for the methods that compare a group's rollouts;
+    `on_scored(method, rows)` after each method is done with the batch."""
     batch, pairs = encode_pairs(tokenizer, prompts, responses, answer_format=settings.answer_format,
                                 answer_pattern=settings.answer_pattern, chat=chat, step_unit=step_unit,
                                 encoded=encoded)
     batch = dataclasses.replace(batch, outcomes=outcomes)
-    weighed = {m: pipeline.score_and_weight(model, batch, for_method(settings, m), params=p, tokenizer=tokenizer)
-               for m, p in params.items()}
+    weighed = {}
+    for m, p in params.items():
+        weighed[m] = pipeline.score_and_weight(model, batch, for_method(settings, m), params=p, tokenizer=tokenizer)
+        if on_scored is not None:
+            on_scored(m, len(pairs))
     return [_trace(pair, prompts[row], weighed, row, settings.probe, record,
                    None if advantages is None else float(advantages[row]), len(pairs))
             for row, pair in enumerate(pairs)]
@@ -144,12 +150,14 @@ def _as_lists(prompts, responses, advantages, groups=None, correct=None) -> tupl
     return list(prompts), list(responses)
 
 
-def attribute(model, tokenizer, prompts: str | Sequence, responses: str | Sequence[str],
+def attribute(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: str | Sequence,
+              responses: str | Sequence[str],
               methods: Sequence[str] = ("oar_p",), settings: ReshapeSettings | None = None, *,
               method_params: dict[str, dict] | None = None, advantages: Sequence[float] | None = None,
-              chat: bool | None = None, step_unit=AUTO, batch_size: int = 16, progress: bool = False,
+              chat: bool | None = None, step_unit: str = "auto", batch_size: int = 16, progress: bool = False,
               groups: Sequence | None = None, correct: Sequence[bool] | None = None,
-              encoded: Sequence[EncodedPair] | None = None, **overrides) -> AttributionBatch:
+              encoded: Sequence[EncodedPair] | None = None,
+              on_scored: Callable[[str, int], None] | None = None, **overrides) -> AttributionBatch:
     """Token importances, weights and credit metrics of each response.
 
     prompts, responses: one or B of each (a prompt is a string or a chat message list).
@@ -173,6 +181,8 @@ def attribute(model, tokenizer, prompts: str | Sequence, responses: str | Sequen
         method comparing a group's rollouts (`ktae`); GRAIL's filter reads `advantages`' sign.
     encoded: the pairs already encoded with this call's answer format, chat and step unit
         (`encoding.encode_pair`, as `oar attribute` judges each line): not tokenized again.
+    on_scored: called as `on_scored(method, rows)` each time a method is done with a
+        sub-batch of `rows` responses (a progress display finer than whole traces).
     Every trace's `params` is the settings record (`records.settings_record`). Responses whose
     answer span is not found get weight 1 everywhere and the flag `no_answer_span`; one whose
     answer starts right after an empty prompt is flagged `no_predicting_position`. Non-finite
@@ -191,7 +201,7 @@ def attribute(model, tokenizer, prompts: str | Sequence, responses: str | Sequen
         for part, outcomes in parts:
             traces = _attribute_batch(model, tokenizer, prompts[part], responses[part], settings, params,
                                       None if advantages is None else advantages[part], record, chat, step_unit,
-                                      None if encoded is None else encoded[part], outcomes)
+                                      None if encoded is None else encoded[part], outcomes, on_scored)
             out.extend(traces)
             bar.update(len(traces))
             positions += sum(sum(t.scored) for t in traces) if progress else 0  # shown only

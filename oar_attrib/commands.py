@@ -1,6 +1,10 @@
 """What every command line of the package shares: the `oar` subcommands, those the web app and
 training register into it, and `python -m oar_attrib.training`.
 
+Flags built from dataclasses (`add_dataclass_args`: every field a flag with its help text), the
+flags several commands share (`add_model_args`: `--device`, `--dtype`, `--max-batch-tokens`)
+and `--help` with the defaults (`DefaultsHelpFormatter`).
+
 `run_command` runs a parsed command the same way everywhere (an `OARError` is one line and
 exit status 2, a refused resume naming the fields as the command's flags (`record_flag`),
 Ctrl-C one line and 130); `Interrupted` is a Ctrl-C that says what was kept;
@@ -12,7 +16,9 @@ line can use it before it parses its arguments.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+import typing
 import warnings
 
 from .console import safe_warnings, say
@@ -39,6 +45,7 @@ def run_command(args: argparse.Namespace, name: str, parser: argparse.ArgumentPa
     from .records.settings_record import RecordMismatchError
 
     quiet_library_deprecations()
+    quiet_library_progress()
     safe_warnings()
     try:
         return args.func(args)
@@ -93,6 +100,17 @@ def record_flag(parser: argparse.ArgumentParser, field: str) -> str:
     return parts[-1] if parts[0] != "methods" else field
 
 
+def quiet_library_progress() -> None:
+    """Hide transformers' own progress bars ("Loading weights" on every model load): a command
+    shows its own progress; the Python API keeps the library's. Set before transformers is
+    imported, through the variable it reads, so that nothing here imports it."""
+    import os
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules:
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
+
+
 def quiet_library_deprecations() -> None:
     """Hide the libraries' FutureWarning and DeprecationWarning about how this project calls
     them (a user of the command cannot act on them; the tests show them to us), unless the
@@ -102,3 +120,83 @@ def quiet_library_deprecations() -> None:
     for category in (FutureWarning, DeprecationWarning):
         warnings.filterwarnings("ignore", category=category)
         warnings.filterwarnings("default", category=category, module="oar_attrib")
+
+
+# The largest count a command-line number may ask for (noise draws, samples, batches): larger ones
+# allocate memory by the terabyte before any check of theirs could run.
+MAX_COUNT = 100_000
+
+
+def number_problem(value, kind: type) -> str | None:
+    """Why `value` is not a usable positive `kind` (int or float) setting, or None: a bool or
+    text, NaN or an infinity, <= 0, or an int above MAX_COUNT."""
+    import math
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+        return f"must be a{'n integer' if kind is int else ' number'}, got {value!r}"
+    if not math.isfinite(value) or not value > 0:
+        return f"must be a finite number > 0, got {value!r}"
+    if kind is int and value > MAX_COUNT:
+        return f"must be at most {MAX_COUNT}, got {value}"
+    return None
+
+
+class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """`--help` that shows each option's default (unless its help already says it, or it has
+    none: None, False), descriptions and epilogs kept as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if ("default" in text or not action.option_strings
+                or action.default is None or action.default is False or action.default == argparse.SUPPRESS):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def add_dataclass_args(parser: argparse.ArgumentParser, cls, names=None) -> None:
+    """`--field-name` flags of the dataclass `cls` (only `names`, when given), with each field's
+    default and help text; an optional field (`T | None`) takes a T."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if names is not None and f.name not in names:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        help_text = f.metadata.get("help", "")
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        kind = hints[f.name]
+        if type(None) in typing.get_args(kind):
+            kind = next(t for t in typing.get_args(kind) if t is not type(None))
+        if kind is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)
+        elif typing.get_origin(kind) in (list, tuple):
+            (inner, *_) = typing.get_args(kind)
+            parser.add_argument(flag, nargs="+", type=inner, default=default, help=help_text)
+        else:
+            parser.add_argument(flag, type=kind, default=default, help=f"{help_text} (default: {default})")
+
+
+def dataclass_from_args(cls, args: argparse.Namespace):
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
+
+
+# Model dtypes a command can load in (names of torch dtypes; torch is not imported to build a
+# parser). Probe arithmetic stays float32 whatever the model's dtype.
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def add_dtype_arg(parser: argparse.ArgumentParser) -> None:
+    """`--dtype {float32,bfloat16,float16}`: the dtype the command loads the model in."""
+    parser.add_argument("--dtype", default="float32", choices=DTYPES,
+                        help="dtype of the model's weights and activations (default: float32; "
+                             "probe arithmetic stays float32)")
+
+
+def add_model_args(parser: argparse.ArgumentParser, budget: bool = True) -> None:
+    """`--device`, `--dtype` and, with `budget`, `--max-batch-tokens N` (OAR-P's token budget
+    per forward, default: auto): where and how a command loads its model and runs it."""
+    parser.add_argument("--device", default=None, help="torch device (default: CPU)")
+    add_dtype_arg(parser)
+    if budget:
+        parser.add_argument("--max-batch-tokens", type=int, default=None,
+                            help="OAR-P: tokens in one forward (default: sized from the device's "
+                                 "free memory and the model's shape; 16384 on CPU)")

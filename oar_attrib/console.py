@@ -34,6 +34,14 @@ def say(text, file=None) -> None:
     print(terminal_safe(text), file=file or sys.stderr)
 
 
+def show(text, file=None) -> None:
+    """Write a block of lines (a summary, a table) to stdout (or `file`), each line made safe
+    for the terminal: figures and labels read from a file reach it only this way."""
+    for line in str(text).splitlines() or [""]:
+        print(terminal_safe(line), file=file or sys.stdout)
+    (file or sys.stdout).flush()
+
+
 def _safe_formatwarning(message, category, filename, lineno, line=None) -> str:
     return _formatwarning(terminal_safe(message), category, terminal_safe(filename), lineno, line)
 

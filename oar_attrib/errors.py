@@ -48,6 +48,12 @@ class OutputError(OARError, OSError):
     """An `--out` that cannot be written (missing folder, a folder, no permission, a full disk)."""
 
 
+class LibraryVersionError(OARError, ImportError):
+    """An installed library (transformers, TRL) that lacks a private name the project reaches;
+    the message is one line naming the names and the versions the seam was checked on
+    (`inputs.transformers_private`, `training.trl_private`)."""
+
+
 class MissingExtraError(OARError, ImportError):
     """A use of the library that needs an optional extra which is not installed; the message
     is one line naming the extra and the command that installs it (`extras.require_extra`)."""

@@ -23,7 +23,7 @@ import torch
 
 from .defaults import PROMPT_FORMAT
 from .errors import InputError
-from .generation import continue_groups, stop_ids
+from .models.generation import continue_groups, stop_ids
 from .inputs.grading import grade
 from .inputs.pairs import is_chat
 from .inputs.spans import MARKER_FORMATS

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 
-from oar_attrib.generation import generate
+from oar_attrib.analysis.stats import mean_ci
+from oar_attrib.models.generation import generate
 from oar_attrib.inputs.grading import grade
-from oar_attrib.weights.metrics import mean_ci
 from oar_attrib.models import load_model
 from oar_attrib.training.data import format_prompt
 from oar_attrib.world.words import WORD_PRESETS, generate_word_problems

@@ -27,7 +27,7 @@ import torch
 
 from oar_attrib.analysis import mask_probe as mp
 from oar_attrib.analysis.counterfactual_recall import data_records, model_traces, record_prompt
-from oar_attrib.generation import generate
+from oar_attrib.models.generation import generate
 from oar_attrib.inputs.grading import grade
 from oar_attrib.jsonl import NotJSON, iter_jsonl
 from oar_attrib.models import load_model
@@ -95,7 +95,7 @@ def run(args, config: dict) -> None:
 
 def summarise(args, config: dict) -> dict:
     rows = [r for i, r in sorted(done_rows(args.out, config).items()) if i < args.n]
-    summary = mp.summarize_rows(rows, seed=args.seed)
+    summary = mp.summarise_rows(rows, seed=args.seed)
     summary |= {"config": config, "masks": rows[0]["masks"] if rows else {},
                 "accuracy": _mean([r["correct"] for r in rows if r.get("correct") is not None]),
                 "seconds": round(sum(r["seconds"] for r in rows), 1)}

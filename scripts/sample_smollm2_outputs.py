@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from oar_attrib.generation import generate
+from oar_attrib.models.generation import generate
 from oar_attrib.models import load_model
 from oar_attrib.training.data import PROMPT_TEMPLATES, read_jsonl
 

@@ -20,7 +20,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from oar_attrib import budget  # noqa: E402
+from oar_attrib.models import budget  # noqa: E402
 from oar_attrib.inputs.batch import ScoringBatch, step_ids_from_ranges  # noqa: E402
 from oar_attrib.methods import get_method  # noqa: E402
 

@@ -11,7 +11,7 @@ from oar_attrib.errors import InputError, TokenizerError, UnknownNameError
 from oar_attrib.inputs.encoding import encode_pairs
 from oar_attrib.methods import available_methods, get_method
 from oar_attrib.models import random_qwen2
-from oar_attrib.analysis.recall import EXPECTED, oracle_token_mask, summarize, trace_recall
+from oar_attrib.analysis.recall import EXPECTED, oracle_token_mask, summarise, trace_recall
 from oar_attrib.world import generate_problems
 from oar_attrib.world.tokenizer import build_tokenizer
 from models import world_policy
@@ -149,7 +149,7 @@ def test_oracle_token_mask_and_recall_of_a_perfect_and_a_reversed_ranking(traces
     assert res["worst"]["direct"]["recall"] == 0.0
     expected = (direct & scored).sum() / scored.sum()
     assert res[EXPECTED]["direct"] == pytest.approx(expected)
-    summary, rand = summarize([res, res], ["best", "worst"])
+    summary, rand = summarise([res, res], ["best", "worst"])
     assert summary["best"]["direct"]["recall"] == 1.0 and summary["best"]["direct"]["ci95"] == [1.0, 1.0]
     assert rand["direct"]["recall"] == pytest.approx(expected)
 
@@ -271,9 +271,9 @@ def test_cli_attribute_progress_counts_traces_and_positions(tmp_path, model, tok
     positions = sum(sum(s == "reasoning" for s in r["segments"]) for r in rows if r["span_found"])
     assert len(rows) == 5 and positions > 0
     # 6 non-blank lines: 5 traces and a skipped one; the bar ends at the last one (what it
-    # shows in between depends on tqdm's refresh interval).
+    # shows in between depends on tqdm's refresh interval), with a time estimate.
     last_bar = [part for part in err.split("\r") if part.startswith("attribute:")][-1]
-    assert "6/6 [" in last_bar and f"positions={positions}" in last_bar and "trace" in last_bar
+    assert "6.0/6 traces [" in last_bar and "<00:00" in last_bar and f"positions={positions}" in last_bar and "trace" in last_bar
 
 
 def test_python_attribute_progress_counts_traces(model, tokenizer, problems, capsys):
@@ -304,3 +304,16 @@ def test_old_spellings_are_gone_and_the_new_ones_work(model, tokenizer, problems
         cli.main(["attribute", "--model", str(folder), "--input", str(src), "--out", str(tmp_path / "o2.jsonl"),
                   "--methods", "entropy", "--format", "gsm8k"])
     assert "unrecognized arguments: --format" in capsys.readouterr().err
+
+
+def test_the_api_signature_shows_its_defaults_and_types():
+    """The API page is built from the signature: `step_unit` reads "auto" (not a constant's
+    name) and the model and tokenizer are typed."""
+    import inspect
+
+    from oar_attrib.inputs.steps import AUTO
+
+    params = inspect.signature(attribute).parameters
+    assert params["step_unit"].default == AUTO == "auto"
+    assert params["model"].annotation == "PreTrainedModel"
+    assert params["tokenizer"].annotation == "PreTrainedTokenizerBase"

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import torch
 
-from oar_attrib import catalogue
+from oar_attrib.models import catalogue
 from oar_attrib.cli import main
 from oar_attrib.errors import ModelLoadError
 from oar_attrib.models import load_model, resolve
@@ -144,7 +144,7 @@ def test_the_cache_dir_follows_the_environment(tmp_path, monkeypatch):
 def test_a_local_gguf_file_is_converted_once_by_its_hash(smollm2, smollm2_gguf, tmp_path, monkeypatch):
     """Any .gguf path: converted into a folder named by the file's hash (its files' hashes
     recorded, verified on every use), reused after."""
-    from oar_attrib.model_cache import damage
+    from oar_attrib.models.cache import damage
 
     entry, gguf = catalogue.CATALOGUE["smollm2-135m"], smollm2_gguf
     monkeypatch.setenv("OAR_CACHE_DIR", str(tmp_path / "cache"))

@@ -4,7 +4,7 @@ import torch
 
 from oar_attrib import load_model
 from oar_attrib.analysis.counterfactual import _regenerate
-from oar_attrib.generation import continue_groups, continue_rows, cut_at_stop, generate, left_pad, stop_ids
+from oar_attrib.models.generation import continue_groups, continue_rows, cut_at_stop, generate, left_pad, stop_ids
 from oar_attrib.training.callbacks import _complete
 from oar_attrib.world import generate_problems
 from models import greedy_reference

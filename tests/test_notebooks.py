@@ -388,4 +388,10 @@ def test_08_graded_oracle_recomputes_the_printed_means_from_the_per_trace_rows(b
         assert [adj for _, adj in tested] == sorted(adj for _, adj in tested)
         assert tested[0][1] == pytest.approx(min(1.0, len(tested) * tested[0][0]))
     assert "random" not in [m for m, row in got.items() if "spearman_p" in row]
+    from oar_attrib.analysis.stats import t_test_p  # the reported p: a paired t-test over traces
+    rows = [t for t in report.per_trace if t is not None]
+    for m, row in got.items():
+        if "spearman_p" in row:
+            diff = [t[m]["spearman"] - t["random"]["spearman"] for t in rows]
+            assert row["spearman_p"] == pytest.approx(t_test_p(diff), nan_ok=True)
     assert len(plotly_outputs(nb)) == 3  # Spearman, AUC, the flip-rate counts

@@ -12,12 +12,12 @@ import shutil
 
 import pytest
 import torch
-
 from models import tiny_qwen2
+
 from oar_attrib import cli
-from oar_attrib.generation import continue_groups
-from oar_attrib.records.settings_record import weights_sha256
-from oar_attrib.training import generate_cli
+from oar_attrib.cli import generate as generate_cli
+from oar_attrib.models.generation import continue_groups
+from oar_attrib.records.settings_record import config_sha256, weights_sha256
 from oar_attrib.world import generate_problems
 
 TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
@@ -63,7 +63,8 @@ def test_attribute_takes_the_model_and_answer_format_that_wrote_the_file(tmp_pat
     questions(data)
     assert generate(chat_model, data, out, "--max-new-tokens", 48, "--answer-format", "gsm8k") == 0
     answers = lines(out)
-    named = {"name": str(chat_model), "weights_sha256": weights_sha256(chat_model)}
+    named = {"name": str(chat_model), "weights_sha256": weights_sha256(chat_model),
+             "config_sha256": config_sha256(chat_model)}
     assert all(r["sampling"]["model"] == named and r["sampling"]["answer_format"] == "gsm8k" for r in answers)
     assert all(isinstance(r["prompt"], list) for r in answers)  # chat messages: the bundled model has no template
     capsys.readouterr()

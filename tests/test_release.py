@@ -27,7 +27,7 @@ PACKAGE_DATA = ("oar_attrib/assets/arith-tiny/config.json", "oar_attrib/assets/e
 def test_the_version_is_written_once_and_the_changelog_has_its_section():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
-    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "oar_attrib.__version__"}
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "oar_attrib.version.__version__"}
     assert project["project"]["license"] == "Apache-2.0"  # an SPDX string, not a TOML table
     release = re.match(r"\d+\.\d+\.\d+", oar_attrib.__version__).group(0)
     sections = re.findall(r"^## (\d+\.\d+\.\d+)( \(unreleased\))?", (ROOT / "CHANGELOG.md").read_text(), re.M)

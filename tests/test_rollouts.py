@@ -11,9 +11,9 @@ import torch
 
 from models import greedy_reference, tiny_qwen2
 from oar_attrib import cli
-from oar_attrib.generation import continue_groups, continue_rows
+from oar_attrib.models.generation import continue_groups, continue_rows
 from oar_attrib.rollouts import Question, group_advantages, graded_group, read_questions
-from oar_attrib.training import generate_cli
+from oar_attrib.cli import generate as generate_cli
 from oar_attrib.world import generate_problems
 
 
@@ -196,3 +196,21 @@ def test_read_questions_formats_the_instruction_and_chat(tmp_path):
     (q,) = read_questions(path, tok, "answer_is")
     assert q.prompt == [{"role": "user", "content": "What is 2+2?\nPlease reason step by step, and end "
                                                      "with a final line 'The answer is <answer>.'"}]
+
+
+def test_generate_says_when_no_group_carries_a_grpo_signal(tmp_path, capsys):
+    """Questions whose recorded answer the model never gives: every group all wrong, every
+    advantage 0; the command says so in one line with what to do, and `oar attribute` too."""
+    data, out = tmp_path / "q.jsonl", tmp_path / "traces.jsonl"
+    problems = generate_problems(3, "default", seed=0, split="test")
+    data.write_text("".join(json.dumps({"prompt": p.prompt, "answer": "-12345"}) + "\n" for p in problems))
+    assert generate(flags(data, out)) == 0
+    err = capsys.readouterr().err
+    assert all(r["advantage"] == 0 and not r["correct"] for r in lines(out))
+    assert ("oar generate: no group carries a GRPO signal (3 with every answer wrong, 0 with every "
+            "answer right)") in err and "--temperature" in err
+    for attributed in ("a.jsonl", "a.db"):  # read back from the JSONL and from the store's run
+        argv = ["attribute", "--model", "arith-tiny", "--input", str(out), "--out", str(tmp_path / attributed),
+                "--methods", "random", "--answer-format", "gsm8k", "--no-progress"]
+        assert cli.main(argv) == 0
+        assert "oar attribute: no group carries a GRPO signal (3 with every answer wrong" in capsys.readouterr().err

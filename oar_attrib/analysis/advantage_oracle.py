@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..generation import continue_groups, cut_at_stop, stop_ids
+from ..models.generation import continue_groups, cut_at_stop, stop_ids
 from .counterfactual_recall import REGENERATION_MARGIN
 
 

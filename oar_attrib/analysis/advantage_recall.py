@@ -49,12 +49,14 @@ from ..methods import available_methods, ranking_scores
 from ..records.record import json_safe
 from ..records.settings_record import model_dtype, model_identity, settings_record
 from ..rollouts import decode_answers, group_advantages
-from ..weights.metrics import bootstrap_ci, partial_spearman, random_recall, recall_at_k, spearman
+from ..weights.metrics import partial_spearman, random_recall, recall_at_k, spearman
 from ..weights.settings import ReshapeSettings
 from .advantage_oracle import AdvantageSettings, AdvantageTrace, advantage_oracle, prefix_seed, split_half
 from .counterfactual_recall import encode_prompt_ids, record_prompt
 from .graded_recall import EARLIEST, GradedCache, cache_key
 from .sets import ADVANTAGE
+from .stats import bootstrap_ci, count_undefined, holm, t_test_p
+from .step_recall import overlaps
 
 TRACE_METRICS = ("spearman", "partial_spearman", "position_spearman")
 GROUP_METRICS = ("credit_agreement", "credit_correlation")
@@ -62,26 +64,21 @@ GRPO = "grpo"  # the credit correlation of A_i itself
 
 
 def estimate(columns: dict[str, list[float]], seed: int = 0) -> dict[str, dict]:
-    """{name: {"mean", "low", "high" (95% percentile bootstrap), "p" (one-sample t-test against
-    0), "p_holm" (Holm over the names with a p), "n" (finite values), "undefined" (NaN values)}}.
-    The one place the advantage summary's statistics are computed (to be served by the
-    project's statistics module)."""
-    from scipy.stats import ttest_1samp
-    from statsmodels.stats.multitest import multipletests
-
+    """{name: {"mean", "low", "high" (95% percentile bootstrap, `stats.bootstrap_ci`), "p"
+    (one-sample t-test against 0, `stats.t_test_p`), "p_holm" (`stats.holm` over the names with
+    a p), "n" (finite values), "undefined" (NaN values, `stats.count_undefined`)}}: the
+    analysis statistics' owner applied per column, nothing computed here."""
     out = {}
     for name, values in columns.items():
         x = np.asarray(values, dtype=np.float64)
         finite = x[np.isfinite(x)]
-        low, high = bootstrap_ci(finite, seed=seed) if finite.size else (math.nan, math.nan)
-        p = float(ttest_1samp(finite, 0.0).pvalue) if finite.size > 1 and finite.std() > 0 else math.nan
+        low, high = bootstrap_ci(finite, seed=seed)
         out[name] = {"mean": float(finite.mean()) if finite.size else None, "low": low, "high": high,
-                     "p": p, "p_holm": None, "n": int(finite.size), "undefined": int(x.size - finite.size)}
-    named = [n for n in out if np.isfinite(out[n]["p"])]
-    if named:
-        adjusted = multipletests([out[n]["p"] for n in named], method="holm")[1]
-        for name, value in zip(named, adjusted):
-            out[name]["p_holm"] = float(value)
+                     "p": t_test_p(finite), "p_holm": None, "n": int(finite.size),
+                     "undefined": count_undefined(x)}
+    adjusted, _ = holm({name: row["p"] for name, row in out.items()})
+    for name, value in adjusted.items():
+        out[name]["p_holm"] = value
     return json_safe(out)
 
 
@@ -120,6 +117,24 @@ def credit_metrics(token_advantages: dict[str, list[np.ndarray]], advantages: li
     return out
 
 
+def _numbers(values) -> bool:
+    return isinstance(values, list) and all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                          and math.isfinite(v)) for v in values)
+
+
+# The advantage oracle's kinds in the shared cache (`GradedCache(checks=...)`): anything else is refused.
+CACHE_CHECKS = {
+    "attribution": ("a list of traces, each with token ids, steps and step scores",
+                    lambda e: isinstance(e.get("traces"), list) and all(
+                        isinstance(t, dict) and isinstance(t.get("token_ids"), list) and isinstance(t.get("steps"), list)
+                        and isinstance(t.get("step_scores"), dict) and isinstance(t.get("token_advantages"), dict)
+                        and all(_numbers(v) for v in t["step_scores"].values())
+                        and all(_numbers(v) for v in t["token_advantages"].values()) for t in e["traces"])),
+    "prefix": ("a non-empty list of finite rewards", lambda e: _numbers(e.get("rewards")) and bool(e["rewards"])
+               and None not in e["rewards"]),
+}
+
+
 @dataclass
 class _Run:
     model: object
@@ -131,6 +146,12 @@ class _Run:
 
     def record(self, **extra) -> dict:
         return {"model": model_identity(self.model), "dtype": model_dtype(self.model), **extra}
+
+
+def advantage_cache(path: str | Path | None) -> GradedCache:
+    """The advantage oracle's cache at `path` (`--cf-cache`), read and checked now (before a
+    model loads)."""
+    return GradedCache(path, checks=CACHE_CHECKS)
 
 
 def reward_function(record: dict):
@@ -222,12 +243,10 @@ def control_recall(dv: np.ndarray, step_chars: list, oracle) -> dict[str, float]
     """The positive control of one arithmetic-world trace: recall@|set| of the `chain` and
     `direct` steps (`step_recall.step_sets`'s overlap rule) among its steps ranked by |dV|,
     and a random ranking's expectation of each."""
-    from .step_recall import _overlaps
-
     everything = np.ones(len(dv), dtype=bool)
     out = {}
     for name in ("chain", "direct"):
-        mask = np.array([_overlaps(c, getattr(oracle, name)) for c in step_chars], dtype=bool)
+        mask = np.array([overlaps(c, getattr(oracle, name)) for c in step_chars], dtype=bool)
         ok = mask.any() and len(dv) >= 2
         out[name] = float(recall_at_k(np.abs(dv), mask, everything)) if ok else float("nan")
         out[f"random_{name}"] = float(random_recall(mask, everything)) if ok else float("nan")
@@ -258,7 +277,7 @@ class AdvantageReport:
 
 def advantage_recall(model, tokenizer, records: list[dict], *, n: int, methods=None, probe: str = PROBE,
                      settings: AdvantageSettings = AdvantageSettings(), group_size: int = 4,
-                     max_new_tokens: int = 256, cache: str | Path | None = None,
+                     max_new_tokens: int = 256, cache: str | Path | GradedCache | None = None,
                      method_params: dict | None = None, min_steps: int = 1,
                      progress: bool = False) -> AdvantageReport:
     """Advantage recall of every method on about `n` traces (whole groups of `group_size`)
@@ -268,7 +287,8 @@ def advantage_recall(model, tokenizer, records: list[dict], *, n: int, methods=N
     if group_size < 2:
         raise InputError(f"group_size={group_size}: GRPO's advantage needs groups of at least 2 answers")
     methods = list(methods or available_methods())
-    run = _Run(model, tokenizer, GradedCache(cache), settings, progress)
+    run = _Run(model, tokenizer, cache if isinstance(cache, GradedCache) else advantage_cache(cache),
+               settings, progress)
     prompts = [record_prompt(r) for r in records]
     prompt_ids = [encode_prompt_ids(tokenizer, p) for p in prompts]
     rewards_of = [reward_function(r) for r in records]

@@ -27,48 +27,57 @@ mu*) against the pool's expected gradient (GRPO's is ~1 up to noise: the instrum
 Power: with the per-batch SD of delta_cos, the batches a paired test needs to detect an effect
 at alpha / K (Holm's first step) and the given power, and the smallest effect the batches at
 hand resolve: n = ((z_{1 - alpha/(2K)} + z_power) * sd / effect)^2.
+
+The bootstrap, its p-values (a bound where no resample crosses 0), Holm and the power are
+`analysis.stats`'s, which every summary shares.
 """
 from __future__ import annotations
 
-import json
 import math
-import warnings
 from pathlib import Path
-from statistics import NormalDist
 
 import numpy as np
 
 from ..defaults import NO_METHOD as BASELINE
 from ..errors import InputError
-from ..jsonl import iter_jsonl
+from .align_folder import HALVES, PARTS, RESULTS, AlignFolder
+from .stats import (
+    PValue,
+    bootstrap_index,
+    bootstrap_means,
+    bootstrap_p,
+    format_p,
+    holm,
+    min_detectable_effect,
+    t_bounds,
+    units_needed,
+)
+from .stats import percentile_interval as interval
 
-PARTS = ("all", "pos", "neg")
 ENDPOINTS = ("cos", "delta_cos", "sign_agreement", "norm_ratio", "cos_grpo")
 DEFAULT_EFFECTS = (0.002, 0.005, 0.01, 0.02, 0.05)
 PLANNED = (("oar_g", "none"), ("oar_g", "random"))  # the issue's named contrasts, when both ran
 
 
-def _read_json(path: Path):
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
-
-
-def _lines(path: Path) -> list[dict]:
-    return [v for _, v in iter_jsonl(path) if isinstance(v, dict)] if path.exists() else []
-
-
 def load(folder: str | Path) -> dict:
-    """What the statistics read from an align store: record, reference, result lines, mean
-    gradients and the screen's counts. InputError when the folder holds no reference yet."""
-    folder = Path(folder)
-    record = _read_json(folder / "record.json")
-    reference = _read_json(folder / "reference" / "reference.json")
+    """What the statistics read from an align folder (`AlignFolder`'s checked reads): record,
+    reference, result lines, mean gradients and the screen's counts. InputError when the folder
+    holds no reference yet, an `AlignFolderError` (one line) when a file is not what the writer
+    writes."""
+    owner = AlignFolder(folder)
+    record, reference = owner.record(), owner.reference()
     if record is None or reference is None:
-        raise InputError(f"{folder} holds no finished reference gradient yet (record.json and "
+        raise InputError(f"{owner.path} holds no finished reference gradient yet (a settings record and "
                          "reference/reference.json); run oar align into it first")
-    screen = _lines(folder / "screen.jsonl")
-    return {"folder": str(folder), "record": record, "reference": reference,
-            "results": _lines(folder / "results.jsonl"),
-            "mean_gradients": _read_json(folder / "mean_gradients.json"),
+    screen = owner.screen()
+    results = owner.results()
+    labels = list(record["align"]["methods"])
+    for k, line in enumerate(results):
+        if sorted(line["methods"]) != sorted(labels):
+            raise owner._bad(RESULTS, f"measures {', '.join(sorted(line['methods']))}, not the record's "
+                                      f"{', '.join(sorted(labels))}", k + 1)
+    return {"folder": str(owner.path), "record": record, "reference": reference, "results": results,
+            "mean_gradients": owner.mean_gradients(),
             "screen": {"prompts": len(screen), "mixed": sum(bool(s.get("mixed")) for s in screen),
                        "seconds": float(sum(s.get("seconds", 0.0) for s in screen)),
                        "cpu_seconds": float(sum(s.get("cpu_seconds", 0.0) for s in screen))}}
@@ -92,6 +101,7 @@ def per_batch(data: dict) -> dict:
                    for k in ("dot_star", "sq", "dot_grpo", "sign_star")}
             grpo_sq = np.array([r["methods"][labels[0]][part]["sq"] for r in results], dtype=np.float64)
             out[label][part] = {
+                **_half_cosines(results, label, part, col["sq"], ref),
                 "cos": _ratio(col["dot_star"], np.sqrt(col["sq"] * ref["sq"])),
                 "sign_agreement": col["sign_star"] / ref["l1"],
                 "norm_ratio": np.sqrt(_ratio(col["sq"], grpo_sq)),
@@ -103,66 +113,23 @@ def per_batch(data: dict) -> dict:
     return out
 
 
-def bootstrap_means(values: np.ndarray, index: np.ndarray) -> np.ndarray:
-    """(n_boot,) means of `values` (n,) over the resampled batch indices `index` (n_boot, n),
-    NaN entries left out of each mean (NaN where a resample holds none)."""
-    picked = values[index]
-    if not np.isnan(values).any():
-        return picked.mean(axis=1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a resample of NaNs only: its mean is NaN
-        return np.nanmean(picked, axis=1)
-
-
-def interval(values: np.ndarray, boot: np.ndarray, level: float) -> dict:
-    """{"mean", "low", "high"}: the mean of the finite `values` and the percentile interval of
-    the bootstrap means `boot` at `level` (None when there is nothing to resample)."""
-    finite = values[np.isfinite(values)]
-    if finite.size == 0:
-        return {"mean": None, "low": None, "high": None}
-    boot = boot[np.isfinite(boot)]
-    low, high = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2]) if boot.size else (np.nan, np.nan)
-    return {"mean": float(finite.mean()), "low": _num(low), "high": _num(high)}
+def _half_cosines(results: list[dict], label: str, part: str, sq: np.ndarray, ref: dict) -> dict:
+    """{"cos_a", "cos_b"}: per batch, the cosine with each half pool's own g* (the lines of a
+    run made before those dot products were recorded have none: {})."""
+    halves = ref.get("halves_sq")
+    if not results or not isinstance(halves, dict):
+        return {}
+    out = {}
+    for h in HALVES:
+        dots = [r["methods"][label][part].get(f"dot_star_{h}") for r in results]
+        if any(d is None for d in dots) or not halves.get(h):
+            return {}
+        out[f"cos_{h}"] = _ratio(np.array(dots, dtype=np.float64), np.sqrt(sq * halves[h]))
+    return out
 
 
 def _num(x) -> float | None:
     return None if x is None or not np.isfinite(x) else float(x)
-
-
-def boot_p(boot: np.ndarray) -> float:
-    """Two-sided bootstrap p-value of a mean difference of 0: twice the smaller share of
-    bootstrap means on either side of 0, at least 1 / n_boot."""
-    boot = boot[np.isfinite(boot)]
-    if boot.size == 0:
-        return 1.0
-    side = min((boot <= 0).mean(), (boot >= 0).mean())
-    return float(min(1.0, max(2 * side, 1 / boot.size)))
-
-
-def holm(pvalues: dict[str, float]) -> tuple[dict[str, float], dict[str, int]]:
-    """(Holm-adjusted p-values, rank 1..K by raw p) of a family of contrasts."""
-    order = sorted(pvalues, key=lambda k: (pvalues[k], k))
-    adjusted, running, k = {}, 0.0, len(order)
-    for rank, key in enumerate(order, start=1):
-        running = max(running, min(1.0, (k - rank + 1) * pvalues[key]))
-        adjusted[key] = running
-    return adjusted, {key: rank for rank, key in enumerate(order, start=1)}
-
-
-def batches_needed(sd: float, effect: float, alpha: float, power: float, family: int) -> int | None:
-    """Batches a paired two-sided test at alpha / family needs to detect `effect` with `power`."""
-    if not np.isfinite(sd) or effect <= 0:
-        return None
-    z = NormalDist().inv_cdf(1 - alpha / (2 * family)) + NormalDist().inv_cdf(power)
-    return max(2, math.ceil((z * sd / effect) ** 2))
-
-
-def detectable(sd: float, n: int, alpha: float, power: float, family: int) -> float | None:
-    """The smallest effect n paired batches detect at alpha / family with `power`."""
-    if not np.isfinite(sd) or n < 2:
-        return None
-    z = NormalDist().inv_cdf(1 - alpha / (2 * family)) + NormalDist().inv_cdf(power)
-    return float(z * sd / math.sqrt(n))
 
 
 def contrasts(labels: list[str], planned=PLANNED) -> list[tuple[str, str]]:
@@ -172,8 +139,50 @@ def contrasts(labels: list[str], planned=PLANNED) -> list[tuple[str, str]]:
     return family + [c for c in planned if c not in family and c[0] in labels and c[1] in labels]
 
 
-def _contrast(values: dict, pair: tuple[str, str], part: str = "all") -> np.ndarray:
-    return values[pair[0]][part]["cos"] - values[pair[1]][part]["cos"]
+def _contrast(values: dict, pair: tuple[str, str], part: str = "all", against: str = "cos") -> np.ndarray:
+    """Per batch, the difference of the two methods' cosines with g* (`against` "cos"), or with
+    a half pool's ("cos_a", "cos_b")."""
+    return values[pair[0]][part][against] - values[pair[1]][part][against]
+
+
+def with_gstar_noise(values: dict, pair: tuple[str, str], index: np.ndarray, level: float) -> dict | None:
+    """The contrast's interval against the true expected gradient: the bootstrap's variance over
+    batches plus g*'s own noise, estimated from the two half pools (cross-fit: the contrast
+    against g*_a minus that against g*_b is 2x the half pools' noise plus batch noise, whose
+    part the same bootstrap gives; the whole pool's noise variance is a quarter of what is
+    left). Welch-Satterthwaite degrees of freedom: the g* part has one (two halves), so a
+    contrast whose g* noise dominates gets a wide interval. None without half-pool cosines."""
+    if "cos_a" not in values[pair[0]]["all"]:
+        return None
+    d = _contrast(values, pair)
+    da, db = _contrast(values, pair, against="cos_a"), _contrast(values, pair, against="cos_b")
+    ok = np.isfinite(d) & np.isfinite(da) & np.isfinite(db)
+    if ok.sum() < 2:
+        return None
+    batch_var = float(np.var(bootstrap_means(d, index), ddof=1))
+    split = float(np.nanmean(da[ok]) - np.nanmean(db[ok]))
+    split_var = float(np.var(bootstrap_means(da - db, index), ddof=1))
+    gstar_var = max(0.0, split ** 2 - split_var) / 4
+    se = math.sqrt(batch_var + gstar_var)
+    n = int(ok.sum())
+    df = (batch_var + gstar_var) ** 2 / (batch_var ** 2 / (n - 1) + gstar_var ** 2) if se > 0 else float("nan")
+    mean = float(np.mean(d[ok]))
+    low, high, p = t_bounds(mean, se, df, level)
+    return {"mean": mean, "low": _num(low), "high": _num(high), "level": level, "p": _num(p), "se": _num(se),
+            "gstar_sd": _num(math.sqrt(gstar_var)), "batch_se": _num(math.sqrt(batch_var)), "df": _num(df)}
+
+
+def half_pool_stats(values: dict, pair: tuple[str, str], index: np.ndarray, level: float) -> dict | None:
+    """The contrast against each half pool's g* ({"a": {...}, "b": {...}}: mean, interval at
+    `level`, p); None without half-pool cosines."""
+    if "cos_a" not in values[pair[0]]["all"]:
+        return None
+    out = {}
+    for h in HALVES:
+        d = _contrast(values, pair, against=f"cos_{h}")
+        boot = bootstrap_means(d, index)
+        out[h] = {**interval(d, boot, level), "p": float(bootstrap_p(boot))}
+    return out
 
 
 def mean_gradient_stats(data: dict, values: dict) -> dict:
@@ -213,18 +222,19 @@ def _power(values: dict, pairs, n: int, planned_batches: int, alpha: float, powe
         d = d[np.isfinite(d)]
         sd = float(d.std(ddof=1)) if d.size >= 2 else float("nan")
         table[f"{pair[0]} - {pair[1]}"] = {
-            "sd": _num(sd), "batches_needed": [batches_needed(sd, e, alpha, power, len(pairs)) for e in effects],
-            "detectable_now": detectable(sd, n, alpha, power, len(pairs)),
-            "detectable_at_planned": detectable(sd, planned_batches, alpha, power, len(pairs))}
+            "sd": _num(sd), "batches_needed": [units_needed(sd, e, alpha, power, len(pairs)) for e in effects],
+            "detectable_now": min_detectable_effect(sd, n, alpha, power, len(pairs)),
+            "detectable_at_planned": min_detectable_effect(sd, planned_batches, alpha, power, len(pairs))}
     return {"alpha": alpha, "power": power, "family": len(pairs), "effects": list(effects),
             "batches": n, "planned_batches": planned_batches, "contrasts": table}
 
 
 def _contrast_stats(values: dict, pairs, index: np.ndarray, alpha: float) -> dict:
     """name -> the paired difference of each contrast: mean, Holm-level interval, p, p_holm,
-    and the unadjusted 95% interval."""
+    p_bound (no resample crossed 0: p and p_holm are bounds, printed "< x"), and the
+    unadjusted 95% interval."""
     boots = {pair: bootstrap_means(_contrast(values, pair), index) for pair in pairs}
-    raw = {pair: boot_p(boot) for pair, boot in boots.items()}
+    raw = {pair: bootstrap_p(boot) for pair, boot in boots.items()}
     adjusted, rank = holm(raw)
     out = {}
     for pair in pairs:
@@ -232,7 +242,10 @@ def _contrast_stats(values: dict, pairs, index: np.ndarray, alpha: float) -> dic
         held = interval(d, boots[pair], level)
         plain95 = interval(d, boots[pair], 0.95)
         out[f"{pair[0]} - {pair[1]}"] = {**held, "level": level, "low95": plain95["low"],
-                                         "high95": plain95["high"], "p": raw[pair], "p_holm": adjusted[pair]}
+                                         "high95": plain95["high"], "p": float(raw[pair]), "p_holm": adjusted[pair],
+                                         "p_bound": raw[pair].bound,
+                                         "half_pools": half_pool_stats(values, pair, index, level),
+                                         "with_gstar_noise": with_gstar_noise(values, pair, index, level)}
     return out
 
 
@@ -249,7 +262,7 @@ def summarise(folder: str | Path, *, n_boot: int = 10_000, alpha: float = 0.05, 
     values = per_batch(data)
     labels = list(values)
     n = len(data["results"])
-    index = np.random.default_rng(seed).integers(0, max(n, 1), size=(n_boot, max(n, 1)))
+    index = bootstrap_index(n, n_boot, seed)
     pairs = contrasts(labels, planned)
     tested = _contrast_stats(values, pairs, index, alpha) if n else {}
     bias = mean_gradient_stats(data, values)
@@ -280,6 +293,7 @@ def summarise(folder: str | Path, *, n_boot: int = 10_000, alpha: float = 0.05, 
         "screen": {**data["screen"], "rate": data["screen"]["mixed"] / max(data["screen"]["prompts"], 1)},
         "reference": {"pool_batches": ref["pool_batches"], "split_half_cos": ref["split_half_cos"],
                       "reliability": _spearman_brown(ref["split_half_cos"]),
+                      "attenuation": _attenuation(_spearman_brown(ref["split_half_cos"])),
                       "batch_cos_expected": _num(math.sqrt(ref["signal_sq"] / ref["batch_sq_mean"]))
                       if ref["signal_sq"] > 0 else None},
         "methods": methods,
@@ -323,8 +337,51 @@ def _spearman_brown(r: float) -> float | None:
     return _num(2 * r / (1 + r)) if r > -1 else None
 
 
+def _attenuation(reliability: float | None) -> float | None:
+    """sqrt(reliability): about how much g*'s noise shrinks every cosine with it (and so every
+    delta_cos) against the cosine with the true expected gradient."""
+    return _num(math.sqrt(reliability)) if reliability is not None and reliability > 0 else None
+
+
 def _fmt(x, spec: str = "+.4f") -> str:
     return "n/a" if x is None else format(x, spec)
+
+
+def _p_holm(contrast: dict) -> str:
+    """A contrast's Holm p as printed: a bound ("<0.0004") where no resample crossed 0."""
+    p = contrast.get("p_holm")
+    return "n/a" if p is None else format_p(PValue(p, bool(contrast.get("p_bound"))), label="").replace(" ", "")
+
+
+def _shown(c: dict | None) -> str:
+    if not c:
+        return "n/a"
+    return f"{_fmt(c.get('mean'))} [{_fmt(c.get('low'))}, {_fmt(c.get('high'))}]"
+
+
+def contrast_rows(summary: dict) -> dict:
+    """name -> the contrast's statistics, every method against GRPO first, then the others."""
+    rows = {f"{label} - {BASELINE}": m["delta_cos"] for label, m in summary.get("methods", {}).items()
+            if label != BASELINE and m.get("delta_cos")}
+    return {**rows, **summary.get("contrasts", {})}
+
+
+def _robust_lines(summary: dict) -> list[str]:
+    """Each contrast against each half pool's g* and with g*'s own noise in its interval."""
+    if summary.get("blinded"):
+        return []
+    rows = [(name, c) for name, c in contrast_rows(summary).items() if c.get("half_pools")]
+    if not rows:
+        return []
+    att = summary["reference"].get("attenuation")
+    out = ["", f"the same contrasts against each half pool's g* and with g*'s noise (Holm-level intervals; "
+               f"every delta cos is shrunk by about {_fmt(att, '.2f')} against the true gradient's):",
+           f"{'contrast':<32} {'half a':<28} {'half b':<28} {'with g* noise':<28} {'g* sd':>7}"]
+    for name, c in rows:
+        noise = c.get("with_gstar_noise") or {}
+        out.append(f"{name:<32} {_shown(c['half_pools']['a']):<28} {_shown(c['half_pools']['b']):<28} "
+                   f"{_shown(noise):<28} {_fmt(noise.get('gstar_sd'), '.4f'):>7}")
+    return out
 
 
 def format_summary(summary: dict) -> str:
@@ -332,7 +389,8 @@ def format_summary(summary: dict) -> str:
     ref = summary["reference"]
     lines = [f"gradient alignment: {summary['batches']} of {summary['planned_batches']} batches of "
              f"{summary['rows_per_batch']} completions; reference g* from {ref['pool_batches']} pool batches "
-             f"(split-half cos {_fmt(ref['split_half_cos'], '.3f')}, reliability {_fmt(ref['reliability'], '.3f')}); "
+             f"(split-half cos {_fmt(ref['split_half_cos'], '.3f')}, reliability {_fmt(ref['reliability'], '.3f')}, "
+             f"attenuation sqrt(reliability) {_fmt(ref.get('attenuation'), '.2f')}); "
              f"screen kept {summary['screen']['mixed']} of {summary['screen']['prompts']} prompts", ""]
     if summary.get("blinded"):
         lines.append("blinded: the estimates stay hidden until the planned batches are in (--unblind "
@@ -348,12 +406,13 @@ def format_summary(summary: dict) -> str:
         d, bias = m.get("delta_cos") or {}, m.get("mean_gradient") or {}
         cpu = cpu_seconds(m.get("seconds_per_batch"))
         shown = f"{_fmt(d.get('mean'))} [{_fmt(d.get('low'))}, {_fmt(d.get('high'))}]"
-        lines.append(f"{label:<20} {shown:<38} {_fmt(d.get('p_holm'), '.4f'):>7} {_fmt(m['cos']['mean'], '.4f'):>8} "
+        lines.append(f"{label:<20} {shown:<38} {_p_holm(d):>7} {_fmt(m['cos']['mean'], '.4f'):>8} "
                      f"{_fmt(m['sign_agreement']['mean'], '.4f'):>7} {_fmt(m['norm_ratio']['mean'], '.3f'):>8} "
                      f"{_fmt(m['cos_grpo']['mean'], '.3f'):>7} {_fmt(bias.get('direction_grpo'), '.3f'):>7} "
                      f"{_fmt(bias.get('noise_to_signal'), '.1f'):>9} {_fmt(cpu, '.1f'):>7}")
     for name, c in summary.get("contrasts", {}).items():
-        lines.append(f"{name:<20} {_fmt(c['mean'])} [{_fmt(c['low'])}, {_fmt(c['high'])}]  p_holm {_fmt(c['p_holm'], '.4f')}")
+        lines.append(f"{name:<20} {_fmt(c['mean'])} [{_fmt(c['low'])}, {_fmt(c['high'])}]  p_holm {_p_holm(c)}")
+    lines += _robust_lines(summary)
     power = summary.get("power")
     if power:
         head = " ".join(f"{e:>8g}" for e in power["effects"])
@@ -362,4 +421,6 @@ def format_summary(summary: dict) -> str:
         for name, row in power["contrasts"].items():
             needed = " ".join(f"{'n/a' if n is None else n:>8}" for n in row["batches_needed"])
             lines.append(f"{name:<20} {_fmt(row['sd'], '.4f'):>8} {needed}  {_fmt(row['detectable_now'], '.4f')}")
-    return "\n".join(lines)
+    from .align_reading import reading
+
+    return "\n".join(lines + ["", "what it says:"] + [f"  {sentence}" for sentence in reading(summary)])

@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 import torch
 
 from ..errors import InputError, TokenizerError
-from ..generation import continue_rows, cut_at_stop, stop_ids
+from ..models.generation import continue_rows, cut_at_stop, stop_ids
 
 
 def _ids(x, name: str) -> list[int]:

@@ -38,16 +38,17 @@ from ..defaults import PROBE
 from ..attribution import attribute
 from ..errors import InputError
 from ..files import check_file
-from ..generation import generate
+from ..models.budget import CPU_BATCH_TOKENS
+from ..models.generation import generate
 from ..inputs.chat_template import chat_ids
 from ..inputs.grading import grade
-from ..jsonl import NotJSON, iter_jsonl
+from ..jsonl import NotJSON, append_jsonl, check_log_path, iter_jsonl
 from ..methods import available_methods
 from ..inputs.spans import locate_answer
 from ..world.value_oracle import VALUE_SETS, parse_number, value_oracle
 from ..world.words import WordProblem, generate_word_problems
 from .counterfactual import check_replacement, counterfactual_oracle
-from .recall import RecallReport, summarize, trace_recall
+from .recall import RecallReport, summarise, trace_recall
 from .sets import COUNTERFACTUAL
 from ..weights.settings import ReshapeSettings
 
@@ -170,13 +171,29 @@ def _cache_key(model_name: str, prompt_ids, response_ids, cf_positions: int, see
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
+def _causal_pairs(value) -> bool:
+    """Whether a cache line's `causal` is a list of [position, causal] pairs."""
+    return isinstance(value, list) and all(
+        isinstance(p, list) and len(p) == 2 and type(p[0]) is int and p[0] >= 0 and isinstance(p[1], bool)
+        for p in value)
+
+
 def _read_cache(path: Path | None) -> dict[str, dict[int, bool]]:
-    if path is None or not path.is_file():
+    """The oracle results of the cache at `path` (checked before any compute: a link or a
+    FIFO is refused, a line of the wrong shape is one InputError naming it)."""
+    if path is None:
+        return {}
+    check_log_path(path, "--cf-cache")
+    if not path.exists():
         return {}
     out = {}
-    for _, value in iter_jsonl(path):
-        if isinstance(value, dict) and "key" in value:  # a line cut off by a kill is skipped
-            out[value["key"]] = {int(t): bool(c) for t, c in value["causal"]}
+    for number, value in iter_jsonl(path, whole_lines=True):  # a line a kill cut short is left out
+        if not isinstance(value, dict) or "key" not in value:
+            continue  # the record line, or a line that is not an entry
+        if not isinstance(value["key"], str) or not _causal_pairs(value.get("causal")):
+            raise InputError(f"--cf-cache {path}:{number} is not an oracle entry (a key and a list of "
+                             "[position, true|false] pairs); pass a new --cf-cache, or delete that line")
+        out[value["key"]] = {t: c for t, c in value["causal"]}
     return out
 
 
@@ -218,8 +235,7 @@ def _counterfactual_set(model, tokenizer, trace, prompt, cf_positions: int, seed
     causal = _causal(model, tokenizer, trace, prompt_ids, cf_positions, seed, max_batch_tokens, known,
                      key, replacement)
     if fresh and cache is not None:
-        with cache.open("a") as out:
-            out.write(json.dumps({"key": key, "causal": sorted(causal.items())}) + "\n")
+        append_jsonl(cache, [{"key": key, "causal": sorted(causal.items())}], "--cf-cache")
     target = np.zeros(len(trace.token_ids), dtype=bool)
     tested = np.zeros_like(target)
     tested[list(causal)] = True
@@ -233,14 +249,14 @@ def _by_outcome(per_trace: list, correct: list, methods, sets, seed: int) -> dic
     for name, want in (("right", True), ("wrong", False)):
         part = [t for t, c in zip(per_trace, correct) if t is not None and c is want]
         if part:
-            m, r = summarize(part, methods, sets, seed=seed)
+            m, r = summarise(part, methods, sets, seed=seed)
             out[name] = {"methods": m, "random": r, "n": len(part)}
     return out
 
 
 def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None, probe: str = PROBE,
                           seed: int = 0, cf_positions: int = 32, max_new_tokens: int = 256,
-                          max_batch_tokens: int = 16384, cache: str | Path | None = None,
+                          max_batch_tokens: int = CPU_BATCH_TOKENS, cache: str | Path | None = None,
                           model_name: str = "", method_params: dict | None = None,
                           progress: bool = False, replacement="pad",
                           sets=(COUNTERFACTUAL,)) -> CounterfactualReport:
@@ -284,7 +300,7 @@ def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None
         status.append("scored")
         per_trace.append(trace_recall(trace, oracle, sets, token_sets))
     scored = [t for t in per_trace if t is not None]
-    summary, rand = summarize(scored, methods, sets, seed=seed)
+    summary, rand = summarise(scored, methods, sets, seed=seed)
     by_outcome = _by_outcome(per_trace, correct, methods, sets, seed)
     graded = [c for c in correct if c is not None]
     return CounterfactualReport(

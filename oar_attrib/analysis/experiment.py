@@ -28,8 +28,15 @@ import pandas as pd
 from oar_attrib.errors import unknown_name
 from oar_attrib.store.experiments import STEP_KEY, open_readonly
 
-from .experiment_stats import (BASELINE, bootstrap_difference, grid_frame, pooled_differences,
-                               seeds_for_power, two_way_anova)
+from .experiment_stats import (
+    BASELINE,
+    bootstrap_difference,
+    grid_frame,
+    pooled_differences,
+    seeds_for_power,
+    two_way_anova,
+)
+from .stats import t_quantile
 
 CREDIT_KEYS = ("oar/ess_ratio", "oar/top10_mass", "oar/weight_max", "entropy", "reward", "grad_norm",
                "delta_theta")
@@ -37,28 +44,6 @@ PROBLEM_KEY = "eval/problem/"  # eval/problem/<preset>/<i>: 1 if held-out proble
 POOLED = ("pooled-error interval of the method x seed two-way ANOVA (residual df (M-1)(S-1)), "
           "Holm-corrected over the methods' differences from GRPO")
 POWER_EFFECT = 0.03  # the difference the report sizes seeds for
-
-
-def t_quantile(p: float, df: int) -> float:
-    """The p-quantile (p in (0.5, 1)) of Student's t with `df` degrees of freedom, by Simpson
-    integration of its density and bisection (no scipy needed)."""
-    if not 0.5 < p < 1 or df < 1:
-        raise ValueError(f"t_quantile needs 0.5 < p < 1 and df >= 1, got p={p}, df={df}")
-    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
-
-    def cdf(t: float) -> float:  # for t >= 0
-        x = np.linspace(0.0, t, 4001)
-        y = np.exp(log_c - (df + 1) / 2 * np.log1p(x * x / df))
-        h = t / 4000
-        return 0.5 + h / 3 * (y[0] + y[-1] + 4 * y[1:-1:2].sum() + 2 * y[2:-1:2].sum())
-
-    lo, hi = 0.0, 1.0
-    while cdf(hi) < p:
-        lo, hi = hi, hi * 2
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
-    return (lo + hi) / 2
 
 
 def paired_difference(method: dict[int, float], baseline: dict[int, float], level: float = 0.95) -> dict:

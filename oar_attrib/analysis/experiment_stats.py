@@ -18,7 +18,8 @@ separate paired t-intervals had 2 each.
 `bootstrap_difference` resamples seeds and, when the grid stored each held-out problem's
 outcome (`eval/problem/<preset>/<i>` points), problems too: the paired difference of mean
 accuracy from GRPO over both sources of variation. `seeds_for_power` turns the pooled error
-into the number of seeds a difference needs.
+into the number of seeds a difference needs. The t quantiles, Holm, the bootstrap and the
+power are `analysis.stats`'s.
 """
 from __future__ import annotations
 
@@ -27,7 +28,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..defaults import NO_METHOD as BASELINE  # GRPO, the method every other is compared with
+from ..defaults import (
+    NO_METHOD as BASELINE,  # GRPO, the method every other is compared with
+)
+from .stats import holm, nested_bootstrap_means, t_quantile, units_needed
 
 
 def grid_frame(finals: dict[str, dict[int, float]]) -> pd.DataFrame:
@@ -66,7 +70,6 @@ def pooled_differences(frame: pd.DataFrame, anova: dict, alpha: float = 0.05) ->
     difference from GRPO with the pooled error, the interval at Holm's level for its rank
     (module docstring) and the unadjusted 95% one."""
     from scipy import stats
-    from statsmodels.stats.multitest import multipletests
 
     means = frame.groupby("method").y.mean()
     n_seeds = frame.seed.nunique()
@@ -77,19 +80,15 @@ def pooled_differences(frame: pd.DataFrame, anova: dict, alpha: float = 0.05) ->
     for m in methods:
         diff = float(means[m] - means[BASELINE])
         t = diff / se if se > 0 else math.inf * np.sign(diff)
-        half95 = float(stats.t.ppf(1 - alpha / 2, df)) * se
+        half95 = t_quantile(1 - alpha / 2, df) * se
         out[m] = {"mean": diff, "se": se, "df": df, "t": float(t),
                   "p": float(2 * stats.t.sf(abs(t), df)) if se > 0 else float(diff == 0),
                   "lo95": diff - half95, "hi95": diff + half95}
-    if not out:
-        return out
-    adjusted = multipletests([out[m]["p"] for m in methods], alpha=alpha, method="holm")[1]
-    order = sorted(methods, key=lambda m: out[m]["p"])
-    for rank, m in enumerate(order):
-        level = 1 - alpha / (len(methods) - rank)
-        half = float(stats.t.ppf(0.5 + level / 2, df)) * se
-        out[m].update(p_holm=float(adjusted[methods.index(m)]), level=level,
-                      lo=out[m]["mean"] - half, hi=out[m]["mean"] + half)
+    adjusted, rank = holm({m: out[m]["p"] for m in methods}, alpha)
+    for m in methods:
+        level = 1 - alpha / (len(methods) - rank[m] + 1)
+        half = t_quantile(0.5 + level / 2, df) * se
+        out[m].update(p_holm=adjusted[m], level=level, lo=out[m]["mean"] - half, hi=out[m]["mean"] + half)
     return out
 
 
@@ -105,20 +104,14 @@ def bootstrap_difference(outcomes: dict[tuple[str, int], np.ndarray], method: st
         return None
     ours = np.stack([outcomes[(method, s)] for s in seeds]).astype(np.float64)  # (S, P)
     base = np.stack([outcomes[(BASELINE, s)] for s in seeds]).astype(np.float64)
-    rng = np.random.default_rng(seed)
-    picks_s = rng.integers(0, len(seeds), size=(n_boot, len(seeds)))
-    picks_p = rng.integers(0, ours.shape[1], size=(n_boot, ours.shape[1]))
     diff = ours - base  # (S, P)
-    means = np.array([diff[s][:, p].mean() for s, p in zip(picks_s, picks_p)])
-    lo, hi = np.quantile(means, [0.025, 0.975])
+    lo, hi = np.quantile(nested_bootstrap_means(diff, n_boot, seed), [0.025, 0.975])
     return {"mean": float(diff.mean()), "lo": float(lo), "hi": float(hi), "seeds": len(seeds),
             "problems": int(ours.shape[1]), "n_boot": n_boot}
 
 
 def seeds_for_power(residual_sd: float, effect: float = 0.03, alpha: float = 0.05, power: float = 0.8) -> int:
     """Seeds per method for a paired difference of `effect` to be found at `power` (two-sided
-    `alpha`), the paired difference's SD being sqrt(2) x the residual SD (normal approximation)."""
-    from scipy import stats
-
-    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
-    return int(math.ceil((z * math.sqrt(2) * residual_sd / effect) ** 2))
+    `alpha`), the paired difference's SD being sqrt(2) x the residual SD (normal approximation,
+    `stats.units_needed`)."""
+    return units_needed(math.sqrt(2) * residual_sd, effect, alpha, power, family=1, minimum=1)

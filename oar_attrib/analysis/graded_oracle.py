@@ -33,8 +33,9 @@ import torch
 from transformers import DynamicCache
 
 from ..errors import InputError
-from ..generation import continue_rows, cut_at_stop, left_pad, stop_ids
-from ..lm import cache_of, eval_mode, plain_kv, with_cache
+from ..models.budget import CPU_BATCH_TOKENS
+from ..models.generation import continue_rows, cut_at_stop, left_pad, stop_ids
+from ..models.lm import cache_of, eval_mode, plain_kv, with_cache
 from .counterfactual import choose_positions
 from .counterfactual_recall import REGENERATION_MARGIN  # tokens beyond what is left of the response
 
@@ -166,7 +167,7 @@ def _regenerate(model, kv, rows: list[list[int]], pad_id: int, eos: list[int], m
 
 def graded_oracle(model, tokenizer, prompt_ids: Sequence[int], response_ids: Sequence[int],
                   positions: Sequence[int], extract_answer: Callable[[str], str | None],
-                  settings: GradedSettings = GradedSettings(), *, max_batch_tokens: int = 16384,
+                  settings: GradedSettings = GradedSettings(), *, max_batch_tokens: int = CPU_BATCH_TOKENS,
                   reuse_prefix: bool = True) -> GradedTrace:
     """The graded oracle of one trace (module docstring).
 

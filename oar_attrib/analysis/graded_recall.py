@@ -7,7 +7,8 @@ tercile of positions by flip rate against the bottom tercile (the probability th
 of the top one outscores one of the bottom one, ties counted half; the terciles are the
 positions at or above the 2/3 quantile of the trace's flip rates and at or below its 1/3
 quantile, or, when those quantiles are equal, above and at or below it; a trace whose flip
-rates do not separate has no AUC, one whose flip rates or scores are constant no Spearman).
+rates do not separate has no AUC, one whose flip rates or scores are constant no Spearman, and
+one whose scores are constant no AUC either: undefined values are counted apart, `undefined`).
 Pooled: the mean over traces with a 95% percentile bootstrap over traces, the paired
 difference to the `random` method on the same traces, and between every two methods. A random
 ranking's expectation is 0 (Spearman) and 0.5 (AUC). Beside the methods, the report scores one
@@ -48,17 +49,20 @@ from ..attribution import analysis_params, attribute
 from ..defaults import PROBE
 from ..errors import InputError
 from ..inputs.grading import grade
-from ..jsonl import iter_jsonl
+from ..jsonl import NotJSON, append_jsonl, check_log_path, iter_jsonl
 from ..methods import available_methods, method_spec, ranking_scores
+from ..models.budget import CPU_BATCH_TOKENS
 from ..records.record import json_safe
 from ..records.settings_record import model_dtype, model_identity, settings_record
 from ..rollouts import decode_answers
-from ..weights.metrics import mean_ci, partial_spearman, spearman
+from ..weights.metrics import partial_spearman, spearman
 from ..weights.settings import ReshapeSettings
 from .counterfactual_recall import answer_key, encode_prompt_ids, record_prompt
 from .graded_oracle import DecodeStats, GradedSettings, GradedTrace, graded_oracle
 from .report import RecallSummary
 from .sets import GRADED
+from .stats import auc_or_none, count_undefined, mean_ci
+
 METRICS = ("spearman", "auc", "partial_spearman", "position_spearman")
 RANDOM_RANKING = {"spearman": 0.0, "auc": 0.5, "partial_spearman": 0.0, "position_spearman": 0.0}  # a random ranking's
 
@@ -68,34 +72,74 @@ def cache_key(record: dict, *parts) -> str:
     return hashlib.sha256(json.dumps([record, *parts], sort_keys=True).encode()).hexdigest()[:32]
 
 
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
+
+
+def _oracle_row(row) -> bool:
+    """[position, draws, flips]: a position, its drawn token ids and one 0/1 flip per draw."""
+    return (isinstance(row, list) and len(row) == 3 and type(row[0]) is int and row[0] >= 0
+            and isinstance(row[1], list) and isinstance(row[2], list) and 0 < len(row[1]) == len(row[2])
+            and all(type(d) is int for d in row[1]) and all(type(f) is int and f in (0, 1) for f in row[2]))
+
+
+# What each kind of cache entry must hold to be reused (anything else is refused, never reused).
+_ENTRY_CHECKS = {
+    "answer": ("a text", lambda e: isinstance(e.get("text"), str)),
+    "group": ("a list of texts", lambda e: isinstance(e.get("texts"), list)
+              and all(isinstance(t, str) for t in e["texts"])),
+    "scores": ("a method and a list of finite scores or null", lambda e: isinstance(e.get("method"), str)
+               and isinstance(e.get("scores"), list) and all(v is None or _number(v) for v in e["scores"])),
+    "oracle": ("positions of [position, draws, 0/1 flips]", lambda e: isinstance(e.get("positions"), list)
+               and all(_oracle_row(r) for r in e["positions"])
+               and isinstance(e.get("decode", {}), dict)),
+}
+
+
 class GradedCache:
     """One JSON Lines file of answers, scores and oracles (module docstring), read once and
-    appended to; `counts` says per kind how many were read back and how many computed (a kind
-    other than these four, such as the advantage oracle's, is counted from its first use)."""
+    appended to (`jsonl.AppendLog`); `counts` says per kind how many were read back and how
+    many computed. Made before the model loads: a path that is a link or not a regular file,
+    and an entry of the wrong shape (`_ENTRY_CHECKS`), are one InputError or OutputError naming
+    the file (and line) and what to do; a line a kill cut short is left out and cut before the
+    next append. `checks` adds kinds of another instrument sharing this cache (the advantage
+    oracle's), each with the same (what it must hold, check) pair."""
 
-    def __init__(self, path: str | Path | None):
-        self.path = None if path is None else Path(path)
+    def __init__(self, path: str | Path | None, flag: str = "--cf-cache", checks: dict | None = None):
+        self.path = None if path is None else check_log_path(path, flag)
+        self.flag = flag
+        self.checks = {**_ENTRY_CHECKS, **(checks or {})}
         self.items: dict[tuple[str, str], dict] = {}
-        self.counts = {kind: {"cached": 0, "computed": 0} for kind in ("answer", "group", "scores", "oracle")}
-        if self.path is not None and self.path.is_file():
-            for _, value in iter_jsonl(self.path):
-                if isinstance(value, dict) and {"kind", "key"} <= set(value):  # a cut-off line is skipped
-                    self.items[(value["kind"], value["key"])] = value
+        self.counts = {kind: {"cached": 0, "computed": 0} for kind in self.checks}
+        if self.path is not None and self.path.exists():
+            for number, value in iter_jsonl(self.path, whole_lines=True):
+                self._take(number, value)
+
+    def _take(self, number: int, value) -> None:
+        if isinstance(value, NotJSON) or not isinstance(value, dict) or value.get("kind") not in self.checks \
+                or not isinstance(value.get("key"), str):
+            problem = value if isinstance(value, NotJSON) else "not a cache entry (kind, key, ...)"
+            raise InputError(f"{self.flag} {self.path}:{number}: {problem}; pass a new {self.flag}, or "
+                             "delete that line to have it computed again")
+        what, check = self.checks[value["kind"]]
+        if not check(value):
+            raise InputError(f"{self.flag} {self.path}:{number}: a {value['kind']} entry must hold {what}; "
+                             f"pass a new {self.flag}, or delete that line to have it computed again")
+        self.items[(value["kind"], value["key"])] = value
 
     def get(self, kind: str, key: str) -> dict | None:
         found = self.items.get((kind, key))
         if found is not None:
-            self.counts.setdefault(kind, {"cached": 0, "computed": 0})["cached"] += 1
+            self.counts[kind]["cached"] += 1
         return found
 
     def put(self, kind: str, key: str, value: dict) -> dict:
         entry = {"kind": kind, "key": key, **value}
         self.items[(kind, key)] = entry
-        self.counts.setdefault(kind, {"cached": 0, "computed": 0})["computed"] += 1
+        self.counts[kind]["computed"] += 1
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a", encoding="utf-8") as out:
-                out.write(json.dumps(entry, allow_nan=False) + "\n")
+            append_jsonl(self.path, [entry], self.flag, allow_nan=False)
         return entry
 
 
@@ -106,13 +150,12 @@ EARLIEST = "earliest_first"  # the reference ranking by position (module docstri
 
 def tercile_auc(scores: np.ndarray, flips: np.ndarray) -> float:
     """AUC of the top tercile of positions by flip rate against the bottom one (module
-    docstring); NaN when the flip rates do not separate two terciles."""
+    docstring, `stats.auc_or_none`); NaN when the flip rates do not separate two terciles or
+    the scores are constant (a ranking that ranks nothing has no AUC, not 0.5)."""
     lo, hi = np.quantile(flips, [1 / 3, 2 / 3])
     top, bottom = (flips >= hi, flips <= lo) if hi > lo else (flips > lo, flips <= lo)
-    if not top.any() or not bottom.any():
-        return float("nan")
-    diff = scores[top][:, None] - scores[bottom][None, :]
-    return float((diff > 0).mean() + 0.5 * (diff == 0).mean())
+    auc = auc_or_none(scores, top, bottom)
+    return float("nan") if auc is None else auc
 
 
 def trace_metrics(scores: dict[str, list[float]], flip_rates: dict[int, float]) -> dict[str, dict]:
@@ -135,7 +178,9 @@ def trace_metrics(scores: dict[str, list[float]], flip_rates: dict[int, float]) 
 
 def pooled(per_trace: list[dict], methods: list[str], seed: int = 0) -> tuple[dict, dict]:
     """(methods: {method: {metric: mean_ci, "vs_random": {metric: mean_ci of the paired
-    difference}}}, between: {"a - b": {metric: mean_ci}})."""
+    difference}, "undefined": {metric: traces without a value}}}, between: {"a - b": {metric:
+    mean_ci}}). An undefined value (constant scores or flip rates) is counted apart, not as 0
+    or 0.5."""
     def column(method, metric):  # a row made before a metric existed holds none of it
         return np.array([t[method].get(metric, np.nan) for t in per_trace], dtype=np.float64)
 
@@ -145,6 +190,7 @@ def pooled(per_trace: list[dict], methods: list[str], seed: int = 0) -> tuple[di
         if "random" in methods and m != "random":
             summary[m]["vs_random"] = {metric: mean_ci(column(m, metric) - column("random", metric), seed, "mean")
                                        for metric in METRICS}
+        summary[m]["undefined"] = {metric: count_undefined(column(m, metric)) for metric in METRICS}
     for i, a in enumerate(methods):
         for b in methods[i + 1:]:
             between[f"{a} - {b}"] = {metric: mean_ci(column(a, metric) - column(b, metric), seed, "mean")
@@ -302,7 +348,7 @@ def _oracle(run: _Run, prompt_ids, trace, answer_of, max_batch_tokens: int) -> G
 
 def graded_recall(model, tokenizer, records: list[dict], *, methods=None, probe: str = PROBE,
                   settings: GradedSettings = GradedSettings(), max_new_tokens: int = 256,
-                  max_batch_tokens: int = 16384, cache: str | Path | None = None,
+                  max_batch_tokens: int = CPU_BATCH_TOKENS, cache: "str | Path | GradedCache | None" = None,
                   method_params: dict | None = None, group_samples: int = 0,
                   answer_of: Callable[[str], str | None] = answer_key, progress: bool = False) -> GradedReport:
     """Graded recall of every method against the model's own graded oracle on `records`
@@ -315,7 +361,8 @@ def graded_recall(model, tokenizer, records: list[dict], *, methods=None, probe:
     if grouped and group_samples < 1:
         raise InputError(f"{', '.join(grouped)} compares a group of rollouts, which single traces do not "
                          "have: pass --group-samples G (answers sampled per problem), or leave it out")
-    run = _Run(model, tokenizer, GradedCache(cache), settings, progress)
+    cache = cache if isinstance(cache, GradedCache) else GradedCache(cache)
+    run = _Run(model, tokenizer, cache, settings, progress)
     prompts = [record_prompt(r) for r in records]
     prompt_ids = [encode_prompt_ids(tokenizer, p) for p in prompts]
     texts = [r.get("response") for r in records]

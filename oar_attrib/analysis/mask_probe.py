@@ -16,8 +16,8 @@ For each trace (a prompt, the model's own greedy response, an optional gold answ
    expectation |O| / |tested| beside it) and Spearman's rho between the scores and the 0/1
    outcome (`weights.metrics.spearman`). A trace with no causal position has no recall, one
    where every or no position is causal (or the scores are constant) no rho.
-`summarize_rows` gives each cell's mean over traces with 95% bootstrap intervals
-(`weights.metrics.mean_ci`). One JSON row per trace (`trace_row`) keeps the tested positions,
+`summarise_rows` gives each cell's mean over traces with 95% bootstrap intervals
+(`analysis.stats.mean_ci`). One JSON row per trace (`trace_row`) keeps the tested positions,
 the oracle's outcome and every cell's scores, so the table can be recomputed from the rows.
 """
 from __future__ import annotations
@@ -35,9 +35,10 @@ from ..inputs.segments import scored_set
 from ..methods.masks import MASKS, TOKEN_NAMES, resolve_token_name
 from ..methods.oar_p import oar_p
 from ..methods.oar_p_step import oar_p_step
-from ..weights.metrics import mean_ci, random_recall, recall_at_k, spearman
+from ..weights.metrics import random_recall, recall_at_k, spearman
 from .counterfactual import choose_positions, counterfactual_oracle
 from .counterfactual_recall import REGENERATION_MARGIN, answer_key
+from .stats import mean_ci
 
 GOLD = "gold"  # the probe `as_joint` on the trace re-encoded with the gold answer
 # The table's rows and columns: every OAR-P mask (the tokenizer's tokens after pad), and every
@@ -161,7 +162,7 @@ def trace_row(model, tokenizer, prompt, response: str, gold: str | None = None, 
             "metrics": {cell: cell_metrics(s, outcome) for cell, s in scores.items()}}
 
 
-def summarize_rows(rows: list[dict], seed: int = 0, reference: str = REFERENCE) -> dict:
+def summarise_rows(rows: list[dict], seed: int = 0, reference: str = REFERENCE) -> dict:
     """{"cells": {cell: {"recall", "spearman", "expected": mean_ci, "minus_reference": {"recall",
     "spearman": mean_ci of the per-trace difference to the cell `reference`}}}, "reference",
     "n_traces", "n_scored", "positions_tested", "causal"} over the scored rows. The paired

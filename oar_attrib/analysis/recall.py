@@ -17,18 +17,20 @@ from dataclasses import KW_ONLY, dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..defaults import PROBE
 from ..attribution import TraceAttribution, attribute
-from .counterfactual import counterfactual_oracle
-from ..generation import generate
+from ..defaults import PROBE
 from ..errors import InputError
-from ..methods import available_methods, ranking_scores
-from ..weights.metrics import average_precision, mean_ci, random_recall, recall_at_k
 from ..inputs.segments import span_mask
+from ..methods import available_methods, ranking_scores
+from ..models.generation import generate
+from ..weights.metrics import average_precision, random_recall, recall_at_k
+from ..weights.settings import ReshapeSettings
 from ..world import Oracle, Problem, extract_answer, generate_problems
+from .counterfactual import counterfactual_oracle
 from .report import RecallSummary
 from .sets import COUNTERFACTUAL, DEFAULT_SETS, RECALL_SETS
-from ..weights.settings import ReshapeSettings
+from .stats import mean_ci
+
 EXPECTED = "random_expectation"
 
 
@@ -136,7 +138,7 @@ class RecallReport(RecallSummary):
         return pd.DataFrame(rows, columns=columns)
 
 
-def summarize(per_trace: list[dict], methods, sets=DEFAULT_SETS, seed: int = 0) -> tuple[dict, dict]:
+def summarise(per_trace: list[dict], methods, sets=DEFAULT_SETS, seed: int = 0) -> tuple[dict, dict]:
     """Mean recall with a bootstrap CI (and mean AP) per method and set, and the random floor."""
     summary = {}
     for method in methods:
@@ -195,7 +197,7 @@ def oracle_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "
             token_sets[COUNTERFACTUAL] = counterfactual_masks(model, tokenizer, problem, trace,
                                                               cf_positions, seed, replacement)
         per_trace.append(trace_recall(trace, oracle, sets, token_sets))
-    summary, rand = summarize([t for t in per_trace if t is not None], methods, sets, seed=seed)
+    summary, rand = summarise([t for t in per_trace if t is not None], methods, sets, seed=seed)
     return RecallReport(methods=summary, random=rand, n=n, n_scored=status.count("scored"),
                         accuracy=sum(correct) / n, skipped=skipped, problems=problems,
                         texts=texts, traces=traces, oracles=oracles, correct=correct,

@@ -15,7 +15,7 @@ from ..attribution import AttributionBatch
 
 @dataclass
 class RecallSummary:
-    """methods: {method: {oracle set or metric: `metrics.mean_ci` stats}}; random: {set or
+    """methods: {method: {oracle set or metric: `stats.mean_ci` stats}}; random: {set or
     metric: stats} of a random ranking's expectation; n problems sampled, n_scored of them
     scored, accuracy over all n, skipped: {reason: count} of the traces left out.
 
@@ -41,6 +41,9 @@ class RecallSummary:
         return {name: getattr(self, name) for name in self.SUMMARY_FIELDS}
 
     def counts_line(self) -> str:
-        """`n=.. scored=.. accuracy=.. skipped=..`: the text report's first line."""
+        """`n=.. scored=.. accuracy=.. skipped: reason count, ...`: the text report's first line
+        (no Python repr)."""
+        from .verdicts import plain
+
         return (f"n={self.n} scored={self.n_scored} accuracy={self.accuracy:.3f} "
-                f"skipped={self.skipped}")
+                f"skipped: {plain(self.skipped) or 'none'}")

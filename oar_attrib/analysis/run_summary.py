@@ -1,7 +1,7 @@
 """A stored run's summaries: oracle recall per method with bootstrap intervals, and method
 agreement, computed from the run's traces and written through `Store.write_summary`.
 
-Recall follows `recall.summarize` exactly (same skips, same bootstrap), so the report page and
+Recall follows `recall.summarise` exactly (same skips, same bootstrap), so the report page and
 `oracle_recall` agree on the same traces; agreement is `agreement.agreement_matrix`, the same
 as the notebook figure's.
 """
@@ -12,10 +12,11 @@ from types import SimpleNamespace
 import numpy as np
 
 from .agreement import agreement_matrix
-from .recall import EXPECTED, summarize, trace_recall
+from .recall import EXPECTED, trace_recall
+from .recall import summarise as summarise_recall
 from .sets import DEFAULT_SETS, SUBSETS
 
-N_BOOT = 2000  # the default of metrics.bootstrap_ci, which recall.summarize uses
+N_BOOT = 2000  # the default of stats.bootstrap_ci, which recall.summarise uses
 
 
 def _skip_reason(record) -> str | None:
@@ -37,11 +38,11 @@ def _recall_rows(per_trace: list[dict], correct: list[bool | None], methods, set
                 if subset == "all" or (c is not None and c == (subset == "correct"))]
         for method in methods:
             have = [t for t in keep if method in t]
-            summary, _ = summarize(have, [method], sets, seed=seed)
+            summary, _ = summarise_recall(have, [method], sets, seed=seed)
             for name in sets:
                 s = summary[method][name]
                 rows.append((subset, name, method, s["recall"], *s["ci95"], s["ap"], s["n"]))
-        _, floor = summarize(keep, [], sets, seed=seed)
+        _, floor = summarise_recall(keep, [], sets, seed=seed)
         for name in sets:
             s = floor[name]
             rows.append((subset, name, EXPECTED, s["recall"], *s["ci95"], None, s["n"]))

@@ -30,23 +30,25 @@ from typing import ClassVar
 import numpy as np
 
 from ..attribution import TraceAttribution, attribute
+from ..defaults import PROBE, VIEW_STEP_POOL
 from ..errors import InputError
-from ..generation import generate
+from ..models.generation import generate
 from ..inputs.encoding import encode_pairs
+from ..inputs.steps import STEP_POOLS, pool_steps
 from ..methods import available_methods
 from ..methods.resample import resample_steps
-from ..weights.metrics import mean_ci, random_recall, recall_at_k
-from ..inputs.steps import STEP_POOLS, pool_steps
-from ..world import Oracle, generate_problems, shift_result
-from ..defaults import PROBE, VIEW_STEP_POOL
-from .report import RecallSummary
+from ..weights.metrics import random_recall, recall_at_k
 from ..weights.settings import ReshapeSettings
+from ..world import Oracle, generate_problems, shift_result
+from .report import RecallSummary
+from .stats import mean_ci
 
 STEP_SETS = ("direct", "upstream", "distractor")
 STEP_METRICS = ("direct", "upstream")
 
 
-def _overlaps(span: tuple[int, int], spans) -> bool:
+def overlaps(span: tuple[int, int], spans) -> bool:
+    """Whether the character span (start, end) overlaps one of `spans`."""
     return any(span[0] < e and s < span[1] for s, e in spans)
 
 
@@ -55,9 +57,9 @@ def step_sets(trace: TraceAttribution, oracle: Oracle) -> dict[str, np.ndarray]:
     when its characters overlap one of the set's spans; `upstream` is chain minus direct and
     `distractor` excludes chain steps."""
     chars = [(trace.offsets[a][0], trace.offsets[b - 1][1]) for a, b in trace.steps]
-    direct = np.array([_overlaps(c, oracle.direct) for c in chars], dtype=bool)
-    chain = np.array([_overlaps(c, oracle.chain) for c in chars], dtype=bool)
-    distractor = np.array([_overlaps(c, oracle.distractor) for c in chars], dtype=bool)
+    direct = np.array([overlaps(c, oracle.direct) for c in chars], dtype=bool)
+    chain = np.array([overlaps(c, oracle.chain) for c in chars], dtype=bool)
+    distractor = np.array([overlaps(c, oracle.distractor) for c in chars], dtype=bool)
     return {"direct": direct, "upstream": chain & ~direct, "distractor": distractor & ~chain}
 
 

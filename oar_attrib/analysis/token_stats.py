@@ -14,7 +14,7 @@ import torch
 from ..defaults import ANSWER_FORMAT
 from ..methods.baselines.entropy import token_entropy
 from ..inputs.batch import ScoringBatch
-from ..lm import eval_mode, model_device
+from ..models.lm import eval_mode, model_device
 
 
 def token_stats(model, batch: ScoringBatch, chunk: int = 256) -> tuple[torch.Tensor, torch.Tensor]:

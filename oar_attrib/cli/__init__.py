@@ -10,31 +10,33 @@ from __future__ import annotations
 import argparse
 import functools
 
-from ..commands import INTERRUPTED, quiet_library_deprecations, run_command  # noqa: F401  (this module's names too)
-from ..configs import DefaultsHelpFormatter
+from ..commands import (INTERRUPTED, DefaultsHelpFormatter, quiet_library_deprecations,  # noqa: F401  (this module's names too)
+                        run_command)
 from ..console import say
 
 
 def _add_plugin_commands(sub) -> None:
     """Subcommands of the other packages of the distribution (`oar demo`, `oar web`,
-    `oar train`), found through the `oar_attrib.commands` entry points so that the core
-    never imports `training` or `webapp` itself."""
+    `oar train`, `oar eval`), found through the `oar_attrib.commands` entry points so that the core
+    never imports `training` or `webapp` itself. A core subcommand is never a plugin's: an
+    entry point of its name (an install made before `oar generate` became one) is not loaded."""
     from importlib.metadata import entry_points
 
     for entry in sorted(entry_points(group="oar_attrib.commands"), key=lambda e: e.name):
-        entry.load()(sub)
+        if entry.name not in sub.choices:
+            entry.load()(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:
     # The subcommands are imported here, not with the package, so that a Ctrl-C while they load
     # is caught by `main` like any other (one line, exit 130).
-    from . import attribute, importing, models, recall
+    from . import attribute, generate, importing, models, recall
 
     parser = argparse.ArgumentParser(prog="oar", description="Outcome-grounded Advantage Reshaping")
     # Every subcommand's --help shows the defaults.
     sub = parser.add_subparsers(dest="command", required=True, parser_class=functools.partial(
         argparse.ArgumentParser, formatter_class=DefaultsHelpFormatter))
-    for command in (attribute, importing, models, recall):
+    for command in (attribute, generate, importing, models, recall):
         command.add_parser(sub)
     _add_plugin_commands(sub)
     return parser

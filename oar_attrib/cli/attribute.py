@@ -24,10 +24,11 @@ from ..console import say, terminal_safe
 from ..defaults import ANSWER_FORMAT, DEFAULT_MODEL
 from ..errors import InputError
 from ..inputs.pairs import Skip, input_labels, judge_record, judge_tokens, label_problems
+from ..inputs.grading import TRUNCATED
 from ..inputs.segments import n_scored
 from ..jsonl import iter_jsonl
 from . import outputs
-from ..configs import add_dataclass_args, add_model_args
+from ..commands import MAX_COUNT, add_dataclass_args, add_model_args
 from ..weights.settings import ReshapeSettings
 from .choices import add_answer_format_arg, add_method_knobs, add_probe_arg, method_name, method_params_from
 from .provenance import input_defaults
@@ -90,30 +91,39 @@ def command_record(args, **extra) -> dict:
                            dtype=args.dtype, chat=args.chat, **extra)
 
 
-def attribute_lines(model, tokenizer, pairs, output: outputs.Output, args, on_written=None) -> int:
+def attribute_lines(model, tokenizer, pairs, output: outputs.Output, args, on_scored=None) -> int:
     """Attribute `pairs` ((line, prompt, response, labels, encoded pair) tuples, `read_pairs`) in
-    batches of `args.batch_size`, writing each batch to `output` as soon as it is done. Returns
-    the number written; `on_written(k)` is called after each batch (a progress bar's update)."""
+    batches, writing each batch to `output` as soon as it is done; returns the number written.
+    A batch is `args.batch_size` lines, or (None) the lines whose work fills one pass's memory
+    budget (`budget.trace_batch_full`): one trace at a time on a real model, so Ctrl-C loses at
+    most the trace in progress. `on_scored(method, rows)`: each method done with a batch."""
     from ..attribution import attribute
+    from ..models.budget import trace_batch_full, trace_work
 
-    written, batch = 0, []
+    written, batch, works = 0, [], []
 
     def flush() -> int:
         lines, prompts, responses, labels, encoded = zip(*batch)
         traces = attribute(model, tokenizer, list(prompts), list(responses), args.methods,
                            attribute_settings(args), advantages=[lab.get("advantage", 0.0) for lab in labels],
                            batch_size=len(batch), chat=args.chat, method_params=method_params_from(args),
-                           encoded=list(encoded))
+                           encoded=list(encoded), on_scored=on_scored)
         output.write([{"line": n, **_without_advantage(t.to_dict(), lab), **lab}
                       for n, t, lab in zip(lines, traces, labels)])
-        if on_written is not None:
-            on_written(len(batch))
         return len(batch)
 
+    def full() -> bool:
+        if args.batch_size is not None:
+            return len(batch) >= args.batch_size
+        longest = max(pair.length for *_, pair in batch)
+        return trace_batch_full(model, works, longest, args.max_batch_tokens)
+
     for item in pairs:
+        pair = item[-1]
         batch.append(item)
-        if len(batch) >= args.batch_size:
-            written, batch = written + flush(), []
+        works.append(trace_work(pair.length, n_scored(pair.labels, pair.span_found)))
+        if full():
+            written, batch, works = written + flush(), [], []
     if batch:
         written += flush()
     return written
@@ -168,6 +178,10 @@ def _summary(out: str, written: int, flagged: Counter, resumed: int, counts: Cou
         # Such a trace costs no method a forward; the reader should know why it has no scores.
         text += (f"; {flagged['no_span']} without an answer in format {answer_format!r}: not "
                  "scored, every weight 1 (--answer-format picks another)")
+    if flagged["cut"]:
+        at = f" at {flagged['cut_at']} tokens" if flagged["cut_at"] else ""
+        text += (f"; {flagged['cut']} cut off{at} before their answer: not scored, every weight 1 "
+                 "(generate again with a larger --max-new-tokens)")
     if resumed:
         text += f", {resumed} lines already there"
     skipped = sum(counts.values())
@@ -175,25 +189,52 @@ def _summary(out: str, written: int, flagged: Counter, resumed: int, counts: Cou
     return text + f"); {skipped} bad lines skipped" + (f" ({kinds})" if kinds else "")
 
 
-def chat_choice(chat: bool | None, tokenizer) -> bool | None:
+def output_signal(output: outputs.Output) -> str | None:
+    """`analysis.signal.signal_line` of what the output holds (a JSONL, or its run in a store),
+    or None when every group with a reward carries a GRPO signal."""
+    from ..analysis.signal import group_signal, signal_line, store_signal
+
+    if isinstance(output, outputs.StoreOutput):
+        return None if output.run_id is None else signal_line(store_signal(output.store, output.run_id))
+    return signal_line(group_signal((r.get("group"), r.get("reward"), r.get("correct"))
+                                    for r in outputs.read_records(output.path)))
+
+
+CHAT_LINE = ("oar attribute: plain-string prompts get the model's chat template (as one user "
+             "message); --no-chat scores them as plain text")
+
+
+def chat_choice(chat: bool | None, tokenizer, tell=say) -> bool | None:
     """--chat/--no-chat, or when neither is given: plain-string prompts get the tokenizer's chat
-    template when it has one, said once on stderr (and not once per line: the library's
-    `PlainPromptWarning` is silenced)."""
+    template when it has one, said once through `tell` (None: not said here, `tell_plain_once`
+    says it at the first plain-string prompt; the library's per-line `PlainPromptWarning` is
+    silenced)."""
     if chat is None and getattr(tokenizer, "chat_template", None) is not None:
         import warnings
 
         from ..inputs.encoding import PlainPromptWarning
 
-        say("oar attribute: plain-string prompts get the model's chat template (as one user "
-            "message); --no-chat scores them as plain text")
+        if tell is not None:
+            tell(CHAT_LINE)
         warnings.filterwarnings("ignore", category=PlainPromptWarning)
         return True
     return chat
 
 
+def tell_plain_once(pairs, tell):
+    """`pairs` (`read_pairs`), calling `tell(CHAT_LINE)` at the first plain-string prompt: chat
+    message prompts (`oar generate`'s) get the template anyway, so nothing is said for them."""
+    told = False
+    for item in pairs:
+        if not told and isinstance(item[1], str):
+            tell(CHAT_LINE)
+            told = True
+        yield item
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.batch_size < 1:
-        raise InputError(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.batch_size is not None and not 1 <= args.batch_size <= MAX_COUNT:
+        raise InputError(f"--batch-size must be from 1 to {MAX_COUNT}, got {args.batch_size}")
     if (args.store is None) != (args.run is None):
         raise InputError("--store and --run go together: the run store and the run to attribute")
     if args.store is not None:
@@ -244,16 +285,20 @@ def _attribute_into(final: outputs.Output, source: Path, args, rank: int, world:
 
     def report(line: str) -> None:  # a skipped line: counted, and printed above the bar
         bar.update(1)
+        bar.n_written += 1
         bar.write(terminal_safe(line), file=sys.stderr)
 
-    chat_choice(args.chat, tokenizer)  # said once; args.chat stays as given: it is in the record
+    templated = chat_choice(args.chat, tokenizer, tell=None) and args.chat is None  # args.chat: in the record
     def notice(line: str) -> None:  # a line kept without a label: said above the bar, not counted
         bar.write(terminal_safe(line), file=sys.stderr)
 
     pairs = read_pairs(source, tokenizer, args.answer_format, skip_line, counts, report=report,
                        chat=args.chat, notice=notice)
+    if templated:
+        pairs = tell_plain_once(pairs, notice)
     with bar:
-        written = attribute_lines(model, tokenizer, pairs, _Flagged(writer, flagged, bar), args)
+        written = attribute_lines(model, tokenizer, pairs, _Flagged(writer, flagged, bar), args,
+                                  on_scored=method_progress(bar, len(args.methods)))
     if dist is not None:
         writer.close()
         gathered = [None] * world
@@ -263,11 +308,14 @@ def _attribute_into(final: outputs.Output, source: Path, args, rank: int, world:
         counts = sum((Counter(g[2]) for g in gathered), Counter())
     if rank == 0:
         outputs.merge_parts(final, args.out)
+        signal = output_signal(final)
         final.close()
         if not written and not counts and not done:
             say(f"oar attribute: error: {args.input} has no line to attribute")
         else:
             say(_summary(args.out, written, flagged, len(done), counts, args.answer_format))
+            if signal:
+                say(f"oar attribute: {signal}")
     if dist is not None:
         dist.destroy_process_group()
     return 2 if counts or not (written or done) else 0
@@ -284,11 +332,16 @@ class _Flagged:
     def write(self, records: list[dict]) -> None:
         self.output.write(records)
         self.counter["n"] += sum(bool(r.get("flags")) for r in records)
-        self.counter["no_span"] += sum(not r["span_found"] for r in records)
+        cut = [r for r in records if not r["span_found"] and r.get("graded") == TRUNCATED]
+        self.counter["no_span"] += sum(not r["span_found"] for r in records) - len(cut)
+        self.counter["cut"] += len(cut)
+        self.counter["cut_at"] = max([self.counter["cut_at"], *(r.get("new_tokens") or 0 for r in cut)])
         if self.bar is not None:
             self.positions += sum(n_scored(r["segments"], r["span_found"]) for r in records)
-            self.bar.update(len(records))
-            self.bar.set_postfix(positions=self.positions)
+            self.bar.set_postfix(positions=self.positions, refresh=False)
+            # the bar moved by 1/M per method done (`method_progress`): on to whole traces
+            self.bar.update(self.bar.n_written + len(records) - self.bar.n)
+            self.bar.n_written += len(records)
 
     def close(self, finish: bool = True) -> None:
         self.output.close(finish)
@@ -310,12 +363,35 @@ def lines_to_read(path: Path, skip_line) -> int:
     return total
 
 
+# Fractions of a trace (a method done with it) shown to one decimal; tqdm's own format otherwise.
+BAR_FORMAT = ("{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total_fmt} traces "
+              "[{elapsed}<{remaining}, {rate_fmt}{postfix}]")
+
+
 def progress_bar(path: Path, skip_line, disable: bool):
-    """A progress bar over the traces of `path` (lines written or skipped)."""
+    """A `trace_bar` over the traces of `path` (lines written or skipped)."""
+    return trace_bar(None if disable else lines_to_read(path, skip_line), disable)
+
+
+def trace_bar(total: int | None, disable: bool):
+    """A progress bar over `total` traces, with a time estimate; it moves by 1/M of a trace as
+    each of M methods is done with it (`method_progress`), so a real model's first minute shows
+    progress. `n_written`: the traces written or skipped, whole."""
     from tqdm.auto import tqdm
 
-    total = None if disable else lines_to_read(path, skip_line)
-    return tqdm(total=total, desc="attribute", unit="trace", disable=disable, file=sys.stderr)
+    bar = tqdm(total=total, desc="attribute", unit="trace", disable=disable, file=sys.stderr,
+               bar_format=BAR_FORMAT if total is not None else None)
+    bar.n_written = 0
+    return bar
+
+
+def method_progress(bar, n_methods: int):
+    """`attribute`'s `on_scored(method, rows)` moving `bar` by rows / n_methods traces, never
+    past the traces of the batch (they are counted whole when written)."""
+    def on_scored(method: str, rows: int) -> None:
+        bar.update(rows / max(n_methods, 1))
+
+    return on_scored
 
 
 def add_parser(sub) -> None:
@@ -340,9 +416,11 @@ def add_parser(sub) -> None:
                           "--input was generated with, as `oar generate` records it, or the --store "
                           "run's; else auto)")
     add_dataclass_args(at, ReshapeSettings, GATING_FLAGS)  # generated from ReshapeSettings: defaults and help text
-    at.add_argument("--batch-size", type=int, default=16,
+    at.add_argument("--batch-size", type=int, default=None,
                     help="lines attributed (and then written) together; each record's `timings` is "
-                         "its batch's seconds per trace (1: each trace timed on its own)")
+                         "its batch's seconds per trace (1: each trace timed on its own). Default: "
+                         "the lines that fill one pass of the memory budget (one at a time on a "
+                         "real model, so each trace is written as soon as it is done)")
     at.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
                     help="wrap plain-string prompts in the model's chat template as one user message "
                          "(default: yes when the tokenizer has a chat template; chat-message "

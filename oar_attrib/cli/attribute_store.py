@@ -56,6 +56,27 @@ def _advantages(records) -> list[float] | None:
     return None if any(v is None for v in values) else values
 
 
+def _batches(store, todo: list[int], args, model):
+    """The traces of `todo`, read one at a time, in batches of `args.batch_size`, or (None)
+    of the traces whose work fills one pass's memory budget (`budget.trace_batch_full`, as
+    `oar attribute --out` batches lines)."""
+    from ..models.budget import trace_batch_full, trace_work
+    from ..inputs.segments import n_scored
+
+    batch, works = [], []
+    for trace_id in todo:
+        record = store.trace(trace_id)
+        batch.append(record)
+        works.append(trace_work(len(record.token_ids), n_scored(record.segments, record.row.span_found)))
+        full = (len(batch) >= args.batch_size if args.batch_size is not None else
+                trace_batch_full(model, works, max(len(r.token_ids) for r in batch), args.max_batch_tokens))
+        if full:
+            yield batch
+            batch, works = [], []
+    if batch:
+        yield batch
+
+
 def _write(store, records, got, model_name: str) -> None:
     results, stats = got
     for record, result in zip(records, results):
@@ -91,6 +112,8 @@ def attribute_stored(args, default_chat, settings_of, record_of) -> int:
     from ..store import Store
     from ..store.lock import WriterLock
     from ..store.schema import identify
+    from ..commands import Interrupted
+    from .attribute import method_progress, trace_bar
     from .choices import method_params_from
 
     if args.input is not None:
@@ -109,23 +132,32 @@ def attribute_stored(args, default_chat, settings_of, record_of) -> int:
         if todo:
             store.update_run_config(run.id, attributed=attributed)
 
+        bar = trace_bar(len(todo), args.no_progress)
+        on_scored = method_progress(bar, len(args.methods))
+
         def attribute_part(records, flag: bool):
             prompts = [r.to_attribution().prompt for r in records]
             responses = [r.response for r in records]
             results = attribute(model, tokenizer, prompts, responses, args.methods,
                                 settings_of(args), chat=flag, advantages=_advantages(records),
-                                batch_size=len(records), method_params=method_params_from(args))
+                                batch_size=len(records), method_params=method_params_from(args),
+                                on_scored=on_scored)
             stats = response_stats(model, tokenizer, prompts, responses, chat=flag,
                                    answer_format=fmt)
             return results, stats
 
-        for start in range(0, len(todo), args.batch_size):
-            records = [store.trace(i) for i in todo[start:start + args.batch_size]]
-            for flag in (False, True):  # one `chat` per call of attribute
-                part = [r for r in records if chat(r.to_attribution().prompt) == flag]
-                if part:
-                    _write(store, part, attribute_part(part, flag), run.model or str(args.model))
-            done += len(records)
+        try:
+            with bar:
+                for records in _batches(store, todo, args, model):
+                    for flag in (False, True):  # one `chat` per call of attribute
+                        part = [r for r in records if bool(chat(r.to_attribution().prompt)) == flag]  # None: no template
+                        if part:
+                            _write(store, part, attribute_part(part, flag), run.model or str(args.model))
+                    done += len(records)
+                    bar.update(done - bar.n)  # whole traces once written
+        except KeyboardInterrupt:
+            raise Interrupted(f"interrupted; {done} traces of run {run.id} attributed and kept in "
+                              f"{args.store}, rerun the same command to resume") from None
         summarise(store, run.id)
     say(f"attributed {done} traces of run {run.id} in {args.store} with "
         f"{', '.join(args.methods)}")

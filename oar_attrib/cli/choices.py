@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..commands import number_problem
 from ..defaults import ANSWER_FORMAT, PROBE, PROBES
 from ..errors import UnknownNameError, unknown_name
 from ..inputs.spans import ANSWER_FORMATS
@@ -91,8 +92,9 @@ def _positive(kind: type):
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        problem = number_problem(value, kind)  # NaN, inf, <= 0, a count past MAX_COUNT
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
         return value
 
     parse.__name__ = kind.__name__

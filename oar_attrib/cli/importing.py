@@ -56,7 +56,10 @@ def _say_at_first_chat(read, line: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    import shlex
+
     from ..analysis.run_summary import summarise
+    from ..analysis.signal import signal_line, store_signal
     from ..importers import READERS, RecordLimits, import_rollouts
     from ..inputs.chat_template import ROLE_TEMPLATE, ROLE_TEMPLATE_NAME
     from ..inputs.encoding import position_limit
@@ -106,7 +109,13 @@ def run(args: argparse.Namespace) -> int:
                                   correct_threshold=args.correct_threshold, batch=args.batch_size,
                                   limits=limits, report=say)
         summarise(store, summary.run_id)
+        signal = signal_line(store_signal(store, summary.run_id))
+    if signal:
+        say(f"oar import: {signal}")
     say(summary.line(out) + (f"; {len(left_out)} files left out" if left_out else ""))
+    where = shlex.quote(str(out))
+    say(f"next: oar attribute --store {where} --run {summary.run_id} attributes it in place, "
+        f"then oar web --store {where} shows it")
     return 2 if summary.skipped or left_out else 0
 
 

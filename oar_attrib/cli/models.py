@@ -8,7 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ..catalogue import CATALOGUE, cache_dir, entry_folder, gguf_folder, listing
+from ..models.catalogue import CATALOGUE, cache_dir, entry_folder, gguf_folder, listing
 from ..console import say, terminal_safe
 from ..errors import ModelLoadError
 
@@ -28,7 +28,7 @@ def _entry(name: str):
 
 def _verify() -> int:
     """One line per converted folder of the cache: ok, damaged (why), or unverifiable."""
-    from ..model_cache import damage, read_record
+    from ..models.cache import damage, read_record
 
     models = cache_dir() / "models"
     folders = sorted(p for p in models.iterdir() if p.is_dir() and not p.name.startswith(".")) \

@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 from pathlib import Path
 from typing import Iterable, Iterator, Protocol
 
 from ..commands import Interrupted, interrupted  # noqa: F401  (used through this module too)
 from ..errors import OARError, OutputError
 from ..files import check_writable, drop_partial_tail  # noqa: F401  (used through this module too)
-from ..jsonl import iter_jsonl, parse_line
+from ..jsonl import AppendLog, iter_jsonl, parse_line
 from ..records.settings_record import check_resume, record_differences, stored_record
 
 
@@ -91,14 +90,13 @@ class JsonlOutput:
         check_writable(self.path)
         self._lock = WriterLock(self.path, "--out") if lock else None
         self.done: set[int] = set()
+        self._log = None
         try:
-            if self.path.exists():
-                drop_partial_tail(self.path)
-                for record in read_records(self.path):
-                    if not self.done:
-                        check_resume(f"--out {self.path}", stored_record(record), settings, JSONL_REMEDY)
-                    self.done.add(record["line"])
-            self._handle = open(self.path, "a", encoding="utf-8")
+            self._log = AppendLog(self.path, "--out")  # a line a kill cut short is dropped
+            for record in read_records(self.path):
+                if not self.done:
+                    check_resume(f"--out {self.path}", stored_record(record), settings, JSONL_REMEDY)
+                self.done.add(record["line"])
         except OSError as err:
             self._release()
             if isinstance(err, OARError):
@@ -111,10 +109,7 @@ class JsonlOutput:
 
     def write(self, records: list[dict]) -> None:
         try:
-            for record in records:
-                self._handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-            self._handle.flush()
-            os.fsync(self._handle.fileno())
+            self._log.write(records)
         except OSError as err:  # a line cut short here is dropped when the run is resumed
             raise _write_failed(self.path, err, _complete_lines(self.path, len(self.done))) from None
         self.done.update(r["line"] for r in records)
@@ -123,18 +118,16 @@ class JsonlOutput:
         return len({r["line"] for r in read_records(self.path)})
 
     def close(self, finish: bool = True) -> None:
-        try:
-            self._handle.close()
-        except OSError:  # a full disk again on the last flush: every batch was synced already
-            pass
-        self._release()
+        self._release()  # every batch was synced already
 
     def _release(self) -> None:
+        if self._log is not None:
+            self._log.close()
         if self._lock is not None:
             self._lock.release()
 
 
-_LABELS = ("line", "gold", "reward", "correct", "group")  # record keys that are not the trace's own
+_LABELS = ("line", "gold", "reward", "correct", "group", "graded", "new_tokens")  # record keys that are not the trace's own
 
 
 def run_record(config: dict) -> dict:
@@ -202,7 +195,8 @@ class StoreOutput:
         self.store.add_traces(
             self.run_id, traces, rewards=[r.get("reward") for r in records],
             correct=[r.get("correct", UNKNOWN) for r in records], groups=[r.get("group") for r in records],
-            extras=[{"line": r["line"], **({"gold": r["gold"]} if "gold" in r else {})} for r in records])
+            extras=[{"line": r["line"], **{k: r[k] for k in ("gold", "graded", "new_tokens") if k in r}}
+                    for r in records])
         self.done.update(r["line"] for r in records)
 
     def close(self, finish: bool = True) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from ..catalogue import TOKENIZER_FILES
+from ..models.catalogue import TOKENIZER_FILES
 from ..defaults import ANSWER_FORMAT
 from ..jsonl import iter_jsonl
 

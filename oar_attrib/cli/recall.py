@@ -7,10 +7,13 @@ hold the rest); a rerun with another model or dtype is refused before the model 
 from __future__ import annotations
 
 import argparse
+import shlex
 import json
 
+from ..analysis.recall_reading import graded_comparisons, paired_comparisons
 from ..analysis.sets import CLI_SETS, DEFAULT_SETS
-from ..configs import add_model_args
+from ..analysis.verdicts import plain
+from ..commands import add_model_args
 from ..console import say
 from ..defaults import GRANULARITIES, GRANULARITY, VIEW_STEP_POOL
 from ..inputs.steps import STEP_POOLS
@@ -66,22 +69,19 @@ def recall_record(args: argparse.Namespace) -> dict:
 def check_cache(args: argparse.Namespace) -> None:
     """Refuse a `--cf-cache` computed with another model or dtype (RecordMismatchError, before
     the model loads); give a cache without a record this command's."""
-    from pathlib import Path
-
-    from ..jsonl import iter_jsonl
+    from ..jsonl import append_jsonl, check_log_path, iter_jsonl
     from ..records.settings_record import check_resume
 
     if args.cf_cache is None:
         return
-    path, full = Path(args.cf_cache), recall_record(args)
+    path, full = check_log_path(args.cf_cache, "--cf-cache"), recall_record(args)
     record = {k: full[k] for k in ("format", "model", "dtype", "version")}
     stored = next((v["record"] for _, v in (iter_jsonl(path) if path.is_file() else ())
                    if isinstance(v, dict) and isinstance(v.get("record"), dict)), None)
     if stored is not None:
         check_resume(f"--cf-cache {path}", stored, record, "pass a new --cf-cache")
         return
-    with path.open("a", encoding="utf-8") as out:  # readers skip lines without a key
-        out.write(json.dumps({"record": record}) + "\n")
+    append_jsonl(path, [{"record": record}], "--cf-cache")  # readers skip lines without a key
 
 
 def run_steps(args: argparse.Namespace, model, tokenizer) -> int:
@@ -101,7 +101,15 @@ def run_steps(args: argparse.Namespace, model, tokenizer) -> int:
     if report.intervention:
         cell = stats_cell(report.intervention["upstream"], "mean")
         print(f"{'result-shift intervention (the model itself, no method)':<20} upstream {cell}")
+    print_reading(report, paired_comparisons(report, STEP_METRICS, args.seed), "oar recall --granularity step")
     return 0
+
+
+def print_reading(report, comparisons, command: str) -> None:
+    """The reading in words that ends the text output (`analysis.recall_reading`)."""
+    from ..analysis.recall_reading import next_recall_step, recall_reading
+
+    print("\n".join(recall_reading(report, comparisons, next_recall_step(report, command))))
 
 
 def budget_params(max_batch_tokens: int | None) -> dict | None:
@@ -138,6 +146,7 @@ def run_data(args: argparse.Namespace) -> int:
     (and value-oracle recall on the word-problem world)."""
     from ..analysis.counterfactual_recall import counterfactual_recall, data_records, data_sets
     from ..models import load_model
+    from ..models.budget import CPU_BATCH_TOKENS
 
     records = data_records(args.data, args.n, args.seed)
     known = data_sets(records)
@@ -153,19 +162,20 @@ def run_data(args: argparse.Namespace) -> int:
     report = counterfactual_recall(
         model, tokenizer, records, methods=args.methods, probe=args.probe, seed=args.seed,
         cf_positions=args.cf_positions, max_new_tokens=args.max_new_tokens,
-        max_batch_tokens=args.max_batch_tokens or 16384, cache=args.cf_cache, model_name=args.model,
+        max_batch_tokens=args.max_batch_tokens or CPU_BATCH_TOKENS, cache=args.cf_cache, model_name=args.model,
         method_params=method_params_from(args, budget_params(args.max_batch_tokens)),
         progress=not args.no_progress, replacement=args.replace, sets=sets)
     if args.json:
         print(json.dumps({**report.as_dict(), "record": recall_record(args)}))
         return 0
     accuracy = "n/a (no gold answers)" if report.accuracy is None else f"{report.accuracy:.3f}"
-    print(f"n={report.n} scored={report.n_scored} accuracy={accuracy} skipped={report.skipped} "
-          f"oracle={report.oracle}")
+    print(f"n={report.n} scored={report.n_scored} accuracy={accuracy} skipped: {plain(report.skipped)}; "
+          f"oracle: {plain(report.oracle)}")
     print(stats_table(report, sets, "recall"))
     for outcome, part in report.by_outcome.items():
         print(f"{outcome} traces (n={part['n']}):")
         print(stats_table(argparse.Namespace(methods=part["methods"], random=part["random"]), sets, "recall"))
+    print_reading(report, paired_comparisons(report, sets, args.seed), f"oar recall --data {shlex.quote(str(args.data))}")
     return 0
 
 
@@ -186,28 +196,30 @@ def run_graded(args: argparse.Namespace) -> int:
     """`--sets graded`: each method's Spearman and tercile AUC against the graded oracle's flip
     rates (K replacements per tested position), resumable through `--cf-cache`."""
     from ..analysis.graded_oracle import GradedSettings
-    from ..analysis.graded_recall import RANDOM_RANKING, graded_recall
+    from ..analysis.graded_recall import RANDOM_RANKING, GradedCache, graded_recall
     from ..models import load_model
+    from ..models.budget import CPU_BATCH_TOKENS
 
     if args.sets != ["graded"] or args.granularity == "step":
         say("oar recall: --sets graded runs alone, at token granularity")
         return 2
     records = graded_records(args)
+    cache = GradedCache(args.cf_cache)  # read and checked before the model loads
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
     report = graded_recall(
         model, tokenizer, records, methods=args.methods, probe=args.probe,
         settings=GradedSettings(k=args.graded_k, positions=args.cf_positions, seed=args.seed),
-        max_new_tokens=args.max_new_tokens, max_batch_tokens=args.max_batch_tokens or 16384,
-        cache=args.cf_cache, group_samples=args.group_samples,
+        max_new_tokens=args.max_new_tokens, max_batch_tokens=args.max_batch_tokens or CPU_BATCH_TOKENS,
+        cache=cache, group_samples=args.group_samples,
         method_params=method_params_from(args, budget_params(args.max_batch_tokens)),
         progress=not args.no_progress)
     if args.json:
         print(json.dumps(report.as_dict()))
         return 0
     accuracy = "n/a (no gold answers)" if report.accuracy is None else f"{report.accuracy:.3f}"
-    print(f"n={report.n} scored={report.n_scored} accuracy={accuracy} skipped={report.skipped}")
-    print(f"oracle: {report.oracle}")
-    print(f"decode: {report.decode}; cache: {report.cache}")
+    print(f"n={report.n} scored={report.n_scored} accuracy={accuracy} skipped: {plain(report.skipped)}")
+    print(f"oracle: {plain(report.oracle)}")
+    print(f"decode: {plain(report.decode)}; cache: {plain(report.cache)}")
     width = max([len(m) for m in report.methods] + [len(RANDOM_EXPECTED)])
     heads = ("spearman", "tercile AUC", "spearman - random", "spearman | position", "early first")
     print(f"{'method':<{width}} " + " ".join(f"{h:>22}" for h in heads))
@@ -222,18 +234,41 @@ def run_graded(args: argparse.Namespace) -> int:
         f"{'':>22}" if k is None else f"{RANDOM_RANKING[k]:>22.3f}" for k in expected))
     print("spearman | position: with position held fixed (partial); early first: the scores' "
           "Spearman with earliness (earliest_first: 1)")
+    print_reading(report, graded_comparisons(report), "oar recall --sets graded")
     return 0
+
+
+# The count flags and their least values; each is at most configs.MAX_COUNT (past it a flag
+# asks for memory by the terabyte, or for a run that never ends).
+COUNTS = (("n", 1), ("resample_samples", 1), ("intervention_samples", 0), ("cf_positions", 1),
+          ("max_new_tokens", 1), ("graded_k", 1), ("group_samples", 0))
+
+
+def number_problem(args: argparse.Namespace) -> str | None:
+    """The one line for a count flag or --seed out of its bounds (checked before anything
+    loads), or None."""
+    from ..commands import MAX_COUNT
+
+    if args.resample_samples < 1:
+        return f"--resample-samples must be >= 1, got {args.resample_samples}"
+    if args.intervention_samples < 0:
+        return f"--intervention-samples must be >= 0 (0: off), got {args.intervention_samples}"
+    for name, low in COUNTS:
+        value = getattr(args, name, None)
+        if value is not None and not low <= value <= MAX_COUNT:
+            return f"--{name.replace('_', '-')} must be from {low} to {MAX_COUNT}, got {value}"
+    if not 0 <= args.seed < 2**32:
+        return f"--seed must be from 0 to 2**32 - 1, got {args.seed}"
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
     from ..models import load_model
     from ..analysis.recall import oracle_recall
 
-    if args.resample_samples < 1:
-        say(f"oar recall: --resample-samples must be >= 1, got {args.resample_samples}")
-        return 2
-    if args.intervention_samples < 0:
-        say(f"oar recall: --intervention-samples must be >= 0 (0: off), got {args.intervention_samples}")
+    problem = number_problem(args)
+    if problem:
+        say(f"oar recall: {problem}")
         return 2
     if args.sets and "graded" in args.sets:
         return run_graded(args)
@@ -257,6 +292,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(report.counts_line())
     print(stats_table(report, args.sets, "recall"))
+    print_reading(report, paired_comparisons(report, args.sets, args.seed), "oar recall")
     return 0
 
 

@@ -36,7 +36,7 @@ def default_methods() -> list[str]:
 
 def run_advantage(args: argparse.Namespace) -> int:
     from ..analysis.advantage_oracle import AdvantageSettings
-    from ..analysis.advantage_recall import advantage_recall
+    from ..analysis.advantage_recall import advantage_cache, advantage_recall
     from ..errors import InputError
     from ..models import load_model
     from .recall import budget_params
@@ -57,10 +57,11 @@ def run_advantage(args: argparse.Namespace) -> int:
         return 2
     # Twice the groups needed are sampled, so that groups mixing right and wrong can be chosen.
     records = advantage_records(args, 2 * math.ceil(args.n / size))
+    cache = advantage_cache(args.cf_cache)  # read and checked before the model loads
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
     report = advantage_recall(
         model, tokenizer, records, n=args.n, methods=args.methods or default_methods(), probe=args.probe,
-        settings=settings, group_size=size, max_new_tokens=args.max_new_tokens, cache=args.cf_cache,
+        settings=settings, group_size=size, max_new_tokens=args.max_new_tokens, cache=cache,
         method_params=method_params_from(args, budget_params(args.max_batch_tokens)),
         min_steps=args.min_steps, progress=not args.no_progress)
     if args.json:

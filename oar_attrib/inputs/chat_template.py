@@ -17,7 +17,8 @@ tokenised without special tokens) in a sandbox that also bounds it:
 A template that fails on a prompt is one `ChatTemplateError` naming the model and what went
 wrong; one that does not compile or runs past a bound is a `TemplateRefusedError` (the template
 is at fault, not the prompt: callers stop rather than try every prompt).
-Ctrl-C interrupts a render like any Python code.
+Ctrl-C interrupts a render like any Python code. transformers' private helpers are reached
+through `transformers_private` (a missing one is one `LibraryVersionError` line).
 """
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ from jinja2 import TemplateError
 from jinja2.compiler import CodeGenerator
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from ..errors import InputError
+from ..errors import InputError, LibraryVersionError
+from .transformers_private import sandbox_environment, template_variables
 
 
 class ChatTemplateError(InputError):
@@ -204,9 +206,7 @@ def _filter(func):
 def _compiled(template: str):
     """The template compiled in its own bounded sandbox (built like transformers' own: its
     extensions, filters and globals), or the TemplateError of a template that does not."""
-    from transformers.utils.chat_template_utils import _compile_jinja_template
-
-    base = _compile_jinja_template("").environment  # transformers' sandbox configuration
+    base = sandbox_environment()  # transformers' sandbox configuration
     env = _Bounded(trim_blocks=base.trim_blocks, lstrip_blocks=base.lstrip_blocks,
                    extensions=[type(e) for e in base.extensions.values()])
     env.globals.update(base.globals)
@@ -216,13 +216,7 @@ def _compiled(template: str):
 
 def _template_data(tokenizer, messages: Sequence[Mapping]) -> dict:
     """The variables transformers gives a template for `messages` with a generation prompt."""
-    from transformers.utils.chat_template_utils import (_alias_reasoning_fields,
-                                                        _normalize_chat_messages,
-                                                        _plain_template_data)
-
-    chat = _alias_reasoning_fields(_plain_template_data(_normalize_chat_messages(list(messages))))
-    return {"messages": chat, "tools": None, "documents": None, "add_generation_prompt": True,
-            **_plain_template_data(dict(tokenizer.special_tokens_map))}
+    return template_variables(messages, tokenizer.special_tokens_map)
 
 
 def render_chat(tokenizer, messages: Sequence[Mapping], limits: TemplateLimits = TemplateLimits()) -> str:
@@ -246,7 +240,7 @@ def render_chat(tokenizer, messages: Sequence[Mapping], limits: TemplateLimits =
             if length > limits.max_chars:
                 raise budget.over(f"wrote more than {limits.max_chars} characters")
             out.append(chunk)
-    except ChatTemplateError:
+    except (ChatTemplateError, LibraryVersionError):  # not the template's failure
         raise
     except (MemoryError, RecursionError) as err:
         raise budget.over(f"failed: {type(err).__name__}") from None

@@ -103,8 +103,10 @@ def input_labels(record: dict, response: str, answer_format: str = ANSWER_FORMAT
     (the line's `gold` or `answer`), `reward` and `advantage` (finite numbers; the advantage
     also gives the token advantages A * w_t), `group` (an integer: the line's GRPO group, as
     `oar generate` writes it) and `correct` (the line's own bool, or else graded against the
-    gold answer)."""
-    from .grading import grade
+    gold answer); `graded` and `new_tokens`: the grader's reason (`grading.WHYS`) and the
+    answer's generated tokens, as `oar generate` writes them (`why`, `tokens`), so that a
+    cut-off answer is named as one."""
+    from .grading import WHYS, grade
 
     labels = {}
     gold = record.get("gold", record.get("answer"))
@@ -115,6 +117,10 @@ def input_labels(record: dict, response: str, answer_format: str = ANSWER_FORMAT
             labels[key] = float(record[key])
     if _integer(record.get("group")):
         labels["group"] = record["group"]
+    if record.get("why") in WHYS:
+        labels["graded"] = record["why"]
+    if _integer(record.get("tokens")):
+        labels["new_tokens"] = record["tokens"]
     if isinstance(record.get("correct"), bool):
         labels["correct"] = record["correct"]
     elif "gold" in labels:

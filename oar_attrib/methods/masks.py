@@ -35,7 +35,7 @@ import torch
 
 from ..errors import InputError
 from ..inputs.batch import ScoringBatch
-from ..lm import embedding_override, eval_mode, logits_at, scoreable
+from ..models.lm import embedding_override, eval_mode, logits_at, scoreable
 from .probes import ProbeSites
 
 MASKS: tuple[str, ...] = ("pad", "zero", "mean", "resample", "delete")

@@ -37,9 +37,9 @@ from transformers import DynamicCache
 
 from ..defaults import PROBE
 from ..inputs.batch import ScoringBatch
-from ..budget import row_groups
+from ..models.budget import row_groups
 from ..errors import InputError
-from ..lm import (accepts_logits_to_keep, check_positions, check_token_budget, draw_normal,
+from ..models.lm import (accepts_logits_to_keep, check_positions, check_token_budget, draw_normal,
                  eval_mode, input_embeddings, keep_scoreable, logits_at, model_device, plain_kv,
                  scoreable, with_cache)
 from .draws import mean_of_draws

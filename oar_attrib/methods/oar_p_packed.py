@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from ..budget import text_config
-from ..lm import logits_at, with_cache
+from ..models.budget import text_config
+from ..models.lm import logits_at, with_cache
 from .masks import window_columns, window_sites
 from .probes import probe_importance, probe_values
 

@@ -39,10 +39,10 @@ import torch
 from transformers import DynamicCache
 
 from ..defaults import PROBE
-from ..budget import auto_batch_tokens, row_groups
+from ..models.budget import auto_batch_tokens, row_groups
 from ..errors import InputError
 from ..inputs.batch import ScoringBatch
-from ..lm import (check_positions, eval_mode, float32_head, logits_at, model_device, plain_kv,
+from ..models.lm import (check_positions, eval_mode, float32_head, logits_at, model_device, plain_kv,
                   with_cache)
 from .masks import check_mask, perturbed_row, substitute, window_columns, window_sites
 from .oar_p_packed import mask_kind, pack_copies, packed_key_limit, plan_copies, score_packed

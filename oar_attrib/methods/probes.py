@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ..budget import backward_tokens
+from ..models.budget import backward_tokens
 from ..defaults import PROBES
 from ..inputs.batch import ScoringBatch
 from ..errors import unknown_name
-from ..lm import model_device
+from ..models.lm import model_device
 
 DISTRIBUTION_PROBES: frozenset[str] = frozenset({"lt", "as_mean"})
 

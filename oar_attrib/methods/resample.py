@@ -28,10 +28,10 @@ import torch
 
 from ..defaults import ANSWER_FORMAT
 from ..defaults import PROBE
-from ..generation import continue_rows, cut_at_stop, stop_ids
+from ..models.generation import continue_rows, cut_at_stop, stop_ids
 from ..inputs.batch import ScoringBatch
 from ..errors import InputError
-from ..lm import eval_mode
+from ..models.lm import eval_mode
 from .registry import register_method
 from ..inputs.spans import locate_answer
 

@@ -31,7 +31,7 @@ import re
 from pathlib import Path
 
 from ..errors import InputError
-from ..model_cache import weights_sha256
+from ..models.cache import config_sha256, weights_sha256
 
 RECORD_FORMAT = 1
 
@@ -66,6 +66,10 @@ class RecordMismatchError(InputError):
         return f"{self.where} was made with other settings ({'; '.join(parts)}); {self.remedy}"
 
 
+# The file a run folder keeps its settings record in (an `oar train` output dir, an `oar align`
+# store); align stores made before this name kept it in `record.json`, which is still read.
+RECORD_FILE = "settings_record.json"
+
 def show(value) -> str:
     """A record value as a person types it: lists space-separated, None as `none`."""
     if value is None:
@@ -81,8 +85,10 @@ def shown(record: dict, dotted: str) -> str:
     """A field's value in the one line; the model as its name and the head of its hash."""
     if dotted.startswith("model."):
         model = record.get("model") or {}
-        digest = model.get("weights_sha256")
-        return f"{show(model.get('name'))}" + (f" (weights {digest[:12]})" if digest else "")
+        digest, config = model.get("weights_sha256"), model.get("config_sha256")
+        return f"{show(model.get('name'))}" + (f" (weights {digest[:12]})" if digest else "") + (
+            f", config, tokenizer and chat template {config[:12]}"
+            if dotted.endswith("config_sha256") and isinstance(config, str) else "")
     return show(lookup(record, dotted))
 
 
@@ -126,7 +132,7 @@ def method_record(name: str, settings, params: dict | None = None) -> dict:
 
 def _catalogue_name(folder: Path) -> str | None:
     """The catalogue name whose local folder is `folder` (nothing is fetched)."""
-    from ..catalogue import CATALOGUE, entry_folder
+    from ..models.catalogue import CATALOGUE, entry_folder
 
     for name, entry in CATALOGUE.items():
         try:
@@ -139,24 +145,28 @@ def _catalogue_name(folder: Path) -> str | None:
 
 
 def model_identity(model) -> dict:
-    """{"name", "weights_sha256"} of a model: a catalogue name or checkpoint path (resolved to
-    its folder, fetched as `load_model` would), or a loaded model (its `name_or_path` folder).
-    A model built in memory has no files: name and hash None. The hash is of the files the
-    model was loaded from, not of weights changed since in memory."""
+    """{"name", "weights_sha256", "config_sha256"} of a model: a catalogue name or checkpoint
+    path (resolved to its folder, fetched as `load_model` would), or a loaded model (its
+    `name_or_path` folder). A model built in memory has no files: name and hashes None. The
+    hashes are of the files the model was loaded from (its weights; its config, tokenizer and
+    chat template, `models.cache.CONFIG_FILES`), not of weights changed since in memory. A
+    record written before `config_sha256` existed lacks it, and a field only one side has is
+    not compared (`record_differences`): such an output resumes, judged by its weights."""
     if model is None:
         return {"name": None, "weights_sha256": None}
     if isinstance(model, (str, Path)):
-        from ..catalogue import CATALOGUE
+        from ..models.catalogue import CATALOGUE
         from ..models import resolve
 
         folder = resolve(model)
         name = str(model) if str(model) in CATALOGUE else str(Path(model).expanduser())
-        return {"name": name, "weights_sha256": weights_sha256(folder)}
+        return {"name": name, "weights_sha256": weights_sha256(folder), "config_sha256": config_sha256(folder)}
     source = str(getattr(model, "name_or_path", "") or "")
     folder = Path(source).expanduser() if source else None
     if folder is None or not folder.is_dir():
         return {"name": source or None, "weights_sha256": None}
-    return {"name": _catalogue_name(folder) or str(folder), "weights_sha256": weights_sha256(folder)}
+    return {"name": _catalogue_name(folder) or str(folder), "weights_sha256": weights_sha256(folder),
+            "config_sha256": config_sha256(folder)}
 
 
 def model_dtype(model) -> str | None:
@@ -176,7 +186,7 @@ def settings_record(settings, methods, method_params: dict | None = None, *, mod
     step_unit, chat: how reasoning splits into steps, whether prompts get the chat template.
     extra: more JSON-ready fields of the producer (e.g. the input of a store run).
     """
-    from .. import __version__
+    from ..version import __version__
 
     params = method_params or {}
     names = [methods] if isinstance(methods, str) else list(methods)

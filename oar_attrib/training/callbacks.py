@@ -12,7 +12,6 @@ forward).
 """
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -20,9 +19,12 @@ import torch
 from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
-from oar_attrib.generation import continue_rows
+from oar_attrib.models.generation import continue_rows
 from oar_attrib.inputs.chat_template import chat_ids
+from oar_attrib.jsonl import append_jsonl
 from oar_attrib.world.evaluation import evaluate_world
+
+from .trl_private import metrics
 
 
 class AccuracyCallback(TrainerCallback):
@@ -49,14 +51,13 @@ class AccuracyCallback(TrainerCallback):
             result = self.evaluate(model)
         row = {"step": state.global_step, **result, "seconds": round(time.perf_counter() - start, 2)}
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(row) + "\n")
+        append_jsonl(self.path, [row])
         shown = ", ".join(f"{k} {v:.3f}" for k, v in result.items() if k.startswith("accuracy"))
         print(f"[eval] step {state.global_step}: {shown}", flush=True)
         if self.trainer is not None:
             for key, value in result.items():
                 if key.startswith("accuracy"):
-                    self.trainer._metrics["train"][f"eval/{key}"].append(value)
+                    metrics(self.trainer)[f"eval/{key}"].append(value)
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if state.global_step == 0:

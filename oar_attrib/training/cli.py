@@ -13,8 +13,7 @@ import json
 import re
 import sys
 
-from oar_attrib.configs import DefaultsHelpFormatter
-from oar_attrib.commands import run_command
+from oar_attrib.commands import DefaultsHelpFormatter, run_command
 from oar_attrib.extras import require_extra
 
 _EPILOG = """settings: key=value pairs (YAML values), anywhere among the flags, override the preset

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields, make_dataclass
 from packaging.version import Version
 from trl import GRPOConfig
 
-from oar_attrib.configs import DTYPES
+from oar_attrib.commands import DTYPES
 from oar_attrib.methods import trainable_methods
 from oar_attrib.weights.settings import ReshapeSettings, SettingError, config_fields, config_name
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from oar_attrib.configs import add_model_args
+from oar_attrib.commands import add_model_args
 
 
 def _print(result: dict, as_json: bool) -> None:

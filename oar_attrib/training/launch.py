@@ -15,9 +15,10 @@ from pathlib import Path
 
 import yaml
 
-from oar_attrib.configs import DTYPES
+from oar_attrib.commands import DTYPES
 from oar_attrib.console import say
 from oar_attrib.defaults import PROMPT_FORMAT, WORLD_FORMAT
+from oar_attrib.records.settings_record import RECORD_FILE  # noqa: F401  (the record file, named once)
 from oar_attrib.rollouts import PROMPT_TEMPLATES
 from oar_attrib.world.answers import WORLD_FORMATS
 
@@ -249,7 +250,7 @@ def build_trainer(run: RunConfig, args, rollout_func=None, data_seed: int | None
     itself)."""
     import torch
 
-    from oar_attrib.generation import stop_ids
+    from oar_attrib.models.generation import stop_ids
     from oar_attrib.models import load_model
 
     from .callbacks import AccuracyCallback
@@ -340,7 +341,6 @@ def check_checkpoint(folder: str | Path) -> None:
             raise bad(path.name, f"cannot be read by weights-only loading (damaged: {err})") from None
 
 
-RECORD_FILE = "settings_record.json"
 
 
 def stored_training_record(output_dir: str | Path) -> dict | None:

@@ -15,8 +15,8 @@ OAR_CARD_HEADING = "## Outcome-grounded Advantage Reshaping (OAR)"
 
 
 def base_model_name(model) -> str | None:
-    """The name or folder the policy was loaded from (`config._name_or_path`), if any."""
-    name = getattr(getattr(model, "config", None), "_name_or_path", None)
+    """The name or folder the policy was loaded from (`config.name_or_path`), if any."""
+    name = getattr(getattr(model, "config", None), "name_or_path", None)
     return str(name) if name else None
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from transformers import Qwen2ForCausalLM
 
-from oar_attrib.configs import add_dataclass_args, dataclass_from_args
+from oar_attrib.commands import add_dataclass_args, dataclass_from_args
 from oar_attrib.models import random_qwen2
 from oar_attrib.world.evaluation import evaluate_world
 from oar_attrib.world import PRESETS, WorldConfig, generate_problems

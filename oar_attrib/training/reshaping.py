@@ -125,7 +125,7 @@ def token_weights(model, tokenizer, prompt_rows: list[list[int]], completion_row
     pairs = encode_rows(tokenizer, prompt_rows, completion_rows, settings.answer_format, settings.answer_pattern)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     batch = dataclasses.replace(pairs_to_batch(pairs, int(pad)), outcomes=outcomes)
-    weighed = pipeline.score_and_weight(model, batch, settings, rows=select, params=params)
+    weighed = pipeline.score_and_weight(model, batch, settings, rows=select, params=params, tokenizer=tokenizer)
     return TokenWeights(
         weights=_to_completion(weighed.weights, pairs, width, 1.0),
         importances=_to_completion(weighed.importances, pairs, width, 0.0),

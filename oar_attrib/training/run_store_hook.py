@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from oar_attrib.jsonl import append_jsonl
 from oar_attrib.methods import method_spec
 from oar_attrib.records.traces import build_trace
 
@@ -87,9 +88,7 @@ class RunStoreHook:
         if self.path.suffix == ".db":
             self._write_store(records)
         else:
-            with self.path.open("a", encoding="utf-8") as handle:
-                for record in records:
-                    handle.write(json.dumps(record) + "\n")
+            append_jsonl(self.path, records)
         return records
 
     def _write_store(self, records: list[dict]) -> None:

@@ -14,7 +14,7 @@ import re
 import torch
 from transformers import Qwen2ForCausalLM
 
-from oar_attrib.generation import continue_rows
+from oar_attrib.models.generation import continue_rows
 from oar_attrib.models import random_qwen2
 from oar_attrib.world import Problem, generate_problems
 from oar_attrib.world.tokenizer import build_tokenizer

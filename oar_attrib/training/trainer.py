@@ -31,9 +31,12 @@ from .model_card import base_model_name, oar_model_card
 from .rewards import correctness
 from .reshaping import ReshapeSettings, TokenWeights, token_advantages, token_weights, unpad_rows
 from .run_store_hook import RunStoreHook
+from . import trl_private
 
 
-LOW_SPAN_RATE = 0.5
+# Below this share of completions with an answer span, the warning fires: at 0.8 one in five
+# completions already trains as plain GRPO (weight 1 everywhere), which a user should know.
+LOW_SPAN_RATE = 0.8
 
 
 def formats_tried(answer_format: str, pattern: str | None = None) -> str:
@@ -48,9 +51,11 @@ def formats_tried(answer_format: str, pattern: str | None = None) -> str:
 def low_span_rate_message(rate: float, n: int, answer_format: str, pattern: str | None = None) -> str:
     """The one-time warning of a generation batch whose span-found rate is below LOW_SPAN_RATE."""
     others = ", ".join(f for f in ANSWER_FORMATS if f != answer_format)
-    return (f"OAR is mostly off: the answer span was found in {rate:.0%} of {n} completions of this "
-            f"generation batch (formats tried: {formats_tried(answer_format, pattern)}). Completions "
-            "without a span keep weight 1, so the run is close to plain GRPO. Fix: set answer_format "
+    found = round(rate * n)
+    head = "OAR is mostly off" if rate < 0.5 else "OAR is partly off"
+    return (f"{head}: the answer span was found in {found} of {n} completions ({rate:.0%}) of this "
+            f"generation batch (formats tried: {formats_tried(answer_format, pattern)}). The other "
+            f"{n - found} keep weight 1 on every token, as in plain GRPO. Fix: set answer_format "
             f"to the format the model writes ({others}; regex needs answer_pattern), or ask for that "
             "format in the prompt. oar/span_found_rate logs the rate every step.")
 
@@ -67,6 +72,7 @@ class OARGRPOTrainer(GRPOTrainer):
 
     def __init__(self, *args, run_store: RunStoreHook | None = None, **kwargs):
         check_trl_version()
+        trl_private.check()
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, OARConfig):
             raise TrainingConfigError(
@@ -99,8 +105,8 @@ class OARGRPOTrainer(GRPOTrainer):
         # run store's run config. The weights hash is of the files the model came from.
         self.oar_record = self.args.settings_record(self.model)
         if run_store is None and self.args.oar_store_every > 0 and self.accelerator.is_main_process:
-            name = getattr(getattr(self.model, "config", None), "_name_or_path", "") or ""
-            self.run_store = RunStoreHook.from_config(self.args, model=str(name), record=self.oar_record)
+            name = self._oar_base_model or ""
+            self.run_store = RunStoreHook.from_config(self.args, model=name, record=self.oar_record)
 
     # ------------------------------------------------------------------ TRL hooks
 
@@ -155,11 +161,11 @@ class OARGRPOTrainer(GRPOTrainer):
         start = time.perf_counter()
         output = super().training_step(model, inputs, num_items_in_batch)
         self._oar_step_wall += time.perf_counter() - start
-        if self._step % self.current_gradient_accumulation_steps == 0:
+        if trl_private.step(self) % self.current_gradient_accumulation_steps == 0:
             # Attribution happens inside the step that generates, so this share is high on
             # generation steps and 0 on reuse steps; the logged mean is the overall share.
             share = self._oar_step_attr / max(self._oar_step_wall, 1e-9)
-            self._metrics["train"]["oar/time_share"].append(share)
+            trl_private.metrics(self)["oar/time_share"].append(share)
             self._oar_step_attr, self._oar_step_wall = 0.0, 0.0
         return output
 
@@ -250,7 +256,7 @@ class OARGRPOTrainer(GRPOTrainer):
         # The slowest rank sets the pace.
         peak = self._pooled(torch.amax, {"weight": tw.weights.max() if tw.weights.numel() else 1.0,
                                          "seconds": tw.seconds})
-        metrics, rows = self._metrics["train"], max(sums["rows"], 1.0)
+        metrics, rows = trl_private.metrics(self), max(sums["rows"], 1.0)
         if sums["ess_rows"] > 0:
             metrics["oar/ess_ratio"].append(sums["ess"] / sums["ess_rows"])
         if sums["top_rows"] > 0:

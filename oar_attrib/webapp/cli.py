@@ -10,7 +10,7 @@ import socket
 import time
 
 from oar_attrib.extras import require_extra
-from oar_attrib.configs import add_dataclass_args, add_dtype_arg, dataclass_from_args
+from oar_attrib.commands import add_dataclass_args, add_dtype_arg, dataclass_from_args
 from oar_attrib.console import say
 from oar_attrib.errors import OARError
 

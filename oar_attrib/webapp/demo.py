@@ -9,9 +9,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import __version__
-from ..configs import DTYPES
+from ..commands import DTYPES
 from ..defaults import PROBE, PROBES
-from ..catalogue import cache_dir
+from ..models.catalogue import cache_dir
 from ..errors import OARError
 
 
@@ -127,8 +127,10 @@ def _grpo_advantages(rewards: list[float], group: int) -> list[float]:
 def graded(problem, text: str) -> dict:
     """Why a world trace got its reward, as the trace's extras (`views.reward_reason` reads
     them): `correct`; `wrong`, an answer in the world's format with another value; `format`,
-    an answer only in another format (`\\boxed{6}` where the world reads `#### N`, reward 0);
-    `no_answer`."""
+    an answer only in another format (`\\boxed{6}` where the world reads `#### N`, reward 0),
+    `format_right` when that answer's value is the right one (its own badge on the trace page:
+    the arithmetic is right, the format is not); `no_answer`."""
+    from ..inputs.grading import grade
     from ..inputs.spans import locate_answer
 
     fmt = problem.answer_format
@@ -138,6 +140,8 @@ def graded(problem, text: str) -> dict:
         why = "wrong"
     else:
         why = "format" if locate_answer(text) is not None else "no_answer"
+        if why == "format" and grade(text, str(problem.answer), "auto").correct:
+            why = "format_right"
     return {"graded": why, "answer_format": fmt}
 
 
@@ -206,7 +210,7 @@ def sample_world(model, tokenizer, config: DemoConfig = DemoConfig(), *, progres
     """(owners, texts): `config.samples` sampled responses to each of `config.n_problems`
     held-out problems (groups with right and wrong answers first, `_keep_mixed_groups`), one
     problem per response. Seeded: the same config gives the same texts."""
-    from ..generation import generate
+    from ..models.generation import generate
     from ..world import generate_problems
 
     problems = generate_problems(config.n_problems * config.candidates, config.preset,

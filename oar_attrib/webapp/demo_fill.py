@@ -102,9 +102,11 @@ def sample_real_group(model, tokenizer, question, config: DemoConfig) -> list[di
 def fill_real(store, config: DemoConfig, status: Progress, *, model=None, stop=None) -> bool:
     """The real-model run: SmolLM2-135M's own answers to `tiny` word problems, one question
     at a time: sampled (the progress line counts the answers), graded, given GRPO group
-    advantages and the value oracle, attributed by REAL_METHODS and stored; then the run's
-    recall against the oracle's `direct` values. A model that cannot be loaded skips the
-    stage with its one-line reason. Resumes after the groups stored; True when it has ended."""
+    advantages and the value oracle, then each answer attributed by REAL_METHODS and stored
+    as soon as it is done; then the run's recall against the oracle's `direct` values. A model
+    that cannot be loaded skips the stage with its one-line reason. Resumes after the answers
+    stored (a group cut short is sampled again, with its seed, and only its missing answers
+    attributed); True when it has ended."""
     from ..analysis.run_summary import summarise
     from ..attribution import attribute
     from ..weights.settings import ReshapeSettings
@@ -127,24 +129,24 @@ def fill_real(store, config: DemoConfig, status: Progress, *, model=None, stop=N
         run = store.run(store.add_run(REAL_RUN, model=REAL_MODEL, config={
             **asdict(config), "model": REAL_MODEL, "methods": list(REAL_METHODS), "answer_format": REAL_FORMAT,
             "world_preset": REAL_PRESET, "total_traces": total}))
-    done = len(store.trace_ids(run.id)) // config.real_samples
-    for question, problem in questions[done:]:
+    stored = len(store.trace_ids(run.id))  # a group cut short by a kill keeps its answers
+    settings = ReshapeSettings(probe=config.probe, answer_format=REAL_FORMAT, seed=config.seed)
+    for question, problem in questions[stored // config.real_samples:]:
         if stop is not None and stop.is_set():
             return False
-        status.stage(REAL_STAGE, done=done * config.real_samples, total=total, unit="answers",
-                     note="sampling answers")
-        group = sample_real_group(model, tokenizer, question, config)
-        status.stage(REAL_STAGE, done=(done + 1) * config.real_samples, note="attributing them")
-        traces = attribute(model, tokenizer, [r["prompt"] for r in group], [r["response"] for r in group],
-                           list(REAL_METHODS), ReshapeSettings(probe=config.probe, answer_format=REAL_FORMAT,
-                                                               seed=config.seed),
-                           advantages=[r["advantage"] for r in group])
-        store.add_traces(run.id, traces, rewards=[r["reward"] for r in group],
-                         correct=[r["correct"] for r in group], groups=[r["group"] for r in group],
-                         oracles=[problem.oracle(r["response"]) for r in group],
-                         extras=[{"question": _text(r["prompt"]), "true_answer": r["gold"],
-                                  "graded": r["why"]} for r in group])
-        done += 1
+        status.stage(REAL_STAGE, done=stored, total=total, unit="answers", note="sampling answers")
+        group = sample_real_group(model, tokenizer, question, config)  # seeded: the same again
+        for r in group[stored % config.real_samples:]:  # each answer stored as soon as it is done
+            if stop is not None and stop.is_set():
+                return False
+            status.stage(REAL_STAGE, done=stored, note="attributing them")
+            traces = attribute(model, tokenizer, [r["prompt"]], [r["response"]], list(REAL_METHODS),
+                               settings, advantages=[r["advantage"]])
+            store.add_traces(run.id, traces, rewards=[r["reward"]], correct=[r["correct"]],
+                             groups=[r["group"]], oracles=[problem.oracle(r["response"])],
+                             extras=[{"question": _text(r["prompt"]), "true_answer": r["gold"],
+                                      "graded": r["why"]}])
+            stored += 1
     summarise(store, run.id, sets=REAL_SETS, seed=config.seed)
     store.update_run_config(run.id, complete=True)
     status.stage(REAL_STAGE, state="done", note="")

@@ -1,7 +1,10 @@
-"""The web app's limits and options, validated on construction."""
+"""The web app's limits and options, validated on construction (a bad one is an `InputError`,
+one line on the command line, still a ValueError to Python callers)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from ..errors import InputError
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
 
@@ -36,7 +39,7 @@ class WebSettings:
         for name in ("max_body_bytes", "max_live_tokens", "max_live_concurrent", "page_size",
                      "max_trace_tokens", "max_trace_chars"):
             if getattr(self, name) < 1:
-                raise ValueError(f"WebSettings.{name} must be >= 1, got {getattr(self, name)}")
+                raise InputError(f"WebSettings.{name} must be >= 1, got {getattr(self, name)}")
         from ..methods import available_methods, method_spec
 
         if self.live_methods is None:
@@ -45,4 +48,4 @@ class WebSettings:
         for name in self.live_methods:
             method_spec(name)  # an unknown name raises, listing the registered ones
         if not self.allowed_hosts:
-            raise ValueError("WebSettings.allowed_hosts is empty; pass ('*',) to serve any host")
+            raise InputError("WebSettings.allowed_hosts is empty; pass ('*',) to serve any host")

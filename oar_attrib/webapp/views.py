@@ -39,6 +39,7 @@ REASONS = {
     "unparsable": "answer not parsable",
     "lenient": "right value, found without an answer statement",
     "format": "answer not in the format graded",
+    "format_right": "right value, other format: the grader reads only its own format",
 }
 
 
@@ -49,9 +50,13 @@ def reward_reason(record: TraceRecord) -> str | None:
     row, why = record.row, record.extra.get("graded")
     if row.reward is None:
         return None
+    if why == "truncated":
+        n = record.extra.get("new_tokens")
+        at = f" at {n} tokens" if isinstance(n, int) and not isinstance(n, bool) else ""
+        return f"cut off{at} before an answer; generate with a larger --max-new-tokens"
     if why in REASONS:
         fmt = record.extra.get("answer_format")
-        return REASONS[why] + (f" ({fmt})" if why == "format" and isinstance(fmt, str) else "")
+        return REASONS[why] + (f" ({fmt})" if why in ("format", "format_right") and isinstance(fmt, str) else "")
     if not row.span_found:
         return "no answer found"
     if row.correct is not None:
@@ -74,8 +79,11 @@ STABLE, NOISY = 0.9, 0.7
 
 def reliability_view(record: TraceRecord) -> list[dict]:
     """One entry per method of the trace that averaged random draws (OAR-G): {"method",
-    "draws", "split_half", "noisy", "text"}, the reading the trace page shows."""
+    "draws", "split_half", "noisy", "text"}, the reading the trace page shows; none for a
+    trace nothing was scored on (no answer span: there is no ranking to be reliable)."""
     out = []
+    if not record.row.span_found or not record.row.n_scored:
+        return out
     for method, a in record.attributions.items():
         if not a.draws:
             continue

@@ -3,7 +3,7 @@
 Every metric is computed per row over the scored positions S. A 1-D input (T,) gives a
 float; a 2-D input (B, T) gives a numpy array (B,). A row where the metric is undefined
 (S empty; for the oracle metrics also O = oracle ∩ S empty) gives NaN: callers skip NaN
-rows when averaging (`bootstrap_ci` drops them). Arithmetic is float64 numpy.
+rows when averaging (`analysis.stats.bootstrap_ci` drops them). Arithmetic is float64 numpy.
 """
 from __future__ import annotations
 
@@ -160,40 +160,6 @@ def random_recall(oracle, scored=None, k: int | None = None):
     oracle, scored: (T,) or (B, T) bool.
     """
     return _per_row(_random_recall_row, oracle, scored, k=k)
-
-
-def mean_ci(values, seed: int = 0, key: str = "mean") -> dict:
-    """{key: mean of the finite `values`, "ci95": [lo, hi] (`bootstrap_ci`), "n": their count};
-    None for the mean and the interval when no value is finite. JSON-ready floats."""
-    arr = _np(values, np.float64).ravel()
-    arr = arr[np.isfinite(arr)]
-    if arr.size == 0:
-        return {key: None, "ci95": [None, None], "n": 0}
-    lo, hi = bootstrap_ci(arr, seed=seed)
-    return {key: float(arr.mean()), "ci95": [float(lo), float(hi)], "n": int(arr.size)}
-
-
-def bootstrap_ci(values, n_boot: int = 2000, alpha: float = 0.05, seed: int = 0):
-    """Percentile bootstrap interval (lo, hi) of the mean of `values` (1-D).
-
-    NaN values (undefined rows) are dropped first; no value left gives (nan, nan).
-    """
-    if not 0.0 < alpha < 1.0:
-        raise InputError(f"alpha must be in (0, 1), got {alpha}")
-    if n_boot < 1:
-        raise InputError(f"n_boot must be >= 1, got {n_boot}")
-    x = _np(values, np.float64).ravel()
-    x = x[~np.isnan(x)]
-    if len(x) == 0:
-        return (math.nan, math.nan)
-    rng = np.random.default_rng(seed)
-    means = np.empty(n_boot)
-    step = max(1, 5_000_000 // len(x))  # bounds the index matrix at ~40 MB
-    for lo in range(0, n_boot, step):
-        hi = min(n_boot, lo + step)
-        means[lo:hi] = x[rng.integers(0, len(x), size=(hi - lo, len(x)))].mean(axis=1)
-    low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
-    return (float(low), float(high))
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 import torch
 
 from ..inputs.batch import ScoringBatch
-from ..budget import CPU_BATCH_TOKENS
-from ..lm import eval_mode
+from ..models.budget import CPU_BATCH_TOKENS
+from ..models.lm import eval_mode
 from ..methods import MethodSpec, method_spec
 from ..methods.draws import mean_of_draws
 from .step_gating import step_weights

@@ -2,7 +2,7 @@
 construction; the one place their defaults are used from (the numbers are in `defaults`).
 
 `OARConfig`'s generated fields (`config_fields`) and the `oar attribute` gating flags
-(`configs.add_dataclass_args`) are generated from these fields, help text included, so a knob is written
+(`commands.add_dataclass_args`) are generated from these fields, help text included, so a knob is written
 once. Errors name the field and the allowed values.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..generation import generate
+from ..models.generation import generate
 from ..world import WorldConfig, extract_answer, generate_problems, get_config
 
 

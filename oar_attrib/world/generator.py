@@ -19,6 +19,7 @@ The oracle of these problems is in `oracle`, their answers and reward in `answer
 from __future__ import annotations
 
 import hashlib
+import re
 import random
 from dataclasses import asdict, dataclass, field, replace
 
@@ -295,3 +296,33 @@ def generate_problems(
         if split is None or split_of(problem.question) == split:
             out.append(problem)
     return out
+
+
+_DEF_RE = re.compile(r"(?P<name>[a-z])=(?P<l>[a-z]|\d+)(?P<op>[+\-*])(?P<r>[a-z]|\d+)")
+_QUESTION_RE = re.compile(r"^\s*(?P<defs>.+?)\.\s*find\s+(?P<u>[a-z])(?P<op>[+\-])(?P<v>[a-z])\.\s*$")
+
+
+def parse_question(text: str) -> Problem | None:
+    """The problem a world question (`Problem.question`, e.g. ``d=4+7, e=d-3. find d+e.``)
+    states, values computed, fillers unknown; None when `text` is not one (another world, a
+    name used before it is defined, a malformed definition)."""
+    match = _QUESTION_RE.match(text)
+    if match is None:
+        return None
+    steps, values = [], {}
+    for part in match["defs"].split(","):
+        found = _DEF_RE.fullmatch(part.strip())
+        if found is None:
+            return None
+        left, right = (int(x) if x.isdigit() else x for x in (found["l"], found["r"]))
+        if any(isinstance(x, str) and x not in values for x in (left, right)):
+            return None
+        step = Step(found["name"], left, found["op"], right)
+        values[step.name] = _apply(values.get(left, left), step.op, values.get(right, right))
+        steps.append(step)
+    u, op, v = match["u"], match["op"], match["v"]
+    if u not in values or v not in values:
+        return None
+    by_name = {s.name: s for s in steps}
+    return Problem(steps=tuple(steps), target=(u, op, v), path=frozenset(ancestors(u, by_name) | ancestors(v, by_name)),
+                   values=values)

@@ -16,7 +16,7 @@ from oar_attrib.analysis.advantage_recall import (advantage_recall, choose_group
                                                   trace_metrics)
 from oar_attrib.attribution import attribute
 from oar_attrib.errors import InputError
-from oar_attrib.generation import continue_rows, cut_at_stop, generate, stop_ids
+from oar_attrib.models.generation import continue_rows, cut_at_stop, generate, stop_ids
 from oar_attrib.world import generate_problems
 
 COLD = 1e-4  # a temperature at which sampling is the argmax

@@ -81,18 +81,6 @@ def test_bias_and_variance_are_told_apart():
     assert bias["biased"]["noise_to_signal"] == pytest.approx(dim / 9, rel=0.1)
 
 
-def test_holm_and_power_against_hand_computed_values():
-    adjusted, rank = stats.holm({"a": 0.01, "b": 0.04, "c": 0.03})
-    assert adjusted == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06}) and rank == {"a": 1, "c": 2, "b": 3}
-    # ((1.959964 + 0.841621) * 1 / 0.5)^2 = 31.39
-    assert stats.batches_needed(1.0, 0.5, 0.05, 0.8, family=1) == 32
-    # Bonferroni at the first Holm step: z(1 - 0.05 / 8) = 2.4977
-    assert stats.batches_needed(1.0, 0.5, 0.05, 0.8, family=4) == math.ceil(((2.497705 + 0.841621) * 2) ** 2)
-    assert stats.detectable(1.0, 32, 0.05, 0.8, 1) == pytest.approx(2.801585 / math.sqrt(32), rel=1e-5)
-    assert stats.boot_p(np.full(1000, 0.3)) == pytest.approx(1 / 1000)
-    assert stats.boot_p(np.linspace(-1, 1, 1001)) == pytest.approx(1.0)
-
-
 def test_a_folder_without_a_reference_is_refused(tmp_path):
     from oar_attrib.errors import InputError
 

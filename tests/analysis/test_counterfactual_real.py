@@ -12,7 +12,7 @@ import torch
 from oar_attrib.analysis import counterfactual_recall as cfr
 from oar_attrib.analysis.counterfactual import choose_positions, counterfactual_oracle
 from oar_attrib.errors import InputError
-from oar_attrib.generation import stop_ids
+from oar_attrib.models.generation import stop_ids
 
 QUESTION = "Mia has 14 stickers. Mia buys 6 more stickers. How many stickers does Mia have now?"
 RIGHT = "Mia has 14 + 6 = 20 stickers.\nThe answer is 20."

@@ -51,11 +51,11 @@ def test_recall_bars_and_error_bars_equal_the_report():
 
 
 def test_recall_figure_takes_a_report_object():
-    from oar_attrib.analysis.recall import RecallReport, summarize
+    from oar_attrib.analysis.recall import RecallReport, summarise
 
     per_trace = [{"m": {"direct": {"recall": r, "ap": r}}, "random_expectation": {"direct": 0.2}}
                  for r in (0.0, 0.5, 1.0, 1.0)]
-    summary, rand = summarize(per_trace, ["m"], sets=("direct",))
+    summary, rand = summarise(per_trace, ["m"], sets=("direct",))
     report = RecallReport(methods=summary, random=rand, n=4, n_scored=4, accuracy=0.5, skipped={})
     (bar,) = oa.recall_figure(report).data
     stats = summary["m"]["direct"]

@@ -14,7 +14,7 @@ from oar_attrib.analysis.counterfactual_recall import answer_key
 from oar_attrib.analysis.graded_oracle import GradedSettings, GradedTrace, draw_replacements, graded_oracle
 from oar_attrib.analysis.graded_recall import EARLIEST, graded_recall, pooled, tercile_auc, trace_metrics
 from oar_attrib.errors import InputError
-from oar_attrib.generation import generate
+from oar_attrib.models.generation import generate
 from oar_attrib.inputs.grading import grade
 from oar_attrib.methods.baselines.ktae import key_token_values
 from oar_attrib.world import generate_problems
@@ -96,6 +96,20 @@ def test_pooled_differences_are_paired_per_trace():
     assert summary["a"]["spearman"]["mean"] == pytest.approx(0.4)
     assert summary["a"]["vs_random"]["spearman"]["mean"] == pytest.approx((0.3 - 0.1 + 0.8) / 3)
     assert between["a - random"]["spearman"] == summary["a"]["vs_random"]["spearman"]
+
+
+def test_constant_scores_have_no_auc_and_are_counted_apart():
+    """A ranking that ranks nothing (KTAE on a group all right or all wrong: every score 0) has
+    no AUC, not 0.5, and no Spearman; the pooled summary counts those traces apart."""
+    flips = np.array([0.0, 0.0, 0.25, 0.5, 1.0, 1.0])
+    assert math.isnan(tercile_auc(np.zeros(6), flips))
+    flat = trace_metrics({"ktae": [0.0] * 4, "m": [0.0, 3.0, 1.0, 2.0]}, {1: 1.0, 2: 0.0, 3: 0.5})
+    assert all(math.isnan(v) for v in flat["ktae"].values()) and flat["m"]["auc"] == 1.0
+    per_trace = [flat, trace_metrics({"ktae": [0.0, 1.0, 2.0, 3.0], "m": [0.0, 1.0, 2.0, 3.0]},
+                                     {1: 0.0, 2: 0.5, 3: 1.0})]
+    summary, _ = pooled(per_trace, ["ktae", "m"])
+    assert summary["ktae"]["auc"] == {"mean": 1.0, "ci95": [1.0, 1.0], "n": 1}  # over its one defined trace
+    assert summary["ktae"]["undefined"]["auc"] == 1 and summary["m"]["undefined"]["auc"] == 0
 
 
 def test_a_rerun_with_the_same_cache_calls_the_model_for_nothing(bundled, tmp_path):

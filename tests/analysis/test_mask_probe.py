@@ -63,7 +63,7 @@ def test_summary_means_intervals_and_table():
         causal = (rng.random(10) < 0.3).astype(int)
         causal[0] = 1
         rows.append(row({"pad/as_mean": causal * 1.0, "zero/lt": rng.random(10)}, causal))
-    summary = mp.summarize_rows(rows, seed=0)
+    summary = mp.summarise_rows(rows, seed=0)
     assert summary["n_traces"] == 13 and summary["n_scored"] == 12
     assert summary["positions_tested"] == 120
     oracle_like = summary["cells"]["pad/as_mean"]
@@ -132,7 +132,7 @@ def test_step_cells_give_each_tested_token_its_step_score(model, tok):
     full = oar_p_step(model, pairs_to_batch([pair], tok.pad_token_id), probe="as_mean", mask="mean")[0]
     want = [float(full[pair.response_start + t]) for t in got["positions"]]
     assert got["scores"]["mean/as_mean/step"] == pytest.approx(want, rel=1e-5, abs=1e-7)
-    summary = mp.summarize_rows([got])
+    summary = mp.summarise_rows([got])
     steps = {"cells": {c: v for c, v in summary["cells"].items() if c.endswith("/step")}}
     assert "| pad | " in mp.markdown_table(steps, step=True)
     assert "| pad | " not in mp.markdown_table(steps)  # the token table reads token cells only

@@ -9,6 +9,8 @@ import torch
 
 from oar_attrib import cli
 from oar_attrib.analysis import recall
+from oar_attrib.analysis.recall_reading import paired_comparisons
+from oar_attrib.analysis.verdicts import verdict
 from oar_attrib.world import extract_answer, generate_problems
 from oar_attrib.world.tokenizer import build_tokenizer
 from models import world_policy
@@ -87,7 +89,7 @@ def test_both_reports_give_their_own_summary_keys_in_order_and_no_trace_data():
     step = StepRecallReport(**shared, **own, **per_trace)
     assert list(step.as_dict()) == STEP_SUMMARY_KEYS and step.as_dict() == {**shared, **own}
     assert token.counts_line() == step.counts_line() == \
-        "n=5 scored=4 accuracy=0.250 skipped={'no_answer_span': 1}"
+        "n=5 scored=4 accuracy=0.250 skipped: no_answer_span 1"
     with pytest.raises(TypeError):  # per-trace data is passed by name only
         recall.RecallReport(*shared.values(), ["problem"])
 
@@ -270,7 +272,17 @@ def test_cli_recall_text_shows_the_random_draw_and_the_expectation(scripted, tmp
     assert cli.main(argv + ["--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert cli.main(argv) == 0
-    lines = capsys.readouterr().out.splitlines()[2:]
+    out = capsys.readouterr().out
+    table, _, words = out.partition("Reading:\n")
+    lines = table.splitlines()[2:]
+    assert "{" not in out and "['" not in out  # no Python reprs anywhere
+    # the reading: one verdict per method (the random draw aside) and set, from the paired
+    # per-trace differences, then the caveat of few traces and the next command
+    report = recall.oracle_recall(model, tokenizer, n=N, seed=SEED, methods=METHODS)
+    verdicts = [verdict(c) for c in paired_comparisons(report, ("direct", "chain"), SEED)]
+    assert len(verdicts) == 2 * (len(METHODS) - 1)
+    assert words.splitlines()[:len(verdicts)] == [f"  {v}" for v in verdicts]
+    assert f"only {N - 2} traces were scored" in words and "Next: oar recall --n 200" in words
     # Each row: a label, then "recall [lo,hi]" per set (direct, chain).
     rows = {re.split(r"\s{2,}|\s(?=\d\.\d{3} \[)", line)[0].strip():
             [float(x) for x in re.findall(r"(\d\.\d{3}) \[", line)] for line in lines}

@@ -45,7 +45,7 @@ def test_model_flags_are_one_shape_across_commands(command, budget):
     """--device, --dtype and --max-batch-tokens mean the same (default, type, choices, help)
     in every command that has them: those of `configs.add_model_args`. `oar web` loads its live
     model on the CPU (dtype only); `oar demo` takes its dtype from DemoConfig."""
-    from oar_attrib.configs import add_model_args
+    from oar_attrib.commands import add_model_args
 
     reference = argparse.ArgumentParser()
     add_model_args(reference, budget=bool(budget))

@@ -4,82 +4,18 @@ Every case checks the exit code (or HTTP status), that the answer is one line (n
 traceback) and that nothing already written was lost."""
 import json
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from hostile_helpers import (ROOT, PY, _line, _write_input, _run, _one_line_error, _jsonl_lines,
+                             _store_lines, _out_lines, _attribute, _checkpoint, _too_many_ids)
+
 from oar_attrib import cli
-from oar_attrib.world import generate_problems
-
-ROOT = Path(__file__).resolve().parents[2]
-PY = sys.executable
-
-
-@pytest.fixture(scope="module")
-def problems():
-    return generate_problems(40, "default", seed=11)
-
-
-def _line(p) -> str:
-    return json.dumps({"prompt": p.prompt, "response": p.solution})
-
-
-def _write_input(path: Path, problems) -> Path:
-    path.write_text("".join(_line(p) + "\n" for p in problems), encoding="utf-8")
-    return path
-
-
-def _run(argv, capsys) -> tuple[int, list[str]]:
-    code = cli.main(argv)
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    # transformers' weight-loading bar is not ours; everything else is.
-    return code, [line for line in err.splitlines() if line.strip() and "Loading weights" not in line]
-
-
-def _one_line_error(argv, capsys, *words) -> str:
-    code, lines = _run(argv, capsys)
-    assert code == 2 and len(lines) == 1, lines
-    for word in words:
-        assert word in lines[0], lines[0]
-    return lines[0]
-
-
-def _jsonl_lines(path: Path) -> list[int]:
-    return [json.loads(line)["line"] for line in path.read_text(encoding="utf-8").splitlines()]
-
-
-def _store_lines(path: Path) -> list[int]:
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
-        return [r[0] for r in conn.execute(
-            "SELECT json_extract(extra, '$.line') FROM traces ORDER BY id")]
-
-
-def _out_lines(path: Path) -> list[int]:
-    return _store_lines(path) if path.suffix == ".db" else _jsonl_lines(path)
-
-
-def _attribute(src, out, *extra) -> list[str]:
-    return ["attribute", "--input", str(src), "--out", str(out), "--methods", "oar_p",
-            "--no-progress", *extra]
-
-
-@pytest.fixture
-def no_model(monkeypatch):
-    """Fail the test if a model is loaded (checks must come first)."""
-    import oar_attrib.models
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the model was loaded before the arguments were checked")
-
-    monkeypatch.setattr(oar_attrib.models, "load_model", refuse)
-
 
 # ------------------------------------------------------------------ interrupted runs resume
 
@@ -301,25 +237,9 @@ def test_store_import_shares_the_reader(tmp_path):
 # ------------------------------------------------------------------ models checked on loading
 
 
-def _checkpoint(tmp_path: Path, name: str) -> Path:
-    from oar_attrib.models import bundled_path
-
-    folder = tmp_path / name
-    shutil.copytree(bundled_path(), folder)
-    return folder
-
-
 def _break_vocab(folder: Path) -> None:
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "vocab_size": config["vocab_size"] + 9}))
-
-
-def _too_many_ids(folder: Path) -> None:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(folder)
-    tok.add_tokens([f"extra{i}" for i in range(40)])
-    tok.save_pretrained(folder)
 
 
 def _truncate_weights(folder: Path, keep: int) -> None:

@@ -11,45 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from test_hostile import (PY, ROOT, _attribute, _out_lines, _run, _write_input,  # noqa: F401
-                          problems)
-
-ENV = {**os.environ, "OMP_NUM_THREADS": "1",
-       "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-
-
-# `oar attribute` with each batch slowed by 0.3 s, so that a writer is still at work when the
-# other one starts, and held before a batch while the file $OAR_TEST_HOLD exists, so that a
-# test can keep it at work however long the other one takes to start on a loaded machine.
-SLOW_OAR = ("import os, sys, time; import oar_attrib.attribution as a; real = a.attribute; "
-            "hold = os.environ.get('OAR_TEST_HOLD', ''); "
-            "wait = lambda: [time.sleep(0.05) for _ in iter(lambda: bool(hold) and os.path.exists(hold), False)]; "
-            "a.attribute = lambda *x, **k: (time.sleep(0.3), wait(), real(*x, **k))[2]; "
-            "from oar_attrib.cli import main; sys.exit(main(sys.argv[1:]))")
-
-
-def _start(src: Path, out: Path, *extra, hold: Path | None = None) -> subprocess.Popen:
-    env = {**ENV, "OAR_TEST_HOLD": str(hold or "")}
-    return subprocess.Popen([PY, "-c", SLOW_OAR, *_attribute(src, out, *extra)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _ours(stderr: str) -> list[str]:
-    """The lines of our own on stderr (transformers' weight-loading bar is not ours)."""
-    assert "Traceback" not in stderr, stderr
-    return [x for x in stderr.splitlines() if x.strip() and "Loading weights" not in x]
-
-
-def _wait_for_lines(proc: subprocess.Popen, out: Path, n: int, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if out.exists() and len(_out_lines(out)) >= n:
-                return
-        except Exception:  # noqa: BLE001 - the schema is being made / a line half written
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"the first writer did not write {n} lines while running")
+from hostile_helpers import (PY, ENV, _write_input, _run, _out_lines, _attribute, _start, _ours,
+                             _wait_for_lines)
 
 
 def _refused(lines: list[str], out: Path, pid: int) -> None:

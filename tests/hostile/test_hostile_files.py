@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from test_hostile import (PY, _attribute, _checkpoint, _jsonl_lines, _one_line_error,  # noqa: F401
-                          _out_lines, _run, _store_lines, _write_input, problems)
-from test_hostile_concurrency import ENV, _ours
+from hostile_helpers import (PY, ENV, _write_input, _run, _one_line_error, _jsonl_lines, _out_lines,
+                             _attribute, _checkpoint, _ours)
+
 
 FOREIGN = "is an SQLite file not written by oar-attrib (not a run store); it was left unchanged"
 

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from test_hostile import _one_line_error, _run, no_model  # noqa: F401 - a fixture
+from hostile_helpers import _run, _one_line_error
+
 
 from oar_attrib.rollouts import group_advantages
-from oar_attrib.training import generate_cli
+from oar_attrib.cli import generate as generate_cli
 from oar_attrib.world import generate_problems
 
 

@@ -15,8 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from hostile_helpers import _run
+
 from models import write_verl_dump
-from test_hostile import _run
 
 from oar_attrib.importers.rows import ADVANTAGE_EPS
 

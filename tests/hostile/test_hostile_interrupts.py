@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from test_hostile import PY, _jsonl_lines, _write_input, problems  # noqa: F401
-from test_hostile_concurrency import ENV, _ours, _start, _wait_for_lines
+from hostile_helpers import PY, ENV, _write_input, _jsonl_lines, _start, _ours, _wait_for_lines, _demo_store
+
 
 from oar_attrib import cli
 
@@ -64,8 +64,6 @@ def test_ctrl_c_in_attribute_keeps_the_written_lines_and_says_so(tmp_path, probl
 
 @pytest.mark.slow
 def test_ctrl_c_stops_oar_web_quietly(tmp_path):
-    from test_hostile_web_app import _demo_store
-
     db = _demo_store(tmp_path)
     proc = subprocess.Popen([PY, "-m", "oar_attrib.cli", "web", "--store", str(db), "--port", "0"],
                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from test_hostile import _run
+from hostile_helpers import _run
 
-from oar_attrib import catalogue
+
+from oar_attrib.models import catalogue
 from oar_attrib.models import bundled_path, load_model
 
 SMOL = catalogue.CATALOGUE["smollm2-135m"]
@@ -209,7 +210,7 @@ def test_ctrl_c_interrupts_a_template_render(tmp_path):
 def converted(cache) -> Path:
     """The cache's folder of smollm2-135m, as a conversion leaves it (the bundled model's files
     stand in for its weights, so that a load takes a second)."""
-    from oar_attrib.model_cache import SOURCE_FILE, record_files
+    from oar_attrib.models.cache import SOURCE_FILE, record_files
 
     folder = cache / "models" / SMOL.name
     shutil.copytree(bundled_path(), folder)
@@ -282,7 +283,7 @@ def test_verify_rehashes_what_a_load_trusts_and_rebuild_replaces_the_folder(conv
                                        f"rebuild it with `oar models --rebuild {SMOL.name}`\n")
 
     def conversion(gguf, tmp, source):  # the conversion itself is tested in test_catalogue
-        from oar_attrib.model_cache import SOURCE_FILE, record_files
+        from oar_attrib.models.cache import SOURCE_FILE, record_files
 
         shutil.copytree(bundled_path(), tmp, dirs_exist_ok=True)
         (tmp / SOURCE_FILE).write_text(json.dumps({**source, "files": record_files(tmp)}))

@@ -10,22 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from test_hostile import PY, ROOT, _checkpoint, _too_many_ids
+from hostile_helpers import ROOT, PY, _checkpoint, _too_many_ids, _demo_store
 
-
-def _demo_store(tmp_path: Path, n_batches: int = 1) -> Path:
-    from oar_attrib.attribution import attribute
-    from oar_attrib.models import load_model
-    from oar_attrib.store import Store
-
-    model, tokenizer = load_model()
-    db = tmp_path / "web.db"
-    with Store(db) as store:
-        run = store.add_run("web", model="arith-tiny")
-        for _ in range(n_batches):
-            store.add_traces(run, attribute(model, tokenizer, ["a=1. find a.\n"] * 4,
-                                            ["a=1. #### 1"] * 4, ["entropy"]))
-    return db
 
 
 @pytest.fixture(scope="module")

@@ -141,6 +141,17 @@ def test_rerun_resumes_and_adds_only_new_rows(tmp_path, capsys):
     write_verl_dump(tmp_path / "rollouts", steps=(1,))
     db = tmp_path / "runs.db"
     assert oar("import", "verl", tmp_path / "rollouts", "--out", db) == 0
+    # the next step, with the store and run to attribute, is the last line
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"next: oar attribute --store {db} --run 1 attributes it in place, then oar web --store {db} shows it")
+    from fastapi.testclient import TestClient
+
+    from oar_attrib.webapp import create_app
+
+    # an unattributed trace's page names the command that attributes it
+    with TestClient(create_app(db), base_url="http://127.0.0.1") as client:
+        page = client.get("/traces/1").text
+    assert f"<code>oar attribute --store <bdi>{db.name}</bdi> --run 1</code> adds one" in page
     write_verl_dump(tmp_path / "rollouts", steps=(2,))  # training went on
     capsys.readouterr()
     assert oar("import", "verl", tmp_path / "rollouts", "--out", db) == 0

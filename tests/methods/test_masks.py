@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from oar_attrib.errors import InputError
-from oar_attrib.lm import embedding_override
+from oar_attrib.models.lm import embedding_override
 from oar_attrib.methods.masks import MASKS, mask_vector, resample_ids, resolve_token_name
 from oar_attrib.methods.oar_p import oar_p, oar_p_reference
 from oar_attrib.methods.oar_p_step import oar_p_step, oar_p_step_reference

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from oar_attrib.errors import InputError
-from oar_attrib.lm import logits_at
+from oar_attrib.models.lm import logits_at
 from oar_attrib.methods.draws import mean_of_draws
 from oar_attrib.methods.oar_g import oar_g
 from oar_attrib.methods.probes import PROBES, probe_divergence, probe_sites, probe_values

@@ -7,7 +7,7 @@ import torch
 import oar_attrib.methods.perturb as oar_p_module
 from oar_attrib.inputs.batch import ScoringBatch
 from oar_attrib.errors import InputError
-from oar_attrib.lm import logits_at
+from oar_attrib.models.lm import logits_at
 from oar_attrib.methods.oar_p import oar_p, oar_p_reference
 from oar_attrib.methods.probes import PROBES, probe_sites
 from models import PAD_ID, make_batch, tiny_llama, tiny_qwen2
@@ -289,7 +289,7 @@ def test_auto_budget_obeys_a_stated_free_memory(models, monkeypatch):
     """With 240 000 bytes free (stated, in place of the device's query), the auto budget is
     FRACTION * free / (bytes per token), counted here by hand for tiny_qwen2 in float32, and
     every forward of the engine holds at most that many tokens."""
-    import oar_attrib.budget as budget
+    import oar_attrib.models.budget as budget
 
     model, batch = models["qwen2"], make_batch()  # rows 22, 15, 19; answers of 1, 2, 3 tokens
     free = 240_000
@@ -323,7 +323,7 @@ def test_auto_budget_obeys_a_stated_free_memory(models, monkeypatch):
 def test_logits_at_per_row_positions_without_native_support(models, monkeypatch):
     """Transformers before `slice_logits_to_keep` index every row with all positions; the
     fallback gathers the head's input per row instead, with the same logits."""
-    import oar_attrib.lm as lm
+    import oar_attrib.models.lm as lm
 
     model, batch = models["qwen2"], make_batch()
     sites = probe_sites(batch)

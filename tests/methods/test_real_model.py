@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from oar_attrib import budget
+from oar_attrib.models import budget
 from oar_attrib.inputs.encoding import encode_pairs
 from oar_attrib.methods import get_method
 from oar_attrib.weights.metrics import spearman

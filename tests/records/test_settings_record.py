@@ -14,7 +14,7 @@ import warnings
 import pytest
 import torch
 
-from oar_attrib import model_cache
+from oar_attrib.models import cache as model_cache
 from oar_attrib.attribution import attribute, compute_weights
 from oar_attrib.methods import method_spec
 from oar_attrib.methods.registry import RUN_ONLY

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from oar_attrib.attribution import attribute
-from oar_attrib.analysis.recall import EXPECTED, summarize, trace_recall
+from oar_attrib.analysis.recall import EXPECTED, trace_recall
+from oar_attrib.analysis.recall import summarise as summarise_recall
 from oar_attrib.inputs.spans import SEGMENT_LABELS
 from oar_attrib.store import (
     SCHEMA_VERSION,
@@ -277,7 +278,7 @@ def test_recall_summaries_equal_the_recall_module_on_the_same_traces(filled, att
     traces, _, rewards, oracles = attributed
     report = summarise(store, run, seed=0)
     per_trace = [trace_recall(t, o) for t, o in zip(traces, oracles)]
-    want, floor = summarize(per_trace, METHODS, seed=0)
+    want, floor = summarise_recall(per_trace, METHODS, seed=0)
     got = {(r["oracle"], r["method"]): r for r in report["recall"] if r["subset"] == "all"}
     for method in METHODS:
         for name in ("direct", "chain"):

@@ -240,9 +240,9 @@ def test_report_reads_a_store_as_it_stands_and_changes_nothing(bar_store, tmp_pa
     assert code == 0 and "blinded" in out and "batches needed" in out
     assert "Holm interval" not in out and "p_holm" not in out  # no estimate table, no contrast line
     assert {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in partial.rglob("*")} == before
-    recorded = json.loads((partial / "record.json").read_text())
+    recorded = json.loads((partial / "settings_record.json").read_text())
     recorded["align"]["seed"] = 7  # a report resamples with the store's own seed, whatever --seed says
-    (partial / "record.json").write_text(json.dumps(recorded))
+    (partial / "settings_record.json").write_text(json.dumps(recorded))
     _, out, _ = run_cli(["--store", str(partial), *report, "--unblind"], capsys)
     _, again, _ = run_cli(["--store", str(partial), *report, "--unblind", "--seed", "3"], capsys)
     assert json.loads(again.strip().splitlines()[-1]) == json.loads(out.strip().splitlines()[-1])
@@ -260,3 +260,142 @@ def test_a_resume_with_other_settings_is_refused_naming_the_flags(bar_store, cap
     assert "--batches: 3 there, 4 here" in err and "temperature=" in err and len(err.strip().splitlines()) == 1
     code, _, err = run_cli([a if a != "random" else "entropy" for a in argv], capsys)
     assert code == 2 and "--methods" in err
+
+
+# ---------------------------------------------------------------------------- the positive control
+
+
+def test_parse_question_reads_back_every_generated_problem():
+    from oar_attrib.world import generate_problems
+    from oar_attrib.world.generator import parse_question
+
+    problems = generate_problems(200, "hard", seed=3) + generate_problems(200, "default")
+    for p in problems:
+        q = parse_question(p.prompt)
+        assert (q.steps, q.target, q.path, q.values) == (p.steps, p.target, p.path, p.values)
+    for text in ("What is 2+3?", "d=4+7, e=q-3. find d+e.", "d=4+7. find d+e.", ""):
+        assert parse_question(text) is None
+
+
+def test_causal_oracle_scores_the_results_the_answer_reads(tok):
+    from oar_attrib.errors import InputError
+    from oar_attrib.training.align.control import row_scores
+    from oar_attrib.world import generate_problems
+
+    p = generate_problems(1, "recall", seed=5)[0]
+    prompt, trace = tok.encode(p.prompt), tok.encode(p.solution)
+    for oracle_set in ("direct", "chain"):
+        scores = row_scores(tok, prompt, trace, oracle_set)
+        marked = [i for i, s in enumerate(scores) if s == 1.0]
+        text = tok.decode(trace)
+        spans = getattr(p.oracle(text), oracle_set)
+        assert marked and "".join(text[i] for i in marked) == "".join(text[s:e] for s, e in spans)
+    idle = row_scores(tok, prompt, trace, "not_idle")
+    assert sum(idle) > sum(row_scores(tok, prompt, trace, "chain")) - 1  # everything but distractors/fillers
+    with pytest.raises(InputError, match="arithmetic world"):
+        row_scores(tok, tok.encode("What is 2+3?\n"), trace, "direct")
+
+
+def test_the_control_is_refused_where_the_causal_tokens_are_unknown(capsys, tmp_path):
+    code, _, err = run_cli(["--preset", "smollm2-words", "--methods", "none", "causal_oracle",
+                            "--store", str(tmp_path / "s"), "--quick"], capsys)
+    assert code == 2 and "arithmetic world only" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "s").exists()  # refused before anything was written
+
+
+CONTROL = ["--model", "arith-tiny", "--methods", "none", "causal_oracle", "random", "--batches", "30",
+           "--pool-batches", "16", "--json", "--no-progress", "--n-boot", "2000", "--no-mean-gradients"]
+
+
+@pytest.fixture(scope="module")
+def control_summary(tmp_path_factory):
+    """The issue's positive-control bar (30 batches, a 16-batch pool: about a CPU minute)."""
+    store = tmp_path_factory.mktemp("control") / "store"
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert align_cli.main(CONTROL + ["--store", str(store)]) == 0
+    return store, json.loads(out.getvalue().strip().splitlines()[-1])
+
+
+def test_the_positive_control_beats_grpo_and_random_does_not(control_summary):
+    """`causal_oracle` (the world's known causal tokens) must resolve above GRPO, against the
+    whole pool, against each half pool, and with g*'s own noise in the interval; random's mean
+    lies below it."""
+    _, summary = control_summary
+    oracle, random_ = summary["methods"]["causal_oracle"]["delta_cos"], summary["methods"]["random"]["delta_cos"]
+    assert oracle["low"] > 0 and random_["mean"] < oracle["low"]
+    for half in ("a", "b"):
+        assert oracle["half_pools"][half]["low"] > 0 and random_["half_pools"][half]["mean"] < oracle["mean"]
+    noisy = oracle["with_gstar_noise"]
+    assert noisy["low"] > 0 and noisy["high"] - noisy["low"] >= oracle["high"] - oracle["low"] - 1e-9
+    assert noisy["se"] ** 2 == pytest.approx(noisy["batch_se"] ** 2 + noisy["gstar_sd"] ** 2)
+    ref = summary["reference"]
+    assert ref["attenuation"] == pytest.approx(np.sqrt(ref["reliability"]))
+
+
+def test_half_pool_cosines_recompute_from_the_half_vectors(control_summary):
+    """dot_star_a / dot_star_b are the dots with each half pool's mean, and g* is their mean."""
+    store, _ = control_summary
+    ref = json.loads((store / "reference" / "reference.json").read_text())
+    a, b, star = (np.load(store / "reference" / f"{n}.npy").astype(np.float64) for n in ("gstar_a", "gstar_b", "gstar"))
+    assert np.allclose((a * ref["halves"]["a"] + b * ref["halves"]["b"]) / ref["pool_batches"], star, atol=1e-7)
+    assert float(a @ a) == pytest.approx(ref["halves_sq"]["a"], rel=1e-5)
+    line = json.loads((store / "results.jsonl").read_text().splitlines()[0])
+    entry = line["methods"]["causal_oracle"]["all"]
+    scale = abs(entry["dot_star"]) + abs(entry["dot_star_a"]) + abs(entry["dot_star_b"])
+    mix = (entry["dot_star_a"] * ref["halves"]["a"] + entry["dot_star_b"] * ref["halves"]["b"]) / ref["pool_batches"]
+    assert mix == pytest.approx(entry["dot_star"], abs=1e-5 * scale)
+    assert not (store / "accum").exists() and not (store / "mean_gradients.json").exists()
+
+
+def test_with_gstar_noise_adds_the_half_pools_disagreement():
+    from oar_attrib.analysis.align import with_gstar_noise
+
+    rng = np.random.default_rng(0)
+    n = 40
+    grpo = {"all": {"cos": rng.normal(0.2, 0.02, n), "cos_a": rng.normal(0.2, 0.02, n), "cos_b": rng.normal(0.2, 0.02, n)}}
+    base = rng.normal(0.01, 0.01, n)
+    agree = {"all": {k: grpo["all"][k] + base for k in ("cos", "cos_a", "cos_b")}}
+    apart = {"all": {"cos": grpo["all"]["cos"] + base, "cos_a": grpo["all"]["cos_a"] + base + 0.02,
+                     "cos_b": grpo["all"]["cos_b"] + base - 0.02}}
+    index = rng.integers(0, n, size=(4000, n))
+    same = with_gstar_noise({"m": agree, "none": grpo}, ("m", "none"), index, 0.95)
+    wide = with_gstar_noise({"m": apart, "none": grpo}, ("m", "none"), index, 0.95)
+    assert same["gstar_sd"] < 1e-12 and same["df"] == pytest.approx(n - 1)
+    assert wide["gstar_sd"] == pytest.approx(0.02, rel=0.05)  # (0.04^2 / 4) ** 0.5, less the batch part
+    assert wide["high"] - wide["low"] > 3 * (same["high"] - same["low"])
+    assert same["mean"] == wide["mean"] == pytest.approx(float(np.mean(base)))
+
+
+def test_a_fresh_machine_resumes_from_the_committed_result_files(control_summary, tmp_path, capsys):
+    """Only the exported files (no rollouts, sums or g*), one result line removed: the resume
+    samples the screen again and checks it, recomputes g* and checks its fingerprint, and
+    measures the missing batch to the line it had; a g* that differs is refused in one line."""
+    from oar_attrib.training.align.store import export
+
+    store, summary = control_summary
+    fresh = tmp_path / "fresh"
+    export(store, fresh)
+    lines = (fresh / "results.jsonl").read_text().splitlines(keepends=True)
+    (fresh / "results.jsonl").write_text("".join(lines[:-1]))
+    code, out, _ = run_cli(CONTROL + ["--store", str(fresh)], capsys)
+    assert code == 0
+    again = json.loads((fresh / "results.jsonl").read_text().splitlines()[-1])
+    first = json.loads(lines[-1])
+    for label, entry in first["methods"].items():
+        assert again["methods"][label]["all"]["dot_star"] == pytest.approx(entry["all"]["dot_star"], rel=1e-4)
+    assert json.loads(out.strip().splitlines()[-1])["methods"]["causal_oracle"]["delta_cos"]["mean"] == \
+        pytest.approx(summary["methods"]["causal_oracle"]["delta_cos"]["mean"], rel=1e-3)
+    tampered = tmp_path / "tampered"
+    export(store, tampered)
+    reference = json.loads((tampered / "reference" / "reference.json").read_text())
+    reference["sq"] *= 1.01
+    (tampered / "reference" / "reference.json").write_text(json.dumps(reference))
+    (tampered / "results.jsonl").write_text("".join(lines[:-1]))
+    before = {p: p.read_bytes() for p in tampered.rglob("*") if p.is_file()}
+    code, _, err = run_cli(CONTROL + ["--store", str(tampered)], capsys)
+    assert code == 2 and "fingerprints" in err.strip().splitlines()[-1]  # one line (after the weights' bar)
+    assert {p: p.read_bytes() for p in before} == before  # the committed files as they were

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import yaml
 
-from oar_attrib.analysis.experiment import CREDIT_KEYS, load_report, paired_difference, summary, t_quantile
+from oar_attrib.analysis.experiment import CREDIT_KEYS, load_report, paired_difference, summary
 from oar_attrib.training import experiment_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,11 +27,6 @@ ROOT = Path(__file__).resolve().parents[2]
 T_TABLE = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 9: 2.262}
 EVAL_KEYS = ["eval/accuracy/default", "eval/accuracy/recall",
              "eval/accuracy_sampled/default", "eval/accuracy_sampled/recall"]
-
-
-@pytest.mark.parametrize("df", sorted(T_TABLE))
-def test_t_quantile_matches_the_t_table(df):
-    assert t_quantile(0.975, df) == pytest.approx(T_TABLE[df], abs=1e-3)
 
 
 def test_paired_difference_by_hand():

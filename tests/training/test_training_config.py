@@ -235,7 +235,7 @@ def test_evaluation_leaves_the_training_random_stream_alone(tmp_path):
     from oar_attrib.training.callbacks import AccuracyCallback
 
     def evaluate(model):
-        torch.manual_seed(0)  # as oar_attrib.generation.generate does
+        torch.manual_seed(0)  # as oar_attrib.models.generation.generate does
         return {"accuracy": 0.5}
 
     callback = AccuracyCallback(evaluate, every=1, output_dir=str(tmp_path))

@@ -122,3 +122,33 @@ def test_the_real_stage_is_skipped_in_one_line_without_the_model(tmp_path, monke
 ])
 def test_a_stage_line_reads_as_a_sentence(fields, line):
     assert Stage("world", **fields).line() == line
+
+
+def test_the_real_stage_stores_each_answer_when_done_and_resumes_inside_a_group(tmp_path, smollm2, monkeypatch):
+    """Ctrl-C while the second answer of the first group is attributed: the first is kept;
+    the next fill samples that group again (seeded: the same answers) and attributes only
+    the three answers missing, each once."""
+    from oar_attrib import attribution
+
+    path = tmp_path / "demo.db"
+    status = Progress.of_store(path)
+    real, seen = attribution.attribute, []
+
+    def counted(model, tokenizer, prompts, responses, *args, **kwargs):
+        if stop_at is not None and len(seen) == stop_at:
+            raise KeyboardInterrupt
+        seen.extend(responses)
+        return real(model, tokenizer, prompts, responses, *args, **kwargs)
+
+    monkeypatch.setattr(attribution, "attribute", counted)
+    stop_at = 1
+    with Store(path) as store, pytest.raises(KeyboardInterrupt):
+        demo_fill.fill_real(store, CONFIG, status, model=smollm2)
+    first = list(seen)
+    stop_at = None
+    with Store(path) as store:
+        assert demo_fill.fill_real(store, CONFIG, status, model=smollm2)
+        (run,) = [r for r in store.runs() if r.name == demo_fill.REAL_RUN]
+        responses = [r.response for r in store.iter_traces(run.id)]
+    assert len(first) == 1 and len(seen) == 4  # 1 before the Ctrl-C, 3 after: none twice
+    assert responses == seen  # stored in order, each once

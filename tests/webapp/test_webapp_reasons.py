@@ -33,7 +33,9 @@ def test_a_world_trace_is_graded_with_its_reason(world):
     boxed = problem.solution.replace(f"#### {problem.answer}", f"\\boxed{{{problem.answer}}}")
     assert graded(problem, problem.solution) == {"graded": "correct", "answer_format": "gsm8k"}
     assert graded(problem, wrong_solution(problem))["graded"] == "wrong"
-    assert problem.reward(boxed) == 0.0 and graded(problem, boxed)["graded"] == "format"
+    assert problem.reward(boxed) == 0.0 and graded(problem, boxed)["graded"] == "format_right"
+    other = boxed.replace(f"\\boxed{{{problem.answer}}}", f"\\boxed{{{problem.answer + 1}}}")
+    assert other != boxed and graded(problem, other)["graded"] == "format"  # another value too
     assert graded(problem, problem.solution.split("####")[0])["graded"] == "no_answer"
 
 
@@ -48,19 +50,29 @@ def test_reasons_from_the_grader_and_from_the_row(tmp_path, world):
     """A stored grader's reason wins (a format names the format); without one the row says."""
     problems, tokenizer, model = world
     p = problems[0]
-    texts = [p.solution, p.solution.split("####")[0], wrong_solution(p)]
-    traces = attribute(model, tokenizer, [p.prompt] * 3, texts, ["entropy"])
+    cut = p.solution.split("####")[0]
+    texts = [p.solution, cut, wrong_solution(p), p.solution, cut]
+    traces = attribute(model, tokenizer, [p.prompt] * 5, texts, ["entropy"])
     path = tmp_path / "r.db"
     with Store(path) as store:
         run = store.add_run("reasons", model="tiny")
-        store.add_traces(run, traces, rewards=[0.0, 0.0, 0.0], correct=[False, False, False],
+        store.add_traces(run, traces, rewards=[0.0] * 5, correct=[False] * 5,
                          extras=[{"graded": "format", "answer_format": "gsm8k"},
-                                 {"graded": grade(texts[1], p.answer, "gsm8k").why}, {}])
+                                 {"graded": grade(texts[1], p.answer, "gsm8k").why}, {},
+                                 {"graded": "format_right", "answer_format": "gsm8k"},
+                                 {"graded": "truncated", "new_tokens": 24}])
         records = [store.trace(i) for i in store.trace_ids(run)]
     assert [reward_reason(r) for r in records] == [
-        "answer not in the format graded (gsm8k)", "no answer statement", "wrong value"]
+        "answer not in the format graded (gsm8k)", "no answer statement", "wrong value",
+        "right value, other format: the grader reads only its own format (gsm8k)",
+        "cut off at 24 tokens before an answer; generate with a larger --max-new-tokens"]
     with TestClient(create_app(path), base_url=BASE) as c:
         assert _reason(c.get(f"/traces/{records[0].id}").text) == "answer not in the format graded (gsm8k)"
+        right_value = c.get(f"/traces/{records[3].id}").text
+        assert 'id="other-format">right value, other format</span>' in right_value
+        assert 'class="badge wrong"' not in right_value  # one verdict, not two
+        unscored = c.get(f"/traces/{records[4].id}").text  # no answer span: nothing scored
+        assert "none scored" in unscored and "scored of" not in unscored and "· probe" not in unscored
 
 
 def test_the_legend_starts_as_importance_and_has_a_place_for_the_script(client, ids):
@@ -111,3 +123,25 @@ def test_step_level_methods_are_exactly_those_constant_within_each_step(world):
         scores = trace.scores[method]
         constant = all(len({scores[i] for i in range(a, b) if trace.scored[i]}) <= 1 for a, b in trace.steps)
         assert constant == (method in STEP_LEVEL_METHODS), method
+
+
+def test_the_run_page_counts_groups_without_signal_and_marks_them(tmp_path, world):
+    """Group 0 all wrong (no GRPO signal), group 1 mixed: the run page says 1 of 2 groups in
+    one line with the remedy and marks group 0's traces; their trace pages say it too."""
+    problems, tokenizer, model = world
+    p = problems[0]
+    texts = [wrong_solution(p), wrong_solution(p), p.solution, wrong_solution(p)]
+    traces = attribute(model, tokenizer, [p.prompt] * 4, texts, ["entropy"])
+    path = tmp_path / "g.db"
+    with Store(path) as store:
+        run = store.add_run("groups", model="tiny")
+        store.add_traces(run, traces, rewards=[0.0, 0.0, 1.0, 0.0], correct=[False, False, True, False],
+                         groups=[0, 0, 1, 1])
+        ids = store.trace_ids(run)
+    with TestClient(create_app(path), base_url=BASE) as c:
+        page = c.get(f"/runs/{run}").text
+        assert ('<p class="warn" id="signal">1 of 2 groups carry no GRPO signal (1 with every answer '
+                "wrong, 0 with every answer right)") in page
+        assert page.count(">no signal</span>") == 2
+        assert 'id="no-signal"' in c.get(f"/traces/{ids[0]}").text
+        assert 'id="no-signal"' not in c.get(f"/traces/{ids[2]}").text

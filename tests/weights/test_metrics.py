@@ -9,8 +9,6 @@ import torch
 from oar_attrib.errors import InputError
 from oar_attrib.weights.metrics import (
     average_precision,
-    bootstrap_ci,
-    mean_ci,
     ess_ratio,
     partial_spearman,
     random_recall,
@@ -108,25 +106,6 @@ def test_scored_mask_batches_and_undefined_rows():
     assert rnd[0] == pytest.approx(1 / 3) and np.isnan(rnd[1:]).all()
     with pytest.raises(InputError, match="NaN"):
         recall_at_k(np.array([np.nan, 1.0]), np.array([True, False]))
-
-
-def test_bootstrap_ci():
-    values = np.random.default_rng(0).normal(2.0, 1.0, size=400)
-    lo, hi = bootstrap_ci(values, n_boot=1000)
-    assert lo < values.mean() < hi
-    assert hi - lo == pytest.approx(2 * 1.96 / 20, rel=0.2)  # ~ 2 z sigma / sqrt(n)
-    assert bootstrap_ci(values, n_boot=1000) == (lo, hi)  # seeded
-    assert bootstrap_ci([3.0, np.nan, 3.0]) == (3.0, 3.0)  # NaN rows are dropped
-    assert all(math.isnan(v) for v in bootstrap_ci([np.nan]))
-    with pytest.raises(InputError):
-        bootstrap_ci(values, alpha=1.5)
-
-
-def test_mean_ci_drops_undefined_values():
-    got = mean_ci([1.0, None, 3.0, float("inf"), np.nan], seed=1, key="recall")
-    assert got == {"recall": 2.0, "ci95": list(bootstrap_ci([1.0, 3.0], seed=1)), "n": 2}
-    assert got["ci95"][0] >= 1.0 and got["ci95"][1] <= 3.0
-    assert mean_ci([None, np.nan]) == {"mean": None, "ci95": [None, None], "n": 0}
 
 
 def test_partial_spearman_is_the_correlation_of_rank_residuals():

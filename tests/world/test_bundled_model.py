@@ -8,7 +8,7 @@ import torch
 from oar_attrib import load_model
 from oar_attrib.errors import ModelLoadError
 from oar_attrib.world.evaluation import evaluate_world
-from oar_attrib.generation import generate
+from oar_attrib.models.generation import generate
 from oar_attrib.inputs.encoding import encode_pairs
 from oar_attrib.models import bundled_path
 from oar_attrib.methods.oar_p import oar_p, oar_p_reference

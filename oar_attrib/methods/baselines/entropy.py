@@ -21,8 +21,8 @@ from transformers import DynamicCache
 
 from ...defaults import PROBE
 from ...inputs.batch import ScoringBatch
-from ...budget import logit_tokens, row_groups
-from ...lm import (check_positions, check_token_budget, eval_mode, keep_scoreable, logits_at,
+from ...models.budget import logit_tokens, row_groups
+from ...models.lm import (check_positions, check_token_budget, eval_mode, keep_scoreable, logits_at,
                   model_device, scoreable, with_cache)
 from ..registry import register_method
 from ..probes import check_probe, padded_positions

@@ -18,8 +18,8 @@ import torch
 
 from ...defaults import PROBE
 from ...inputs.batch import ScoringBatch
-from ...budget import row_groups
-from ...lm import (check_positions, check_token_budget, eval_mode, input_embeddings,
+from ...models.budget import row_groups
+from ...models.lm import (check_positions, check_token_budget, eval_mode, input_embeddings,
                   keep_scoreable, logits_at, model_device)
 from ..registry import register_method
 from ..probes import backward_budget, check_probe, probe_sites, probe_values

@@ -21,9 +21,9 @@ from transformers import DynamicCache
 
 from ...defaults import PROBE
 from ...inputs.batch import ScoringBatch
-from ...budget import row_groups
+from ...models.budget import row_groups
 from ...errors import InputError
-from ...lm import (check_positions, check_token_budget, eval_mode, keep_scoreable, logits_at,
+from ...models.lm import (check_positions, check_token_budget, eval_mode, keep_scoreable, logits_at,
                   model_device, plain_kv, scoreable, with_cache)
 from ..registry import register_method
 from ..probes import backward_budget, ProbeSites, check_probe, probe_sites, probe_values

@@ -7,7 +7,7 @@ import torch
 from ...defaults import PROBE
 from ...inputs.batch import ScoringBatch
 from ...errors import InputError
-from ...lm import keep_scoreable
+from ...models.lm import keep_scoreable
 from ..registry import register_method
 from ..probes import check_probe
 

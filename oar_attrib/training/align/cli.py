@@ -23,13 +23,15 @@ import sys
 from pathlib import Path
 
 from oar_attrib.commands import run_command
-from oar_attrib.configs import DefaultsHelpFormatter, add_dataclass_args
+from oar_attrib.commands import DefaultsHelpFormatter, add_dataclass_args
 from oar_attrib.extras import require_extra
 
 from ..errors import AlignError
 from .settings import QUICK, AlignSettings
 
 PILOT_BATCHES = 12
+BOOT_RANGE = (100, 100_000)  # fewer cannot place a 95% percentile interval; more is memory, not precision
+MAX_EFFECT = 2.0  # a difference of two cosines is at most 2
 SETTING = re.compile(r"^[A-Za-z_][\w.]*=")  # key=value; a method's keywords follow a colon
 EPILOG = """settings: key=value pairs override the preset's trainer and run settings as in `oar train`
 (temperature=0.5 num_generations=8 max_completion_length=96 threads=1).
@@ -61,10 +63,14 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--summary", metavar="PATH", help="also write the summary JSON there")
     parser.add_argument("--export", metavar="DIR", help="also copy the files the statistics are made from "
                                                         "(kilobytes) to DIR, e.g. docs/experiments/align/NAME")
-    parser.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples of the batches")
+    parser.add_argument("--n-boot", type=int, default=10_000,
+                        help=f"bootstrap resamples of the batches ({BOOT_RANGE[0]} to {BOOT_RANGE[1]})")
     parser.add_argument("--effects", type=float, nargs="+", default=None,
                         help="effects in delta cos the power table sizes batches for (default: 0.002 "
                              "0.005 0.01 0.02 0.05)")
+    parser.add_argument("--no-mean-gradients", dest="mean_gradients", action="store_false",
+                        help="sum no running means of the methods' gradients (no bias-or-variance "
+                             "estimates; a real model's run then resumes from its result files alone)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="preset settings overrides")
     parser.set_defaults(func=run_align)
@@ -94,7 +100,8 @@ def settings_from_args(args: argparse.Namespace) -> AlignSettings:
     methods = [m for m in args.methods or () if not SETTING.match(m)]
     overrides = [m for m in args.methods or () if SETTING.match(m)] + list(args.overrides)
     return AlignSettings(preset=args.preset, model=args.model, overrides=tuple(overrides),
-                         methods=tuple(methods), batch_prompts=args.batch_prompts, seed=args.seed, **sizes)
+                         methods=tuple(methods), batch_prompts=args.batch_prompts, seed=args.seed,
+                         mean_gradients=args.mean_gradients, **sizes)
 
 
 def default_store(args: argparse.Namespace) -> Path:
@@ -102,15 +109,77 @@ def default_store(args: argparse.Namespace) -> Path:
     return Path("runs") / "align" / f"{Path(args.preset).stem}{suffix}"
 
 
+def check_numbers(args: argparse.Namespace) -> None:
+    """AlignError for a --n-boot or --effects out of its bounds (before anything is written)."""
+    import math
+
+    if not BOOT_RANGE[0] <= args.n_boot <= BOOT_RANGE[1]:
+        raise AlignError(f"--n-boot must be between {BOOT_RANGE[0]} and {BOOT_RANGE[1]}, got {args.n_boot}; "
+                         "10000 is the default")
+    for effect in args.effects or ():
+        if not (math.isfinite(effect) and 0 < effect <= MAX_EFFECT):
+            raise AlignError(f"--effects must be differences of cosines above 0 and at most {MAX_EFFECT:g}, "
+                             f"got {effect}; e.g. --effects 0.005 0.01")
+
+
+def _kind(path: Path) -> str | None:
+    """What `path` is when it exists ('a folder', 'a regular file', 'a FIFO (named pipe)', ...)."""
+    import os
+
+    from oar_attrib.files import not_regular
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        return f"unreadable ({err.strerror})"
+    return not_regular(mode) or "a regular file"
+
+
+def check_paths(args: argparse.Namespace, store: Path) -> None:
+    """AlignError, before anything is read or written, for a --store that is not a folder, a
+    --summary that is not a file path and an --export that would overwrite: a file, the store
+    itself, or a folder that already holds files (another run's results are never replaced)."""
+    kind = _kind(store)
+    if kind not in (None, "a folder"):
+        raise AlignError(f"--store {store} is {kind}, not a folder; pass the folder of an align run "
+                         "(or a new path to start one)")
+    if args.report and kind is None:
+        raise AlignError(f"--store {store} does not exist; pass the folder of an align run to report")
+    kind = _kind(Path(args.summary)) if args.summary else None
+    if kind not in (None, "a regular file"):
+        raise AlignError(f"--summary {args.summary} is {kind}; pass a file path")
+    if args.summary and Path(args.summary).is_symlink():
+        raise AlignError(f"--summary {args.summary} is a symbolic link; nothing is written through "
+                         "a link: pass the file itself or a new path")
+    if not args.export:
+        return
+    export, kind = Path(args.export), _kind(Path(args.export))
+    if kind == "a folder" and store.exists() and export.resolve() == store.resolve():
+        raise AlignError(f"--export {export} is the store itself; pass another folder")
+    if kind not in (None, "a folder"):
+        raise AlignError(f"--export {export} is {kind}, not a folder; pass a new folder")
+    if kind == "a folder" and any(export.iterdir()):
+        raise AlignError(f"--export {export} already holds files (another run's results are never "
+                         "replaced); pass a new or empty folder, or delete it first")
+
+
 def run_align(args: argparse.Namespace) -> int:
     require_extra("train", "oar align")
     from oar_attrib.analysis.align import DEFAULT_EFFECTS, blinded, format_summary, summarise
+    from oar_attrib.console import show
 
     from .run import align
+    from .settings import resolve_methods
 
     settings = settings_from_args(args)
     if args.unblind and not args.report:
         raise AlignError("--unblind goes with --report (a finished run's summary shows every estimate)")
+    check_numbers(args)
+    check_paths(args, Path(args.store or default_store(args)))
+    if not args.report:
+        resolve_methods(settings.methods)  # every method and keyword checked before the store is touched
     if args.report:  # the store's own record says what it measures (its seed too): the other settings are moot
         store = Path(args.store or default_store(args))
     else:
@@ -127,9 +196,9 @@ def run_align(args: argparse.Namespace) -> int:
         Path(args.summary).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     if args.json:
         sys.stdout.flush()
-        print(text, flush=True)
+        print(text, flush=True)  # JSON: its strings are escaped already
     else:
-        print(format_summary(summary), flush=True)
+        show(format_summary(summary))
     return 0
 
 

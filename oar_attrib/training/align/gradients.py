@@ -45,6 +45,7 @@ from oar_attrib.weights.settings import ReshapeSettings
 
 from ..errors import AlignError
 from ..reshaping import token_advantages
+from ..trl_private import FORWARD, entropy_bonus
 from .settings import MethodChoice
 
 ROW_INDEPENDENT_LOSSES = ("dapo", "cispo", "vespo")  # normalised by the batch's num_items_in_batch
@@ -60,7 +61,7 @@ def check_trainer(trainer) -> None:
         (trainer.beta != 0.0, f"beta={trainer.beta} (the KL term is not linear in the advantages): set beta=0"),
         (trainer.num_iterations != 1, f"num_iterations={trainer.num_iterations}: set num_iterations=1 "
                                       "(one policy step per generation, ratio 1)"),
-        (trainer._entropy_bonus_enabled, "an entropy bonus (entropy_coef / use_adaptive_entropy): turn it off"),
+        (entropy_bonus(trainer), "an entropy bonus (entropy_coef / use_adaptive_entropy): turn it off"),
         (trainer.use_vllm, "use_vllm=true: sample with the policy (use_vllm=false)"),
         (trainer.scale_rewards == "batch" or args.multi_objective_aggregation != "sum_then_normalize",
          "rewards scaled over the whole batch: set scale_rewards=group (or none) and "
@@ -125,7 +126,7 @@ def shared_forward(trainer):
     """Within the block the trainer's forward (`_get_per_token_logps_and_entropies`) runs once
     per distinct (model, tokens, mask, logits kept) and returns the same graph-carrying tensors
     after that; backward passes must keep the graph (`retain_graph=True`). The graphs go at exit."""
-    original = trainer._get_per_token_logps_and_entropies
+    original = getattr(trainer, FORWARD)
     cache: dict[str, tuple] = {}
 
     def cached(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
@@ -135,11 +136,11 @@ def shared_forward(trainer):
             cache[key] = original(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
         return cache[key]
 
-    trainer._get_per_token_logps_and_entropies = cached
+    setattr(trainer, FORWARD, cached)
     try:
         yield
     finally:
-        del trainer._get_per_token_logps_and_entropies  # the class's method again
+        delattr(trainer, FORWARD)  # the class's method again
         cache.clear()
 
 
@@ -224,15 +225,19 @@ def grpo_gradient(trainer, layout: ParamLayout, inputs: dict) -> torch.Tensor:
 SUM_CHUNK = 1 << 22  # elements per chunk of `endpoint_sums` (float64 temporaries of 32 MiB)
 
 
-def endpoint_sums(gradient: MethodGradient, grpo: MethodGradient, star) -> dict:
+def endpoint_sums(gradient: MethodGradient, grpo: MethodGradient, star, halves: dict | None = None) -> dict:
     """The sums the endpoints are made of, per part (all = pos + neg, pos, neg) of a method's
     gradient v: <v, g*>, ||v||^2, <v, g_GRPO> (the same part of GRPO's gradient on the batch)
-    and <sign(v), g*>. `star`: (D,) g*, a tensor or an array (a memmap is read chunk by chunk).
-    Float64 sums over float32 chunks."""
-    out = {part: dict.fromkeys(("dot_star", "sq", "dot_grpo", "sign_star"), 0.0) for part in PARTS}
+    and <sign(v), g*>; with `halves` ({"a": g*_a, "b": g*_b}, each half pool's own mean
+    gradient) also <v, g*_a> and <v, g*_b> (dot_star_a, dot_star_b), which the statistics use
+    for the contrasts against each half pool and for g*'s own noise. `star` and the halves:
+    (D,) tensors or arrays (a memmap is read chunk by chunk). Float64 sums over float32 chunks."""
+    names = ("dot_star", "sq", "dot_grpo", "sign_star") + tuple(f"dot_star_{h}" for h in (halves or {}))
+    out = {part: dict.fromkeys(names, 0.0) for part in PARTS}
     for i in range(0, gradient.pos.numel(), SUM_CHUNK):
         cut = slice(i, i + SUM_CHUNK)
         s = chunk64(star, cut, gradient.pos.device)
+        half = {h: chunk64(v, cut, gradient.pos.device) for h, v in (halves or {}).items()}
         pos, neg = gradient.pos[cut].double(), gradient.neg[cut].double()
         gpos, gneg = grpo.pos[cut].double(), grpo.neg[cut].double()
         for part, v, w in (("all", pos + neg, gpos + gneg), ("pos", pos, gpos), ("neg", neg, gneg)):
@@ -241,6 +246,8 @@ def endpoint_sums(gradient: MethodGradient, grpo: MethodGradient, star) -> dict:
             sums["sq"] += float(torch.dot(v, v))
             sums["dot_grpo"] += float(torch.dot(v, w))
             sums["sign_star"] += float(torch.dot(torch.sign(v), s))
+            for h, g in half.items():
+                sums[f"dot_star_{h}"] += float(torch.dot(v, g))
     return out
 
 

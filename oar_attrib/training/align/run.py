@@ -21,12 +21,15 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from oar_attrib.analysis.align_folder import HALVES, MEAN_GRADIENTS, REFERENCE_JSON
+
 from ..errors import AlignError
+from ..trl_private import metrics
 from . import gradients
 from .gradients import ParamLayout, dot64, endpoint_sums, grpo_gradient, method_gradient, shared_forward
 from .rollouts import GroupRef, batch_of, call_seed, prompt_order, screen_call
 from .settings import AlignSettings, MethodChoice
-from .store import HALVES, AlignStore
+from .store import AlignStore
 
 # Trainer and run settings that say how a run is executed, not what it measures: kept out of
 # the record, so a resume with another thread count or output folder goes on.
@@ -72,6 +75,7 @@ def align_record(settings: AlignSettings, methods: list[MethodChoice], merged: d
     sections["run"].pop("model")  # the record's model is compared by the sha256 of its weights
     own = {"preset": settings.preset, "batches": settings.batches, "batch_prompts": settings.batch_prompts,
            "pool_batches": settings.pool_batches, "seed": settings.seed,
+           **({} if settings.mean_gradients else {"mean_gradients": False}),
            "methods": {c.label: {"method": c.name, **method_record(c.name, base, c.params)} for c in methods}}
     return settings_record(base, sorted({c.name for c in methods}), model=merged["run"]["model"],
                            dtype=merged["run"].get("dtype", "float32"), align=own, **sections)
@@ -100,16 +104,19 @@ def open_run(settings: AlignSettings, store_path: str | Path):
     """(store, trainer, methods): the settings checked and recorded (before the model loads),
     then the measuring trainer built (None when the store holds the finished run)."""
     from ..launch import build_configs, build_trainer
-    from .settings import resolve_methods
+    from .settings import check_controls, resolve_methods
 
     store_path = Path(store_path)
     methods = resolve_methods(settings.methods)
     merged = trainer_settings(settings, store_path)
+    check_controls(methods, merged["run"].get("data"))
     run, args = build_configs(merged)
     store = AlignStore(store_path).open(align_record(settings, methods, merged, args), spell)
-    if finished(store, settings):
-        return store, None, methods
     try:
+        if finished(store, settings):
+            return store, None, methods
+        for read in (store.reference, store.mean_gradients, store.screen, store.pool):
+            read()  # checked before the model loads: a damaged folder is refused first
         trainer, _ = build_trainer(run, args, data_seed=settings.seed)
         gradients.check_trainer(trainer)
     except BaseException:
@@ -131,6 +138,9 @@ class Screen:
         self.store, self.trainer, self.settings = store, trainer, settings
         self.order = prompt_order(len(trainer.train_dataset), settings.seed)
         lines = store.screen_lines()
+        self.lines = {}
+        for line in lines:
+            self.lines.setdefault(line["call"], []).append(line)
         self.prompts = len(lines)
         self.calls = max((line["call"] for line in lines), default=-1) + 1
         self.mixed = [GroupRef(line["call"], line["group"]) for line in lines if line["mixed"]]
@@ -145,7 +155,27 @@ class Screen:
             bar.update(min(len(self.mixed), stop) - bar.n)
             bar.set_postfix(prompts=self.prompts, refresh=False)
         bar.close()
-        return self.mixed[start:stop]
+        refs = self.mixed[start:stop]
+        for call in sorted({r.call for r in refs}):
+            if not self.store.has_call(call):
+                self._restore(call)
+        return refs
+
+    def _restore(self, call: int) -> None:
+        """Sample a screened call again (its rollouts are not here: a fresh machine given the
+        committed files) and check that it gives the committed screen lines."""
+        per, dataset = self.settings.batch_prompts, self.trainer.train_dataset
+        output, found = screen_call(self.trainer, dataset, self.order[call * per:(call + 1) * per],
+                                    call_seed(self.settings.seed, call))
+        stored = self.lines.get(call, [])
+        same = len(found) == len(stored) and all(
+            a["index"] == b.get("index") and a["mixed"] == b.get("mixed")
+            and np.allclose(a["rewards"], b.get("rewards"), atol=1e-6) for a, b in zip(found, stored))
+        if not same:
+            raise AlignError(f"screening call {call} sampled again here gives other completions than "
+                             f"{self.store.path}/screen.jsonl holds (rewards, mixed groups): this machine "
+                             "samples differently; resume where the run was measured, or start a new --store")
+        self.store.restore_call(call, output)
 
     def _call(self) -> None:
         per, dataset = self.settings.batch_prompts, self.trainer.train_dataset
@@ -172,13 +202,19 @@ def _counts(lines: list[dict]) -> dict[str, int]:
 
 def reference(store: AlignStore, trainer, layout_: ParamLayout, screen: Screen, settings: AlignSettings,
               progress: bool) -> dict:
-    """g* on disk and its reference.json: the mean GRPO gradient of the pool batches."""
-    found = store.json("reference/reference.json")
-    if found is not None:
+    """g* and the two half-pool means on disk, and reference.json: the mean GRPO gradient of the
+    pool batches. A folder whose reference.json is there but whose vectors are not (a fresh
+    machine given the committed result files) recomputes the pool from its seeds and checks it
+    against the committed pool lines and g*'s fingerprint before going on."""
+    found = store.reference()
+    if found is not None and all(store.has_vector(name) for name in STARS):
         return found
+    if found is not None and store.has_vector("gstar") and _halves_from_sums(store, found, layout_.size):
+        return found  # a store made before the half pools' vectors were kept
     per, n = settings.batch_prompts, settings.pool_batches
     sums = store.sums("reference", layout_.size)
-    lines = store.lines("pool")
+    committed = store.lines("pool")
+    lines = [] if found is not None else committed  # a restore recomputes every pool batch
     counts = _counts(lines)
     for half in HALVES:
         sums[half].keep(counts[half])
@@ -190,24 +226,86 @@ def reference(store: AlignStore, trainer, layout_: ParamLayout, screen: Screen, 
         gradient = grpo_gradient(trainer, layout_, batch_of(store, refs, trainer))
         half = HALVES[k % 2]
         sums[half].add((gradient,), counts[half])
-        store.commit("pool", {"pool_batch": k, "half": half, "groups": [[r.call, r.group] for r in refs],
-                              "sq": dot64(gradient, gradient), "seconds": time.perf_counter() - began,
-                              "cpu_seconds": time.process_time() - cpu})
+        line = {"pool_batch": k, "half": half, "groups": [[r.call, r.group] for r in refs],
+                "sq": dot64(gradient, gradient), "seconds": time.perf_counter() - began,
+                "cpu_seconds": time.process_time() - cpu}
+        if found is None:
+            store.commit("pool", line)
+        else:
+            check_pool_line(committed, line)
         counts[half] += 1
         sums[half].keep(counts[half])
-    lines = store.lines("pool")
     a, b = (sums[h].read(counts[h]) for h in HALVES)
-    cross, aa, bb = _dots(a, b)
     star = (np.asarray(a, dtype=np.float32) + np.asarray(b, dtype=np.float32)) / n
-    store.write_gstar(star)
-    star = store.gstar()
-    info = {"pool_batches": n, "halves": counts, "split_half_cos": cross / np.sqrt(aa * bb),
+    info = reference_info(star, a, b, counts, store.lines("pool"))
+    if found is not None:
+        check_fingerprint(found, info, store.path)
+    store.write_vector("gstar", star)
+    for h in HALVES:
+        store.write_vector(f"gstar_{h}", np.asarray(sums[h].read(counts[h]), dtype=np.float32) / counts[h])
+    if found is None:
+        store.write_json(REFERENCE_JSON, info)
+    return found or info
+
+
+def _halves_from_sums(store: AlignStore, found: dict, size: int) -> bool:
+    """Write the half pools' means from the reference's running sums when those are there."""
+    sums, counts = store.sums("reference", size), found.get("halves") or {}
+    if not all(isinstance(counts.get(h), int) and counts[h] > 0 and sums[h].path(counts[h]).is_file()
+               for h in HALVES):
+        return False
+    for h in HALVES:
+        store.write_vector(f"gstar_{h}", np.asarray(sums[h].read(counts[h]), dtype=np.float32) / counts[h])
+    return True
+
+
+STARS = ("gstar", "gstar_a", "gstar_b")  # g* and its two half pools' means
+FINGERPRINT_COORDS = 16  # g*'s largest coordinates kept in reference.json to check a recomputed g*
+FINGERPRINT_TOLERANCE = 1e-3  # relative: float sums in another thread order differ far less
+
+
+def reference_info(star: np.ndarray, a, b, counts: dict, pool_lines: list[dict]) -> dict:
+    """reference.json: g*'s norms, its halves' split-half cosine and squared norms, the
+    per-batch squared norm, and g*'s fingerprint (its largest coordinates)."""
+    cross, aa, bb = _dots(a, b)
+    top = np.argpartition(np.abs(star), -FINGERPRINT_COORDS)[-FINGERPRINT_COORDS:]
+    return {"pool_batches": sum(counts.values()), "halves": counts, "split_half_cos": cross / np.sqrt(aa * bb),
             "sq": dot64(star, star), "l1": _l1(star),
-            "batch_sq_mean": float(np.mean([line["sq"] for line in lines])),
+            "halves_sq": {"a": aa / counts["a"] ** 2, "b": bb / counts["b"] ** 2},
+            "halves_dot": cross / (counts["a"] * counts["b"]),
+            "batch_sq_mean": float(np.mean([line["sq"] for line in pool_lines])),
             "signal_sq": cross / (counts["a"] * counts["b"]),
-            "seconds_per_batch": float(np.mean([line["seconds"] for line in lines]))}
-    store.write("reference/reference.json", info)
-    return info
+            "seconds_per_batch": float(np.mean([line["seconds"] for line in pool_lines])),
+            "fingerprint": {str(int(i)): float(star[i]) for i in sorted(top)}}
+
+
+def _close(x: float, y: float, scale: float) -> bool:
+    return abs(x - y) <= FINGERPRINT_TOLERANCE * max(scale, 1e-30)
+
+
+def check_pool_line(committed: list[dict], line: dict) -> None:
+    """AlignError unless a recomputed pool batch has the committed one's groups and norm."""
+    k = line["pool_batch"]
+    old = committed[k] if k < len(committed) else None
+    if old is None or old.get("groups") != line["groups"] or not _close(old.get("sq", -1.0), line["sq"], line["sq"]):
+        raise AlignError(f"pool batch {k} recomputed here differs from the committed reference/pool.jsonl "
+                         f"(||g||^2 {line['sq']:.6g} against {old and old.get('sq')}): this machine samples or "
+                         "computes differently; resume where the run was measured, or start a new --store")
+
+
+def check_fingerprint(found: dict, info: dict, folder) -> None:
+    """AlignError unless g* recomputed from the seeds matches the committed reference.json."""
+    print_ = found.get("fingerprint")
+    if not isinstance(print_, dict):
+        raise AlignError(f"{folder}/reference/reference.json has no fingerprint of g* (made by an older "
+                         "oar align), so a g* recomputed here cannot be checked: start a new --store")
+    scale = max(abs(v) for v in print_.values()) if print_ else 0.0
+    same = _close(found["sq"], info["sq"], found["sq"]) and all(
+        _close(v, info["fingerprint"].get(k, float(v) + 2 * scale + 1), scale) for k, v in print_.items())
+    if not same:
+        raise AlignError(f"g* recomputed here differs from the one {folder}/reference/reference.json "
+                         f"fingerprints (||g*||^2 {info['sq']:.6g} against {found['sq']:.6g}): the run "
+                         "cannot resume on this machine; resume where it was measured, or start a new --store")
 
 
 def _l1(vector) -> float:
@@ -225,14 +323,16 @@ def measure(store: AlignStore, trainer, layout_: ParamLayout, methods: list[Meth
     """Every method's endpoint sums and running sums on every training batch not yet committed
     (its groups screened when it comes)."""
     per, first = settings.batch_prompts, settings.pool_batches * settings.batch_prompts
-    star = store.gstar()
+    star = store.vector("gstar")
+    halves = {h: store.vector(f"gstar_{h}") for h in HALVES}
     base = gradients.base_settings(trainer)
-    sums = [store.sums(str(i), layout_.size) for i in range(len(methods))]
+    sums = [store.sums(str(i), layout_.size) for i in range(len(methods))] if settings.mean_gradients else []
     lines = store.lines("results")
     counts = _counts(lines)
+    ahead = {h: False for h in HALVES}  # the half's sums already hold the next batch (its line was lost)
     for method_sums in sums:
         for half in HALVES:
-            method_sums[half].keep(counts[half])
+            ahead[half] = method_sums[half].keep(counts[half]) > counts[half]
     bar = tqdm(range(len(lines), settings.batches), desc="batches", unit="batch", disable=not progress,
                initial=len(lines), total=settings.batches)
     for b in bar:
@@ -251,14 +351,17 @@ def measure(store: AlignStore, trainer, layout_: ParamLayout, methods: list[Meth
                 gradient = method_gradient(trainer, layout_, inputs, choice, base)
                 if grpo is None:  # methods[0] is GRPO
                     grpo = gradient
-                line["methods"][choice.label] = {**endpoint_sums(gradient, grpo, star), "seconds": gradient.seconds}
-                sums[i][half].add((gradient.pos, gradient.neg), counts[half])
+                line["methods"][choice.label] = {**endpoint_sums(gradient, grpo, star, halves),
+                                                 "seconds": gradient.seconds}
+                if sums and not ahead[half]:
+                    sums[i][half].add((gradient.pos, gradient.neg), counts[half])
                 del gradient
         store.commit("results", line)
         counts[half] += 1
+        ahead[half] = False
         for method_sums in sums:
             method_sums[half].keep(counts[half])
-        trainer._metrics["train"].clear()  # TRL's per-loss-call logs would grow without end
+        metrics(trainer).clear()  # TRL's per-loss-call logs would grow without end
 
 
 def mean_gradients(store: AlignStore, methods: list[MethodChoice], size: int, progress: bool) -> dict:
@@ -266,10 +369,10 @@ def mean_gradients(store: AlignStore, methods: list[MethodChoice], size: int, pr
     ||S_b||^2, <S_a + S_b, g*>, and with GRPO's sums the cross-half <S_a, G_b> + <S_b, G_a>
     (independent batches, so its noise has mean zero); kept at the batch count it was made at."""
     counts = _counts(store.lines("results"))
-    found = store.json("mean_gradients.json")
+    found = store.mean_gradients()
     if found is not None and found.get("halves") == counts:
         return found
-    star = store.gstar()
+    star = store.vector("gstar")
     grpo = store.sums("0", size)
     ga, gb = (grpo[h].read(counts[h]) for h in HALVES)
     out = {"halves": counts, "methods": {}}
@@ -279,14 +382,18 @@ def mean_gradients(store: AlignStore, methods: list[MethodChoice], size: int, pr
         ab, aa, bb = _dots(a, b)
         out["methods"][choice.label] = {"ab": ab, "aa": aa, "bb": bb, "star": dot64(a, star) + dot64(b, star),
                                         "cross_grpo": dot64(a, gb) + dot64(b, ga)}
-    store.write("mean_gradients.json", out)
+    store.write_json(MEAN_GRADIENTS, out)
     return out
 
 
 def finished(store: AlignStore, settings: AlignSettings) -> bool:
-    """Whether the store holds every batch and the mean-gradient sums of all of them."""
-    sums = store.json("mean_gradients.json")
-    return sums is not None and sum(sums["halves"].values()) == settings.batches
+    """Whether the store holds every batch and (unless the run sums none) the mean-gradient
+    sums of all of them."""
+    done = len(store.results()) >= settings.batches  # read only: the resume cuts a cut line
+    if not settings.mean_gradients:
+        return done
+    sums = store.mean_gradients()
+    return done and sums is not None and sum(sums["halves"].values()) == settings.batches
 
 
 def align(settings: AlignSettings, store_path: str | Path, progress: bool = True) -> Path:
@@ -301,7 +408,8 @@ def align(settings: AlignSettings, store_path: str | Path, progress: bool = True
         screen = Screen(store, trainer, settings, progress)
         reference(store, trainer, layout_, screen, settings, progress)
         measure(store, trainer, layout_, methods, screen, settings, progress)
-        mean_gradients(store, methods, layout_.size, progress)
+        if settings.mean_gradients:
+            mean_gradients(store, methods, layout_.size, progress)
     finally:
         store.close()
     return Path(store_path)

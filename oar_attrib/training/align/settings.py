@@ -20,6 +20,28 @@ from ..errors import AlignError
 DEFAULT_METHODS = ("none", "oar_g", "oar_g:n_noise=8", "oar_p", "oar_p_step", "grail", "entropy",
                    "random", "ktae")
 QUICK = {"batches": 3, "pool_batches": 2}
+# Controls: analysis-only methods align measures as if a trainer used them, to check the
+# instrument (never trained with). Name -> the training data whose causal tokens it knows.
+CONTROLS = {"causal_oracle": "world"}
+
+
+def register_controls() -> None:
+    """Register the control methods (`control`: not in `methods`, which knows nothing of the world)."""
+    from . import control  # noqa: F401  (registration)
+
+
+def check_controls(methods: list["MethodChoice"], data: str | None) -> None:
+    """AlignError when a control method is asked for on training data whose causal tokens it
+    does not know (before anything is written or a model loaded)."""
+    for choice in methods:
+        needs = CONTROLS.get(choice.name)
+        if needs is not None and data != needs:
+            raise AlignError(f"method {choice.label!r} is a positive control that knows the causal tokens "
+                             f"of the arithmetic world only; this preset trains on {data!r} data: use "
+                             "--preset arith-tiny (or another world preset), or leave it out of --methods")
+
+
+MAX_PROMPTS = 4096  # prompts per batch: past this a batch's rollouts outgrow any accelerator
 
 
 @dataclass(frozen=True)
@@ -55,14 +77,38 @@ class MethodChoice:
 
         from oar_attrib.methods import method_spec, trainable_methods
 
-        if self.name not in trainable_methods():
+        register_controls()
+        if self.name not in trainable_methods() and self.name not in CONTROLS:
             raise AlignError(f"method {self.name!r} is not one the trainer can reshape with; choose "
                              f"among {', '.join(trainable_methods())}")
-        keywords = set(inspect.signature(method_spec(self.name).fn).parameters) - {"model", "batch"}
+        signature = inspect.signature(method_spec(self.name).fn).parameters
+        keywords = set(signature) - {"model", "batch", "tokenizer"}
         unknown = sorted(set(self.params) - keywords)
         if unknown:
             raise AlignError(f"method {self.label!r}: {self.name} takes no {', '.join(unknown)}; "
                              f"its keywords: {', '.join(sorted(keywords))}")
+        for key, value in self.params.items():
+            problem = keyword_problem(signature[key].default, value)
+            if problem:
+                raise AlignError(f"method {self.label!r}: {key} {problem} (e.g. oar_g:n_noise=8)")
+
+
+def keyword_problem(default, value) -> str | None:
+    """Why `value` cannot stand for a method keyword whose default is `default`, or None: a
+    number must be of the default's kind, finite, > 0 and a bounded count (`commands.
+    number_problem`); a switch true or false; a name letters, digits, `_`, `.` or `-`."""
+    import re
+
+    from oar_attrib.commands import number_problem
+
+    if isinstance(default, bool) or isinstance(value, bool):
+        return None if isinstance(value, bool) and isinstance(default, (bool, type(None))) else \
+            f"must be true or false, got {value!r}"
+    if isinstance(default, (int, float)) or isinstance(value, (int, float)):
+        return number_problem(value, int if isinstance(default, int) else float)
+    if not isinstance(value, str) or not re.fullmatch(r"[\w.-]{1,64}", value, re.ASCII):
+        return f"must be a number or a plain name (letters, digits, _ . -), got {value!r}"
+    return None
 
 
 def resolve_methods(texts: tuple[str, ...] | list[str] | None) -> list[MethodChoice]:
@@ -107,14 +153,23 @@ class AlignSettings:
         "help": "Batches of the reference pool, disjoint from the training batches; g* is the mean "
                 "of their GRPO gradients. Raise it for a steadier g* (its split-half cosine says "
                 "how steady)."})
+    mean_gradients: bool = field(default=True, metadata={
+        "help": "Keep each method's running sums of its batch gradients (gigabytes on a real model) "
+                "for the bias-or-variance estimates; without them the run's result files alone "
+                "resume it on a fresh machine."})
     seed: int = field(default=0, metadata={
         "help": "Seed of the prompts' order, the sampling of each screening call and the methods' "
                 "random numbers."})
 
     def __post_init__(self) -> None:
-        for name in ("batches", "batch_prompts", "pool_batches"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise AlignError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        from oar_attrib.commands import MAX_COUNT
+
+        for name, high in (("batches", MAX_COUNT), ("batch_prompts", MAX_PROMPTS), ("pool_batches", MAX_COUNT)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= high:
+                raise AlignError(f"{name} must be an integer from 1 to {high}, got {value!r}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**32:
+            raise AlignError(f"seed must be an integer from 0 to 2**32 - 1, got {self.seed!r}")
         if self.pool_batches < 2:
             raise AlignError("pool_batches must be >= 2: g*'s split-half reliability needs two halves")
         object.__setattr__(self, "overrides", tuple(self.overrides))

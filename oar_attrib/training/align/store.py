@@ -1,15 +1,14 @@
 """The folder an alignment run writes, resumed after any kill without redoing finished work.
 
-    record.json          the settings record (refused on resume when it differs)
-    screen.jsonl         one line per screened prompt: call, index, prompt, rewards, mixed
+`AlignStore` is an `analysis.align_folder.AlignFolder` (the result files' layout and checked
+reads) with what a measuring run keeps beside them:
+
     rollouts/call-N.pt   the trainer's generation output of screening call N
     reference/           the pool's running sums (a-N.npy, b-N.npy), pool.jsonl (one line per
-                         pool batch: its groups, ||g||^2), gstar.npy, reference.json (g*'s norms
-                         and split-half cosine)
+                         pool batch: its groups, ||g||^2), gstar.npy and the half pools'
+                         gstar_a.npy, gstar_b.npy, reference.json (g*'s norms, split-half
+                         cosine, fingerprint)
     accum/<i>/           method i's running sums of its batch gradients, by batch parity
-    results.jsonl        one line per training batch: its groups, every method's endpoint sums
-                         and seconds
-    mean_gradients.json  the sums over the running sums (bias and variance), at n batches
 
 Commit order (what makes a kill harmless): a screening call's output file is renamed into place
 before its lines are appended; a batch's new running sums are written as new files
@@ -20,43 +19,32 @@ writer at a time (`store.lock.WriterLock`: the lock file `<folder>.lock` beside 
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from oar_attrib.analysis.align_folder import (
+    HALVES,
+    POOL,
+    RECORD,
+    RESULTS,
+    SCREEN,
+    AlignFolder,
+)
 from oar_attrib.files import drop_partial_tail
-from oar_attrib.jsonl import NotJSON, iter_jsonl
 from oar_attrib.records.settings_record import RecordMismatchError, record_differences
 from oar_attrib.store.lock import WriterLock
 
 from ..errors import AlignError
 from .gradients import CHUNK
 
-HALVES = ("a", "b")  # batches 0, 2, 4, ... and 1, 3, 5, ...: two independent halves
 
-
-def _write_json(path: Path, value) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value, indent=1, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _append_line(path: Path, value: dict) -> None:
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(value, ensure_ascii=False) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def read_lines(path: Path) -> list[dict]:
-    """The complete lines of a JSON Lines file of this store (a line a kill cut short is cut off)."""
-    if not path.exists():
-        return []
-    drop_partial_tail(path)
-    return [v for _, v in iter_jsonl(path) if isinstance(v, dict) and not isinstance(v, NotJSON)]
+def _drop_cut_line(path: Path) -> None:
+    """Cut a last line a kill left without its newline (the writer's resume only)."""
+    if path.is_file():
+        drop_partial_tail(path)
 
 
 class RunningSum:
@@ -92,18 +80,24 @@ class RunningSum:
         del new
         os.replace(tmp, self.path(n + 1))
 
-    def keep(self, n: int) -> None:
-        """Delete every version but sum n (older ones, and newer ones nothing committed)."""
+    def keep(self, n: int) -> int:
+        """Delete every version but sum n (older ones, and newer ones nothing committed) and
+        return n; where sum n is gone but n + 1 is there (its batch was committed and its
+        result line lost afterwards: a cut copy), keep n + 1 and return it: the batch is
+        measured again without being added twice."""
+        if n > 0 and not self.path(n).exists() and self.path(n + 1).exists():
+            n += 1
         for path in self.folder.glob(f"{self.name}-*.npy*"):
             if path != self.path(n):
                 path.unlink()
+        return n
 
 
-class AlignStore:
+class AlignStore(AlignFolder):
     """An alignment run's folder (module docstring); `open` checks its record first."""
 
     def __init__(self, path: str | Path):
-        self.path = Path(path)
+        super().__init__(path)
         self._outputs: dict[int, dict] = {}
         self._lock = None
 
@@ -112,13 +106,18 @@ class AlignStore:
     def open(self, record: dict, spell=None) -> "AlignStore":
         """Take the writer lock and write `record`, or check it against the stored one: a
         difference is a RecordMismatchError naming the fields (as `spell` writes them)."""
+        if self.path.exists() and not self.path.is_dir():
+            raise AlignError(f"--store {self.path} is not a folder: pass a folder (new or of a run)")
         self.path.mkdir(parents=True, exist_ok=True)
         self._lock = WriterLock(self.path, "--store")
-        stored_path = self.path / "record.json"
-        if not stored_path.exists():
-            _write_json(stored_path, record)
+        try:
+            stored = self.record()
+        except BaseException:
+            self.close()
+            raise
+        if stored is None:
+            self.write_json(RECORD, record)
             return self
-        stored = json.loads(stored_path.read_text(encoding="utf-8"))
         fields = record_differences(stored, record)
         if fields:
             self.close()
@@ -132,27 +131,29 @@ class AlignStore:
             self._lock.release()
             self._lock = None
 
-    def record(self) -> dict:
-        return json.loads((self.path / "record.json").read_text(encoding="utf-8"))
-
     # ------------------------------------------------------------------ screen
 
     def screen_lines(self) -> list[dict]:
-        """The lines of the screening calls whose output is stored (a call cut short before its
-        lines were written is screened again)."""
-        return [line for line in read_lines(self.path / "screen.jsonl")
-                if (self.path / "rollouts" / f"call-{line['call']}.pt").exists()]
+        """The lines of the screening calls (a call cut short before its lines were written is
+        screened again; a call whose lines are here but whose rollouts are not, as on a fresh
+        machine given the committed files, is sampled again and checked: `has_call`)."""
+        _drop_cut_line(self.file(SCREEN))
+        return self.screen()
 
-    def add_screen_call(self, call: int, output: dict, lines: list[dict]) -> None:
+    def has_call(self, call: int) -> bool:
+        return (self.path / "rollouts" / f"call-{call}.pt").is_file()
+
+    def restore_call(self, call: int, output: dict) -> None:
+        """Put back the rollouts of a screened call (its lines are already in screen.jsonl)."""
         folder = self.path / "rollouts"
         folder.mkdir(exist_ok=True)
         tmp = folder / f"call-{call}.pt.tmp"
         torch.save(output, tmp)
         os.replace(tmp, folder / f"call-{call}.pt")
-        with open(self.path / "screen.jsonl", "a", encoding="utf-8") as handle:
-            handle.write("".join(json.dumps({"call": call, **line}, ensure_ascii=False) + "\n" for line in lines))
-            handle.flush()
-            os.fsync(handle.fileno())
+
+    def add_screen_call(self, call: int, output: dict, lines: list[dict]) -> None:
+        self.restore_call(call, output)
+        self.append(SCREEN, [{"call": call, **line} for line in lines])
 
     def call_output(self, call: int) -> dict:
         if call not in self._outputs:
@@ -169,49 +170,28 @@ class AlignStore:
         return {h: RunningSum(folder, h, size) for h in HALVES}
 
     def lines(self, kind: str) -> list[dict]:
-        """The committed lines of the pool ('pool') or of the training batches ('results')."""
-        return read_lines(self.path / ("reference/pool.jsonl" if kind == "pool" else "results.jsonl"))
+        """The committed lines of the pool ('pool') or of the training batches ('results'); a
+        last line a kill cut short is cut off the file (its batch is measured again)."""
+        _drop_cut_line(self.file(POOL if kind == "pool" else RESULTS))
+        return self.pool() if kind == "pool" else self.results()
 
     def commit(self, kind: str, line: dict) -> None:
-        (self.path / "reference").mkdir(exist_ok=True)
-        _append_line(self.path / ("reference/pool.jsonl" if kind == "pool" else "results.jsonl"), line)
+        self.append(POOL if kind == "pool" else RESULTS, [line])
 
-    # ------------------------------------------------------------------ reference and summaries
+    def vector(self, name: str) -> np.ndarray:
+        """A (D,) vector of the reference (`gstar`, `gstar_a`, `gstar_b`) as a read-only memmap."""
+        return np.load(self.path / "reference" / f"{name}.npy", mmap_mode="r")
 
-    def json(self, name: str) -> dict | None:
-        path = self.path / name
-        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+    def has_vector(self, name: str) -> bool:
+        return (self.path / "reference" / f"{name}.npy").is_file()
 
-    def write(self, name: str, value: dict) -> None:
-        (self.path / name).parent.mkdir(parents=True, exist_ok=True)
-        _write_json(self.path / name, value)
-
-    def gstar(self) -> np.ndarray:
-        return np.load(self.path / "reference" / "gstar.npy", mmap_mode="r")
-
-    def write_gstar(self, vector: np.ndarray) -> None:
-        tmp = self.path / "reference" / "gstar.npy.tmp"
+    def write_vector(self, name: str, vector: np.ndarray) -> None:
+        tmp = self.path / "reference" / f"{name}.npy.tmp"
         with open(tmp, "wb") as handle:
             np.save(handle, vector.astype(np.float32))
-        os.replace(tmp, self.path / "reference" / "gstar.npy")
-
-
-# The files the statistics are made from (kilobytes, not the gigabytes of running sums and
-# rollouts): what a results folder under docs/experiments/ holds.
-RESULT_FILES = ("record.json", "screen.jsonl", "reference/reference.json", "reference/pool.jsonl",
-                "results.jsonl", "mean_gradients.json")
+        os.replace(tmp, self.path / "reference" / f"{name}.npy")
 
 
 def export(store: str | Path, dest: str | Path) -> list[Path]:
-    """Copy a store's `RESULT_FILES` into `dest` (made if needed); returns the copies."""
-    import shutil
-
-    out = []
-    for name in RESULT_FILES:
-        source = Path(store) / name
-        if source.exists():
-            target = Path(dest) / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target)
-            out.append(target)
-    return out
+    """Copy a store's result files into `dest` (made if needed); returns the copies."""
+    return AlignFolder(store).export(dest)

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import HTMLResponse
 
 from oar_attrib.analysis.align import cpu_seconds
+from oar_attrib.analysis.align_folder import MEAN_GRADIENTS, REFERENCE_JSON, RESULTS, AlignFolder
 from oar_attrib.store import NotFoundError
 
 from ..deps import SettingsDep, TemplatesDep
@@ -22,16 +23,17 @@ def results(roots) -> dict[str, FilePath]:
     record.json and a finished reference; a root may be one, or hold them), first name wins."""
     found: dict[str, FilePath] = {}
     for root in map(FilePath, roots):
-        children = sorted(root.iterdir()) if root.is_dir() and not (root / "record.json").exists() else [root]
+        children = sorted(root.iterdir()) if root.is_dir() and not AlignFolder(root).has_record() else [root]
         for folder in children:
-            if (folder / "record.json").is_file() and (folder / "reference" / "reference.json").is_file():
+            if AlignFolder(folder).is_results():
                 found.setdefault(folder.name, folder)
     return found
 
 
 def _stamp(folder: FilePath) -> tuple:
-    files = ("results.jsonl", "mean_gradients.json", "reference/reference.json")
-    return tuple((folder / f).stat().st_mtime_ns if (folder / f).exists() else 0 for f in files)
+    owner = AlignFolder(folder)
+    return tuple(owner.file(f).stat().st_mtime_ns if owner.file(f).exists() else 0
+                 for f in (RESULTS, MEAN_GRADIENTS, REFERENCE_JSON))
 
 
 @lru_cache(maxsize=16)

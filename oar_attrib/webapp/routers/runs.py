@@ -44,7 +44,14 @@ def runs_page(request: Request, store: StoreDep, templates: TemplatesDep):
 @router.get("/runs/{run_id}", response_class=HTMLResponse, summary="Page: a run's traces")
 def run_page(request: Request, run_id: RunId, filters: FilterDep, store: StoreDep,
              templates: TemplatesDep, settings: SettingsDep):
+    from ...analysis.signal import flat_groups, signal_line, store_signal
+
     run = store.run(run_id)
     context = {"run": run, "steps": store.steps(run_id), "filters": filters,
                **_page(store, run_id, filters, settings.page_size)}
+    context["signal"] = signal_line(store_signal(store, run_id))
+    if context["signal"]:  # the traces of this page whose group has every reward equal
+        flat = flat_groups(((r.step, r.group), r.reward, r.correct) for r in store.traces(run_id, limit=1 << 62)[0]
+                           if r.group is not None)
+        context["no_signal"] = {t["id"] for t in context["traces"] if (t["step"], t["group"]) in flat}
     return templates.TemplateResponse(request, "run.html", context)

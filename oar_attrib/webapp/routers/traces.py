@@ -74,6 +74,24 @@ def export_trace(trace_id: TraceId, kind: ExportKind, store: StoreDep, settings:
                     headers={"content-disposition": f'attachment; filename="{name}"'})
 
 
+def store_argument(store) -> str:
+    """The store as `oar attribute --store` takes it, shell-quoted (its file name: the page does
+    not show the server's folders)."""
+    import shlex
+
+    return shlex.quote(store.path.name)
+
+
+def _group_without_signal(store, row) -> bool:
+    """Whether the trace's group has every reward equal (no GRPO signal: advantage 0)."""
+    from ...analysis.signal import flat_groups
+
+    if row.group is None or row.reward is None:
+        return False
+    rows = store.traces(row.run_id, step=row.step, limit=1 << 62)[0]
+    return (row.step, row.group) in flat_groups(((r.step, r.group), r.reward, r.correct) for r in rows)
+
+
 @router.get("/traces/{trace_id}", response_class=HTMLResponse, summary="Page: one trace")
 def trace_page(request: Request, trace_id: TraceId, store: StoreDep, templates: TemplatesDep,
                settings: SettingsDep, method: MethodQuery = None, oracle: OracleQuery = "direct",
@@ -91,6 +109,7 @@ def trace_page(request: Request, trace_id: TraceId, store: StoreDep, templates: 
         view["pieces"] = None
     run = store.run(record.row.run_id)
     context = {"record": record, "run": run, "method": selected, "oracle_set": oracle,
+               "no_signal": _group_without_signal(store, record.row), "store_name": store_argument(store),
                "reward_reason": reward_reason(record), **view,
                **steps, "pools": STEP_POOLS}
     return templates.TemplateResponse(request, "trace.html", context)

@@ -23,8 +23,8 @@ from fnmatch import fnmatch
 from functools import lru_cache
 from pathlib import Path
 
-from .errors import ModelLoadError
-from .files import feed_file
+from ..errors import ModelLoadError
+from ..files import feed_file
 
 SOURCE_FILE = "oar_source.json"
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -84,6 +84,27 @@ def weights_sha256(folder: str | Path, pattern: str = WEIGHTS) -> str | None:
     if kept and isinstance(record.get("weights_sha256"), str) and SHA256.fullmatch(record["weights_sha256"]):
         return record["weights_sha256"]  # else (not a sha256: an edited record) the files are hashed
     return _weights_digest(tuple((str(f.resolve()), *_stat(f).values()) for f in files))
+
+
+# The files beside the weights that decide a model's output: its configuration (rms_norm_eps,
+# rope_theta, ...), its generation defaults, its tokenizer and its chat template.
+CONFIG_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt",
+                "tokenizer.model", "chat_template.jinja", "chat_template.json")
+
+
+def config_sha256(folder: str | Path) -> str | None:
+    """One sha256 over the `CONFIG_FILES` a model folder holds (each file's name, a NUL byte
+    and its bytes, in that order); None when it holds none. With `weights_sha256`, what the
+    settings record names a model by."""
+    files = [Path(folder) / name for name in CONFIG_FILES if (Path(folder) / name).is_file()]
+    if not files:
+        return None
+    digest = hashlib.sha256()  # small files: hashed each time, beside the weights' cached digest
+    for path in files:
+        digest.update(path.name.encode() + b"\0")
+        feed_file(digest, path)
+    return digest.hexdigest()
 
 
 def damage(folder: Path, sha256: str, full: bool = False) -> str | None:

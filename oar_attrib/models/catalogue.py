@@ -9,10 +9,10 @@ A name resolves to a local Hugging Face folder (config.json, safetensors, tokeni
   dequantized to float32 and saved as a safetensors folder in the cache (`cache_dir()`).
 
 Any `.gguf` file is converted the same way, once, into a folder named by the file's hash, its
-header checked first (`gguf_header`). Conversions are written under a temporary name and
+header checked first (`gguf`). Conversions are written under a temporary name and
 renamed into place, so an interrupted or concurrent conversion never leaves a half folder.
 Every conversion records where it came from and the hash of each file it wrote in
-`oar_source.json`, checked when the folder is used (`model_cache`): a damaged folder is refused
+`oar_source.json`, checked when the folder is used (`cache`): a damaged folder is refused
 in one line with the command that rebuilds it (`oar models --rebuild NAME`). A cache that
 cannot be written (read-only, full, a file in the way) is one line too.
 """
@@ -29,10 +29,10 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from .defaults import PROMPT_FORMAT
-from .errors import ModelLoadError
-from .gguf_header import check_gguf
-from .model_cache import SOURCE_FILE, cache_error, record_files, replace_folder, sha256_of, verify, weights_sha256
+from ..defaults import PROMPT_FORMAT
+from ..errors import ModelLoadError
+from .gguf import check_gguf
+from .cache import SOURCE_FILE, cache_error, record_files, replace_folder, sha256_of, verify, weights_sha256
 
 
 # A folder holds a tokenizer when it has one of these (fast, sentencepiece or BPE files).
@@ -226,7 +226,7 @@ def rebuild_command(name_or_path) -> str:
 
 def entry_folder(entry: CatalogueEntry, fetch: bool = True, rebuild: bool = False) -> Path | None:
     """The local folder of a catalogue entry: bundled, the user's HF cache, or the converted
-    cache (checked, `model_cache.verify`; fetched and converted first when `fetch`, again
+    cache (checked, `cache.verify`; fetched and converted first when `fetch`, again
     over a damaged one when `rebuild`); None when absent and not fetched."""
     if entry.bundled:
         return bundled_path(entry.name)
@@ -272,7 +272,7 @@ def _exists(folder: Path) -> bool:
 def gguf_folder(path: Path, rebuild: bool = False) -> Path:
     """The converted folder of a local `.gguf` file, converted once and cached by its hash
     (again, over a damaged one, when `rebuild`)."""
-    from .files import check_file
+    from ..files import check_file
 
     path = check_file(path, hint="pass an existing .gguf file")
     digest = sha256_of(path)

@@ -188,3 +188,26 @@ def row_groups(rows: list[int], ends: list[int], budget: int) -> list[list[int]]
         else:
             groups.append([row])
     return groups
+
+
+# A batch of `oar attribute` never holds more traces than this, so that even a tiny model's
+# results reach the output (and the progress bar) regularly.
+MAX_TRACES_PER_BATCH = 64
+
+
+def trace_work(length: int, scored: int) -> int:
+    """Tokens the forwards of one trace take at most for one method: OAR-P's clean row and one
+    copy of it per scored position (a gradient method's passes are fewer)."""
+    return length * (scored + 1)
+
+
+def trace_batch_full(model, works: list[int], longest_row: int, max_batch_tokens: int | None = None) -> bool:
+    """Whether a batch of traces whose `trace_work`s are `works` fills one pass's token budget
+    (`max_batch_tokens`, else `backward_tokens` on the model's device for rows of up to
+    `longest_row` tokens) or MAX_TRACES_PER_BATCH: then it is attributed and written. A trace
+    larger than one pass is a batch alone, so on a real model each trace is written as soon as
+    it is done and memory stays the methods' own (they split their passes by the same budget)."""
+    if len(works) >= MAX_TRACES_PER_BATCH:
+        return True
+    budget = max_batch_tokens or backward_tokens(model, next(model.parameters()).device, longest_row)
+    return sum(works) >= budget

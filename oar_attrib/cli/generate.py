@@ -29,7 +29,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from oar_attrib.configs import add_model_args
+from oar_attrib.commands import add_model_args
 from oar_attrib.inputs.spans import MARKER_FORMATS
 
 # The most rows (questions x samples) decoded at once.
@@ -115,10 +115,8 @@ def _settle(out: Path) -> None:
         os.replace(tmp, out)
 
 
-def _write(handle, groups: list[list[dict]]) -> None:
-    handle.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for g in groups for r in g))
-    handle.flush()
-    os.fsync(handle.fileno())
+def _write(log, groups: list[list[dict]]) -> None:
+    log.write(r for g in groups for r in g)
 
 
 def _askable(tokenizer, questions, limit: int | None, max_new_tokens: int, data: Path,
@@ -178,6 +176,19 @@ def _to_ask(questions, held: Held, samples: int) -> tuple[dict, int]:
     return todo, done
 
 
+def output_signal(out: Path) -> str | None:
+    """`analysis.signal.signal_line` of the answers in JSONL `out` (this run's and those
+    already there), or None when every group carries a GRPO signal."""
+    from oar_attrib.analysis.signal import group_signal, signal_line
+    from oar_attrib.jsonl import iter_jsonl
+
+    if not out.exists():
+        return None
+    rows = ((r.get("group"), r.get("reward"), r.get("correct")) for _, r in iter_jsonl(out)
+            if isinstance(r, dict))
+    return signal_line(group_signal(rows))
+
+
 class Tally(Counter):
     """What `_answer` made: `written` answers (`right`, `answered`: with an answer span in
     the format, `cut`: cut off at --max-new-tokens) to `asked` questions."""
@@ -219,12 +230,13 @@ def _answer(model, tokenizer, todo: dict, args, settings, out: Path, report) -> 
     from tqdm.auto import tqdm
 
     from oar_attrib.inputs.encoding import position_limit
+    from oar_attrib.jsonl import AppendLog
     from oar_attrib.rollouts import sample_encoded
 
     record, limit = settings.record(), position_limit(tokenizer, model)
     tally = Tally()
     try:
-        with open(out, "a", encoding="utf-8") as handle, \
+        with AppendLog(out, "--out") as handle, \
                 tqdm(total=sum(len(q) * (args.samples - have) for have, q in todo.items()),
                      desc="generate", unit="answer", disable=args.no_progress) as bar:
             progress = Progress(bar)
@@ -272,7 +284,7 @@ def model_defaults(args) -> str | None:
     """Fill in the sampling flags left out (None) from the model's catalogue entry
     (`catalogue.Answering`: how it gives answers), else the generic defaults; the line that
     says which came from the catalogue, None when none did."""
-    from oar_attrib.catalogue import answering
+    from oar_attrib.models.catalogue import answering
 
     defaults, known = answering(args.model)
     taken = [name for name in ("answer_format", "temperature", "max_new_tokens")
@@ -290,6 +302,7 @@ def run(args: argparse.Namespace) -> int:
     from oar_attrib.console import say
     from oar_attrib.errors import InputError
     from oar_attrib.files import check_file, check_writable
+    from oar_attrib.jsonl import check_log_path
     from oar_attrib.models import load_model
     from oar_attrib.rollouts import SamplingSettings, read_questions
 
@@ -304,6 +317,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--out {out}: oar generate writes JSONL; attribute it into a store with "
                          f"oar attribute --input {out.with_suffix('.jsonl')} --out {out}")
     check_writable(out)
+    check_log_path(out, "--out")
     held = _held(out, settings.record())
     if said:  # once every refusal has had its say
         say(said)
@@ -322,6 +336,9 @@ def run(args: argparse.Namespace) -> int:
     warning = few_answers(tally, settings)
     if warning:  # before the summary, which stays the last line
         say(warning)
+    signal = output_signal(out)
+    if signal:
+        say(f"oar generate: {signal}")
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(skipped.items()))
     say(f"wrote {tally['written']} answers to {tally['asked']} questions to {out} ({tally['right']} right"
         + (f", {done} questions already there" if done else "") + f"); {sum(skipped.values())} "
@@ -356,8 +373,3 @@ def add_parser(sub) -> None:
     add_model_args(gen, budget=False)
     gen.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     gen.set_defaults(func=run)
-
-
-def add_generate_command(subparsers) -> None:
-    """Register `oar generate` (entry point `oar_attrib.commands`)."""
-    add_parser(subparsers)

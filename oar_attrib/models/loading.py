@@ -7,9 +7,9 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from .catalogue import (CATALOGUE, TOKENIZER_FILES, bundled_path,  # noqa: F401 (bundled_path: re-exported)
+from .catalogue import (CATALOGUE, TOKENIZER_FILES, bundled_path,  # noqa: F401 (bundled_path: the face re-exports it)
                         entry_folder, gguf_folder)
-from .errors import ModelLoadError
+from ..errors import ModelLoadError
 
 BUNDLED = tuple(name for name, entry in CATALOGUE.items() if entry.bundled)
 

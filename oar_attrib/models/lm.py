@@ -13,8 +13,8 @@ from typing import Iterator
 
 import torch
 
-from .inputs.batch import ScoringBatch
-from .errors import InputError
+from ..inputs.batch import ScoringBatch
+from ..errors import InputError
 
 
 def model_device(model: torch.nn.Module) -> torch.device:

@@ -15,8 +15,8 @@ import os
 import struct
 from pathlib import Path
 
-from .errors import InputError, ModelLoadError
-from .files import open_regular
+from ..errors import InputError, ModelLoadError
+from ..files import open_regular
 
 # value type -> (struct format, bytes) of GGUF's fixed-size types; 8 is a string, 9 an array.
 _FIXED = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",

@@ -1,0 +1,253 @@
+"""`AlignFolder`: the one owner of an `oar align` result folder's layout, reads and writes.
+
+    settings_record.json the settings record (`records.settings_record`; its `align` key is
+                         align's own settings; `record.json` in stores made before)
+    screen.jsonl         one line per screened prompt: call, group, index, prompt, rewards, mixed
+    reference/           reference.json (g*'s norms, split-half cosine, fingerprint), pool.jsonl
+                         (one line per pool batch); a measuring store also keeps the vectors and
+                         running sums there (`training.align.store`)
+    results.jsonl        one line per training batch: its groups, every method's endpoint sums
+    mean_gradients.json  the sums over the methods' running sums (bias and variance)
+
+Torch-free: the writer (`training.align.store`), the statistics (`analysis.align`) and the web
+app read and write the folder through it, and no other module joins its file names. Every read
+is checked: a file that is not what the writer writes (cut short, another type, a number
+written as text) is an `AlignFolderError`, one line naming the file, the line and what to do,
+and nothing is changed. A JSON Lines file's last line cut by a kill is passed over (the writer
+measures that batch again on resume).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+from ..errors import InputError
+from ..jsonl import NotJSON, append_jsonl, iter_jsonl
+from ..records.settings_record import RECORD_FILE
+
+RECORD = RECORD_FILE  # settings_record.json, as beside a training run
+OLD_RECORD = "record.json"  # the name align stores had before: still read
+SCREEN = "screen.jsonl"
+REFERENCE_JSON = "reference/reference.json"
+POOL = "reference/pool.jsonl"
+RESULTS = "results.jsonl"
+MEAN_GRADIENTS = "mean_gradients.json"
+# The files the statistics are made from (kilobytes): what a result folder under
+# docs/experiments/ holds and `oar align --export` copies.
+RESULT_FILES = (RECORD, OLD_RECORD, SCREEN, REFERENCE_JSON, POOL, RESULTS, MEAN_GRADIENTS)
+SUM_FIELDS = ("dot_star", "sq", "dot_grpo", "sign_star")
+PARTS = ("all", "pos", "neg")
+HALVES = ("a", "b")  # batches 0, 2, 4, ... and 1, 3, 5, ...: two independent halves
+DAMAGED = "restore it from where it was committed or exported, or measure into a new --store"
+
+
+class AlignFolderError(InputError):
+    """A file of an align result folder that is not what `oar align` writes."""
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+class AlignFolder:
+    """An align result folder at `path` (module docstring)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def file(self, name: str) -> Path:
+        """The path of one of the folder's files (`RESULT_FILES`, or the store's own)."""
+        return self.path / name
+
+    def record_file(self) -> Path:
+        """The record's path: `RECORD`, or the old name where only that is there."""
+        return self.file(OLD_RECORD if self.file(OLD_RECORD).exists() and not self.file(RECORD).exists() else RECORD)
+
+    def has_record(self) -> bool:
+        return self.record_file().exists()
+
+    def is_results(self) -> bool:
+        """Whether the folder holds a result: a record and a finished reference."""
+        return self.record_file().is_file() and self.file(REFERENCE_JSON).is_file()
+
+    def _bad(self, name: str, why: str, line: int | None = None) -> AlignFolderError:
+        where = f"{self.file(name)}" + (f" line {line}" if line is not None else "")
+        return AlignFolderError(f"{where}: {why}; {DAMAGED}")
+
+    # ------------------------------------------------------------------ checked reads
+
+    def _json(self, name: str):
+        path = self.file(name)
+        if not path.exists():
+            return None
+        if not path.is_file():
+            raise self._bad(name, "is not a file")
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, ValueError) as err:
+            raise self._bad(name, f"is not JSON (cut short?): {type(err).__name__}") from None
+
+    def _lines(self, name: str, check) -> list[dict]:
+        path = self.file(name)
+        if not path.exists():
+            return []
+        if not path.is_file():
+            raise self._bad(name, "is not a file")
+        rows = list(iter_jsonl(path))
+        out = []
+        for k, (number, value) in enumerate(rows):
+            if isinstance(value, NotJSON):
+                if k == len(rows) - 1:  # a last line a kill cut short: passed over
+                    break
+                raise self._bad(name, "is not JSON", number)
+            why = "is not a JSON object" if not isinstance(value, dict) else check(value)
+            if why:
+                raise self._bad(name, why, number)
+            out.append(value)
+        return out
+
+    def record(self) -> dict | None:
+        """The settings record (under its old name `record.json` too), checked:
+        an object whose `align` object names the batches, the pool, the seed and the methods."""
+        name = self.record_file().name
+        value = self._json(name)
+        if value is None:
+            return None
+        own = value.get("align") if isinstance(value, dict) else None
+        if not isinstance(own, dict):
+            raise self._bad(name, "is not an align settings record (no 'align' object)")
+        for key in ("batches", "pool_batches"):
+            if (key == "batches" or key in own) and (not _count(own.get(key)) or own[key] < 1):
+                raise self._bad(name, f"align.{key} is {own.get(key)!r}, not a count")
+        if not isinstance(own.get("methods"), dict) or not own["methods"]:
+            raise self._bad(name, "align.methods is not an object naming the methods")
+        return value
+
+    def reference(self) -> dict | None:
+        """reference/reference.json, checked: g*'s norms and split-half cosine are numbers."""
+        value = self._json(REFERENCE_JSON)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise self._bad(REFERENCE_JSON, "is not a JSON object")
+        for key in ("sq", "l1", "split_half_cos", "signal_sq", "batch_sq_mean"):
+            if not _number(value.get(key)):
+                raise self._bad(REFERENCE_JSON, f"{key} is {value.get(key)!r}, not a number")
+        if not _count(value.get("pool_batches")):
+            raise self._bad(REFERENCE_JSON, f"pool_batches is {value.get('pool_batches')!r}, not a count")
+        halves = value.get("halves_sq")
+        if halves is not None and not (isinstance(halves, dict) and all(_number(halves.get(h)) for h in HALVES)):
+            raise self._bad(REFERENCE_JSON, "halves_sq is not two numbers a and b")
+        return value
+
+    def mean_gradients(self) -> dict | None:
+        """mean_gradients.json, checked: the halves' counts and each method's five sums."""
+        value = self._json(MEAN_GRADIENTS)
+        if value is None:
+            return None
+        halves = value.get("halves") if isinstance(value, dict) else None
+        if not (isinstance(halves, dict) and all(_count(halves.get(h)) for h in HALVES)):
+            raise self._bad(MEAN_GRADIENTS, "has no counts of the halves a and b")
+        methods = value.get("methods")
+        if not isinstance(methods, dict):
+            raise self._bad(MEAN_GRADIENTS, "has no methods object")
+        for label, sums in methods.items():
+            if not (isinstance(sums, dict) and all(_number(sums.get(k)) for k in ("ab", "aa", "bb", "star", "cross_grpo"))):
+                raise self._bad(MEAN_GRADIENTS, f"the sums of {label!r} are not five numbers")
+        return value
+
+    def screen(self) -> list[dict]:
+        """screen.jsonl's lines, checked."""
+        return self._lines(SCREEN, _screen_problem)
+
+    def pool(self) -> list[dict]:
+        """reference/pool.jsonl's lines, checked."""
+        return self._lines(POOL, _pool_problem)
+
+    def results(self) -> list[dict]:
+        """results.jsonl's lines, checked, and numbered 0, 1, ... as the batches they hold."""
+        lines = self._lines(RESULTS, _result_problem)
+        for k, line in enumerate(lines):
+            if line["batch"] != k:
+                raise self._bad(RESULTS, f"holds batch {line['batch']} where batch {k} belongs", k + 1)
+        return lines
+
+    # ------------------------------------------------------------------ writes
+
+    def write_json(self, name: str, value) -> None:
+        """Write a JSON file of the folder whole (a temporary file renamed into place)."""
+        path = self.file(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(value, indent=1, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, path)
+
+    def append(self, name: str, lines: list[dict]) -> None:
+        """Append lines to one of the folder's JSON Lines files (the project's one append-only log)."""
+        path = self.file(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        append_jsonl(path, lines)
+
+    def export(self, dest: str | Path) -> list[Path]:
+        """Copy the `RESULT_FILES` that exist into the folder `dest` (made if needed)."""
+        out = []
+        for name in RESULT_FILES:
+            source = self.file(name)
+            if source.is_file():
+                target = Path(dest) / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, target)
+                out.append(target)
+        return out
+
+
+def _screen_problem(line: dict) -> str | None:
+    if not all(_count(line.get(k)) for k in ("call", "group")) or not isinstance(line.get("mixed"), bool):
+        return "has no call and group counts and mixed flag"
+    rewards = line.get("rewards")
+    if not isinstance(rewards, list) or not all(_number(r) for r in rewards):
+        return "rewards are not a list of numbers"
+    for key in ("seconds", "cpu_seconds"):
+        if key in line and not _number(line[key]):
+            return f"{key} is {line[key]!r}, not a number"
+    return None
+
+
+def _pool_problem(line: dict) -> str | None:
+    if not _count(line.get("pool_batch")) or line.get("half") not in HALVES:
+        return "has no pool_batch count and half a or b"
+    for key in ("sq", "seconds"):
+        if not _number(line.get(key)):
+            return f"{key} is {line.get(key)!r}, not a number"
+    return None
+
+
+def _result_problem(line: dict) -> str | None:
+    if not _count(line.get("batch")) or line.get("half") not in HALVES or not _count(line.get("rows")):
+        return "has no batch and rows counts and half a or b"
+    methods = line.get("methods")
+    if not isinstance(methods, dict) or not methods:
+        return "has no methods object"
+    for label, entry in methods.items():
+        if not isinstance(entry, dict):
+            return f"method {label!r} is not an object"
+        for part in PARTS:
+            sums = entry.get(part)
+            if not isinstance(sums, dict):
+                return f"method {label!r} has no {part!r} sums"
+            for key, value in sums.items():
+                if (key in SUM_FIELDS or key.startswith("dot_star_")) and not _number(value):
+                    return f"{label} {part} {key} is {value!r}, not a number"
+            if any(key not in sums for key in SUM_FIELDS):
+                return f"method {label!r} {part} lacks one of {', '.join(SUM_FIELDS)}"
+        seconds = entry.get("seconds")
+        if not isinstance(seconds, dict) or not all(_number(v) for v in seconds.values()):
+            return f"method {label!r} seconds are not numbers"
+    return None

@@ -1,0 +1,99 @@
+"""The private names of transformers and TRL sit behind one seam each
+(`inputs.transformers_private`, `training.trl_private`): every listed name exists in the
+installed library (else the test fails with the seam's one line, naming the versions it was
+checked on), a missing one is that line at run time, and no other module reaches them."""
+import ast
+from pathlib import Path
+
+import pytest
+
+from oar_attrib.errors import LibraryVersionError
+from oar_attrib.inputs import transformers_private as seam
+
+ROOT = Path(__file__).resolve().parents[2]
+SEAMS = {ROOT / "oar_attrib" / "inputs" / "transformers_private.py", ROOT / "oar_attrib" / "training" / "trl_private.py"}
+
+
+def _trl_names():
+    pytest.importorskip("trl")
+    from oar_attrib.training import trl_private
+
+    return trl_private
+
+
+def test_every_private_transformers_name_is_there():
+    missing = seam.private_names_missing(seam.TRANSFORMERS_NAMES)
+    assert missing == [], seam.version_line("transformers", seam.TRANSFORMERS_CHECKED_ON, missing)
+
+
+def test_every_private_trl_name_is_there():
+    trl_private = _trl_names()
+    missing = seam.private_names_missing(trl_private.TRL_NAMES)
+    assert missing == [], seam.version_line("trl", trl_private.TRL_CHECKED_ON, missing)
+
+
+def test_the_check_reads_functions_methods_and_instance_attributes():
+    _trl_names()
+    assert seam.private_names_missing([
+        "transformers.utils.chat_template_utils:_plain_template_data",  # a module's function
+        "transformers:Trainer._issue_warnings_after_load",  # a class's method
+        "trl:GRPOTrainer._metrics",  # set on the instance (`self._metrics = ...`)
+    ]) == []
+    planted = ["transformers:Trainer._no_such_method", "trl:GRPOTrainer._no_such_attribute",
+               "transformers.utils.chat_template_utils:_no_such_function", "transformers:NoSuchClass.x"]
+    assert seam.private_names_missing(planted) == planted
+
+
+def test_a_missing_name_is_one_line_naming_the_versions_it_was_checked_on():
+    import transformers
+
+    with pytest.raises(LibraryVersionError) as info:
+        seam.check(["transformers:Trainer._renamed_away"])
+    line = str(info.value)
+    assert "\n" not in line and "transformers:Trainer._renamed_away" in line
+    assert f"transformers {transformers.__version__}" in line
+    assert f"checked on transformers {seam.TRANSFORMERS_CHECKED_ON}" in line
+    trl_private = _trl_names()
+    with pytest.raises(LibraryVersionError, match=f"checked on trl {trl_private.TRL_CHECKED_ON}"):
+        trl_private.check(["trl:GRPOTrainer._renamed_away"])
+
+
+def test_the_seam_gives_a_template_what_transformers_gives_it():
+    from transformers.utils import chat_template_utils as utils
+
+    messages = [{"role": "user", "content": "2 + 3?"}]
+    got = seam.template_variables(messages, {"eos_token": "</s>"})
+    want = utils._alias_reasoning_fields(utils._plain_template_data(utils._normalize_chat_messages(messages)))
+    assert got["messages"] == want and got["eos_token"] == "</s>" and got["add_generation_prompt"] is True
+    assert seam.sandbox_environment().filters.keys() == utils._compile_jinja_template("").environment.filters.keys()
+
+
+def _reaches(source: str, names: set[str]) -> list[tuple[int, str]]:
+    """(line, name) of each private name of `names` that `source` imports or reads, except the
+    overrides a subclass defines and the super() calls inside them."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            found += [(node.lineno, a.name) for a in node.names if a.name in names]
+        elif isinstance(node, ast.Attribute) and node.attr in names:
+            is_super = isinstance(node.value, ast.Call) and getattr(node.value.func, "id", "") == "super"
+            if not is_super:
+                found.append((node.lineno, node.attr))
+    return found
+
+
+def test_the_reach_check_finds_a_planted_use():
+    planted = ("from transformers.utils.chat_template_utils import _plain_template_data\n"
+               "class T(Base):\n"
+               "    def _calculate_rewards(self, *a):\n"
+               "        return super()._calculate_rewards(*a) + self._metrics['train']\n")
+    assert _reaches(planted, {"_plain_template_data", "_calculate_rewards", "_metrics"}) == \
+        [(1, "_plain_template_data"), (4, "_metrics")]
+
+
+def test_no_module_but_the_seams_reaches_a_listed_name():
+    names = {name.split(":")[1].rsplit(".", 1)[-1] for name in seam.TRANSFORMERS_NAMES}
+    names |= {name.split(":")[1].rsplit(".", 1)[-1] for name in _trl_names().TRL_NAMES}
+    found = {str(p.relative_to(ROOT)): got for p in sorted((ROOT / "oar_attrib").rglob("*.py")) if p not in SEAMS
+             for got in [_reaches(p.read_text(encoding="utf-8"), names)] if got}
+    assert found == {}
