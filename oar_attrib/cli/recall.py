@@ -262,6 +262,9 @@ def number_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
+DEFAULT_MAX_NEW_TOKENS = 256  # --max-new-tokens of every set but advantage (its own: the catalogue's)
+
+
 def run(args: argparse.Namespace) -> int:
     from ..models import load_model
     from ..analysis.recall import oracle_recall
@@ -276,6 +279,7 @@ def run(args: argparse.Namespace) -> int:
         from .recall_advantage import run_advantage
 
         return run_advantage(args)
+    args.max_new_tokens = args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
     if args.data is not None:
         return run_data(args)
     args.sets = args.sets or list(DEFAULT_SETS)
@@ -339,8 +343,10 @@ def add_parser(sub) -> None:
                          "and response), or wordworld:<preset> (held-out word problems, also scored "
                          "on the value oracle's direct/upstream/distractor sets): any model's own "
                          "counterfactual oracle on its greedy traces instead of the arithmetic world")
-    rc.add_argument("--max-new-tokens", type=int, default=256,
-                    help="--data: longest greedy answer the model writes to a question")
+    rc.add_argument("--max-new-tokens", type=int, default=None,
+                    help="--data: longest greedy answer the model writes to a question (default 256); "
+                         "--sets advantage: longest sampled answer (default: the model's catalogue "
+                         "answering length, 128 on arith-tiny)")
     rc.add_argument("--cf-cache", default=None,
                     help="--data: JSONL cache of each trace's counterfactual oracle; a rerun with "
                          "it resumes after the traces already computed (--sets graded: also the "

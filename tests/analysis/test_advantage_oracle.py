@@ -12,8 +12,9 @@ import pytest
 import oar_attrib as oa
 from oar_attrib.analysis.advantage_oracle import (AdvantageSettings, AdvantageTrace, advantage_oracle,
                                                   sample_continuations, split_half)
-from oar_attrib.analysis.advantage_recall import (advantage_recall, choose_groups, credit_metrics, estimate,
-                                                  trace_metrics)
+from oar_attrib.analysis.advantage_recall import (advantage_cache, advantage_recall, choose_groups, credit_metrics,
+                                                  estimate, trace_metrics)
+from oar_attrib.analysis.stats import bootstrap_ci, holm, t_test_p
 from oar_attrib.attribution import attribute
 from oar_attrib.errors import InputError
 from oar_attrib.models.generation import continue_rows, cut_at_stop, generate, stop_ids
@@ -48,24 +49,25 @@ def test_cold_values_are_the_greedy_continuations_rewards(bundled, trace):
     problem, prompt, attributed = trace
     response, steps = attributed.token_ids, attributed.steps
     assert len(steps) >= 2
-    settings = AdvantageSettings(n=3, temperature=COLD, margin=16)
+    steps = steps[:2]  # two boundaries (the prompt, the first step) keep the test to seconds
+    settings = AdvantageSettings(n=2, temperature=COLD, margin=4)
     oracle = advantage_oracle(model, tok, prompt, response, steps, problem.reward, 0.25, settings)
     values = oracle.values()
     assert values[-1] == 0.25  # V_S is the trace's own reward, whatever was passed
     assert len(values) == len(steps) + 1 and np.allclose(oracle.dv().sum(), 0.25 - values[0])
     for k, b in enumerate([0] + [e for _, e in steps[:-1]]):
-        expected = greedy_reward(model, tok, prompt, response[:b], problem, len(response) - b + 16)
-        assert oracle.rewards[k] == [expected] * 3
+        expected = greedy_reward(model, tok, prompt, response[:b], problem, len(response) - b + 4)
+        assert oracle.rewards[k] == [expected] * 2
 
 
 def test_batched_decode_equals_one_by_one(bundled, trace):
     model, tok = bundled
     _, prompt, _ = trace
-    kwargs = dict(pad_id=tok.pad_token_id, eos=stop_ids(model, tok), max_new_tokens=24, seed=5)
-    cold = [sample_continuations(model, prompt, 4, temperature=COLD, batched=b, **kwargs) for b in (True, False)]
-    assert cold[0] == cold[1] and len(cold[0]) == 4
-    warm = sample_continuations(model, prompt, 6, temperature=1.0, **kwargs)
-    assert warm == sample_continuations(model, prompt, 6, temperature=1.0, **kwargs)  # seeded
+    kwargs = dict(pad_id=tok.pad_token_id, eos=stop_ids(model, tok), max_new_tokens=8, seed=5)
+    cold = [sample_continuations(model, prompt, 3, temperature=COLD, batched=b, **kwargs) for b in (True, False)]
+    assert cold[0] == cold[1] and len(cold[0]) == 3
+    warm = sample_continuations(model, prompt, 4, temperature=1.0, **kwargs)
+    assert warm == sample_continuations(model, prompt, 4, temperature=1.0, **kwargs)  # seeded
     assert len({tuple(t) for t in warm}) > 1  # and sampled: the rows are not one copy
 
 
@@ -127,12 +129,12 @@ def test_settings_refuse_bad_values():
 def test_recall_resumes_from_its_cache_without_the_model(bundled, tmp_path):
     model, tok = bundled
     records = [{"prompt": p.prompt, "answer": str(p.answer), "problem": p}
-               for p in generate_problems(3, "recall", seed=1, split="test")]
+               for p in generate_problems(2, "recall", seed=1, split="test")]
     calls = []
     hook = model.register_forward_hook(lambda *a: calls.append(1))
-    try:
-        kwargs = dict(n=4, methods=["entropy", "random"], settings=AdvantageSettings(n=4), group_size=2,
-                      max_new_tokens=64, cache=tmp_path / "cache.jsonl")
+    try:  # one group of 2 traces, 2 continuations a boundary: the smallest run that resumes
+        kwargs = dict(n=2, methods=["random"], settings=AdvantageSettings(n=2, margin=0), group_size=2,
+                      max_new_tokens=48, cache=tmp_path / "cache.jsonl")
         first = advantage_recall(model, tok, records, **kwargs)
         made = len(calls)
         second = advantage_recall(model, tok, records, **kwargs)
@@ -141,6 +143,26 @@ def test_recall_resumes_from_its_cache_without_the_model(bundled, tmp_path):
     assert made > 0 and len(calls) == made  # the rerun reads everything back
     assert json.dumps(first.as_dict()["per_trace"]) == json.dumps(second.as_dict()["per_trace"])
     assert second.cache["prefix"]["computed"] == 0 and second.cache["attribution"]["computed"] == 0
+    assert first.n_scored >= 1
     for row in first.per_trace:
         assert row["values"][-1] == row["reward"]
         assert row["control"]["chain"] >= 0  # the arithmetic world's positive control is computed
+
+
+def test_cache_refuses_a_malformed_advantage_entry(tmp_path):
+    path = tmp_path / "cache.jsonl"
+    path.write_text(json.dumps({"kind": "prefix", "key": "k", "rewards": [1.0, 0.0]}) + "\n")
+    assert advantage_cache(path).get("prefix", "k")["rewards"] == [1.0, 0.0]  # read back, counted
+    path.write_text(json.dumps({"kind": "prefix", "key": "k", "rewards": ["1"]}) + "\n")
+    with pytest.raises(InputError, match=r"cache.jsonl:1: a prefix entry must hold"):
+        advantage_cache(path)
+
+
+def test_estimate_is_the_stats_owner_per_column():
+    columns = {"a": [0.1, 0.4, float("nan"), 0.3], "b": [-0.2, 0.1, 0.0, 0.05]}
+    got = estimate(columns, seed=3)
+    adjusted, _ = holm({k: t_test_p(v) for k, v in columns.items()})
+    for name, values in columns.items():
+        assert (got[name]["low"], got[name]["high"]) == bootstrap_ci(values, seed=3)
+        assert math.isclose(got[name]["p_holm"], adjusted[name])
+    assert got["a"]["undefined"] == 1 and got["a"]["n"] == 3

@@ -5,8 +5,9 @@ import json
 
 from oar_attrib.cli import main
 
-SMALL = ["recall", "--model", "arith-tiny", "--sets", "advantage", "--n", "4", "--group-samples", "2",
-         "--continuations", "4", "--methods", "entropy", "random", "--max-new-tokens", "64", "--no-progress"]
+# One group of 2 traces, 2 continuations a boundary, the two cheapest methods: seconds, not minutes.
+SMALL = ["recall", "--model", "arith-tiny", "--sets", "advantage", "--n", "2", "--group-samples", "2",
+         "--continuations", "2", "--methods", "entropy", "random", "--max-new-tokens", "48", "--no-progress"]
 
 
 def test_json_and_text_reports(capsys, tmp_path):
@@ -22,7 +23,7 @@ def test_json_and_text_reports(capsys, tmp_path):
                 assert stats["low"] <= stats["mean"] <= stats["high"]
     assert {"r", "spearman_brown"} <= set(report["reliability"])
     assert 0 <= report["positive_control"]["chain"]["mean"] <= 1
-    assert report["n_scored"] + sum(report["skipped"].values()) == report["n"] == 4
+    assert report["n_scored"] + sum(report["skipped"].values()) == report["n"] == 2
     assert main(SMALL + cache) == 0  # the text report, from the cache
     text = capsys.readouterr().out
     assert text.strip().splitlines()[-1].startswith("Reading: ")
