@@ -273,13 +273,14 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         say(f"oar recall: {problem}")
         return 2
+    if not (args.sets and "advantage" in args.sets):
+        args.max_new_tokens = args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
     if args.sets and "graded" in args.sets:
         return run_graded(args)
     if args.sets and "advantage" in args.sets:
         from .recall_advantage import run_advantage
 
         return run_advantage(args)
-    args.max_new_tokens = args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
     if args.data is not None:
         return run_data(args)
     args.sets = args.sets or list(DEFAULT_SETS)

@@ -38,11 +38,17 @@ def default_methods(model: str) -> list[str]:
     analysis-only resampling (a second Monte-Carlo oracle, as costly as this one), the grouped
     ones (KTAE) included."""
     from ..methods import available_methods, method_spec
-    from ..models.catalogue import CATALOGUE
 
     every = [m for m in available_methods(grouped=True) if not method_spec(m).analysis_only]
+    return [m for m in every if m in CHEAP_METHODS] if bundled(model) else every
+
+
+def bundled(model: str) -> bool:
+    """Whether `model` names a model bundled with the package (arith-tiny: 1.1M parameters)."""
+    from ..models.catalogue import CATALOGUE
+
     entry = CATALOGUE.get(str(model))
-    return [m for m in every if m in CHEAP_METHODS] if entry is not None and entry.bundled else every
+    return entry is not None and entry.bundled
 
 
 def run_advantage(args: argparse.Namespace) -> int:
@@ -70,6 +76,12 @@ def run_advantage(args: argparse.Namespace) -> int:
     # Twice the groups needed are sampled, so that groups mixing right and wrong can be chosen.
     records = advantage_records(args, 2 * math.ceil(args.n / size))
     cache = advantage_cache(args.cf_cache)  # read and checked before the model loads
+    if bundled(args.model):
+        # A 1.1M-parameter model's decode steps are too small to share: threads only contend
+        # (measured on 2 busy cores: the oracle 8.1 s a trace with the default threads, 0.15 s with one).
+        import torch
+
+        torch.set_num_threads(1)
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
     report = advantage_recall(
         model, tokenizer, records, n=args.n, methods=args.methods or default_methods(args.model), probe=args.probe,
@@ -91,7 +103,9 @@ def _cell(stats: dict | None) -> str:
 
 
 def _p(stats: dict) -> str:
-    return "" if stats.get("p_holm") is None else f"{stats['p_holm']:.3f}"
+    from ..analysis.stats import format_p
+
+    return "" if stats.get("p_holm") is None else format_p(stats["p_holm"], 3, "")
 
 
 def text_report(report) -> list[str]:
@@ -126,24 +140,43 @@ def text_report(report) -> list[str]:
     if control:
         lines.append(f"positive control: |dV| recalls the world's causal (chain) steps at {_cell(control['chain'])}, "
                      f"random {_cell(control['random_chain'])}; direct steps {_cell(control['direct'])}")
-    return lines + [reading(report)]
+    return lines + reading(report)
 
 
-def reading(report) -> str:
-    """The report in words: which method leads, how sure, what to run next."""
-    rel = report.reliability.get("spearman_brown")
+def comparisons(report) -> list:
+    """Per method two `verdicts.Comparison`s: its Spearman with |dV| against a random ranking's
+    0, and its credit agreement (already its correlation minus GRPO's) against GRPO."""
+    from ..analysis.verdicts import Comparison
+
+    out = []
+    for method, s in report.methods.items():
+        rank, credit = s["spearman"], s.get("credit_agreement") or {}
+        out.append(Comparison(method, "a random ranking", "within-trace Spearman with |dV|", rank["mean"],
+                              rank["low"], rank["high"]))
+        if method != "random":
+            out.append(Comparison(method, "GRPO", "credit agreement with dV", credit.get("mean"),
+                                  credit.get("low"), credit.get("high")))
+    return out
+
+
+def reading(report) -> list[str]:
+    """The report in words (`verdicts.reading`): a verdict per method and figure, the caveats
+    (few traces, a noisy label, a positive control that does not beat random), what to run next."""
+    from ..analysis.recall_reading import STABLE_TRACES
+    from ..analysis.verdicts import caveat_few, caveat_reliability, caveats
+    from ..analysis.verdicts import reading as in_words
+
     if not report.methods or report.n_scored == 0:
-        return "Reading: no trace was scored; run with more --n or check the answers' steps."
-    lead = max(report.methods, key=lambda m: report.methods[m]["spearman"]["mean"] or -2)
-    s = report.methods[lead]["spearman"]
-    sure = ("resolved above 0 after Holm" if s.get("p_holm") is not None and s["p_holm"] < 0.05 and s["low"] > 0
-            else "not resolved from 0 at this many traces")
-    credit = [m for m, v in report.methods.items() if (v["credit_agreement"].get("low") or -1) > 0]
-    words = [f"Reading: {lead} ranks steps by |dV| best (Spearman {_cell(s)}), {sure}."]
-    words.append(f"Reshaping that moves GRPO's signal towards dV resolvably: {', '.join(credit)}." if credit
-                 else "No method's reshaping resolvably moves GRPO's signal towards dV.")
-    words.append("The label itself is " + ("undefined" if rel is None else
-                 f"{'reliable' if rel >= 0.7 else 'noisy'} (Spearman-Brown {rel:+.2f}), which bounds any agreement")
-                 + f"; next: more traces (--n {max(2 * report.n, 40)}) and continuations "
-                 f"(--continuations {max(2 * report.oracle['n'], 16)}) narrow both.")
-    return " ".join(words)
+        return ["Reading: no trace was scored; run with more --n or check the answers' steps."]
+    control = report.positive_control or {}
+    chain, chance = (control.get("chain") or {}).get("low"), (control.get("random_chain") or {}).get("mean")
+    notes = caveats(
+        caveat_few(report.n_scored, STABLE_TRACES, "traces"),
+        caveat_few(report.groups["analysed"], 10, "groups (credit agreement's units)"),
+        caveat_reliability(report.reliability.get("spearman_brown"), 0.7, "label (dV, split-half)"),
+        "the positive control does not rank the world's causal steps above a random ranking's expectation "
+        "(|dV| recall's interval reaches chance): read agreement with |dV| with care"
+        if chain is not None and chance is not None and chain <= chance else None)
+    more = (f"oar recall --model <model> --sets advantage --n {max(2 * report.n, 40)} "
+            f"--continuations {max(2 * report.oracle['n'], 16)} (narrower intervals, a more reliable label)")
+    return in_words(comparisons(report), notes, more)

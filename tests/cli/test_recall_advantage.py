@@ -1,6 +1,6 @@
 """`oar recall --sets advantage`: the JSON's last line carries, per method, the within-trace
 Spearman and the credit agreement (mean, low, high), the label's reliability and the positive
-control; the text report ends in words and shows no Python reprs; bad knobs are one line."""
+control; the text report ends in a reading in words (verdicts) and shows no Python reprs; bad knobs are one line."""
 import json
 
 from oar_attrib.cli import main
@@ -26,7 +26,9 @@ def test_json_and_text_reports(capsys, tmp_path):
     assert report["n_scored"] + sum(report["skipped"].values()) == report["n"] == 2
     assert main(SMALL + cache) == 0  # the text report, from the cache
     text = capsys.readouterr().out
-    assert text.strip().splitlines()[-1].startswith("Reading: ")
+    lines = text.strip().splitlines()
+    assert "Reading:" in lines and lines[-1].startswith("Next: oar recall")  # verdicts.reading's block
+    assert any(line.startswith("  random: ") for line in lines)  # a verdict per method
     assert "{" not in text and "[" not in text.replace(" [", "")  # intervals only, no reprs
 
 
