@@ -102,24 +102,26 @@ class GradedCache:
     many computed. Made before the model loads: a path that is a link or not a regular file,
     and an entry of the wrong shape (`_ENTRY_CHECKS`), are one InputError or OutputError naming
     the file (and line) and what to do; a line a kill cut short is left out and cut before the
-    next append."""
+    next append. `checks` adds kinds of another instrument sharing this cache (the advantage
+    oracle's), each with the same (what it must hold, check) pair."""
 
-    def __init__(self, path: str | Path | None, flag: str = "--cf-cache"):
+    def __init__(self, path: str | Path | None, flag: str = "--cf-cache", checks: dict | None = None):
         self.path = None if path is None else check_log_path(path, flag)
         self.flag = flag
+        self.checks = {**_ENTRY_CHECKS, **(checks or {})}
         self.items: dict[tuple[str, str], dict] = {}
-        self.counts = {kind: {"cached": 0, "computed": 0} for kind in _ENTRY_CHECKS}
+        self.counts = {kind: {"cached": 0, "computed": 0} for kind in self.checks}
         if self.path is not None and self.path.exists():
             for number, value in iter_jsonl(self.path, whole_lines=True):
                 self._take(number, value)
 
     def _take(self, number: int, value) -> None:
-        if isinstance(value, NotJSON) or not isinstance(value, dict) or value.get("kind") not in _ENTRY_CHECKS \
+        if isinstance(value, NotJSON) or not isinstance(value, dict) or value.get("kind") not in self.checks \
                 or not isinstance(value.get("key"), str):
             problem = value if isinstance(value, NotJSON) else "not a cache entry (kind, key, ...)"
             raise InputError(f"{self.flag} {self.path}:{number}: {problem}; pass a new {self.flag}, or "
                              "delete that line to have it computed again")
-        what, check = _ENTRY_CHECKS[value["kind"]]
+        what, check = self.checks[value["kind"]]
         if not check(value):
             raise InputError(f"{self.flag} {self.path}:{number}: a {value['kind']} entry must hold {what}; "
                              f"pass a new {self.flag}, or delete that line to have it computed again")

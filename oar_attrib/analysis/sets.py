@@ -10,9 +10,12 @@ COUNTERFACTUAL = "counterfactual"
 # The graded counterfactual oracle (`graded_oracle`): not a set of positions but a flip rate per
 # position, scored by rank correlation and tercile AUC; `oar recall --sets graded` runs it alone.
 GRADED = "graded"
+# The Monte-Carlo advantage oracle (`advantage_oracle`): a value change dV per step, scored by
+# rank correlation and credit agreement; `oar recall --sets advantage` runs it alone.
+ADVANTAGE = "advantage"
 RECALL_SETS = KNOWN_SETS + (COUNTERFACTUAL,)
 # Every set `oar recall --sets` names: the value oracle's are scored on word-problem data only.
-CLI_SETS = tuple(dict.fromkeys(RECALL_SETS + VALUE_SETS + (GRADED,)))
+CLI_SETS = tuple(dict.fromkeys(RECALL_SETS + VALUE_SETS + (GRADED, ADVANTAGE)))
 SUBSETS = ("all", "correct", "wrong")  # the traces a run's summaries and profiles are taken over
 
-__all__ = ["CLI_SETS", "COUNTERFACTUAL", "DEFAULT_SETS", "GRADED", "RECALL_SETS", "SUBSETS"]
+__all__ = ["ADVANTAGE", "CLI_SETS", "COUNTERFACTUAL", "DEFAULT_SETS", "GRADED", "RECALL_SETS", "SUBSETS"]

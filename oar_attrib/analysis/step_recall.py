@@ -47,7 +47,8 @@ STEP_SETS = ("direct", "upstream", "distractor")
 STEP_METRICS = ("direct", "upstream")
 
 
-def _overlaps(span: tuple[int, int], spans) -> bool:
+def overlaps(span: tuple[int, int], spans) -> bool:
+    """Whether the character span (start, end) overlaps one of `spans`."""
     return any(span[0] < e and s < span[1] for s, e in spans)
 
 
@@ -56,9 +57,9 @@ def step_sets(trace: TraceAttribution, oracle: Oracle) -> dict[str, np.ndarray]:
     when its characters overlap one of the set's spans; `upstream` is chain minus direct and
     `distractor` excludes chain steps."""
     chars = [(trace.offsets[a][0], trace.offsets[b - 1][1]) for a, b in trace.steps]
-    direct = np.array([_overlaps(c, oracle.direct) for c in chars], dtype=bool)
-    chain = np.array([_overlaps(c, oracle.chain) for c in chars], dtype=bool)
-    distractor = np.array([_overlaps(c, oracle.distractor) for c in chars], dtype=bool)
+    direct = np.array([overlaps(c, oracle.direct) for c in chars], dtype=bool)
+    chain = np.array([overlaps(c, oracle.chain) for c in chars], dtype=bool)
+    distractor = np.array([overlaps(c, oracle.distractor) for c in chars], dtype=bool)
     return {"direct": direct, "upstream": chain & ~direct, "distractor": distractor & ~chain}
 
 

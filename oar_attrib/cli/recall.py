@@ -262,6 +262,9 @@ def number_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
+DEFAULT_MAX_NEW_TOKENS = 256  # --max-new-tokens of every set but advantage (its own: the catalogue's)
+
+
 def run(args: argparse.Namespace) -> int:
     from ..models import load_model
     from ..analysis.recall import oracle_recall
@@ -270,8 +273,14 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         say(f"oar recall: {problem}")
         return 2
+    if not (args.sets and "advantage" in args.sets):
+        args.max_new_tokens = args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
     if args.sets and "graded" in args.sets:
         return run_graded(args)
+    if args.sets and "advantage" in args.sets:
+        from .recall_advantage import run_advantage
+
+        return run_advantage(args)
     if args.data is not None:
         return run_data(args)
     args.sets = args.sets or list(DEFAULT_SETS)
@@ -335,8 +344,10 @@ def add_parser(sub) -> None:
                          "and response), or wordworld:<preset> (held-out word problems, also scored "
                          "on the value oracle's direct/upstream/distractor sets): any model's own "
                          "counterfactual oracle on its greedy traces instead of the arithmetic world")
-    rc.add_argument("--max-new-tokens", type=int, default=256,
-                    help="--data: longest greedy answer the model writes to a question")
+    rc.add_argument("--max-new-tokens", type=int, default=None,
+                    help="--data: longest greedy answer the model writes to a question (default 256); "
+                         "--sets advantage: longest sampled answer (default: the model's catalogue "
+                         "answering length, 128 on arith-tiny)")
     rc.add_argument("--cf-cache", default=None,
                     help="--data: JSONL cache of each trace's counterfactual oracle; a rerun with "
                          "it resumes after the traces already computed (--sets graded: also the "
@@ -346,7 +357,15 @@ def add_parser(sub) -> None:
                          "(each regenerated greedily; the label is the share that change the answer)")
     rc.add_argument("--group-samples", type=int, default=0,
                     help="--sets graded: answers sampled per problem to form the group KTAE compares "
-                         "(with the greedy trace); 0: KTAE does not apply")
+                         "(with the greedy trace); 0: KTAE does not apply. --sets advantage: the "
+                         "GRPO group size (0: 4)")
+    rc.add_argument("--continuations", type=int, default=8,
+                    help="--sets advantage: continuations sampled per step boundary (V_k's denominator)")
+    rc.add_argument("--temperature", type=float, default=1.0,
+                    help="--sets advantage: the policy's sampling temperature (groups and continuations)")
+    rc.add_argument("--min-steps", type=int, default=1,
+                    help="--sets advantage: traces with fewer steps get no oracle (they stay in "
+                         "their group's advantages)")
     add_method_knobs(rc, RECALL_KNOB_METHODS)
     add_model_args(rc)
     rc.add_argument("--json", action="store_true", help="print one JSON object")

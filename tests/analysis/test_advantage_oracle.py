@@ -1,0 +1,168 @@
+"""The Monte-Carlo advantage oracle and advantage recall on the bundled arithmetic model: the
+last value is the trace's reward, a near-zero temperature makes every V_k the greedy
+continuation's reward exactly, the batched decode equals one-by-one decoding, the split-half
+reliability and the credit agreement match hand computations, and a rerun with the same cache
+calls the model for nothing."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+import oar_attrib as oa
+from oar_attrib.analysis.advantage_oracle import (AdvantageSettings, AdvantageTrace, advantage_oracle,
+                                                  sample_continuations, split_half)
+from oar_attrib.analysis.advantage_recall import (advantage_cache, advantage_recall, choose_groups, credit_metrics,
+                                                  estimate, trace_metrics)
+from oar_attrib.analysis.stats import bootstrap_ci, holm, t_test_p
+from oar_attrib.attribution import attribute
+from oar_attrib.errors import InputError
+from oar_attrib.models.generation import continue_rows, cut_at_stop, generate, stop_ids
+from oar_attrib.world import generate_problems
+
+COLD = 1e-4  # a temperature at which sampling is the argmax
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    return oa.load_model("arith-tiny")
+
+
+@pytest.fixture(scope="module")
+def trace(bundled):
+    model, tok = bundled
+    problem = generate_problems(1, "recall", seed=0, split="test")[0]
+    text = tok.decode(generate(model, tok, [problem.prompt])[0], skip_special_tokens=True)
+    steps = attribute(model, tok, [problem.prompt], [text], [])[0]
+    return problem, tok(problem.prompt, add_special_tokens=False).input_ids, steps
+
+
+def greedy_reward(model, tok, prefix, head, problem, max_new):
+    eos = stop_ids(model, tok)
+    tail = cut_at_stop(continue_rows(model, [prefix + head], tok.pad_token_id, max_new_tokens=max_new,
+                                     eos_token_id=eos).tolist()[0], eos, keep=False)
+    return problem.reward(tok.decode(head + tail, skip_special_tokens=True))
+
+
+def test_cold_values_are_the_greedy_continuations_rewards(bundled, trace):
+    model, tok = bundled
+    problem, prompt, attributed = trace
+    response, steps = attributed.token_ids, attributed.steps
+    assert len(steps) >= 2
+    steps = steps[:2]  # two boundaries (the prompt, the first step) keep the test to seconds
+    settings = AdvantageSettings(n=2, temperature=COLD, margin=4)
+    oracle = advantage_oracle(model, tok, prompt, response, steps, problem.reward, 0.25, settings)
+    values = oracle.values()
+    assert values[-1] == 0.25  # V_S is the trace's own reward, whatever was passed
+    assert len(values) == len(steps) + 1 and np.allclose(oracle.dv().sum(), 0.25 - values[0])
+    for k, b in enumerate([0] + [e for _, e in steps[:-1]]):
+        expected = greedy_reward(model, tok, prompt, response[:b], problem, len(response) - b + 4)
+        assert oracle.rewards[k] == [expected] * 2
+
+
+def test_batched_decode_equals_one_by_one(bundled, trace):
+    model, tok = bundled
+    _, prompt, _ = trace
+    kwargs = dict(pad_id=tok.pad_token_id, eos=stop_ids(model, tok), max_new_tokens=8, seed=5)
+    cold = [sample_continuations(model, prompt, 3, temperature=COLD, batched=b, **kwargs) for b in (True, False)]
+    assert cold[0] == cold[1] and len(cold[0]) == 3
+    warm = sample_continuations(model, prompt, 4, temperature=1.0, **kwargs)
+    assert warm == sample_continuations(model, prompt, 4, temperature=1.0, **kwargs)  # seeded
+    assert len({tuple(t) for t in warm}) > 1  # and sampled: the rows are not one copy
+
+
+def test_split_half_is_the_hand_formula():
+    rng = np.random.default_rng(0)
+    traces = [AdvantageTrace(rng.integers(0, 2, size=(s, 5)).astype(float).tolist(), float(r))
+              for s, r in ((3, 1), (4, 0), (2, 1))]
+    a, b = [], []
+    for t in traces:
+        first = [np.mean(r[:2]) for r in t.rewards] + [t.reward]  # n=5: halves of 2, the fifth in neither
+        second = [np.mean(r[2:4]) for r in t.rewards] + [t.reward]
+        a += list(np.diff(first))
+        b += list(np.diff(second))
+    r = np.corrcoef(a, b)[0, 1]
+    got = split_half(traces)
+    assert got["steps"] == 9 and math.isclose(got["r"], r)
+    assert math.isclose(got["spearman_brown"], 2 * r / (1 + r) if r > 0 else r)
+    flat = AdvantageTrace([[1.0, 1.0]] * 3, 1.0)
+    assert split_half([flat]) == {"r": None, "spearman_brown": None, "steps": 3}
+
+
+def test_credit_agreement_by_hand():
+    labels = [np.array([0.5, 0.5, -0.2]), np.array([0.1, 0.3])]
+    adv = [1.0, -1.0]
+    same = {"uniform": [np.full(3, 1.0), np.full(2, -1.0)],  # w = 1: GRPO itself
+            "towards": [np.array([1.0, 1.0, 0.1]), np.array([-0.2, -0.1])]}
+    got = credit_metrics(same, adv, labels)
+    y = np.concatenate(labels)
+    base = np.corrcoef([1, 1, 1, -1, -1], y)[0, 1]
+    assert math.isclose(got["grpo"]["credit_correlation"], base)
+    assert abs(got["uniform"]["credit_agreement"]) < 1e-12
+    toward = np.corrcoef([1.0, 1.0, 0.1, -0.2, -0.1], y)[0, 1]
+    assert math.isclose(got["towards"]["credit_agreement"], toward - base)
+    flat = credit_metrics({"m": [np.ones(3)]}, [0.0], [labels[0]])  # A all 0: undefined, not 0
+    assert math.isnan(flat["grpo"]["credit_correlation"]) and math.isnan(flat["m"]["credit_agreement"])
+
+
+def test_constant_scores_are_undefined_and_counted_apart():
+    dv = np.array([0.5, -0.25, 0.0, 0.75])
+    got = trace_metrics({"flat": np.ones(4), "abs": np.abs(dv)}, dv)
+    assert math.isnan(got["flat"]["spearman"]) and got["abs"]["spearman"] == 1.0
+    summary = estimate({"flat": [float("nan"), float("nan"), 0.2], "b": [0.1, 0.3, 0.2]})
+    assert summary["flat"]["n"] == 1 and summary["flat"]["undefined"] == 2
+    assert summary["b"]["p_holm"] is not None and summary["b"]["low"] <= 0.2 <= summary["b"]["high"]
+
+
+def test_mixed_groups_are_chosen_first():
+    assert choose_groups([[1, 1], [0, 1], [0, 0], [1, 0]], n=4, size=2) == [1, 3]
+    assert choose_groups([[1, 1], [0, 1]], n=4, size=2) == [0, 1]
+
+
+def test_settings_refuse_bad_values():
+    with pytest.raises(InputError, match="n=0"):
+        AdvantageSettings(n=0)
+    with pytest.raises(InputError, match="temperature"):
+        AdvantageSettings(temperature=0.0)
+
+
+def test_recall_resumes_from_its_cache_without_the_model(bundled, tmp_path):
+    model, tok = bundled
+    records = [{"prompt": p.prompt, "answer": str(p.answer), "problem": p}
+               for p in generate_problems(2, "recall", seed=1, split="test")]
+    calls = []
+    hook = model.register_forward_hook(lambda *a: calls.append(1))
+    try:  # one group of 2 traces, 2 continuations a boundary: the smallest run that resumes
+        kwargs = dict(n=2, methods=["random"], settings=AdvantageSettings(n=2, margin=0), group_size=2,
+                      max_new_tokens=48, cache=tmp_path / "cache.jsonl")
+        first = advantage_recall(model, tok, records, **kwargs)
+        made = len(calls)
+        second = advantage_recall(model, tok, records, **kwargs)
+    finally:
+        hook.remove()
+    assert made > 0 and len(calls) == made  # the rerun reads everything back
+    assert json.dumps(first.as_dict()["per_trace"]) == json.dumps(second.as_dict()["per_trace"])
+    assert second.cache["prefix"]["computed"] == 0 and second.cache["attribution"]["computed"] == 0
+    assert first.n_scored >= 1
+    for row in first.per_trace:
+        assert row["values"][-1] == row["reward"]
+        assert row["control"]["chain"] >= 0  # the arithmetic world's positive control is computed
+
+
+def test_cache_refuses_a_malformed_advantage_entry(tmp_path):
+    path = tmp_path / "cache.jsonl"
+    path.write_text(json.dumps({"kind": "prefix", "key": "k", "rewards": [1.0, 0.0]}) + "\n")
+    assert advantage_cache(path).get("prefix", "k")["rewards"] == [1.0, 0.0]  # read back, counted
+    path.write_text(json.dumps({"kind": "prefix", "key": "k", "rewards": ["1"]}) + "\n")
+    with pytest.raises(InputError, match=r"cache.jsonl:1: a prefix entry must hold"):
+        advantage_cache(path)
+
+
+def test_estimate_is_the_stats_owner_per_column():
+    columns = {"a": [0.1, 0.4, float("nan"), 0.3], "b": [-0.2, 0.1, 0.0, 0.05]}
+    got = estimate(columns, seed=3)
+    adjusted, _ = holm({k: t_test_p(v) for k, v in columns.items()})
+    for name, values in columns.items():
+        assert (got[name]["low"], got[name]["high"]) == bootstrap_ci(values, seed=3)
+        assert math.isclose(got[name]["p_holm"], adjusted[name])
+    assert got["a"]["undefined"] == 1 and got["a"]["n"] == 3
