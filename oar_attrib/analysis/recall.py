@@ -27,11 +27,11 @@ from ..weights.metrics import average_precision, random_recall, recall_at_k
 from ..weights.settings import ReshapeSettings
 from ..world import Oracle, Problem, extract_answer, generate_problems
 from .counterfactual import counterfactual_oracle
+from .recall_reading import EXPECTED
 from .report import RecallSummary
 from .sets import COUNTERFACTUAL, DEFAULT_SETS, RECALL_SETS
 from .stats import mean_ci
 
-EXPECTED = "random_expectation"
 
 
 # (T,) bool: tokens whose character span overlaps any oracle span (`segments.span_mask`).

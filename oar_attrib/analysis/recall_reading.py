@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .verdicts import Comparison, caveat_few, caveats, reading
 
-EXPECTED = "random_expectation"  # recall.EXPECTED, without importing the model code
+EXPECTED = "random_expectation"  # the random ranking's key in a recall trace (recall.py takes it from here)
 STABLE_TRACES = 30  # fewer scored traces than this: the bootstrap intervals are rough
 
 
