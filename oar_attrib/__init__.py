@@ -13,6 +13,7 @@ from .lazy import lazy_exports
 from .version import __version__  # noqa: F401  (written in `version`, which pyproject.toml reads)
 
 if TYPE_CHECKING:  # every export; each loads on first use
+    from .analysis import stats  # the statistics every report uses: bootstrap, Holm, t intervals
     from .analysis.agreement import agreement_matrix
     from .analysis.counterfactual import counterfactual_oracle
     from .analysis.experiment import experiment_report, paired_difference
@@ -44,7 +45,7 @@ __all__ = [
     "generate", "generate_problems", "get_method", "grail_weights", "load_model", "locate_answer",
     "method_agreement", "oar_p_reference", "oracle_recall", "oracle_spans", "paired_difference",
     "recall_at_k", "recall_figure", "register_method", "reshape_advantages", "reward",
-    "segment_tokens", "step_spans", "summarise", "token_heatmap", "token_steps", "top_mass",
+    "segment_tokens", "stats", "step_spans", "summarise", "token_heatmap", "token_steps", "top_mass",
     "weights_figure",
 ]
 

@@ -46,7 +46,9 @@ def lazy_exports(package: str, init_file: str, extras: dict[str, str] | None = N
             from .extras import require_extra
 
             require_extra(extra, f"{package}.{name}")
-        value = getattr(importlib.import_module(module), name)
+        found = importlib.import_module(module)
+        # `from .analysis import stats` exports a submodule, which its package need not import
+        value = getattr(found, name) if hasattr(found, name) else importlib.import_module(f"{module}.{name}")
         namespace[name] = value  # the next use is a plain attribute
         return value
 

@@ -141,17 +141,23 @@ def test_catalogue_models_answer_with_their_own_defaults(tmp_path, capsys):
     assert sum(r["why"] not in ("no_answer", "truncated") for r in lines(out)) >= 3
 
 
+def summary_line(err: str) -> str:
+    """The one line of `oar generate`'s summary that counts the replies with an answer."""
+    [line] = [line for line in err.splitlines() if " replies have an answer" in line]
+    return line
+
+
 def test_few_answers_are_said_with_the_flag_to_change(tmp_path, capsys):
     data = tmp_path / "q.jsonl"
     questions(data, 2)
     # The bundled model never boxes its answer.
     assert generate("arith-tiny", data, tmp_path / "boxed.jsonl", "--answer-format", "boxed",
                     "--max-new-tokens", 64) == 0
-    last = capsys.readouterr().err.strip().splitlines()[-2]  # the summary line is the last
+    last = summary_line(capsys.readouterr().err)
     assert last.startswith("oar generate: only 0 of 4 replies have an answer in format 'boxed' (")
     assert "pass the --answer-format the model follows (gsm8k, answer_is)" in last
     assert generate("arith-tiny", data, tmp_path / "cut.jsonl", "--max-new-tokens", 4) == 0
-    last = capsys.readouterr().err.strip().splitlines()[-2]
+    last = summary_line(capsys.readouterr().err)
     assert "(4 cut off at --max-new-tokens 4); most were cut off: raise --max-new-tokens (now 4)" in last
     assert generate("arith-tiny", data, tmp_path / "fine.jsonl", "--max-new-tokens", 64) == 0
     assert "replies have an answer" not in capsys.readouterr().err

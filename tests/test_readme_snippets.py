@@ -81,6 +81,11 @@ NOT_RUN = {
         "checkpoint 2 of the alignment plan: 15 GRPO steps of SmolLM2-135M-Instruct (hours on a CPU)",
     "nice -n 10 env OMP_NUM_THREADS=1 oar align --preset smollm2-words":
         "the alignment plan's measurements: 100 batches of SmolLM2-135M-Instruct per checkpoint (days on a CPU)",
+    "git add docs/experiments/align/smollm2-base":
+        "commits the measurement's batches into the repository as they come (the measurement above is not run here)",
+    "oar align --store docs/experiments/align/smollm2-base --report":
+        "reports the partial SmolLM2 run committed in the repository; tests/training/test_align.py runs --report "
+        "on a store it measures",
     "python scripts/build_long_store.py":
         "builds a store of 4000-token traces (minutes); tests/webapp/test_webapp_long.py builds a small one",
 }

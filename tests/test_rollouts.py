@@ -148,8 +148,8 @@ def test_generate_resumes_a_killed_run_writing_each_group_once(tmp_path, monkeyp
         calls.append(len(groups))
         if len(calls) == 2:  # half of the batch's text reaches the file, then the process dies
             text = "".join(json.dumps(r) + "\n" for g in groups for r in g)
-            handle.write(text[: len(text) // 2])
-            handle.flush()
+            with open(handle.path, "a", encoding="utf-8") as raw:  # past the log: a torn write
+                raw.write(text[: len(text) // 2])
             raise KeyboardInterrupt
         real_write(handle, groups)
 

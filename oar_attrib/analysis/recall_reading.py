@@ -21,7 +21,7 @@ def _value(cell) -> float:
 def paired_comparisons(report, names, seed: int = 0) -> list[Comparison]:
     """One `Comparison` per method (the `random` draw left out) and set of `names`: the mean
     per-trace difference from the random expectation with its bootstrap interval."""
-    from ..weights.metrics import mean_ci
+    from .stats import mean_ci
 
     used = [t for t in report.per_trace if t is not None]
     out = []

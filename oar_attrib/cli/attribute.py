@@ -30,6 +30,7 @@ from ..jsonl import iter_jsonl
 from . import outputs
 from ..commands import MAX_COUNT, add_dataclass_args, add_model_args
 from ..weights.settings import ReshapeSettings
+from .progress import method_progress, progress_bar
 from .choices import add_answer_format_arg, add_method_knobs, add_probe_arg, method_name, method_params_from
 from .provenance import input_defaults
 
@@ -345,53 +346,6 @@ class _Flagged:
 
     def close(self, finish: bool = True) -> None:
         self.output.close(finish)
-
-
-def lines_to_read(path: Path, skip_line) -> int:
-    """Non-blank lines of `path` this process reads (the progress bar's total), counted in
-    pieces of at most 1 MiB so that an overlong line costs no memory."""
-    total, number, blank = 0, 0, True
-    with open(path, "rb") as handle:
-        for piece in iter(lambda: handle.readline(1 << 20), b""):
-            blank = blank and not piece.strip()
-            if piece.endswith(b"\n"):
-                number += 1
-                total += not blank and not skip_line(number)
-                blank = True
-    if not blank:
-        total += not skip_line(number + 1)
-    return total
-
-
-# Fractions of a trace (a method done with it) shown to one decimal; tqdm's own format otherwise.
-BAR_FORMAT = ("{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total_fmt} traces "
-              "[{elapsed}<{remaining}, {rate_fmt}{postfix}]")
-
-
-def progress_bar(path: Path, skip_line, disable: bool):
-    """A `trace_bar` over the traces of `path` (lines written or skipped)."""
-    return trace_bar(None if disable else lines_to_read(path, skip_line), disable)
-
-
-def trace_bar(total: int | None, disable: bool):
-    """A progress bar over `total` traces, with a time estimate; it moves by 1/M of a trace as
-    each of M methods is done with it (`method_progress`), so a real model's first minute shows
-    progress. `n_written`: the traces written or skipped, whole."""
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=total, desc="attribute", unit="trace", disable=disable, file=sys.stderr,
-               bar_format=BAR_FORMAT if total is not None else None)
-    bar.n_written = 0
-    return bar
-
-
-def method_progress(bar, n_methods: int):
-    """`attribute`'s `on_scored(method, rows)` moving `bar` by rows / n_methods traces, never
-    past the traces of the batch (they are counted whole when written)."""
-    def on_scored(method: str, rows: int) -> None:
-        bar.update(rows / max(n_methods, 1))
-
-    return on_scored
 
 
 def add_parser(sub) -> None:

@@ -99,22 +99,35 @@ def _check_attributed(store, run, record: dict) -> dict:
     return held
 
 
+def _attribute_part(model, tokenizer, records, chat: bool, args, settings, on_scored):
+    """(attributions, response statistics) of stored `records` that share one chat rule."""
+    from ..analysis.token_stats import response_stats
+    from ..attribution import attribute
+    from .choices import method_params_from
+
+    prompts = [r.to_attribution().prompt for r in records]
+    responses = [r.response for r in records]
+    results = attribute(model, tokenizer, prompts, responses, args.methods, settings, chat=chat,
+                        advantages=_advantages(records), batch_size=len(records),
+                        method_params=method_params_from(args), on_scored=on_scored)
+    stats = response_stats(model, tokenizer, prompts, responses, chat=chat,
+                           answer_format=args.answer_format)
+    return results, stats
+
+
 def attribute_stored(args, default_chat, settings_of, record_of) -> int:
     """Attribute run `args.run` of store `args.store` in place; the exit status.
     `default_chat(None, tokenizer)`: `oar attribute`'s chat rule for runs that do not record
     theirs; `settings_of(args)`, `record_of(args)`: the command's `ReshapeSettings` and
     settings record (`cli.attribute`, which imports this module)."""
     from ..analysis.run_summary import summarise
-    from ..analysis.token_stats import response_stats
-    from ..attribution import attribute
     from ..inputs.chat_template import ROLE_TEMPLATE, ROLE_TEMPLATE_NAME
     from ..models import load_model
     from ..store import Store
     from ..store.lock import WriterLock
     from ..store.schema import identify
     from ..commands import Interrupted
-    from .attribute import method_progress, trace_bar
-    from .choices import method_params_from
+    from .progress import method_progress, trace_bar
 
     if args.input is not None:
         raise InputError("--input reads a JSONL file; with --store/--run the traces come from "
@@ -122,7 +135,6 @@ def attribute_stored(args, default_chat, settings_of, record_of) -> int:
     identify(Path(args.store))
     with WriterLock(args.store, "--store"), Store(args.store) as store:
         run = _stored_run(store, args)
-        fmt = args.answer_format
         attributed = _check_attributed(store, run, record_of(args))  # before the model loads
         model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
         if run.config.get("chat_template") == ROLE_TEMPLATE_NAME:  # as the import rendered them
@@ -135,24 +147,14 @@ def attribute_stored(args, default_chat, settings_of, record_of) -> int:
         bar = trace_bar(len(todo), args.no_progress)
         on_scored = method_progress(bar, len(args.methods))
 
-        def attribute_part(records, flag: bool):
-            prompts = [r.to_attribution().prompt for r in records]
-            responses = [r.response for r in records]
-            results = attribute(model, tokenizer, prompts, responses, args.methods,
-                                settings_of(args), chat=flag, advantages=_advantages(records),
-                                batch_size=len(records), method_params=method_params_from(args),
-                                on_scored=on_scored)
-            stats = response_stats(model, tokenizer, prompts, responses, chat=flag,
-                                   answer_format=fmt)
-            return results, stats
-
         try:
             with bar:
                 for records in _batches(store, todo, args, model):
                     for flag in (False, True):  # one `chat` per call of attribute
                         part = [r for r in records if bool(chat(r.to_attribution().prompt)) == flag]  # None: no template
                         if part:
-                            _write(store, part, attribute_part(part, flag), run.model or str(args.model))
+                            got = _attribute_part(model, tokenizer, part, flag, args, settings_of(args), on_scored)
+                            _write(store, part, got, run.model or str(args.model))
                     done += len(records)
                     bar.update(done - bar.n)  # whole traces once written
         except KeyboardInterrupt:

@@ -120,3 +120,32 @@ def method_params_from(args: argparse.Namespace, base: dict | None = None) -> di
         if value is not None:
             params.setdefault(method, {})[param] = value
     return params or None
+
+
+def budget_params(max_batch_tokens: int | None) -> dict | None:
+    """`method_params` giving every method that takes a token budget `max_batch_tokens`."""
+    if max_batch_tokens is None:
+        return None
+    from ..methods import available_methods, method_spec
+
+    return {m: {"max_batch_tokens": max_batch_tokens} for m in available_methods()
+            if method_spec(m).token_budget}
+
+
+def check_servable(model: str) -> None:
+    """InputError, before the weights load, for a model `oar recall` cannot serve: its oracle
+    sets come from world problems the world's tokenizer writes, and the counterfactual set
+    regenerates them with the model, so a model with another tokenizer has nothing to be
+    recalled (and a large one fills memory regenerating). The one place this is decided."""
+    from transformers import AutoTokenizer
+
+    from ..errors import InputError
+    from ..models import resolve
+    from ..world.tokenizer import not_the_worlds
+
+    why = not_the_worlds(AutoTokenizer.from_pretrained(str(resolve(model))))
+    if why is not None:
+        raise InputError(
+            f"--model {model}: its tokenizer {why}, so it is not an arithmetic-world model and "
+            "`oar recall` has no oracle for it; attribute its own traces with `oar attribute` "
+            "(or evaluate it with `oar eval --data`)")

@@ -11,6 +11,7 @@ files left out as `FILE: skipped: why`; the exit status is 2 when any row or fil
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 from ..console import say
@@ -56,7 +57,6 @@ def _say_at_first_chat(read, line: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    import shlex
 
     from ..analysis.run_summary import summarise
     from ..analysis.signal import signal_line, store_signal
@@ -110,13 +110,19 @@ def run(args: argparse.Namespace) -> int:
                                   limits=limits, report=say)
         summarise(store, summary.run_id)
         signal = signal_line(store_signal(store, summary.run_id))
+    _report(out, summary, left_out, signal)
+    return 2 if summary.skipped or left_out else 0
+
+
+def _report(out: Path, summary, left_out: list[str], signal: str | None) -> None:
+    """The import's closing lines: the run's GRPO signal when it has none, the summary, and
+    the next command."""
     if signal:
         say(f"oar import: {signal}")
     say(summary.line(out) + (f"; {len(left_out)} files left out" if left_out else ""))
     where = shlex.quote(str(out))
     say(f"next: oar attribute --store {where} --run {summary.run_id} attributes it in place, "
         f"then oar web --store {where} shows it")
-    return 2 if summary.skipped or left_out else 0
 
 
 def add_parser(sub) -> None:

@@ -17,7 +17,7 @@ from ..commands import add_model_args
 from ..console import say
 from ..defaults import GRANULARITIES, GRANULARITY, VIEW_STEP_POOL
 from ..inputs.steps import STEP_POOLS
-from .choices import add_method_knobs, add_probe_arg, method_name, method_params_from
+from .choices import add_method_knobs, add_probe_arg, budget_params, check_servable, method_name, method_params_from
 
 # `oar recall` runs the methods on knobs from the table (resample: --resample-samples).
 RECALL_KNOB_METHODS = ("ig", "oar_g")
@@ -110,35 +110,6 @@ def print_reading(report, comparisons, command: str) -> None:
     from ..analysis.recall_reading import next_recall_step, recall_reading
 
     print("\n".join(recall_reading(report, comparisons, next_recall_step(report, command))))
-
-
-def budget_params(max_batch_tokens: int | None) -> dict | None:
-    """`method_params` giving every method that takes a token budget `max_batch_tokens`."""
-    if max_batch_tokens is None:
-        return None
-    from ..methods import available_methods, method_spec
-
-    return {m: {"max_batch_tokens": max_batch_tokens} for m in available_methods()
-            if method_spec(m).token_budget}
-
-
-def check_servable(model: str) -> None:
-    """InputError, before the weights load, for a model `oar recall` cannot serve: its oracle
-    sets come from world problems the world's tokenizer writes, and the counterfactual set
-    regenerates them with the model, so a model with another tokenizer has nothing to be
-    recalled (and a large one fills memory regenerating). The one place this is decided."""
-    from transformers import AutoTokenizer
-
-    from ..errors import InputError
-    from ..models import resolve
-    from ..world.tokenizer import not_the_worlds
-
-    why = not_the_worlds(AutoTokenizer.from_pretrained(str(resolve(model))))
-    if why is not None:
-        raise InputError(
-            f"--model {model}: its tokenizer {why}, so it is not an arithmetic-world model and "
-            "`oar recall` has no oracle for it; attribute its own traces with `oar attribute` "
-            "(or evaluate it with `oar eval --data`)")
 
 
 def run_data(args: argparse.Namespace) -> int:
@@ -301,7 +272,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def add_parser(sub) -> None:
     rc = sub.add_parser("recall", help="oracle causal-token recall of every method on the arithmetic world")
     rc.add_argument("--model", default="arith-tiny", help="bundled name or local checkpoint folder")
@@ -311,18 +281,7 @@ def add_parser(sub) -> None:
                     help="world preset (default: recall, whose final results are written once so "
                          "`direct` is exact; with --granularity step: upstream, which has a step "
                          "on the answer's path that the answer does not read)")
-    rc.add_argument("--granularity", choices=GRANULARITIES, default=GRANULARITY,
-                    help="token: recall of tokens against oracle sets; step: every method's scores "
-                         "pooled per step, recall of the `direct` steps and the AUC of ranking an "
-                         "`upstream` step above a distractor")
-    rc.add_argument("--step-pool", choices=STEP_POOLS, default=VIEW_STEP_POOL,
-                    help="--granularity step: how a method's token scores pool into a step score")
-    rc.add_argument("--resample-samples", type=int, default=8,
-                    help="--granularity step, method resample: continuations per side and step")
-    rc.add_argument("--intervention-samples", type=int, default=0,
-                    help="--granularity step: also measure the upstream AUC of shifting each step's "
-                         "result and regenerating (how far the model itself carries upstream "
-                         "results), at this many continuations per side and step; 0: off")
+    _add_step_args(rc.add_argument_group("steps (--granularity step)"))
     rc.add_argument("--methods", nargs="+", default=None, type=method_name,
                     help="methods (default: all registered)")
     add_probe_arg(rc)
@@ -332,42 +291,62 @@ def add_parser(sub) -> None:
                          "distractor) (results = direct; names: the final steps' names; "
                          "counterfactual: the positions whose replacement changes the model's "
                          "regenerated answer)")
-    rc.add_argument("--cf-positions", type=int, default=64,
-                    help="counterfactual set: scored positions tested per trace (one greedy "
-                         "regeneration each; more are thinned to this many, spread over the trace)")
-    rc.add_argument("--replace", default="pad", choices=("pad", "resample"),
-                    help="counterfactual set: what replaces a tested token, the pad token or a token "
-                         "drawn from the model at that position (not the original, seeded); on chat "
-                         "models whose pad is the end-of-turn token, pad ends the turn")
-    rc.add_argument("--data", default=None,
-                    help="a JSONL data set (question/problem and optional gold answer, or prompt "
-                         "and response), or wordworld:<preset> (held-out word problems, also scored "
-                         "on the value oracle's direct/upstream/distractor sets): any model's own "
-                         "counterfactual oracle on its greedy traces instead of the arithmetic world")
-    rc.add_argument("--max-new-tokens", type=int, default=None,
-                    help="--data: longest greedy answer the model writes to a question (default 256); "
-                         "--sets advantage: longest sampled answer (default: the model's catalogue "
-                         "answering length, 128 on arith-tiny)")
-    rc.add_argument("--cf-cache", default=None,
-                    help="--data: JSONL cache of each trace's counterfactual oracle; a rerun with "
-                         "it resumes after the traces already computed (--sets graded: also the "
-                         "model's answers and every method's scores, so a rerun computes nothing)")
-    rc.add_argument("--graded-k", type=int, default=8,
-                    help="--sets graded: replacement tokens drawn from the model per tested position "
-                         "(each regenerated greedily; the label is the share that change the answer)")
-    rc.add_argument("--group-samples", type=int, default=0,
-                    help="--sets graded: answers sampled per problem to form the group KTAE compares "
-                         "(with the greedy trace); 0: KTAE does not apply. --sets advantage: the "
-                         "GRPO group size (0: 4)")
-    rc.add_argument("--continuations", type=int, default=8,
-                    help="--sets advantage: continuations sampled per step boundary (V_k's denominator)")
-    rc.add_argument("--temperature", type=float, default=1.0,
-                    help="--sets advantage: the policy's sampling temperature (groups and continuations)")
-    rc.add_argument("--min-steps", type=int, default=1,
-                    help="--sets advantage: traces with fewer steps get no oracle (they stay in "
-                         "their group's advantages)")
+    _add_data_args(rc.add_argument_group("word-problem data and the sampled oracles "
+                                          "(--data, --sets graded/advantage)"))
     add_method_knobs(rc, RECALL_KNOB_METHODS)
     add_model_args(rc)
     rc.add_argument("--json", action="store_true", help="print one JSON object")
     rc.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     rc.set_defaults(func=run)
+
+
+def _add_step_args(group) -> None:
+    group.add_argument("--granularity", choices=GRANULARITIES, default=GRANULARITY,
+                    help="token: recall of tokens against oracle sets; step: every method's scores "
+                         "pooled per step, recall of the `direct` steps and the AUC of ranking an "
+                         "`upstream` step above a distractor")
+    group.add_argument("--step-pool", choices=STEP_POOLS, default=VIEW_STEP_POOL,
+                    help="--granularity step: how a method's token scores pool into a step score")
+    group.add_argument("--resample-samples", type=int, default=8,
+                    help="--granularity step, method resample: continuations per side and step")
+    group.add_argument("--intervention-samples", type=int, default=0,
+                    help="--granularity step: also measure the upstream AUC of shifting each step's "
+                         "result and regenerating (how far the model itself carries upstream "
+                         "results), at this many continuations per side and step; 0: off")
+
+
+def _add_data_args(group) -> None:
+    group.add_argument("--cf-positions", type=int, default=64,
+                    help="counterfactual set: scored positions tested per trace (one greedy "
+                         "regeneration each; more are thinned to this many, spread over the trace)")
+    group.add_argument("--replace", default="pad", choices=("pad", "resample"),
+                    help="counterfactual set: what replaces a tested token, the pad token or a token "
+                         "drawn from the model at that position (not the original, seeded); on chat "
+                         "models whose pad is the end-of-turn token, pad ends the turn")
+    group.add_argument("--data", default=None,
+                    help="a JSONL data set (question/problem and optional gold answer, or prompt "
+                         "and response), or wordworld:<preset> (held-out word problems, also scored "
+                         "on the value oracle's direct/upstream/distractor sets): any model's own "
+                         "counterfactual oracle on its greedy traces instead of the arithmetic world")
+    group.add_argument("--max-new-tokens", type=int, default=None,
+                    help="--data: longest greedy answer the model writes to a question (default 256); "
+                         "--sets advantage: longest sampled answer (default: the model's catalogue "
+                         "answering length, 128 on arith-tiny)")
+    group.add_argument("--cf-cache", default=None,
+                    help="--data: JSONL cache of each trace's counterfactual oracle; a rerun with "
+                         "it resumes after the traces already computed (--sets graded: also the "
+                         "model's answers and every method's scores, so a rerun computes nothing)")
+    group.add_argument("--graded-k", type=int, default=8,
+                    help="--sets graded: replacement tokens drawn from the model per tested position "
+                         "(each regenerated greedily; the label is the share that change the answer)")
+    group.add_argument("--group-samples", type=int, default=0,
+                    help="--sets graded: answers sampled per problem to form the group KTAE compares "
+                         "(with the greedy trace); 0: KTAE does not apply. --sets advantage: the "
+                         "GRPO group size (0: 4)")
+    group.add_argument("--continuations", type=int, default=8,
+                    help="--sets advantage: continuations sampled per step boundary (V_k's denominator)")
+    group.add_argument("--temperature", type=float, default=1.0,
+                    help="--sets advantage: the policy's sampling temperature (groups and continuations)")
+    group.add_argument("--min-steps", type=int, default=1,
+                    help="--sets advantage: traces with fewer steps get no oracle (they stay in "
+                         "their group's advantages)")

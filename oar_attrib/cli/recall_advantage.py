@@ -17,7 +17,7 @@ def advantage_records(args: argparse.Namespace, problems: int) -> list[dict]:
     its `problem`, whose reward grades and whose structural oracle is the positive control)."""
     from ..analysis.counterfactual_recall import data_records
     from ..world import generate_problems
-    from .recall import check_servable
+    from .choices import check_servable
 
     if args.data is not None:
         return data_records(args.data, problems, args.seed)
@@ -57,7 +57,7 @@ def run_advantage(args: argparse.Namespace) -> int:
     from ..errors import InputError
     from ..models import load_model
     from ..models.catalogue import answering
-    from .recall import budget_params
+    from .choices import budget_params
 
     if args.sets != ["advantage"] or args.granularity == "step":
         say("oar recall: --sets advantage runs alone (it scores steps itself; leave out --granularity)")

@@ -252,14 +252,14 @@ def test_counterfactual_masks_are_the_counterfactual_oracle(scripted, model, tok
 
 def test_cli_recall_offers_every_recall_set():
     """The CLI offers the arithmetic world's sets, the counterfactual one, the value oracle's
-    (word-problem data) and the graded oracle, each once."""
+    (word-problem data), the graded oracle and the advantage oracle, each once."""
     from oar_attrib.world import VALUE_SETS
 
     parser = cli.build_parser()
     action = next(a for a in parser._subparsers._group_actions[0].choices["recall"]._actions
                   if a.dest == "sets")
-    assert tuple(action.choices) == recall.RECALL_SETS + ("upstream", "graded")
-    assert set(action.choices) == set(recall.RECALL_SETS) | set(VALUE_SETS) | {"graded"}
+    assert tuple(action.choices) == recall.RECALL_SETS + ("upstream", "graded", "advantage")
+    assert set(action.choices) == set(recall.RECALL_SETS) | set(VALUE_SETS) | {"graded", "advantage"}
 
 
 def test_cli_recall_text_shows_the_random_draw_and_the_expectation(scripted, tmp_path, model,

@@ -62,8 +62,8 @@ def test_generate_attribute_interrupted_resumed_and_the_pages(tmp_path, monkeypa
     assert cli.main(argv) == 0
     assert scored == [generated[1]["response"]]  # the first answer is not scored again
     assert "1 lines already there" in capsys.readouterr().err
-    client = TestClient(create_app(str(db)), base_url="http://127.0.0.1")
-    run_page = client.get("/runs/1")
+    with TestClient(create_app(str(db)), base_url="http://127.0.0.1") as client:
+        run_page = client.get("/runs/1")
+        trace = client.get("/traces/1")
     assert run_page.status_code == 200 and run_page.text.count('href="/traces/') == 2
-    trace = client.get("/traces/1")
     assert trace.status_code == 200 and "No attribution is stored" not in trace.text

@@ -217,7 +217,8 @@ def test_ctrl_c_in_an_import_of_two_runs_resumes_each_source_exactly(tmp_path, c
                                    f"{tmp_path / 'runs.db'} are kept, rerun the same command to resume"]
     monkeypatch.setattr(Store, "add_traces", real)
     code, err = _import(capsys, *argv)
-    assert code == 0 and "imported 18 rollouts" in err[-1] and "10 rows already there" in err[-1]
+    assert code == 0 and "imported 18 rollouts" in err[-2] and "10 rows already there" in err[-2]
+    assert err[-1].startswith("next: oar attribute --store ")
     rows = _rows(tmp_path / "runs.db")
     assert len(rows) == 28 and len({(r[0], r[1]) for r in rows}) == 28  # 12 + 16, each once
     assert sum(r[0].startswith(str(tmp_path / "runB")) for r in rows) == 16
@@ -242,7 +243,8 @@ def test_odd_files_in_a_dump_folder_are_skipped_with_one_line_each(tmp_path, cap
                        f"{dump / '3.jsonl'}: skipped: a FIFO (named pipe), not a regular file",
                        f"{dump / '4.jsonl'}: skipped: a link out of {dump} (to /dev/zero)",
                        f"{dump / '5.jsonl'}: skipped: a link out of {dump} (to {tmp_path / 'outside.jsonl'})"]
-    assert err[-1].endswith("; 4 files left out") and len(err) == 5
+    assert err[-2].endswith("; 4 files left out") and len(err) == 6
+    assert err[-1].startswith("next: oar attribute --store ")
     assert [r[1] for r in _rows(db)] == [1, 2, 3, 4, 5, 6]
 
 
