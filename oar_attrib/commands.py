@@ -22,7 +22,7 @@ import typing
 import warnings
 
 from .console import safe_warnings, say
-from .errors import MissingExtraError, OARError
+from .errors import InputError, MissingExtraError, OARError
 
 INTERRUPTED = 130  # the shell's status of a command ended by Ctrl-C (128 + SIGINT)
 
@@ -48,6 +48,8 @@ def run_command(args: argparse.Namespace, name: str, parser: argparse.ArgumentPa
     quiet_library_progress()
     safe_warnings()
     try:
+        if parser is not None:
+            check_flag_numbers(command_parser(parser, args), args)
         return args.func(args)
     except MissingExtraError as err:
         say(str(err))
@@ -139,6 +141,40 @@ def number_problem(value, kind: type) -> str | None:
     if kind is int and value > MAX_COUNT:
         return f"must be at most {MAX_COUNT}, got {value}"
     return None
+
+
+# The range of an integer flag by the setting it fills (`dest`); any other integer flag is a
+# count in [0, MAX_COUNT]. A number flag must be finite, and a temperature >= 0 too.
+INT_RANGES = {"seed": (0, 2**63 - 1), "port": (0, 65535), "run": (1, 2**63 - 1), "n": (0, 10**7),
+              "max_bytes": (1, 2**31), "max_batch_tokens": (1, 2**24)}
+
+
+def flag_number_problem(dest: str, kind: type, value) -> str | None:
+    """Why `value` of the int or float flag filling `dest` is out of its range, or None."""
+    import math
+
+    if kind is float:
+        if not math.isfinite(value) or (dest.endswith("temperature") and value < 0):
+            return f"must be a finite number{' >= 0' if dest.endswith('temperature') else ''}, got {value}"
+        return None
+    low, high = INT_RANGES.get(dest, (0, MAX_COUNT))
+    return None if low <= value <= high else f"must be an integer from {low} to {high}, got {value}"
+
+
+def check_flag_numbers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """InputError naming the first int or float flag of `parser` whose value in `args` is out
+    of its range (`flag_number_problem`): every command's numbers are checked here, before its
+    own checks and before anything is read, written or loaded. Values left at their default
+    pass (a default None means: the command decides)."""
+    for action in parser._actions:
+        kind = getattr(action.type, "kind", action.type)
+        value = getattr(args, action.dest, None)
+        if kind not in (int, float) or not action.option_strings or value is None or value == action.default:
+            continue
+        for one in value if isinstance(value, list) else [value]:
+            problem = flag_number_problem(action.dest, kind, one)
+            if problem:
+                raise InputError(f"{action.option_strings[0]} {problem}")
 
 
 class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter):

@@ -97,7 +97,7 @@ def _positive(kind: type):
             raise argparse.ArgumentTypeError(problem)
         return value
 
-    parse.__name__ = kind.__name__
+    parse.__name__, parse.kind = kind.__name__, kind  # `kind`: what the parser's walkers read
     return parse
 
 

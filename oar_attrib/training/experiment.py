@@ -49,7 +49,7 @@ from oar_attrib.store.lock import WriterLock
 from oar_attrib.store.schema import identify
 
 from .errors import TrainingConfigError
-from .launch import _field_names, apply_overrides, build_configs, parse_value, resolve
+from .launch import _field_names, apply_overrides, build_configs, check_finite, parse_value, resolve
 
 # The named grids live in the repository's training/experiments/ (a checkout); an installed
 # wheel has none, and takes a grid's .yaml path.
@@ -126,12 +126,13 @@ def load(path: str | Path, overrides: list[str] = ()) -> tuple[ExperimentSpec, d
     unknown = set(data) - {"experiment", "run", "trainer"} if isinstance(data, dict) else {"?"}
     if unknown or not isinstance(data.get("experiment"), dict):
         raise TrainingConfigError(f"{path}: needs an 'experiment' section (and optional 'run', 'trainer')")
+    check_finite(data, str(path))
     section = dict(data["experiment"])
     rest = []
     for item in overrides:
         key, sep, value = item.partition("=")
         if key.startswith("experiment.") and sep:
-            section[key.split(".", 1)[1]] = parse_value(value)
+            section[key.split(".", 1)[1]] = parse_value(value, key)
         else:
             rest.append(item)
     section.setdefault("name", path.stem)
@@ -236,11 +237,18 @@ def _launch(store_path: str, cell: PlannedCell) -> subprocess.Popen:
             stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
+def check_jobs(jobs: int) -> None:
+    """TrainingConfigError unless 1 <= `jobs` <= 4 per core of this machine (each cell is a
+    training process holding its own model)."""
+    limit = 4 * (os.cpu_count() or 1)
+    if not 1 <= jobs <= limit:
+        raise TrainingConfigError(f"--jobs must be from 1 to {limit} (4 per core of this machine), got {jobs}")
+
+
 def run(spec: ExperimentSpec, base: dict, jobs: int = 1, echo=print) -> dict:
     """Run every unfinished cell, `jobs` at a time, each in its own process; returns counts.
     A failed cell is reported (its log path) and the others go on."""
-    if jobs < 1:
-        raise TrainingConfigError(f"--jobs must be >= 1, got {jobs}")
+    check_jobs(jobs)
     identify(Path(spec.store))  # read-only: another program's file is refused unchanged
     Path(spec.store).parent.mkdir(parents=True, exist_ok=True)
     with WriterLock(spec.store, "experiment.store"):

@@ -59,6 +59,7 @@ def run_experiment(args: argparse.Namespace) -> int:
     require_extra("train", "oar experiment")
     from . import experiment
 
+    experiment.check_jobs(args.jobs)  # before the grid is read or a cell starts
     spec, base = experiment.load(args.experiment, args.overrides)
     if args.dry_run:
         print(experiment.dump_spec(spec, base), end="")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,26 +131,40 @@ def apply_overrides(config: dict, overrides: list[str], trainer_fields: set[str]
         if not sep or not key:
             raise TrainingConfigError(f"override {item!r} must look like key=value")
         section, name = _section_of(key.strip(), trainer_fields)
-        config[section][name] = parse_value(value)
+        config[section][name] = parse_value(value, key.strip())
     return config
 
 
 _YAML11_WORDS = {"yes", "no", "on", "off", "y", "n"}
 
 
-def parse_value(text: str):
+def parse_value(text: str, key: str = "value"):
     """A YAML value, except that numbers YAML 1.1 leaves as strings (`3e-4`) are numbers and
-    its boolean words other than true/false (`no`, `on`, ...) stay strings (`save_strategy=no`)."""
+    its boolean words other than true/false (`no`, `on`, ...) stay strings (`save_strategy=no`).
+    NaN and the infinities are refused (TrainingConfigError naming `key`): no setting takes one."""
     if text.strip().lower() in _YAML11_WORDS:
         return text.strip()
     value = yaml.safe_load(text)
     if isinstance(value, str):
         for kind in (int, float):
             try:
-                return kind(value)
+                value = kind(value)
+                break
             except ValueError:
                 pass
+    check_finite({key: value})
     return value
+
+
+def check_finite(settings: dict, where: str = "") -> None:
+    """TrainingConfigError for the first NaN or infinite number among `settings`' values
+    (nested dicts and lists too), named `key=value` (in `where`)."""
+    for key, value in settings.items():
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        check_finite(dict((f"{key}.{k}", v) for k, v in items), where)
+        if isinstance(value, float) and not math.isfinite(value):
+            place = f" in {where}" if where else ""
+            raise TrainingConfigError(f"{key}={value}{place} must be a finite number; pass a number")
 
 
 def resolve(preset: str | None, config_file: str | None, overrides: list[str]) -> dict:
@@ -163,6 +178,7 @@ def resolve(preset: str | None, config_file: str | None, overrides: list[str]) -
         if not path.is_file():
             raise TrainingConfigError(f"config file {path} does not exist")
         data = read_yaml(path)
+        check_finite(data, str(path))
         merged["run"].update(data["run"])
         merged["trainer"].update(data["trainer"])
     merged = apply_overrides(merged, overrides, _field_names(OARConfig))

@@ -64,7 +64,7 @@ class MethodChoice:
             if not eq or not key.strip():
                 raise AlignError(f"method {text!r}: {item!r} must look like key=value "
                                  "(e.g. oar_g:n_noise=8)")
-            params[key.strip()] = parse_value(value.strip())
+            params[key.strip()] = parse_value(value.strip(), f"{name}:{key.strip()}")
         if not name or (sep and not params):
             raise AlignError(f"method {text!r} must be a registered name or name:key=value,... "
                              "(e.g. oar_g:n_noise=8)")
