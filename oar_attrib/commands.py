@@ -158,7 +158,16 @@ def flag_number_problem(dest: str, kind: type, value) -> str | None:
             return f"must be a finite number{' >= 0' if dest.endswith('temperature') else ''}, got {value}"
         return None
     low, high = INT_RANGES.get(dest, (0, MAX_COUNT))
-    return None if low <= value <= high else f"must be an integer from {low} to {high}, got {value}"
+    return None if low <= value <= high else f"must be an integer from {low} to {_power(high)}, got {value}"
+
+
+def _power(n: int) -> str:
+    """`n` as people write a large bound: 2**63 - 1, 2**31, else the digits."""
+    if n > 10**6 and (n + 1) & n == 0:
+        return f"2**{n.bit_length()} - 1"
+    if n > 10**6 and n & (n - 1) == 0:
+        return f"2**{n.bit_length() - 1}"
+    return str(n)
 
 
 def check_flag_numbers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -44,6 +44,9 @@ NOT_RUN = {
     "oar train --preset smollm2-gsm8k":
         "trains SmolLM2-135M on GSM8K from ../shared (minutes a step on a CPU); "
         "tests/training/test_training_config.py runs one real step of this preset",
+    "oar train --preset smollm2-words":
+        "one GRPO step of SmolLM2-135M-Instruct on the word-problem world (a CPU minute); "
+        "tests/training/test_training_config.py runs one real step of the smollm2-gsm8k preset on the same model",
     "accelerate launch": MULTI_GPU,
     "oar web --store runs/oar-1.5b/runs.db": "a web server that runs until stopped, on a 1.5B run's store",
     "oar eval --model runs/oar-1.5b": "needs the trained 1.5B checkpoint of the commands above",

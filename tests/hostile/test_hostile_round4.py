@@ -30,7 +30,7 @@ BAD_NUMBERS = {
     "effects nan": (("--effects", "nan"), "--effects"),
     "effects 0 -1": (("--effects", "0", "-1"), "--effects"),
     "batches 1e12": (("--batches", "1000000000000"), "batches"),
-    "batch-prompts 1e12": (("--batch-prompts", "1000000000000"), "batch_prompts"),
+    "batch-prompts 1e12": (("--batch-prompts", "1000000000000"), "--batch-prompts"),
 }
 
 

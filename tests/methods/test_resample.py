@@ -150,4 +150,4 @@ def test_cli_recall_at_step_granularity_json():
     assert bad.returncode == 2
     bad = subprocess.run([sys.executable, "-m", "oar_attrib.cli", "recall", "--granularity", "step",
                           "--intervention-samples", "-1"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "--intervention-samples must be >= 0" in bad.stderr
+    assert bad.returncode == 2 and "--intervention-samples must be an integer from 0 to" in bad.stderr
