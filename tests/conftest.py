@@ -38,6 +38,14 @@ _let_ctrl_c_through()
 
 
 @pytest.fixture(scope="session")
+def bundled():
+    """(model, tokenizer) of the bundled arith-tiny, loaded once per run through the catalogue."""
+    from oar_attrib.models import load_model
+
+    return load_model("arith-tiny")
+
+
+@pytest.fixture(scope="session")
 def smollm2():
     """(model, tokenizer) of the real SmolLM2-135M-Instruct in float32, loaded once per run
     through the project's own catalogue (`load_model("smollm2-135m")`)."""

@@ -2,7 +2,6 @@
 import pytest
 import torch
 
-from oar_attrib import load_model
 from oar_attrib.analysis.counterfactual import _regenerate
 from oar_attrib.models.generation import continue_groups, continue_rows, cut_at_stop, generate, left_pad, stop_ids
 from oar_attrib.training.callbacks import _complete
@@ -10,11 +9,6 @@ from oar_attrib.world import generate_problems
 from models import greedy_reference
 
 N_NEW = 40
-
-
-@pytest.fixture(scope="module")
-def bundled():
-    return load_model("arith-tiny")
 
 
 @pytest.fixture(scope="module")

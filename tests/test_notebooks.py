@@ -61,11 +61,6 @@ def finite(x) -> bool:
     return x is not None and math.isfinite(x)
 
 
-@pytest.fixture(scope="module")
-def bundled():
-    return oa.load_model("arith-tiny")
-
-
 def test_notebooks_are_committed_without_outputs():
     names = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
     assert names == ["01_attribution_recall.ipynb", "02_reshaping.ipynb", "03_your_model.ipynb",

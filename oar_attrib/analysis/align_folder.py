@@ -94,6 +94,17 @@ class AlignFolder:
         except (UnicodeDecodeError, ValueError) as err:
             raise self._bad(name, f"is not JSON (cut short?): {type(err).__name__}") from None
 
+    def _object(self, name: str, check) -> dict | None:
+        """JSON file `name` of the folder (None when absent), a JSON object that `check`
+        finds nothing wrong with (its one-line problem, else None)."""
+        value = self._json(name)
+        if value is None:
+            return None
+        why = "is not a JSON object" if not isinstance(value, dict) else check(value)
+        if why:
+            raise self._bad(name, why)
+        return value
+
     def _lines(self, name: str, check) -> list[dict]:
         path = self.file(name)
         if not path.exists():
@@ -116,52 +127,15 @@ class AlignFolder:
     def record(self) -> dict | None:
         """The settings record (under its old name `record.json` too), checked:
         an object whose `align` object names the batches, the pool, the seed and the methods."""
-        name = self.record_file().name
-        value = self._json(name)
-        if value is None:
-            return None
-        own = value.get("align") if isinstance(value, dict) else None
-        if not isinstance(own, dict):
-            raise self._bad(name, "is not an align settings record (no 'align' object)")
-        for key in ("batches", "pool_batches"):
-            if (key == "batches" or key in own) and (not _count(own.get(key)) or own[key] < 1):
-                raise self._bad(name, f"align.{key} is {own.get(key)!r}, not a count")
-        if not isinstance(own.get("methods"), dict) or not own["methods"]:
-            raise self._bad(name, "align.methods is not an object naming the methods")
-        return value
+        return self._object(self.record_file().name, _record_problem)
 
     def reference(self) -> dict | None:
         """reference/reference.json, checked: g*'s norms and split-half cosine are numbers."""
-        value = self._json(REFERENCE_JSON)
-        if value is None:
-            return None
-        if not isinstance(value, dict):
-            raise self._bad(REFERENCE_JSON, "is not a JSON object")
-        for key in ("sq", "l1", "split_half_cos", "signal_sq", "batch_sq_mean"):
-            if not _number(value.get(key)):
-                raise self._bad(REFERENCE_JSON, f"{key} is {value.get(key)!r}, not a number")
-        if not _count(value.get("pool_batches")):
-            raise self._bad(REFERENCE_JSON, f"pool_batches is {value.get('pool_batches')!r}, not a count")
-        halves = value.get("halves_sq")
-        if halves is not None and not (isinstance(halves, dict) and all(_number(halves.get(h)) for h in HALVES)):
-            raise self._bad(REFERENCE_JSON, "halves_sq is not two numbers a and b")
-        return value
+        return self._object(REFERENCE_JSON, _reference_problem)
 
     def mean_gradients(self) -> dict | None:
         """mean_gradients.json, checked: the halves' counts and each method's five sums."""
-        value = self._json(MEAN_GRADIENTS)
-        if value is None:
-            return None
-        halves = value.get("halves") if isinstance(value, dict) else None
-        if not (isinstance(halves, dict) and all(_count(halves.get(h)) for h in HALVES)):
-            raise self._bad(MEAN_GRADIENTS, "has no counts of the halves a and b")
-        methods = value.get("methods")
-        if not isinstance(methods, dict):
-            raise self._bad(MEAN_GRADIENTS, "has no methods object")
-        for label, sums in methods.items():
-            if not (isinstance(sums, dict) and all(_number(sums.get(k)) for k in ("ab", "aa", "bb", "star", "cross_grpo"))):
-                raise self._bad(MEAN_GRADIENTS, f"the sums of {label!r} are not five numbers")
-        return value
+        return self._object(MEAN_GRADIENTS, _mean_gradients_problem)
 
     def screen(self) -> list[dict]:
         """screen.jsonl's lines, checked."""
@@ -206,6 +180,43 @@ class AlignFolder:
                 shutil.copyfile(source, target)
                 out.append(target)
         return out
+
+
+def _record_problem(value: dict) -> str | None:
+    own = value.get("align")
+    if not isinstance(own, dict):
+        return "is not an align settings record (no 'align' object)"
+    for key in ("batches", "pool_batches"):
+        if (key == "batches" or key in own) and (not _count(own.get(key)) or own[key] < 1):
+            return f"align.{key} is {own.get(key)!r}, not a count"
+    if not isinstance(own.get("methods"), dict) or not own["methods"]:
+        return "align.methods is not an object naming the methods"
+    return None
+
+
+def _reference_problem(value: dict) -> str | None:
+    for key in ("sq", "l1", "split_half_cos", "signal_sq", "batch_sq_mean"):
+        if not _number(value.get(key)):
+            return f"{key} is {value.get(key)!r}, not a number"
+    if not _count(value.get("pool_batches")):
+        return f"pool_batches is {value.get('pool_batches')!r}, not a count"
+    halves = value.get("halves_sq")
+    if halves is not None and not (isinstance(halves, dict) and all(_number(halves.get(h)) for h in HALVES)):
+        return "halves_sq is not two numbers a and b"
+    return None
+
+
+def _mean_gradients_problem(value: dict) -> str | None:
+    halves = value.get("halves")
+    if not (isinstance(halves, dict) and all(_count(halves.get(h)) for h in HALVES)):
+        return "has no counts of the halves a and b"
+    methods = value.get("methods")
+    if not isinstance(methods, dict):
+        return "has no methods object"
+    for label, sums in methods.items():
+        if not (isinstance(sums, dict) and all(_number(sums.get(k)) for k in ("ab", "aa", "bb", "star", "cross_grpo"))):
+            return f"the sums of {label!r} are not five numbers"
+    return None
 
 
 def _screen_problem(line: dict) -> str | None:

@@ -9,7 +9,6 @@ import math
 import numpy as np
 import pytest
 
-import oar_attrib as oa
 from oar_attrib.analysis.advantage_oracle import (AdvantageSettings, AdvantageTrace, advantage_oracle,
                                                   sample_continuations, split_half)
 from oar_attrib.analysis.advantage_recall import (advantage_cache, advantage_recall, choose_groups, credit_metrics,
@@ -21,11 +20,6 @@ from oar_attrib.models.generation import continue_rows, cut_at_stop, generate, s
 from oar_attrib.world import generate_problems
 
 COLD = 1e-4  # a temperature at which sampling is the argmax
-
-
-@pytest.fixture(scope="module")
-def bundled():
-    return oa.load_model("arith-tiny")
 
 
 @pytest.fixture(scope="module")

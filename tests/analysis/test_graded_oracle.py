@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-import oar_attrib as oa
 from oar_attrib.analysis.counterfactual_recall import answer_key
 from oar_attrib.analysis.graded_oracle import GradedSettings, GradedTrace, draw_replacements, graded_oracle
 from oar_attrib.analysis.graded_recall import EARLIEST, graded_recall, pooled, tercile_auc, trace_metrics
@@ -18,11 +17,6 @@ from oar_attrib.models.generation import generate
 from oar_attrib.inputs.grading import grade
 from oar_attrib.methods.baselines.ktae import key_token_values
 from oar_attrib.world import generate_problems
-
-
-@pytest.fixture(scope="module")
-def bundled():
-    return oa.load_model("arith-tiny")
 
 
 @pytest.fixture(scope="module")

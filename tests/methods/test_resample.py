@@ -14,14 +14,8 @@ from oar_attrib.attribution import attribute
 from oar_attrib.errors import InputError
 from oar_attrib.inputs.encoding import encode_pairs
 from oar_attrib.methods import method_spec
-from oar_attrib.models import load_model
 from oar_attrib.methods.resample import js_divergence, resample, resample_steps
 from oar_attrib.world import generate_problems, shift_result
-
-
-@pytest.fixture(scope="module")
-def bundled():
-    return load_model("arith-tiny")
 
 
 def test_js_divergence_by_hand():

@@ -15,11 +15,6 @@ from oar_attrib.methods.oar_p import oar_p, oar_p_reference
 from oar_attrib.world import PRESETS, extract_answer, generate_problems
 
 
-@pytest.fixture(scope="module")
-def bundled():
-    return load_model("arith-tiny")
-
-
 def test_checkpoint_is_small_safetensors_with_a_model_card():
     folder = bundled_path()
     files = {p.name for p in folder.iterdir()}

@@ -3,16 +3,10 @@ import pytest
 import torch
 from datasets import Dataset
 
-from oar_attrib import load_model
 from oar_attrib.world import evaluation
 from oar_attrib.world.evaluation import evaluate_world
 from oar_attrib.world import extract_answer, generate_problems
 from oar_attrib.training.callbacks import reward_evaluator, world_evaluator
-
-
-@pytest.fixture(scope="module")
-def bundled():
-    return load_model("arith-tiny")
 
 
 def test_accuracies_of_scripted_answers(bundled, monkeypatch):
