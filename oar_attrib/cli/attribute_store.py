@@ -146,6 +146,7 @@ def attribute_stored(args, default_chat, settings_of, record_of) -> int:
 
         bar = trace_bar(len(todo), args.no_progress)
         on_scored = method_progress(bar, len(args.methods))
+        settings = settings_of(args)
 
         try:
             with bar:
@@ -153,7 +154,7 @@ def attribute_stored(args, default_chat, settings_of, record_of) -> int:
                     for flag in (False, True):  # one `chat` per call of attribute
                         part = [r for r in records if bool(chat(r.to_attribution().prompt)) == flag]  # None: no template
                         if part:
-                            got = _attribute_part(model, tokenizer, part, flag, args, settings_of(args), on_scored)
+                            got = _attribute_part(model, tokenizer, part, flag, args, settings, on_scored)
                             _write(store, part, got, run.model or str(args.model))
                     done += len(records)
                     bar.update(done - bar.n)  # whole traces once written

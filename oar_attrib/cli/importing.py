@@ -57,7 +57,6 @@ def _say_at_first_chat(read, line: str):
 
 
 def run(args: argparse.Namespace) -> int:
-
     from ..analysis.run_summary import summarise
     from ..analysis.signal import signal_line, store_signal
     from ..importers import READERS, RecordLimits, import_rollouts

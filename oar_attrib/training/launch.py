@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
