@@ -198,30 +198,78 @@ class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+def option(default=dataclasses.MISSING, help: str = "", **flag) -> dataclasses.Field:
+    """A settings field that is also a command-line flag (`add_dataclass_args`): its default,
+    its help text and how the flag is spelled and parsed, any of
+    flag:    the option strings, when not `--field-name` ("--out" or ("-n", "--n"));
+             a name without dashes makes a positional argument;
+    type:    the parser of the text (default: the field's type, a `T | None` a T);
+    choices, metavar, nargs, required: as argparse's;
+    action:  "store_true" for a switch named as the field (default for a bool:
+             `--name/--no-name`);
+    group:   the title of the argument group the flag is listed under in `--help`.
+    A field without a default is a required flag; a list default is given as a tuple."""
+    return dataclasses.field(default=default, metadata={"help": help, **flag})
+
+
 def add_dataclass_args(parser: argparse.ArgumentParser, cls, names=None) -> None:
-    """`--field-name` flags of the dataclass `cls` (only `names`, when given), with each field's
-    default and help text; an optional field (`T | None`) takes a T."""
+    """The flags of the dataclass `cls` (only `names`, when given): one per field, spelled,
+    typed and explained by the field's metadata (`option`), with the field's default; every
+    command's flags are made here (`tests/test_architecture.py` counts the others)."""
     hints = typing.get_type_hints(cls)
+    groups: dict[str, argparse._ArgumentGroup] = {}
     for f in dataclasses.fields(cls):
-        if names is not None and f.name not in names:
+        if (names is not None and f.name not in names) or f.metadata.get("flag", True) is None:
             continue
-        flag = "--" + f.name.replace("_", "-")
-        help_text = f.metadata.get("help", "")
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        kind = hints[f.name]
-        if type(None) in typing.get_args(kind):
-            kind = next(t for t in typing.get_args(kind) if t is not type(None))
-        if kind is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)
-        elif typing.get_origin(kind) in (list, tuple):
-            (inner, *_) = typing.get_args(kind)
-            parser.add_argument(flag, nargs="+", type=inner, default=default, help=help_text)
-        else:
-            parser.add_argument(flag, type=kind, default=default, help=f"{help_text} (default: {default})")
+        meta = dict(f.metadata)
+        target = parser
+        if "group" in meta:
+            title = meta.pop("group")
+            target = groups.get(title) or groups.setdefault(title, parser.add_argument_group(title))
+        target.add_argument(*_flag_strings(f, meta), **_flag_keywords(f, meta, hints[f.name]))
 
 
-def dataclass_from_args(cls, args: argparse.Namespace):
-    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
+def _flag_strings(f: dataclasses.Field, meta: dict) -> list[str]:
+    flag = meta.get("flag") or "--" + f.name.replace("_", "-")
+    return [flag] if isinstance(flag, str) else list(flag)
+
+
+def _flag_keywords(f: dataclasses.Field, meta: dict, kind) -> dict:
+    """The argparse keywords of field `f` (type `kind`) from its metadata (`option`)."""
+    positional = not _flag_strings(f, meta)[0].startswith("-")
+    keywords = {"help": meta.get("help", "")}
+    if not positional:
+        keywords["dest"] = f.name
+    if f.default is not dataclasses.MISSING:
+        keywords["default"] = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        keywords["default"] = f.default_factory()
+    elif not positional:
+        keywords["required"] = True
+    if type(None) in typing.get_args(kind):
+        kind = next(t for t in typing.get_args(kind) if t is not type(None))
+    for key in ("choices", "metavar", "nargs", "required", "action"):
+        if key in meta:
+            keywords[key] = meta[key]
+    if "action" in keywords:
+        return keywords
+    if kind is bool:
+        keywords["action"] = argparse.BooleanOptionalAction
+    elif typing.get_origin(kind) in (list, tuple):
+        keywords.setdefault("nargs", "+")
+        keywords["type"] = meta.get("type", typing.get_args(kind)[0])
+    else:
+        keywords["type"] = meta.get("type", kind)
+        default = keywords.get("default")
+        if default is not None and "default" not in keywords["help"]:
+            keywords["help"] = f"{keywords['help']} (default: {default})"
+    return keywords
+
+
+def dataclass_from_args(cls, args: argparse.Namespace, **extra):
+    """The `cls` of the flags in `args` that `add_dataclass_args` made (and `extra` fields)."""
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+                  if hasattr(args, f.name) and f.name not in extra}, **extra)
 
 
 # Model dtypes a command can load in (names of torch dtypes; torch is not imported to build a
