@@ -326,7 +326,10 @@ def _trace_row(row: dict, oracle: AdvantageTrace, record: dict, text: str, metho
     scores = {m: _floats(row["step_scores"][m]) for m in methods}
     scores[EARLIEST] = -np.arange(len(dv), dtype=np.float64)
     out = {"group": group, "reward": oracle.reward, "values": oracle.values().tolist(), "dv": dv.tolist(),
+           "step_scores": {m: scores[m].tolist() for m in methods},
            "metrics": trace_metrics(scores, dv), "seconds": row["seconds"]}
+    if min((len(r) for r in oracle.rewards), default=0) >= 2:  # the label's halves: its reliability recomputes
+        out["dv_halves"] = [half.tolist() for half in oracle.halves()]
     problem = record.get("problem")
     if problem is not None and hasattr(problem, "oracle"):
         world = problem.oracle(text)

@@ -141,6 +141,12 @@ def test_recall_resumes_from_its_cache_without_the_model(bundled, tmp_path):
     for row in first.per_trace:
         assert row["values"][-1] == row["reward"]
         assert row["control"]["chain"] >= 0  # the arithmetic world's positive control is computed
+        # a reader recomputes each figure from the row alone: the metrics from the step scores and
+        # dV, dV from the values, the halves average to dV when N is even
+        again = trace_metrics({m: np.array(v) for m, v in row["step_scores"].items()}, np.array(row["dv"]))
+        np.testing.assert_equal(again, {m: row["metrics"][m] for m in again})  # NaN equals NaN here
+        assert np.allclose(np.diff(row["values"]), row["dv"])
+        assert np.allclose(np.mean(row["dv_halves"], axis=0), row["dv"])
 
 
 def test_cache_refuses_a_malformed_advantage_entry(tmp_path):
