@@ -65,7 +65,7 @@ def test_notebooks_are_committed_without_outputs():
     names = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
     assert names == ["01_attribution_recall.ipynb", "02_reshaping.ipynb", "03_your_model.ipynb",
                      "04_steps.ipynb", "05_experiment.ipynb", "06_real_model.ipynb",
-                     "07_gradient_alignment.ipynb", "08_graded_oracle.ipynb"]
+                     "07_gradient_alignment.ipynb", "08_graded_oracle.ipynb", "09_advantage_oracle.ipynb"]
     for name in names:
         nb = nbformat.read(NOTEBOOKS / name, as_version=4)
         nbformat.validate(nb)
@@ -390,3 +390,39 @@ def test_08_graded_oracle_recomputes_the_printed_means_from_the_per_trace_rows(b
             diff = [t[m]["spearman"] - t["random"]["spearman"] for t in rows]
             assert row["spearman_p"] == pytest.approx(t_test_p(diff), nan_ok=True)
     assert len(plotly_outputs(nb)) == 3  # Spearman, AUC, the flip-rate counts
+
+
+def test_09_advantage_oracle_recomputes_every_figure_from_the_report_rows(bundled, tmp_path):
+    """09 recomputes, with its own code, each method's mean Spearman with |dV| from the step
+    scores and dV of every trace, the credit agreement from the groups, and the label's
+    reliability from the two halves of dV; each equals the figure the command printed (the
+    notebook asserts it too), each interval holds its mean; a JSON that is no report is passed over."""
+    from oar_attrib.analysis.advantage_oracle import AdvantageSettings
+    from oar_attrib.analysis.advantage_recall import advantage_recall
+    from oar_attrib.world import generate_problems
+
+    model, tok = bundled
+    records = [{"prompt": p.prompt, "answer": str(p.answer), "problem": p}
+               for p in generate_problems(4, "recall", seed=1, split="test")]
+    report = advantage_recall(model, tok, records, n=4, methods=["entropy", "oar_g", "random"],
+                              settings=AdvantageSettings(n=4, margin=0), group_size=2, max_new_tokens=48)
+    (tmp_path / "tiny.json").write_text(json.dumps(report.as_dict(), allow_nan=False))
+    (tmp_path / "other.json").write_text(json.dumps({"methods": {}}))  # not a report
+    nb, summary = run_notebook("09_advantage_oracle.ipynb", OAR_ADVANTAGE_RESULTS=str(tmp_path))
+    assert list(summary) == ["tiny"]
+    got = summary["tiny"]
+    assert sorted(got["methods"]) == ["entropy", "oar_g", "random"]
+    for method, row in got["methods"].items():
+        printed = report.methods[method]
+        for key, figure in (("spearman", "spearman"), ("credit_agreement", "credit_agreement")):
+            want = printed[figure]["mean"]
+            assert (row[key] is None) == (not finite(want))
+            if finite(want):
+                assert row[key] == pytest.approx(want, abs=1e-12)
+        if row["low"] is not None:
+            assert row["low"] <= row["spearman"] <= row["high"]
+        assert not row["beats_position"] or row["follows_dv"]
+    want = report.reliability["spearman_brown"]
+    assert (got["reliability"] is None) == (want is None)
+    assert want is None or got["reliability"] == pytest.approx(want, abs=1e-12)
+    assert len(plotly_outputs(nb)) == 2  # the values per boundary, agreement against cost
