@@ -25,9 +25,10 @@ from oar_attrib.inputs.batch import ScoringBatch, step_ids_from_ranges  # noqa: 
 from oar_attrib.methods import get_method  # noqa: E402
 
 METHODS = {  # method: parameters (few IG path points: its forwards hold one point each anyway;
-    # 8 OAR-G draws, which share passes as the budget allows; hierarchical OAR-P scores the
-    # tokens of one of its steps)
-    "oar_p": {}, "oar_p_step": {}, "oar_p_hier": {"top_steps": 1}, "oar_g": {"n_noise": 8},
+    # 2 OAR-G draws, which share a pass where the budget holds both and run one after the other
+    # where it does not (SmolLM2's 300 tokens at 1 GiB: one draw a pass, so more draws add time,
+    # not memory); hierarchical OAR-P scores the tokens of one of its steps)
+    "oar_p": {}, "oar_p_step": {}, "oar_p_hier": {"top_steps": 1}, "oar_g": {"n_noise": 2},
     "entropy": {}, "grail": {}, "ig": {"n_steps": 2}, "random": {},
 }
 TRACE = Path(__file__).parent / "data" / "smollm2_outputs.jsonl"
