@@ -40,10 +40,12 @@ def test_dry_run_prints_the_plan_and_passes():
     assert out.strip().splitlines()[-1] == "dry-run: ok"
     limits = {m[0]: int(m[1]) for m in re.findall(r"^plan: stage (\w+) limit (\d+) s", out, re.M)}
     assert {"oar_p_steps", "train_step"} <= set(limits)
-    assert list(limits) == ["oar_p_steps", "train_step", "model", "align"]
+    assert list(limits) == ["oar_p_steps", "advantage", "train_step", "model", "align"]
     assert sum(limits.values()) <= 9 * 60 - 40  # setup and the JSON fit in what is left
     assert "bench/bench_steps.py --models qwen2-0.5b --lengths 2048" in out
     assert "bench/bench_train_step.py --no-cpu" in out
+    assert ("bench/bench_advantage.py --model qwen2-0.5b --device cuda --dtype bfloat16 --samples 16 "
+            "--new-tokens 128") in out
     calls = re.findall(r"^carry: call (\d): (\[.*?\]) ([\d.]+) MiB \+ tree = ([\d.]+) MiB (\S+) 64.0 MiB",
                        out, re.M)
     assert [c[0] for c in calls] == ["1", "2"]
