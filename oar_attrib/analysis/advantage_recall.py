@@ -180,6 +180,20 @@ def _group(run: _Run, ids: list[int], size: int, max_new_tokens: int) -> list[st
     return hit["texts"]
 
 
+def _sample_groups(run: _Run, prompt_ids: list, rewards_of: list, wanted: int, size: int, max_new_tokens: int,
+                   progress: bool) -> tuple[list[list[str]], list[list[float]]]:
+    """Each candidate problem's group of `size` answers and their rewards, sampled in order until
+    `wanted` groups mix right and wrong answers (only those carry GRPO's signal) or the
+    candidates run out; `choose_groups` then takes the same groups it would from all of them."""
+    texts, rewards = [], []
+    for ids, reward_of in tqdm(list(zip(prompt_ids, rewards_of)), desc="groups", disable=not progress):
+        texts.append(_group(run, ids, size, max_new_tokens))
+        rewards.append([float(reward_of(t)) for t in texts[-1]])
+        if sum(len(set(r)) > 1 for r in rewards) >= wanted:
+            break
+    return texts, rewards
+
+
 def choose_groups(rewards: list[list[float]], n: int, size: int) -> list[int]:
     """Indices of the groups to analyse: those with unequal rewards first, in order, then the
     others, until ceil(n / size) groups."""
@@ -292,9 +306,9 @@ def advantage_recall(model, tokenizer, records: list[dict], *, n: int, methods=N
     prompts = [record_prompt(r) for r in records]
     prompt_ids = [encode_prompt_ids(tokenizer, p) for p in prompts]
     rewards_of = [reward_function(r) for r in records]
-    texts = [_group(run, ids, group_size, max_new_tokens)
-             for ids in tqdm(prompt_ids, desc="groups", disable=not progress)]
-    rewards = [[float(f(t)) for t in group] for f, group in zip(rewards_of, texts)]
+    texts, rewards = _sample_groups(run, prompt_ids, rewards_of, math.ceil(n / group_size), group_size,
+                                    max_new_tokens, progress)
+    records = records[:len(texts)]  # the candidates: those sampled
     chosen = choose_groups(rewards, n, group_size)
     reshape = ReshapeSettings(probe=probe, seed=settings.seed)
     per_trace, per_group, oracles, skipped = [], [], [], {"no_steps": 0, "few_steps": 0}

@@ -113,6 +113,23 @@ def test_mixed_groups_are_chosen_first():
     assert choose_groups([[1, 1], [0, 1]], n=4, size=2) == [0, 1]
 
 
+def test_groups_are_sampled_until_enough_mix_right_and_wrong(monkeypatch):
+    """Candidates are sampled in order and no further than needed: with 2 mixed groups wanted,
+    sampling stops at the second mixed one; with too few mixed, every candidate is sampled."""
+    from oar_attrib.analysis import advantage_recall as module
+
+    answers = {1: ["1", "1"], 2: ["1", "0"], 3: ["0", "0"], 4: ["0", "1"], 5: ["1", "0"]}
+    sampled = []
+    monkeypatch.setattr(module, "_group", lambda run, ids, size, tokens: sampled.append(ids) or answers[ids])
+    reward = [lambda text: float(text)] * 5
+    texts, rewards = module._sample_groups(None, [1, 2, 3, 4, 5], reward, 2, 2, 8, False)
+    assert sampled == [1, 2, 3, 4] and rewards == [[1, 1], [1, 0], [0, 0], [0, 1]]
+    assert choose_groups(rewards, n=4, size=2) == [1, 3]
+    sampled.clear()
+    texts, rewards = module._sample_groups(None, [1, 3], reward[:2], 2, 2, 8, False)
+    assert sampled == [1, 3] and choose_groups(rewards, n=4, size=2) == [0, 1]
+
+
 def test_settings_refuse_bad_values():
     with pytest.raises(InputError, match="n=0"):
         AdvantageSettings(n=0)
