@@ -14,7 +14,7 @@ METHODS="oar_p oar_p_step oar_p_hier oar_g grail entropy ig ktae random"
 for n in 8 16 24 32 40; do
   [ "$n" -gt "$LAST" ] && n=$LAST
   $OAR recall --model smollm2-135m --sets advantage --data wordworld:tiny --n $n \
-      --group-samples 4 --continuations 16 --temperature 1.0 --max-new-tokens 160 --min-steps 5 \
+      --group-samples 4 --continuations 16 --temperature 0.7 --max-new-tokens 128 --min-steps 5 \
       --methods $METHODS --oar-g-n-noise 8 --cf-cache $OUT/words-cache.jsonl --json > $OUT/words.json.part
   mv $OUT/words.json.part $OUT/words.json
   echo "word problems: $n traces done $(date -u +%FT%TZ)"
