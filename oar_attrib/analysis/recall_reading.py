@@ -61,9 +61,11 @@ def recall_reading(report, comparisons: list[Comparison], next_step: str) -> lis
 
 def next_recall_step(report, command: str) -> str:
     """The command to run next: more traces when few were scored, else a real model's own
-    traces (`oar recall --data`) or the graded oracle."""
+    traces (`oar recall data`) or the graded oracle (`oar recall graded`)."""
     if report.n_scored < STABLE_TRACES:
         return f"{command} --n 200 (more traces for tighter intervals)"
     if "--data" not in command:
-        return "oar recall --data wordworld:tiny --model smollm2-135m (the same question on a real model's own traces)"
-    return f"{command} --sets graded (how strongly each token moves the answer, not only whether it does)"
+        return ("oar recall data --data wordworld:tiny --model smollm2-135m (the same question on a real "
+                "model's own traces)")
+    graded = command.replace("oar recall data ", "oar recall graded ", 1)
+    return f"{graded} (how strongly each token moves the answer, not only whether it does)"

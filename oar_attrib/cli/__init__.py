@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import sys
 
 from ..commands import (INTERRUPTED, DefaultsHelpFormatter, quiet_library_deprecations,  # noqa: F401  (this module's names too)
                         run_command)
@@ -17,9 +18,10 @@ from ..console import say
 
 def _add_plugin_commands(sub) -> None:
     """Subcommands of the other packages of the distribution (`oar demo`, `oar web`,
-    `oar train`, `oar eval`), found through the `oar_attrib.commands` entry points so that the core
-    never imports `training` or `webapp` itself. A core subcommand is never a plugin's: an
-    entry point of its name (an install made before `oar generate` became one) is not loaded."""
+    `oar train`, `oar experiment`, `oar align`), found through the `oar_attrib.commands` entry
+    points so that the core never imports `training` or `webapp` itself. A core subcommand is
+    never a plugin's: an entry point of its name (an install made before `oar generate` became
+    one) is not loaded."""
     from importlib.metadata import entry_points
 
     for entry in sorted(entry_points(group="oar_attrib.commands"), key=lambda e: e.name):
@@ -30,13 +32,13 @@ def _add_plugin_commands(sub) -> None:
 def build_parser() -> argparse.ArgumentParser:
     # The subcommands are imported here, not with the package, so that a Ctrl-C while they load
     # is caught by `main` like any other (one line, exit 130).
-    from . import attribute, generate, importing, models, recall
+    from . import attribute, evaluate, generate, importing, models, recall
 
     parser = argparse.ArgumentParser(prog="oar", description="Outcome-grounded Advantage Reshaping")
     # Every subcommand's --help shows the defaults.
     sub = parser.add_subparsers(dest="command", required=True, parser_class=functools.partial(
         argparse.ArgumentParser, formatter_class=DefaultsHelpFormatter))
-    for command in (attribute, generate, importing, models, recall):
+    for command in (attribute, evaluate, generate, importing, models, recall):
         command.add_parser(sub)
     _add_plugin_commands(sub)
     return parser
@@ -52,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     quiet_library_deprecations()
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
+        from .recall_settings import new_spelling  # `oar recall`'s one-command spelling, until 0.3
+
+        args = parser.parse_args(new_spelling(sys.argv[1:] if argv is None else argv))
     except KeyboardInterrupt:  # while the plugins' commands were imported
         say("oar: interrupted")
         return INTERRUPTED

@@ -17,6 +17,7 @@ import argparse
 import os
 import sys
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -28,7 +29,7 @@ from ..inputs.grading import TRUNCATED
 from ..inputs.segments import n_scored
 from ..jsonl import iter_jsonl
 from . import outputs
-from ..commands import MAX_COUNT, add_dataclass_args, add_model_args
+from ..commands import MAX_COUNT, add_dataclass_args, add_model_args, option
 from ..weights.settings import ReshapeSettings
 from .progress import method_progress, progress_bar
 from .choices import add_answer_format_arg, add_method_knobs, add_probe_arg, method_name, method_params_from
@@ -348,41 +349,48 @@ class _Flagged:
         self.output.close(finish)
 
 
+@dataclass(frozen=True)
+class AttributeFlags:
+    """The flags of `oar attribute` beside the shared ones (probe, answer format, gating,
+    method knobs, model): what is attributed, by which methods, where it is written and how."""
+
+    model: str | None = option(None, "catalogue name or local checkpoint folder (default: the model that wrote "
+                               "--input, as `oar generate` records it, else arith-tiny; with --store, the "
+                               "run's model)")
+    input: str | None = option(None, "JSONL with 'prompt' and 'response' per line")
+    store: str | None = option(None, "a run store *.db whose run --run is attributed in place (an `oar "
+                               "import`ed run, or one more method on any run); resumes after the traces done")
+    run: int | None = option(None, "the id of the run to attribute in --store")
+    out: str | None = option(None, "JSONL to write (one attribution per valid line), or a run store *.db to "
+                             "add a run to (readable by `oar web --store`); a rerun with the same input and "
+                             "output resumes after the lines already written")
+    # field(), not option(): the default is the list it always was (--help shows it so), and a
+    # dataclass takes a list only from a factory.
+    methods: list[str] = field(default_factory=lambda: ["oar_p", "oar_g"], metadata={
+        "help": "registered importance methods (oar_attrib.available_methods())", "type": method_name})
+    batch_size: int | None = option(None, "lines attributed (and then written) together; each record's "
+                                    "`timings` is its batch's seconds per trace (1: each trace timed on its "
+                                    "own). Default: the lines that fill one pass of the memory budget (one at "
+                                    "a time on a real model, so each trace is written as soon as it is done)")
+    chat: bool | None = option(None, "wrap plain-string prompts in the model's chat template as one user "
+                               "message (default: yes when the tokenizer has a chat template; chat-message "
+                               "prompts always get it)")
+    force_new_run: bool = option(False, "--out *.db: start a new run even when the store holds this input's "
+                                 "run made with other settings (a JSONL holds one run: pass a new --out)",
+                                 action="store_true")
+    no_progress: bool = option(False, "hide the progress bar", action="store_true")
+
+
 def add_parser(sub) -> None:
     at = sub.add_parser("attribute", help="token importances of prompt/response pairs (JSONL in, JSONL out)")
-    at.add_argument("--model", default=None,
-                    help="catalogue name or local checkpoint folder (default: the model that wrote "
-                         "--input, as `oar generate` records it, else arith-tiny; with --store, "
-                         "the run's model)")
-    at.add_argument("--input", default=None, help="JSONL with 'prompt' and 'response' per line")
-    at.add_argument("--store", default=None,
-                    help="a run store *.db whose run --run is attributed in place (an `oar import`ed "
-                         "run, or one more method on any run); resumes after the traces done")
-    at.add_argument("--run", type=int, default=None, help="the id of the run to attribute in --store")
-    at.add_argument("--out", default=None,
-                    help="JSONL to write (one attribution per valid line), or a run store *.db "
-                         "to add a run to (readable by `oar web --store`); a rerun with the same "
-                         "input and output resumes after the lines already written")
-    at.add_argument("--methods", nargs="+", default=["oar_p", "oar_g"], type=method_name,
-                    help="registered importance methods (oar_attrib.available_methods())")
+    add_dataclass_args(at, AttributeFlags, ("model", "input", "store", "run", "out", "methods"))
     add_probe_arg(at)
     add_answer_format_arg(at, default=None, help_text="where the final answer is (default: the format "
                           "--input was generated with, as `oar generate` records it, or the --store "
                           "run's; else auto)")
     add_dataclass_args(at, ReshapeSettings, GATING_FLAGS)  # generated from ReshapeSettings: defaults and help text
-    at.add_argument("--batch-size", type=int, default=None,
-                    help="lines attributed (and then written) together; each record's `timings` is "
-                         "its batch's seconds per trace (1: each trace timed on its own). Default: "
-                         "the lines that fill one pass of the memory budget (one at a time on a "
-                         "real model, so each trace is written as soon as it is done)")
-    at.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
-                    help="wrap plain-string prompts in the model's chat template as one user message "
-                         "(default: yes when the tokenizer has a chat template; chat-message "
-                         "prompts always get it)")
+    add_dataclass_args(at, AttributeFlags, ("batch_size", "chat"))
     add_method_knobs(at)
     add_model_args(at)
-    at.add_argument("--force-new-run", action="store_true",
-                    help="--out *.db: start a new run even when the store holds this input's run "
-                         "made with other settings (a JSONL holds one run: pass a new --out)")
-    at.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_dataclass_args(at, AttributeFlags, ("force_new_run", "no_progress"))
     at.set_defaults(func=run)

@@ -1,6 +1,7 @@
 """Argument types that check a name against its registry when the command line is parsed, so
 `oar` lists exactly what is registered (a method registered by a plugin or a test included),
-and importing the command line loads no method module (nor torch) until a name is checked."""
+and importing the command line loads no method (nor torch) until a name is checked: the method
+knobs' flags are made from their declarations (`methods.knobs`), plain dataclasses."""
 from __future__ import annotations
 
 import argparse
@@ -9,6 +10,8 @@ from ..commands import number_problem
 from ..defaults import ANSWER_FORMAT, PROBE, PROBES
 from ..errors import UnknownNameError, unknown_name
 from ..inputs.spans import ANSWER_FORMATS
+from ..methods.knobs import KNOBS
+from ..methods.registry import knob_fields
 
 
 def method_name(name: str) -> str:
@@ -45,41 +48,15 @@ def add_answer_format_arg(parser: argparse.ArgumentParser, help_text: str = "whe
                         help=f"{help_text}: one of {', '.join(formats)} (auto: any of the others)")
 
 
-def mask_choice(text: str) -> str | int:
-    """An OAR-P mask (`oar_attrib.methods.masks`): a mask name, "eos" / "unk" (the tokenizer's
-    token, resolved by `attribute`), or a token id."""
-    from ..methods.masks import MASKS, TOKEN_NAMES
-
-    if text.isdigit():
-        return int(text)
-    if text in MASKS or text in TOKEN_NAMES:
-        return text
-    raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(MASKS + TOKEN_NAMES)} "
-                                     "or a token id")
-
-
-# Method knobs reachable from the command line: (method, keyword of its function, type, help);
-# the type is int or float (a positive number) or a parser of its own (`mask_choice`).
-# Each becomes `--<method>-<keyword>` (underscores as dashes) and lands in
+# The command line's method knobs, (method, keyword of its function, kind, help) each, made
+# from the methods' knob declarations (`methods.knobs`, which import no method nor torch): the
+# kind is int or float (a positive number) or a parser of its own (`knobs.mask_choice`). Each
+# becomes `--<method>-<keyword>` (underscores as dashes) and lands in
 # method_params[method][keyword] only when given, so the method's own default stays the one
-# default; tests/cli/test_cli_knobs.py holds every row to the method's signature.
-METHOD_KNOBS: tuple[tuple[str, str, type, str], ...] = (
-    ("ig", "n_steps", int, "integrated gradients: points on the path from the baseline"),
-    ("ig", "internal_batch_size", int, "integrated gradients: path points per forward (memory)"),
-    ("oar_g", "n_noise", int, "OAR-G: noise draws averaged"),
-    ("oar_g", "noise_std", float, "OAR-G: noise scale (default: 0.1 x the RMS of the row's embeddings)"),
-    ("resample", "n_samples", int, "resample: continuations per side and step"),
-    ("oar_p", "mask", mask_choice, "OAR-P: what a perturbed token becomes: pad (the paper's), "
-     "eos or unk (the tokenizer's), a token id, zero or mean (embedding), resample, delete"),
-    ("oar_p_step", "mask", mask_choice, "step-level OAR-P: what a step's tokens become (as "
-     "--oar-p-mask)"),
-    ("oar_p_hier", "top_steps", int, "hierarchical OAR-P: steps per trace whose tokens are "
-     "scored exactly (by count)"),
-    ("oar_p_hier", "top_mass", float, "hierarchical OAR-P: choose steps by mass instead, the "
-     "fewest largest carrying this share (0-1] of the trace's step importance"),
-    ("oar_p_hier", "mask", mask_choice, "hierarchical OAR-P: what a perturbed step or token "
-     "becomes (as --oar-p-mask)"),
-)
+# default.
+METHOD_KNOBS: tuple[tuple[str, str, type, str], ...] = tuple(
+    (method, f.name, f.metadata["kind"], f.metadata["help"]) for method, knobs in KNOBS.items()
+    for f in knob_fields(knobs))
 
 
 def knob_flag(method: str, param: str) -> str:

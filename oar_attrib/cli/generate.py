@@ -29,11 +29,42 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from oar_attrib.commands import add_model_args
+from oar_attrib.commands import add_dataclass_args, add_model_args, dataclass_from_args, option
 from oar_attrib.inputs.spans import MARKER_FORMATS
 
 # The most rows (questions x samples) decoded at once.
 MAX_ROWS = 1 << 16
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)  # --data and --out, required, come after --model
+class GenerateSettings:
+    """What `oar generate` asks, of which model, and where it writes: every field is its flag,
+    but --device and --dtype (`commands.add_model_args`). The answer format, temperature and
+    token limit left out (None) are the model's catalogue defaults (`model_defaults`)."""
+
+    model: str = option("smollm2-135m", "catalogue name or local checkpoint folder")
+    data: str = option(
+        help="JSONL questions: 'question' or 'problem' and 'answer' per line (GSM8K / MATH-500 / "
+             "AIME / AMC), or TRL's 'prompt' (string or chat messages) and 'answer'")
+    out: str = option(help="JSONL to write (appended; a rerun resumes)")
+    n: int | None = option(None, "the first N questions (default: all)")
+    samples: int = option(
+        4, "answers per question (GRPO's group size G); a rerun with more adds to the groups")
+    temperature: float | None = option(
+        None, "sampling temperature; 0 is greedy decoding (needs --samples 1); default: the "
+              "model's in the catalogue (`oar models`: smollm2-135m 0.5), else 1.0")
+    greedy: bool = option(False, "the first answer of each group is the greedy one", action="store_true")
+    max_new_tokens: int | None = option(
+        None, "tokens per answer (cut off: reward 0); default: the model's in the catalogue "
+              "(smollm2-135m 320), else 512")
+    answer_format: str | None = option(
+        None, f"the format the prompt asks for and the grade reads: one of {', '.join(MARKER_FORMATS)}; "
+              "default: the one the model follows in the catalogue (smollm2-135m answer_is), else boxed")
+    batch_size: int = option(8, "questions decoded together")
+    seed: int = option(0, "seed of the sampling")
+    device: str | None = option(None, flag=None)  # add_model_args
+    dtype: str = option("float32", flag=None)  # add_model_args
+    no_progress: bool = option(False, "hide the progress bar", action="store_true")
 
 
 def question_key(prompt, gold) -> str:
@@ -146,20 +177,20 @@ def _askable(tokenizer, questions, limit: int | None, max_new_tokens: int, data:
     return out
 
 
-def _check(args, settings) -> None:
+def _check(options: GenerateSettings, settings) -> None:
     from oar_attrib.errors import InputError
 
-    for flag, value in (("--samples", args.samples), ("--batch-size", args.batch_size),
-                        ("--n", args.n or 1)):
+    for flag, value in (("--samples", options.samples), ("--batch-size", options.batch_size),
+                        ("--n", options.n or 1)):
         if value < 1:
             raise InputError(f"{flag} must be at least 1, got {value}")
-    if args.samples * args.batch_size > MAX_ROWS:
-        raise InputError(f"--samples {args.samples} x --batch-size {args.batch_size} answers decoded "
-                         f"at once is more than {MAX_ROWS}; lower --batch-size")
-    if settings.all_greedy and args.samples > 1:
-        raise InputError(f"--temperature 0 is greedy decoding: all --samples {args.samples} answers "
-                         "would be the same; pass --samples 1, or a temperature above 0 (with "
-                         "--greedy for a greedy first answer)")
+    if options.samples * options.batch_size > MAX_ROWS:
+        raise InputError(f"--samples {options.samples} x --batch-size {options.batch_size} answers "
+                         f"decoded at once is more than {MAX_ROWS}; lower --batch-size")
+    if settings.all_greedy and options.samples > 1:
+        raise InputError(f"--temperature 0 is greedy decoding: all --samples {options.samples} "
+                         "answers would be the same; pass --samples 1, or a temperature above 0 "
+                         "(with --greedy for a greedy first answer)")
 
 
 def _to_ask(questions, held: Held, samples: int) -> tuple[dict, int]:
@@ -224,7 +255,8 @@ class Progress:
         self.ended = 0
 
 
-def _answer(model, tokenizer, todo: dict, args, settings, out: Path, report) -> Tally:
+def _answer(model, tokenizer, todo: dict, options: GenerateSettings, settings, out: Path,
+            report) -> Tally:
     """Append the answers `todo` lacks to `out`, a batch of groups at a time (`Tally` of
     what was written). Ctrl-C keeps what was written and says so."""
     from tqdm.auto import tqdm
@@ -237,18 +269,19 @@ def _answer(model, tokenizer, todo: dict, args, settings, out: Path, report) -> 
     tally = Tally()
     try:
         with AppendLog(out, "--out") as handle, \
-                tqdm(total=sum(len(q) * (args.samples - have) for have, q in todo.items()),
-                     desc="generate", unit="answer", disable=args.no_progress) as bar:
+                tqdm(total=sum(len(q) * (options.samples - have) for have, q in todo.items()),
+                     desc="generate", unit="answer", disable=options.no_progress) as bar:
             progress = Progress(bar)
             for have, questions in sorted(todo.items()):
-                encoded = _askable(tokenizer, questions, limit, args.max_new_tokens, Path(args.data), report)
-                bar.update((len(questions) - len(encoded)) * (args.samples - have))
+                encoded = _askable(tokenizer, questions, limit, options.max_new_tokens,
+                                   Path(options.data), report)
+                bar.update((len(questions) - len(encoded)) * (options.samples - have))
                 tally["asked"] += len(encoded)
                 for groups in sample_encoded(
-                        model, tokenizer, encoded, samples=args.samples - have,
-                        greedy=settings.greedy and have == 0, temperature=args.temperature or 1.0,
-                        max_new_tokens=args.max_new_tokens, answer_format=args.answer_format,
-                        batch_size=args.batch_size, seed=args.seed + have, first=have,
+                        model, tokenizer, encoded, samples=options.samples - have,
+                        greedy=settings.greedy and have == 0, temperature=options.temperature or 1.0,
+                        max_new_tokens=options.max_new_tokens, answer_format=options.answer_format,
+                        batch_size=options.batch_size, seed=options.seed + have, first=have,
                         on_step=progress.step):
                     for answer in (r for g in groups for r in g):
                         answer["sampling"] = record
@@ -307,10 +340,12 @@ def run(args: argparse.Namespace) -> int:
     from oar_attrib.rollouts import SamplingSettings, read_questions
 
     said = model_defaults(args)
-    settings = SamplingSettings(args.model, args.answer_format, args.temperature,
-                                args.greedy or args.temperature == 0, args.max_new_tokens, args.seed)
-    _check(args, settings)
-    data, out = Path(args.data), Path(args.out)
+    options = dataclass_from_args(GenerateSettings, args)
+    settings = SamplingSettings(options.model, options.answer_format, options.temperature,
+                                options.greedy or options.temperature == 0, options.max_new_tokens,
+                                options.seed)
+    _check(options, settings)
+    data, out = Path(options.data), Path(options.out)
     check_file(data, "--data", "pass a JSONL file with 'question' (or 'problem', or TRL's "
                "'prompt') and 'answer' per line")
     if out.suffix == ".db":
@@ -321,16 +356,16 @@ def run(args: argparse.Namespace) -> int:
     held = _held(out, settings.record())
     if said:  # once every refusal has had its say
         say(said)
-    model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
+    model, tokenizer = load_model(options.model, device=options.device, dtype=options.dtype)
     skipped: Counter = Counter()
 
     def report(kind: str, line: str) -> None:
         skipped[kind] += 1
         say(line)
 
-    questions = read_questions(data, tokenizer, args.answer_format, limit=args.n, report=report)
-    todo, done = _to_ask(questions, held, args.samples)
-    tally = _answer(model, tokenizer, todo, args, settings, out, report)
+    questions = read_questions(data, tokenizer, options.answer_format, limit=options.n, report=report)
+    todo, done = _to_ask(questions, held, options.samples)
+    tally = _answer(model, tokenizer, todo, options, settings, out, report)
     if out.exists() and out.stat().st_size:
         _settle(out)
     warning = few_answers(tally, settings)
@@ -349,27 +384,8 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(sub) -> None:
     gen = sub.add_parser("generate", help="sample graded groups of answers to JSONL questions (for oar attribute)",
                          description=__doc__.split("\n\n")[0])
-    gen.add_argument("--model", default="smollm2-135m", help="catalogue name or local checkpoint folder")
-    gen.add_argument("--data", required=True,
-                     help="JSONL questions: 'question' or 'problem' and 'answer' per line (GSM8K / "
-                          "MATH-500 / AIME / AMC), or TRL's 'prompt' (string or chat messages) and 'answer'")
-    gen.add_argument("--out", required=True, help="JSONL to write (appended; a rerun resumes)")
-    gen.add_argument("--n", type=int, default=None, help="the first N questions (default: all)")
-    gen.add_argument("--samples", type=int, default=4,
-                     help="answers per question (GRPO's group size G); a rerun with more adds to the groups")
-    gen.add_argument("--temperature", type=float, default=None,
-                     help="sampling temperature; 0 is greedy decoding (needs --samples 1); default: "
-                          "the model's in the catalogue (`oar models`: smollm2-135m 0.5), else 1.0")
-    gen.add_argument("--greedy", action="store_true", help="the first answer of each group is the greedy one")
-    gen.add_argument("--max-new-tokens", type=int, default=None,
-                     help="tokens per answer (cut off: reward 0); default: the model's in the "
-                          "catalogue (smollm2-135m 320), else 512")
-    gen.add_argument("--answer-format", default=None,
-                     help=f"the format the prompt asks for and the grade reads: one of {', '.join(MARKER_FORMATS)}; "
-                          "default: the one the model follows in the catalogue "
-                          "(smollm2-135m answer_is), else boxed")
-    gen.add_argument("--batch-size", type=int, default=8, help="questions decoded together")
-    gen.add_argument("--seed", type=int, default=0, help="seed of the sampling")
+    add_dataclass_args(gen, GenerateSettings, names=[f for f in GenerateSettings.__dataclass_fields__
+                                                     if f != "no_progress"])
     add_model_args(gen, budget=False)
-    gen.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_dataclass_args(gen, GenerateSettings, names=("no_progress",))
     gen.set_defaults(func=run)

@@ -6,13 +6,31 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
+from ..commands import add_dataclass_args, dataclass_from_args, option
 from ..models.catalogue import CATALOGUE, cache_dir, entry_folder, gguf_folder, listing
 from ..console import say, terminal_safe
 from ..errors import ModelLoadError
 
 COLUMNS = ("name", "architecture", "parameters", "vocabulary", "licence", "answers", "cached", "source")
+
+
+@dataclass(frozen=True)
+class ModelsSettings:
+    """What `oar models` does: list the catalogue (as JSON), fetch one model, verify the cache
+    or rebuild one folder; every field is its flag."""
+
+    json: bool = option(False, "print the catalogue as JSON", action="store_true")
+    fetch: str | None = option(
+        None, "bring a catalogue model onto this machine now (its folder is printed)", metavar="NAME")
+    verify: bool = option(
+        False, "rehash every converted model in the cache against the hashes recorded at "
+               "conversion (exit status 2 when one is damaged)", action="store_true")
+    rebuild: str | None = option(
+        None, "convert a catalogue model or a .gguf file again, replacing its cached folder "
+              "(damaged or not)", metavar="NAME_OR_GGUF")
 
 
 def _answers(answering: dict) -> str:
@@ -61,16 +79,17 @@ def _rebuild(name: str) -> Path:
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
-    if args.verify:
+    settings = dataclass_from_args(ModelsSettings, args)
+    if settings.verify:
         return _verify()
-    if args.rebuild:
-        print(terminal_safe(f"{args.rebuild}: {_rebuild(args.rebuild)}"))
+    if settings.rebuild:
+        print(terminal_safe(f"{settings.rebuild}: {_rebuild(settings.rebuild)}"))
         return 0
-    if args.fetch:
-        print(f"{args.fetch}: {entry_folder(_entry(args.fetch))}")
+    if settings.fetch:
+        print(f"{settings.fetch}: {entry_folder(_entry(settings.fetch))}")
         return 0
     rows = listing()
-    if args.json:
+    if settings.json:
         print(json.dumps(rows, indent=1))
         return 0
     shown = [[str(row[c]) if c != "answers" else _answers(row["answering"]) for c in COLUMNS] for row in rows]
@@ -83,13 +102,5 @@ def _cmd_models(args: argparse.Namespace) -> int:
 
 def add_parser(sub) -> None:
     parser = sub.add_parser("models", help="the model catalogue: what --model accepts by name")
-    parser.add_argument("--json", action="store_true", help="print the catalogue as JSON")
-    parser.add_argument("--fetch", metavar="NAME", default=None,
-                        help="bring a catalogue model onto this machine now (its folder is printed)")
-    parser.add_argument("--verify", action="store_true",
-                        help="rehash every converted model in the cache against the hashes "
-                             "recorded at conversion (exit status 2 when one is damaged)")
-    parser.add_argument("--rebuild", metavar="NAME_OR_GGUF", default=None,
-                        help="convert a catalogue model or a .gguf file again, replacing its "
-                             "cached folder (damaged or not)")
+    add_dataclass_args(parser, ModelsSettings)
     parser.set_defaults(func=_cmd_models)

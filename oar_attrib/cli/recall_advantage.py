@@ -1,4 +1,4 @@
-"""`oar recall --sets advantage`: every method against the Monte-Carlo advantage oracle
+"""`oar recall advantage`: every method against the Monte-Carlo advantage oracle
 (`analysis.advantage_recall`), its text report ending in a reading in words."""
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import math
 
 from ..console import say
 from .choices import method_params_from
+from .recall_settings import DEFAULT_GROUP
 
-DEFAULT_GROUP = 4  # answers per problem when --group-samples is 0
+CANDIDATES = 6  # candidate problems per group analysed (`advantage_recall` samples only those it needs)
 
 
 def advantage_records(args: argparse.Namespace, problems: int) -> list[dict]:
@@ -59,12 +60,6 @@ def run_advantage(args: argparse.Namespace) -> int:
     from ..models.catalogue import answering
     from .choices import budget_params
 
-    if args.sets != ["advantage"] or args.granularity == "step":
-        say("oar recall: --sets advantage runs alone (it scores steps itself; leave out --granularity)")
-        return 2
-    if args.n < 1:
-        say(f"oar recall: --n must be >= 1 (traces), got {args.n}")
-        return 2
     size = args.group_samples or DEFAULT_GROUP
     try:
         settings = AdvantageSettings(n=args.continuations, temperature=args.temperature, seed=args.seed)
@@ -73,8 +68,9 @@ def run_advantage(args: argparse.Namespace) -> int:
     except InputError as err:
         say(f"oar recall: {err}")
         return 2
-    # Twice the groups needed are sampled, so that groups mixing right and wrong can be chosen.
-    records = advantage_records(args, 2 * math.ceil(args.n / size))
+    # Up to CANDIDATES times the groups needed are candidates, sampled in order until enough of
+    # them mix right and wrong answers (a model right 15% of the time mixes about half its groups).
+    records = advantage_records(args, CANDIDATES * math.ceil(args.n / size))
     cache = advantage_cache(args.cf_cache)  # read and checked before the model loads
     if bundled(args.model):
         # A 1.1M-parameter model's decode steps are too small to share: threads only contend
@@ -177,6 +173,6 @@ def reading(report) -> list[str]:
         "the positive control does not rank the world's causal steps above a random ranking's expectation "
         "(|dV| recall's interval reaches chance): read agreement with |dV| with care"
         if chain is not None and chance is not None and chain <= chance else None)
-    more = (f"oar recall --model <model> --sets advantage --n {max(2 * report.n, 40)} "
+    more = (f"oar recall advantage --model <model> --n {max(2 * report.n, 40)} "
             f"--continuations {max(2 * report.oracle['n'], 16)} (narrower intervals, a more reliable label)")
     return in_words(comparisons(report), notes, more)

@@ -1,31 +1,33 @@
 """The importance methods: the registry (`methods.registry`) with every built-in method
-registered (probes, OAR-P token, step and hierarchical, OAR-G, resampling, baselines), the one
-module callers read names from.
+registered (`methods.members`: OAR-P token, step and hierarchical, OAR-G, resampling, the
+baselines, `none`), the one module callers read names from, and the methods' knobs
+(`methods.knobs`).
 
-Importing this module imports the built-in members, each of which registers itself with the
-registry; the registry imports none of them, so the import graph has no cycle. `none` is
-registered here: uniform weights without any model call (plain GRPO), so callers ask its spec
-(`MethodSpec.uniform`) rather than compare the name.
+Names load on first use (PEP 562, `lazy.lazy_exports`), and the first one used imports the
+built-in methods, each of which registers itself, so every lookup sees them. Until then nothing
+heavy is loaded: the command line builds its method flags from `methods.knobs` (plain
+dataclasses) without loading a method, or torch.
 """
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
-from . import oar_g, oar_p, oar_p_hier, oar_p_step, resample  # noqa: F401  (registration)
-from .baselines import entropy, grail, ig, ktae, random  # noqa: F401  (registration)
-from ..defaults import NO_METHOD, PROBE
-from ..inputs.batch import ScoringBatch
-from .registry import (ImportanceFn, MethodSpec, available_methods, get_method, method_spec,
-                       ranking_scores, register_method, registered_methods, trainable_methods,
-                       unregister_method)
+from ..lazy import lazy_exports
+
+if TYPE_CHECKING:  # every export; each loads on first use, after the built-in methods register
+    from .registry import (ImportanceFn, MethodSpec, available_methods, get_method, method_spec,
+                           ranking_scores, register_method, registered_methods, trainable_methods,
+                           unregister_method)
 
 __all__ = ["ImportanceFn", "MethodSpec", "available_methods", "get_method", "method_spec",
            "ranking_scores", "register_method", "registered_methods", "trainable_methods",
            "unregister_method"]
 
+_export, __dir__ = lazy_exports(__name__, __file__)
 
-@register_method(NO_METHOD, weighting="uniform", uniform=True)
-def none(model, batch: ScoringBatch, *, probe: str = PROBE, generator=None) -> torch.Tensor:
-    """No importance: (B, L) float32 zeros on the batch's device; the model is not run (it may
-    be None). Its weighting gives weight 1 everywhere, so advantages are GRPO's."""
-    return torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=batch.input_ids.device)
+
+def __getattr__(name: str):
+    """An export of the registry, once the built-in methods have registered (`members`)."""
+    if name in __all__:
+        from . import members  # noqa: F401  (registration)
+    return _export(name)

@@ -43,16 +43,16 @@ from ..models.lm import (accepts_logits_to_keep, check_positions, check_token_bu
                  eval_mode, input_embeddings, keep_scoreable, logits_at, model_device, plain_kv,
                  scoreable, with_cache)
 from .draws import mean_of_draws
+from .knobs import OarGKnobs
 from .registry import register_method
 from .probes import ProbeSites, backward_budget, check_probe, probe_divergence, probe_sites, probe_values
 
 
-# Analysis reads with 8 draws (one draw's ranking is mostly noise on a real model: seed-to-seed
-# Spearman -0.08 to 0.77 on SmolLM2, 8 draws 0.93-0.96); training keeps the paper's 1.
+# Analysis reads with 8 draws, training with the paper's 1 (`OarGKnobs`).
 @register_method("oar_g", random=True, train_params=("noise_std",), token_budget=True,
-                 analysis_params={"n_noise": 8}, draws=True, speed_params=("draws_per_pass",))
-def oar_g(model, batch: ScoringBatch, *, probe: str = PROBE, noise_std: float | None = None,
-          n_noise: int = 1, generator: torch.Generator | None = None,
+                 knobs=OarGKnobs, draws=True, speed_params=("draws_per_pass",))
+def oar_g(model, batch: ScoringBatch, *, probe: str = PROBE, noise_std: float | None = OarGKnobs.noise_std,
+          n_noise: int = OarGKnobs.n_noise, generator: torch.Generator | None = None,
           max_batch_tokens: int | None = None, draws_per_pass: int | None = None,
           return_draws: bool = False) -> torch.Tensor:
     """OAR-G importances of every row of `batch`: per draw, one forward/backward per group of

@@ -15,6 +15,7 @@ import torch
 from ..defaults import PROBE
 from ..inputs.batch import ScoringBatch
 from .perturb import masked_reference, perturb
+from .knobs import OarPKnobs
 from .registry import register_method
 
 
@@ -24,7 +25,7 @@ def token_units(batch: ScoringBatch, reachable: torch.Tensor) -> torch.Tensor:
     return torch.where(reachable, positions, -1)
 
 
-def oar_p_reference(model, batch: ScoringBatch, probe: str = PROBE, *, mask="pad",
+def oar_p_reference(model, batch: ScoringBatch, probe: str = PROBE, *, mask=OarPKnobs.mask,
                     generator=None) -> torch.Tensor:
     """OAR-P by brute force: for each row and scored t, a full forward with t masked.
 
@@ -39,11 +40,12 @@ def oar_p_reference(model, batch: ScoringBatch, probe: str = PROBE, *, mask="pad
 
 
 # random: mask="resample" draws; overhead_tokens and packing group the same copies differently
-@register_method("oar_p", token_budget=True, random=True, speed_params=("overhead_tokens", "packing"))
+@register_method("oar_p", token_budget=True, random=True, speed_params=("overhead_tokens", "packing"),
+                 knobs=OarPKnobs)
 def oar_p(model, batch: ScoringBatch, *, probe: str = PROBE,
           max_batch_tokens: int | None = None, generator: torch.Generator | None = None,
           progress: bool = False, overhead_tokens: int | None = None,
-          packing: str = "auto", mask="pad") -> torch.Tensor:
+          packing: str = "auto", mask=OarPKnobs.mask) -> torch.Tensor:
     """OAR-P importances, equal to `oar_p_reference` up to float rounding.
 
     batch:            B rows of width L (right-padded).

@@ -29,9 +29,9 @@ from ..inputs.batch import ScoringBatch
 from .oar_p_step import step_units
 from .perturb import RowGroup, masked_reference, perturb, reachable_positions, unit_anchors
 from .probes import check_probe, probe_sites
+from .knobs import OarPHierKnobs
 from .registry import register_method
 
-TOP_STEPS = 3
 _SHARE_TOLERANCE = 1e-6  # relative; float32 step importances summed in float64
 
 
@@ -44,8 +44,8 @@ def check_choice(top_steps: int, top_mass: float | None) -> None:
                          f"(0, 1], got {top_mass!r}")
 
 
-def choose_steps(step_scores: torch.Tensor, steps: torch.Tensor, top_steps: int = TOP_STEPS,
-                 top_mass: float | None = None) -> torch.Tensor:
+def choose_steps(step_scores: torch.Tensor, steps: torch.Tensor, top_steps: int = OarPHierKnobs.top_steps,
+                 top_mass: float | None = OarPHierKnobs.top_mass) -> torch.Tensor:
     """(B, L) bool: the positions of each row's chosen steps.
 
     step_scores: (B, L) float, each step's importance on its positions (`oar_p_step`);
@@ -110,8 +110,8 @@ def _copy_generator(generator):
 
 
 def oar_p_hier_reference(model, batch: ScoringBatch, probe: str = PROBE, *,
-                         top_steps: int = TOP_STEPS, top_mass: float | None = None, mask="pad",
-                         generator=None) -> torch.Tensor:
+                         top_steps: int = OarPHierKnobs.top_steps, top_mass: float | None = OarPHierKnobs.top_mass,
+                         mask=OarPHierKnobs.mask, generator=None) -> torch.Tensor:
     """Hierarchical OAR-P by brute force: `oar_p_step_reference`, the choice of steps, then one
     full forward per token of the chosen steps (`mask`, `generator` as for `oar_p_reference`;
     both stages draw the same "resample" tokens, as the fast engine's one draw does).
@@ -130,12 +130,13 @@ def oar_p_hier_reference(model, batch: ScoringBatch, probe: str = PROBE, *,
 
 
 # random: mask="resample" draws; overhead_tokens and packing group the same copies differently
-@register_method("oar_p_hier", token_budget=True, random=True, speed_params=("overhead_tokens", "packing"))
-def oar_p_hier(model, batch: ScoringBatch, *, probe: str = PROBE, top_steps: int = TOP_STEPS,
-               top_mass: float | None = None, max_batch_tokens: int | None = None,
+@register_method("oar_p_hier", token_budget=True, random=True, speed_params=("overhead_tokens", "packing"),
+                 knobs=OarPHierKnobs)
+def oar_p_hier(model, batch: ScoringBatch, *, probe: str = PROBE, top_steps: int = OarPHierKnobs.top_steps,
+               top_mass: float | None = OarPHierKnobs.top_mass, max_batch_tokens: int | None = None,
                generator: torch.Generator | None = None, progress: bool = False,
                overhead_tokens: int | None = None, packing: str = "auto",
-               mask="pad") -> torch.Tensor:
+               mask=OarPHierKnobs.mask) -> torch.Tensor:
     """Hierarchical OAR-P, equal to `oar_p_hier_reference` up to float rounding.
 
     batch: B rows of width L with step_ids (`encode_pairs` sets them).

@@ -21,6 +21,7 @@ from ..errors import InputError
 from ..inputs.batch import ScoringBatch
 from .perturb import masked_reference, perturb, reachable_positions
 from .probes import check_probe, probe_sites
+from .knobs import OarPStepKnobs
 from .registry import register_method
 
 
@@ -32,7 +33,7 @@ def step_units(batch: ScoringBatch, reachable: torch.Tensor) -> torch.Tensor:
     return torch.where(reachable, batch.step_ids, torch.full_like(batch.step_ids, -1))
 
 
-def oar_p_step_reference(model, batch: ScoringBatch, probe: str = PROBE, *, mask="pad",
+def oar_p_step_reference(model, batch: ScoringBatch, probe: str = PROBE, *, mask=OarPStepKnobs.mask,
                          generator=None) -> torch.Tensor:
     """Step-level OAR-P by brute force: for each row and step, one full forward with every
     scored position of the step masked (`mask`, `generator`: as for `oar_p_reference`; each
@@ -47,11 +48,12 @@ def oar_p_step_reference(model, batch: ScoringBatch, probe: str = PROBE, *, mask
 
 
 # random: mask="resample" draws; overhead_tokens and packing group the same copies differently
-@register_method("oar_p_step", token_budget=True, random=True, speed_params=("overhead_tokens", "packing"))
+@register_method("oar_p_step", token_budget=True, random=True, speed_params=("overhead_tokens", "packing"),
+                 knobs=OarPStepKnobs)
 def oar_p_step(model, batch: ScoringBatch, *, probe: str = PROBE, max_batch_tokens: int | None = None,
                generator: torch.Generator | None = None, progress: bool = False,
                overhead_tokens: int | None = None, packing: str = "auto",
-               mask="pad") -> torch.Tensor:
+               mask=OarPStepKnobs.mask) -> torch.Tensor:
     """Step-level OAR-P, equal to `oar_p_step_reference` up to float rounding.
 
     batch: B rows of width L with step_ids (`encode_pairs` sets them).

@@ -1,8 +1,8 @@
 """The registry of importance methods: the decorator members register with, and lookups.
 
 This module imports none of its members (each imports it to register), so there is no cycle;
-`methods` is the catalogue every caller reads: it imports the registry and the built-in
-members, so its lookups see them.
+`methods` is the catalogue every caller reads: its first lookup imports the built-in members
+(`methods.members`), so its lookups see them.
 
 An importance method is a plain function
 
@@ -46,9 +46,15 @@ declaring what the attribution and the trainer need to run it:
                   Every other keyword is in the record with the value used; the token budget
                   of a `token_budget` method and `progress` are speed for every method
                   (`RUN_ONLY`);
-- analysis_params: defaults of analysis (`attribute`, `oar attribute`, the live page, recall)
-                  that differ from the function's own, which training keeps (OAR-G reads with
-                  8 noise draws, trains with the paper's 1); the caller's method_params win;
+- knobs:          its settings a user may change, a frozen dataclass whose fields (`knob`)
+                  are keywords of the function: default (the function's own, which it reads
+                  from the field), help text, parser and, where analysis reads another value,
+                  the analysis default (`methods.knobs`). The command line's flags
+                  (`--oar-g-n-noise`) and `oar align`'s `oar_g:n_noise=8` are made from them,
+                  and `MethodSpec.analysis_params` are their analysis defaults: what
+                  `attribute`, `oar attribute`, the live page and recall read unless the
+                  caller's method_params say otherwise (OAR-G reads with 8 noise draws, trains
+                  with the paper's 1). None: no knobs (a plugin's method, most baselines);
 - draws:          it averages random draws and takes `return_draws=True`, which returns the
                   (n, B, L) per-draw importances instead of their mean (`methods.draws`): the
                   pipeline averages them itself and judges the ranking's stability from them.
@@ -57,8 +63,10 @@ declaring what the attribution and the trainer need to run it:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
+import dataclasses
+import inspect
+from dataclasses import MISSING, dataclass
+from typing import Any, Callable
 
 from ..errors import unknown_name
 
@@ -83,8 +91,14 @@ class MethodSpec:
     signed: bool = False
     variant_of: str | None = None
     speed_params: tuple[str, ...] = ()
-    analysis_params: dict = field(default_factory=dict, hash=False)
+    knobs: type | None = None
     draws: bool = False
+
+    @property
+    def analysis_params(self) -> dict:
+        """The knobs analysis reads with another value than the function's default (their
+        `analysis` defaults): OAR-G's {"n_noise": 8}."""
+        return analysis_defaults(self.knobs)
 
     def analysis_kwargs(self, params: dict | None = None) -> dict:
         """The method's keyword arguments in analysis: its `analysis_params` under `params`."""
@@ -107,6 +121,50 @@ class MethodSpec:
         return out
 
 
+def knob(default, help: str, kind: type | Callable[[str], Any], *, analysis=MISSING) -> Any:
+    """A field of a method's knobs (module docstring): the keyword's `default` (the function's
+    default is this field, `n_noise: int = OarGKnobs.n_noise`), its `help` text (the flag's),
+    how a value given as text is read (`kind`: int or float, a number > 0; else a parser of
+    its own that raises argparse.ArgumentTypeError, `knobs.mask_choice`) and, where analysis
+    reads another value, its `analysis` default."""
+    metadata = {"help": help, "kind": kind}
+    if analysis is not MISSING:
+        metadata["analysis"] = analysis
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def knob_fields(knobs: type | None) -> tuple[dataclasses.Field, ...]:
+    """The fields of a method's knobs class, in their order (None: no knobs)."""
+    return dataclasses.fields(knobs) if knobs is not None else ()
+
+
+def analysis_defaults(knobs: type | None) -> dict:
+    """{keyword: analysis default} of the knobs that analysis reads with another value."""
+    return {f.name: f.metadata["analysis"] for f in knob_fields(knobs) if "analysis" in f.metadata}
+
+
+def _check_knobs(name: str, fn: ImportanceFn, knobs: type | None) -> None:
+    """ValueError unless every knob is declared with `knob` and is a keyword of `fn` whose
+    default is the knob's (the function reads its default from the field), so a knob cannot
+    name a keyword that is not there nor drift from the default the function runs with."""
+    if knobs is None:
+        return
+    if not (isinstance(knobs, type) and dataclasses.is_dataclass(knobs)):
+        raise ValueError(f"knobs={knobs!r} of method {name!r}: give a dataclass of the method's knobs")
+    keywords = inspect.signature(fn).parameters
+    for f in knob_fields(knobs):
+        if not {"help", "kind"} <= set(f.metadata):
+            raise ValueError(f"knob {f.name!r} of method {name!r}: declare it with "
+                             "oar_attrib.methods.registry.knob(default, help, kind)")
+        if f.name not in keywords:
+            raise ValueError(f"knob {f.name!r} of method {name!r} is not a keyword of its function; "
+                             f"its keywords: {', '.join(keywords)}")
+        if keywords[f.name].default != f.default:
+            raise ValueError(f"knob {f.name!r} of method {name!r}: the function's default "
+                             f"{keywords[f.name].default!r} is not the knob's {f.default!r}; write "
+                             f"`{f.name}={knobs.__name__}.{f.name}` in its signature")
+
+
 _METHODS: dict[str, MethodSpec] = {}
 
 # Keywords no method's scores depend on: the pipeline fills `generator` from the settings' seed
@@ -124,7 +182,7 @@ def register_method(name: str, *, weighting: str = "bilevel", random: bool = Fal
                     token_budget: bool = False, train_params: tuple[str, ...] = (),
                     analysis_only: bool = False, needs_tokenizer: bool = False,
                     uniform: bool = False, speed_params: tuple[str, ...] = (),
-                    analysis_params: dict | None = None, scope: str = "reasoning",
+                    knobs: type | None = None, scope: str = "reasoning",
                     grouped: bool = False, signed: bool = False, variant_of: str | None = None,
                     draws: bool = False) -> Callable[[ImportanceFn], ImportanceFn]:
     """Decorator: register `fn` as importance method `name` (see the module docstring)."""
@@ -134,10 +192,11 @@ def register_method(name: str, *, weighting: str = "bilevel", random: bool = Fal
     def wrap(fn: ImportanceFn) -> ImportanceFn:
         if name in _METHODS:
             raise ValueError(f"importance method {name!r} is registered twice; pick another name")
+        _check_knobs(name, fn, knobs)
         _METHODS[name] = MethodSpec(name, fn, weighting, random, token_budget, tuple(train_params),
                                     analysis_only, needs_tokenizer, uniform, scope=scope, grouped=grouped,
                                     signed=signed, variant_of=variant_of, speed_params=tuple(speed_params),
-                                    analysis_params=dict(analysis_params or {}), draws=draws)
+                                    knobs=knobs, draws=draws)
         return fn
 
     return wrap

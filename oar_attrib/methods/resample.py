@@ -32,6 +32,7 @@ from ..models.generation import continue_rows, cut_at_stop, stop_ids
 from ..inputs.batch import ScoringBatch
 from ..errors import InputError
 from ..models.lm import eval_mode
+from .knobs import ResampleKnobs
 from .registry import register_method
 from ..inputs.spans import locate_answer
 
@@ -102,8 +103,8 @@ def _answer(tokenizer, tail: list[int], fmt: str):
     return None if location is None else text[location.start:location.end].strip()
 
 
-def resample_steps(model, tokenizer, batch: ScoringBatch, *, n_samples: int = 8, removal="pad",
-                   answers: Sequence[str | None] | None = None, answer_format: str = ANSWER_FORMAT,
+def resample_steps(model, tokenizer, batch: ScoringBatch, *, n_samples: int = ResampleKnobs.n_samples,
+                   removal="pad", answers: Sequence[str | None] | None = None, answer_format: str = ANSWER_FORMAT,
                    temperature: float = 1.0, max_new_tokens: int | None = None,
                    max_rollouts: int = 4096, batch_size: int = 64, seed: int = 0,
                    progress: bool = False) -> list[list[StepResample]]:
@@ -161,11 +162,12 @@ def resample_steps(model, tokenizer, batch: ScoringBatch, *, n_samples: int = 8,
 
 # max_rollouts only refuses a row that needs more; batch_size is not speed-only: each chunk
 # reseeds the sampler, so it changes the draws
-@register_method("resample", analysis_only=True, needs_tokenizer=True, speed_params=("max_rollouts",))
+@register_method("resample", analysis_only=True, needs_tokenizer=True, speed_params=("max_rollouts",),
+                 knobs=ResampleKnobs)
 def resample(model, batch: ScoringBatch, *, probe: str = PROBE, generator: torch.Generator | None = None,
-             tokenizer=None, n_samples: int = 8, removal: str = "pad", answer_format: str = ANSWER_FORMAT,
-             temperature: float = 1.0, max_rollouts: int = 4096, batch_size: int = 64,
-             progress: bool = False) -> torch.Tensor:
+             tokenizer=None, n_samples: int = ResampleKnobs.n_samples, removal: str = "pad",
+             answer_format: str = ANSWER_FORMAT, temperature: float = 1.0, max_rollouts: int = 4096,
+             batch_size: int = 64, progress: bool = False) -> torch.Tensor:
     """Resampling importance (module docstring) on every token of each step: (B, L) float32,
     the step's JS divergence in [0, log 2], 0 outside the steps. Needs `tokenizer` to read the
     sampled answers (`attribute` passes its own; a direct call passes it). `probe` is unused (the answer is read from the text);

@@ -12,8 +12,9 @@ import argparse
 import json
 import re
 import sys
+from dataclasses import dataclass
 
-from oar_attrib.commands import DefaultsHelpFormatter, run_command
+from oar_attrib.commands import DefaultsHelpFormatter, add_dataclass_args, option, run_command
 from oar_attrib.extras import require_extra
 
 _EPILOG = """settings: key=value pairs (YAML values), anywhere among the flags, override the preset
@@ -69,37 +70,51 @@ class TrainArgumentParser(argparse.ArgumentParser):
         return parsed, extras
 
 
+@dataclass(frozen=True)
+class TrainFlags:
+    """The flags of `oar train`: the preset, the YAML merged over it, the settings most runs
+    change (each one a key=value setting too, `_flag_overrides`), how to resume, and the
+    key=value settings themselves."""
+
+    preset: str = option("arith-tiny", "preset name (arith-tiny, math-7b) or a YAML file")
+    config: str | None = option(None, "YAML file merged over the preset (same run/trainer sections)")
+    method: str | None = option(None, "importance method: 'none' (plain GRPO) or a registered method "
+                                "that is not analysis-only; an unknown name is refused with the list "
+                                "(default: the preset's)")
+    probe: str | None = option(None, "outcome probe after the warm-up; an unknown name is refused with "
+                               "the list (default: the preset's)")
+    model: str | None = option(None, "bundled model name or local checkpoint folder (default: the preset's)")
+    output_dir: str | None = option(None, "where checkpoints, logs and the run store go (default: the preset's)")
+    max_steps: int | None = option(None, "optimizer steps (default: the preset's)")
+    seed: int | None = option(None, "seed of data order, sampling and attribution noise (default: the preset's)")
+    resume: str | None = option(None, "resume from a checkpoint folder, or 'latest' for the newest in the "
+                                "output dir", metavar="CHECKPOINT")
+    dry_run: bool = option(False, "print the resolved settings and exit", action="store_true")
+    overrides: tuple[str, ...] | None = option(None, "settings overrides", flag="overrides", nargs="*",
+                                               metavar="KEY=VALUE")
+
+
 def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("--preset", default="arith-tiny",
-                        help="preset name (arith-tiny, math-7b) or a YAML file")
-    parser.add_argument("--config", help="YAML file merged over the preset (same run/trainer sections)")
-    parser.add_argument("--method", help="importance method: 'none' (plain GRPO) or a registered "
-                        "method that is not analysis-only; an unknown name is refused with the list "
-                        "(default: the preset's)")
-    parser.add_argument("--probe", help="outcome probe after the warm-up; an unknown name is refused "
-                        "with the list (default: the preset's)")
-    parser.add_argument("--model", help="bundled model name or local checkpoint folder "
-                        "(default: the preset's)")
-    parser.add_argument("--output-dir", help="where checkpoints, logs and the run store go "
-                        "(default: the preset's)")
-    parser.add_argument("--max-steps", type=int, help="optimizer steps (default: the preset's)")
-    parser.add_argument("--seed", type=int, help="seed of data order, sampling and attribution noise "
-                        "(default: the preset's)")
-    parser.add_argument("--resume", metavar="CHECKPOINT",
-                        help="resume from a checkpoint folder, or 'latest' for the newest in the output dir")
-    parser.add_argument("--dry-run", action="store_true", help="print the resolved settings and exit")
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="settings overrides")
+    add_dataclass_args(parser, TrainFlags)
     parser.set_defaults(func=run_train)
     return parser
 
 
-def add_train_command(subparsers) -> argparse.ArgumentParser:
-    """Register `eval` and `train` on the subparsers of the `oar` command line (`oar eval`
-    scores a model with the evaluators and rewards training logs with, so it lives here and
-    the core command line stays free of the training package); returns the `train` parser."""
-    from .evaluate_cli import add_parser as add_eval_command
+def evaluate_data(model, tokenizer, path, **settings) -> dict:
+    """`oar eval --data`: a JSONL math set scored with the evaluator and rewards training logs
+    with (`math_eval.evaluate_math`), loaded when the command runs."""
+    from .math_eval import evaluate_math
 
-    add_eval_command(subparsers)
+    return evaluate_math(model, tokenizer, path, **settings)
+
+
+def add_train_command(subparsers) -> argparse.ArgumentParser:
+    """Register `train` on the subparsers of the `oar` command line, and hand the core's
+    `oar eval` its evaluator of JSONL math sets (`evaluate_data`, under the parser default the
+    command reads), so that the core command line stays free of the training package; returns
+    the `train` parser."""
+    if "eval" in subparsers.choices:
+        subparsers.choices["eval"].set_defaults(evaluate_data=evaluate_data)
     parser = subparsers.add_parser(
         "train", help="reshaped GRPO training (OAR) on TRL", description=__doc__.split("\n\n")[0],
         epilog=_EPILOG, formatter_class=DefaultsHelpFormatter,

@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 
-from oar_attrib.commands import run_command
+from oar_attrib.commands import add_dataclass_args, option, run_command
 from oar_attrib.extras import require_extra
 
 _EPILOG = """settings: key=value pairs after the experiment override it: experiment.KEY sets the
@@ -22,28 +23,42 @@ applied to every cell (eval_n=50, learning_rate=1e-4, trainer.KEY, run.KEY).
 A rerun of `run` skips the cells whose stored curve is complete and restarts the others."""
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("experiment", help="experiment name (a checkout's training/experiments/NAME.yaml) "
-                                           "or a YAML file")
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="settings overrides")
+@dataclass(frozen=True)
+class ExperimentFlags:
+    """What every `oar experiment` action reads: the experiment and settings that override it."""
+
+    experiment: str = option(help="experiment name (a checkout's training/experiments/NAME.yaml) or a YAML file",
+                             flag="experiment")
+    overrides: tuple[str, ...] = option(help="settings overrides", flag="overrides", nargs="*", metavar="KEY=VALUE")
+
+
+@dataclass(frozen=True)
+class RunFlags(ExperimentFlags):
+    """`oar experiment run`: how many cells at a time, or only the resolved settings."""
+
+    jobs: int = option(1, "cells at a time, each its own process (default 1)")
+    dry_run: bool = option(False, "print the resolved settings and the cells; exit", action="store_true")
+
+
+@dataclass(frozen=True)
+class ReportFlags(ExperimentFlags):
+    """`oar experiment report`: the metric compared and where the report goes."""
+
+    json: bool = option(False, "print the report as JSON", action="store_true")
+    metric: str | None = option(None, "final accuracy key the table compares (default: sampled accuracy "
+                                "on the training preset, eval/accuracy_sampled/<first eval preset>)")
+    summary: str | None = option(None, "also write the summary JSON (docs/experiments/)", metavar="PATH")
+    figure: str | None = option(None, "also write a figure (.png needs matplotlib; .html)", metavar="PATH")
 
 
 def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="action", required=True)
     run = sub.add_parser("run", help="run (or resume) every cell of the grid", epilog=_EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
-    _common(run)
-    run.add_argument("--jobs", type=int, default=1, help="cells at a time, each its own process (default 1)")
-    run.add_argument("--dry-run", action="store_true", help="print the resolved settings and the cells; exit")
+    add_dataclass_args(run, RunFlags)
     run.set_defaults(func=run_experiment)
     report = sub.add_parser("report", help="accuracy curves, paired differences from GRPO, credit metrics")
-    _common(report)
-    report.add_argument("--json", action="store_true", help="print the report as JSON")
-    report.add_argument("--metric", default=None,
-                        help="final accuracy key the table compares (default: sampled accuracy on the "
-                             "training preset, eval/accuracy_sampled/<first eval preset>)")
-    report.add_argument("--summary", metavar="PATH", help="also write the summary JSON (docs/experiments/)")
-    report.add_argument("--figure", metavar="PATH", help="also write a figure (.png needs matplotlib; .html)")
+    add_dataclass_args(report, ReportFlags)
     report.set_defaults(func=report_experiment)
     return parser
 

@@ -8,13 +8,44 @@ from __future__ import annotations
 import argparse
 import socket
 import time
+from dataclasses import dataclass
 
 from oar_attrib.extras import require_extra
-from oar_attrib.commands import add_dataclass_args, add_dtype_arg, dataclass_from_args
+from oar_attrib.commands import add_dataclass_args, add_dtype_arg, dataclass_from_args, option
 from oar_attrib.console import say
 from oar_attrib.errors import OARError
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8765
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """Where `oar demo` and `oar web` listen (the live attribution's limit, --max-live-tokens,
+    is `WebSettings.max_live_tokens`'s flag)."""
+
+    host: str = option(DEFAULT_HOST, f"address to listen on (default: {DEFAULT_HOST}, this machine only)")
+    port: int = option(DEFAULT_PORT, f"port to listen on, 0 for any free one (default: {DEFAULT_PORT})")
+
+
+@dataclass(frozen=True)
+class DemoBuild:
+    """How `oar demo` makes its store (what the store holds is `demo.DemoConfig`)."""
+
+    rebuild: bool = option(False, "rebuild the cached demo store", action="store_true")
+    build_only: bool = option(False, "build the store, print its path, exit", action="store_true")
+    no_progress: bool = option(False, "hide the progress bars", action="store_true")
+
+
+@dataclass(frozen=True, kw_only=True)  # --store, required, comes first
+class WebSource:
+    """What `oar web` serves: a run store, the model of the live attribution, and `oar align`
+    results."""
+
+    store: str = option(help="path of a run store (.db)")
+    model: str | None = option(None, "bundled name or checkpoint folder for live attribution (default: none)")
+    align: tuple[str, ...] | None = option(
+        None, "folders of `oar align` results to show under /align (a run's folder, or a folder "
+              "of them, e.g. docs/experiments/align)", nargs="+", metavar="DIR")
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -149,15 +180,11 @@ def _cmd_web(args: argparse.Namespace) -> int:
 
 
 def _add_serve_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default=DEFAULT_HOST,
-                        help=f"address to listen on (default: {DEFAULT_HOST}, this machine only)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
-                        help=f"port to listen on, 0 for any free one (default: {DEFAULT_PORT})")
+    """--host, --port (`ServeSettings`) and --max-live-tokens (`WebSettings`, its owner)."""
     from .settings import WebSettings
 
-    cap = WebSettings.__dataclass_fields__["max_live_tokens"]
-    parser.add_argument("--max-live-tokens", type=int, default=None,
-                        help=f"{cap.metadata['help']} (default: {cap.default})")
+    add_dataclass_args(parser, ServeSettings)
+    add_dataclass_args(parser, WebSettings, names=("max_live_tokens",))
 
 
 def add_web_commands(subparsers) -> None:
@@ -171,18 +198,11 @@ def add_web_commands(subparsers) -> None:
                     "and serves the trace browser. The store is cached; later runs start at once.")
     add_dataclass_args(demo, DemoConfig)
     _add_serve_args(demo)
-    demo.add_argument("--rebuild", action="store_true", help="rebuild the cached demo store")
-    demo.add_argument("--build-only", action="store_true", help="build the store, print its path, exit")
-    demo.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    add_dataclass_args(demo, DemoBuild)
     demo.set_defaults(func=_cmd_demo)
 
     web = subparsers.add_parser("web", help="serve the web app over a run store")
-    web.add_argument("--store", required=True, help="path of a run store (.db)")
-    web.add_argument("--model", default=None,
-                     help="bundled name or checkpoint folder for live attribution (default: none)")
-    web.add_argument("--align", nargs="+", metavar="DIR", default=None,
-                     help="folders of `oar align` results to show under /align (a run's folder, or a "
-                          "folder of them, e.g. docs/experiments/align)")
+    add_dataclass_args(web, WebSource)
     add_dtype_arg(web)
     _add_serve_args(web)
     web.set_defaults(func=_cmd_web)

@@ -98,7 +98,7 @@ def test_bad_data_is_one_line_before_any_model_loads(tmp_path, capsys):
     assert len(cfr.read_records(bad, n=1)) == 1
     assert main(["recall", "--data", str(tmp_path / "missing.jsonl"), "--model", "no-such-model"]) == 2
     assert "does not exist" in capsys.readouterr().err
-    assert main(["recall", "--data", str(bad), "--n", "1", "--sets", "direct", "--model", "no-such-model"]) == 2
+    assert main(["recall", "data", "--data", str(bad), "--n", "1", "--sets", "direct", "--model", "no-such-model"]) == 2
     err = capsys.readouterr().err
     assert "scored at token granularity on --sets counterfactual " in err and len(err.strip().splitlines()) == 1
     assert "wordworld:<preset>" in err  # where the value oracle's sets are scored

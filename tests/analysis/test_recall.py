@@ -255,11 +255,14 @@ def test_cli_recall_offers_every_recall_set():
     (word-problem data), the graded oracle and the advantage oracle, each once."""
     from oar_attrib.world import VALUE_SETS
 
-    parser = cli.build_parser()
-    action = next(a for a in parser._subparsers._group_actions[0].choices["recall"]._actions
-                  if a.dest == "sets")
-    assert tuple(action.choices) == recall.RECALL_SETS + ("upstream", "graded", "advantage")
-    assert set(action.choices) == set(recall.RECALL_SETS) | set(VALUE_SETS) | {"graded", "advantage"}
+    modes = cli.subcommands(cli.subcommands(cli.build_parser())["recall"])
+    world, data = (next(a for a in modes[m]._actions if a.dest == "sets").choices for m in ("world", "data"))
+    assert tuple(world) == recall.RECALL_SETS
+    assert tuple(data) == ("counterfactual",) + VALUE_SETS
+    assert {"graded", "advantage"} <= set(modes)  # the sampled oracles: subcommands of their own
+    offered = [*world, *(s for s in data if s not in world), "graded", "advantage"]
+    assert len(offered) == len(set(offered)) and set(offered) == set(recall.RECALL_SETS) | set(VALUE_SETS) | {
+        "graded", "advantage"}
 
 
 def test_cli_recall_text_shows_the_random_draw_and_the_expectation(scripted, tmp_path, model,
@@ -282,7 +285,7 @@ def test_cli_recall_text_shows_the_random_draw_and_the_expectation(scripted, tmp
     verdicts = [verdict(c) for c in paired_comparisons(report, ("direct", "chain"), SEED)]
     assert len(verdicts) == 2 * (len(METHODS) - 1)
     assert words.splitlines()[:len(verdicts)] == [f"  {v}" for v in verdicts]
-    assert f"only {N - 2} traces were scored" in words and "Next: oar recall --n 200" in words
+    assert f"only {N - 2} traces were scored" in words and "Next: oar recall world --n 200" in words
     # Each row: a label, then "recall [lo,hi]" per set (direct, chain).
     rows = {re.split(r"\s{2,}|\s(?=\d\.\d{3} \[)", line)[0].strip():
             [float(x) for x in re.findall(r"(\d\.\d{3}) \[", line)] for line in lines}

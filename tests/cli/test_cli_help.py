@@ -7,10 +7,15 @@ from oar_attrib import cli
 
 
 def _subparsers():
-    return cli.subcommands(cli.build_parser())
+    """Every subcommand by name, `oar recall`'s own as "recall MODE"."""
+    found = cli.subcommands(cli.build_parser())
+    return found | {f"recall {name}": sub for name, sub in cli.subcommands(found["recall"]).items()}
 
 
-@pytest.mark.parametrize("command", ["eval", "attribute", "recall", "train", "web", "demo"])
+RECALL = ["recall world", "recall steps", "recall data", "recall graded", "recall advantage"]
+
+
+@pytest.mark.parametrize("command", ["eval", "attribute", *RECALL, "train", "web", "demo"])
 def test_help_shows_every_default(command, capsys):
     sub = _subparsers()[command]
     with pytest.raises(SystemExit):
@@ -39,7 +44,7 @@ def _model_flags(parser: argparse.ArgumentParser) -> dict:
             if a.dest in ("device", "dtype", "max_batch_tokens")}
 
 
-@pytest.mark.parametrize("command, budget", [("attribute", True), ("recall", True), ("eval", False),
+@pytest.mark.parametrize("command, budget", [("attribute", True), *((r, True) for r in RECALL), ("eval", False),
                                              ("web", None)])
 def test_model_flags_are_one_shape_across_commands(command, budget):
     """--device, --dtype and --max-batch-tokens mean the same (default, type, choices, help)

@@ -1,5 +1,7 @@
-"""Every method knob of the command line is a keyword of its method, and reaches it."""
+"""Every method knob of the command line is a keyword of its method, declared once (the
+method's knobs, `methods.knobs`), and reaches it."""
 import argparse
+import dataclasses
 import inspect
 
 import pytest
@@ -7,17 +9,50 @@ import pytest
 from oar_attrib.cli import build_parser, subcommands
 from oar_attrib.cli.choices import METHOD_KNOBS, add_method_knobs, knob_flag, method_params_from
 from oar_attrib.methods import method_spec
+from oar_attrib.methods.knobs import KNOBS, OarGKnobs
 
 
-@pytest.mark.parametrize("method, param, kind, _help", METHOD_KNOBS)
-def test_knob_is_a_keyword_of_its_method_with_that_type(method, param, kind, _help):
-    sig = inspect.signature(method_spec(method).fn)
+@pytest.mark.parametrize("method, param, kind, help_text", METHOD_KNOBS)
+def test_knob_is_a_keyword_of_its_method_with_that_type(method, param, kind, help_text):
+    """Each row is a field of the knobs its method registered, with the field's kind and help,
+    and a keyword of the method's function whose default is the field's."""
+    spec = method_spec(method)
+    assert spec.knobs is KNOBS[method]
+    knob = {f.name: f for f in dataclasses.fields(spec.knobs)}[param]
+    assert (knob.metadata["kind"], knob.metadata["help"]) == (kind, help_text)
+    sig = inspect.signature(spec.fn)
     assert param in sig.parameters
     default = sig.parameters[param].default
+    assert default == knob.default == getattr(spec.knobs, param)
     if isinstance(kind, type):
         assert default is None or isinstance(default, kind)
     else:  # a parser of its own: it takes the method's default as written
         assert kind(str(default)) == default
+
+
+def test_the_analysis_flag_and_align_defaults_come_from_one_declaration():
+    """OAR-G's n_noise is written once, in `OarGKnobs`: the function's default, the analysis
+    default, the flag's help and `oar align`'s `oar_g:n_noise=8` are read from it."""
+    from oar_attrib.attribution import analysis_params
+    from oar_attrib.training.align.settings import MethodChoice
+
+    knob = {f.name: f for f in dataclasses.fields(OarGKnobs)}["n_noise"]
+    spec = method_spec("oar_g")
+    assert spec.knobs is OarGKnobs
+    assert inspect.signature(spec.fn).parameters["n_noise"].default == OarGKnobs.n_noise == knob.default == 1
+    assert spec.analysis_params == {"n_noise": knob.metadata["analysis"]} == {"n_noise": 8}
+    assert analysis_params(["oar_g"], None) == {"oar_g": {"n_noise": 8}}
+    assert analysis_params(["oar_g"], {"oar_g": {"n_noise": 2}}) == {"oar_g": {"n_noise": 2}}  # the caller's win
+
+    parser = argparse.ArgumentParser()
+    add_method_knobs(parser, ("oar_g",))
+    flag = next(a for a in parser._actions if knob_flag("oar_g", "n_noise") in a.option_strings)
+    assert (flag.dest, flag.help, flag.default) == ("knob__oar_g__n_noise", knob.metadata["help"], None)
+    assert method_params_from(parser.parse_args(["--oar-g-n-noise", "8"])) == {"oar_g": spec.analysis_params}
+
+    choice = MethodChoice.parse(f"oar_g:n_noise={knob.metadata['analysis']}")
+    choice.check()
+    assert (choice.label, choice.params) == ("oar_g:n_noise=8", spec.analysis_params)
 
 
 def _help(command: str) -> str:
@@ -28,8 +63,9 @@ def test_help_lists_every_knob():
     text = _help("attribute")
     assert all(knob_flag(m, p) in text for m, p, _, _ in METHOD_KNOBS)
     assert "--chat" in text and "--no-chat" in text
-    recall = _help("recall")
-    assert "--ig-n-steps" in recall and "--oar-g-n-noise" in recall
+    for mode in subcommands(subcommands(build_parser())["recall"]).values():  # each `oar recall` subcommand
+        recall = mode.format_help()
+        assert "--ig-n-steps" in recall and "--oar-g-n-noise" in recall
     for command in ("web", "demo"):
         assert "--max-live-tokens" in _help(command)
 

@@ -257,7 +257,7 @@ def test_attributing_in_place_again_under_other_settings_is_refused(tmp_path, fa
 
 def test_a_recall_cache_of_another_model_or_dtype_is_refused(lines, other_model, tmp_path, monkeypatch, capsys):
     cache = tmp_path / "cf.jsonl"
-    command = ["recall", "--data", str(lines / "in2.jsonl"), "--n", "2", "--methods", "random",
+    command = ["recall", "data", "--data", str(lines / "in2.jsonl"), "--n", "2", "--methods", "random",
                "--cf-positions", "2", "--cf-cache", str(cache), "--no-progress", "--json"]
     assert cli.main(command) == 0
     report = json.loads(capsys.readouterr().out.splitlines()[-1])

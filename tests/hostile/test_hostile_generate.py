@@ -173,7 +173,7 @@ def test_data_naming_a_folder_or_a_fifo_says_what_it_is(tmp_path, no_model, caps
     folder.mkdir()
     _one_line_error(_generate(folder, tmp_path / "o.jsonl"), capsys,
                     f"--data {folder} is a folder, not a regular file")
-    _one_line_error(["recall", "--data", str(folder), "--no-progress"], capsys,
+    _one_line_error(["recall", "data", "--data", str(folder), "--no-progress"], capsys,
                     f"--data {folder} is a folder, not a regular file")
     if hasattr(os, "mkfifo"):
         os.mkfifo(tmp_path / "fifo.jsonl")
@@ -186,5 +186,5 @@ def test_recall_data_of_the_wrong_type_is_one_line_naming_the_line(tmp_path, no_
     data = tmp_path / "traces.jsonl"
     data.write_text(json.dumps({"prompt": "a=1. find a.\n", "response": "a=1. #### 1"}) + "\n"
                     + json.dumps({"prompt": "a=1. find a.\n", "response": 5}) + "\n")
-    _one_line_error(["recall", "--data", str(data), "--no-progress"], capsys,
+    _one_line_error(["recall", "data", "--data", str(data), "--no-progress"], capsys,
                     f"{data}:2: `response` is int, not text")

@@ -129,7 +129,7 @@ def test_ctrl_c_while_a_command_starts_is_one_line(tmp_path):
     line and exit 130, never a traceback."""
     proc = subprocess.Popen([PY, "-c", "import sys, time; import oar_attrib.cli as c; "
                              "print('ready', flush=True); "
-                             "sys.exit(c.main(['recall', '--n', '2', '--no-progress']))"],
+                             "sys.exit(c.main(['recall', 'world', '--n', '2', '--no-progress']))"],
                             env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline() == "ready\n"  # the package is imported; main starts now
     _wait_for_torch(proc.pid)  # the parser imports no torch: now inside the command, importing it

@@ -176,7 +176,7 @@ def test_a_bad_cache_entry_is_one_line_before_the_model_loads_and_never_reused(c
         GradedCache(cache)
     data = tmp_path / "q.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in _records()), encoding="utf-8")
-    line = refused("recall", "--model", "arith-tiny", "--sets", "graded", "--data", data, "--cf-cache", cache,
+    line = refused("recall", "graded", "--model", "arith-tiny", "--data", data, "--cf-cache", cache,
                    "--no-progress", words=(str(cache), "--cf-cache"))
     assert ":" in line.split(str(cache), 1)[1][:8]  # names the line
     assert cache.read_bytes() == before
@@ -190,7 +190,7 @@ def test_a_cache_path_that_is_no_regular_file_is_refused_before_the_model_loads(
     cache, outside = tmp_path / "cache.jsonl", tmp_path / "outside.txt"
     outside.write_text("keep\n")
     {"fifo": lambda: os.mkfifo(cache), "folder": cache.mkdir, "link": lambda: cache.symlink_to(outside)}[kind]()
-    refused("recall", "--model", "arith-tiny", "--sets", "graded", "--data", data, "--cf-cache", cache,
+    refused("recall", "graded", "--model", "arith-tiny", "--data", data, "--cf-cache", cache,
             "--no-progress", words=(f"--cf-cache {cache}",))
     assert outside.read_text() == "keep\n"
     with pytest.raises(OutputError):

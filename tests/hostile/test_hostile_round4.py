@@ -174,12 +174,13 @@ def test_the_same_weights_with_another_config_cannot_append_to_an_output(tmp_pat
 
 
 @pytest.mark.parametrize("flags, word", [
-    (("recall", "--n", "1000000000000"), "--n"),
-    (("recall", "--seed", "-1"), "--seed"),
-    (("recall", "--resample-samples", "1000000000000"), "--resample-samples"),
-    (("recall", "--graded-k", "1000000000000"), "--graded-k"),
-    (("recall", "--cf-positions", "1000000000000"), "--cf-positions"),
-    (("recall", "--max-new-tokens", "1000000000000"), "--max-new-tokens"),
+    (("recall", "world", "--n", "1000000000000"), "--n"),
+    (("recall", "world", "--seed", "-1"), "--seed"),
+    (("recall", "steps", "--resample-samples", "1000000000000"), "--resample-samples"),
+    (("recall", "graded", "--graded-k", "1000000000000"), "--graded-k"),
+    (("recall", "world", "--cf-positions", "1000000000000"), "--cf-positions"),
+    (("recall", "graded", "--positions", "1000000000000"), "--positions"),
+    (("recall", "graded", "--max-new-tokens", "1000000000000"), "--max-new-tokens"),
     (("attribute", "--input", "x.jsonl", "--out", "y.jsonl", "--batch-size", "1000000000000"), "--batch-size"),
 ])
 def test_count_flags_are_bounded_before_the_model_loads(flags, word, tmp_path, monkeypatch, refused, no_model):

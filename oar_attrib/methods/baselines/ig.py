@@ -25,15 +25,16 @@ from ...models.budget import row_groups
 from ...errors import InputError
 from ...models.lm import (check_positions, check_token_budget, eval_mode, keep_scoreable, logits_at,
                   model_device, plain_kv, scoreable, with_cache)
+from ..knobs import IgKnobs
 from ..registry import register_method
 from ..probes import backward_budget, ProbeSites, check_probe, probe_sites, probe_values
 
 
 # internal_batch_size splits the same path points; reuse_prefix reads the prompt from a cache
-@register_method("ig", token_budget=True, speed_params=("internal_batch_size", "reuse_prefix"))
+@register_method("ig", token_budget=True, speed_params=("internal_batch_size", "reuse_prefix"), knobs=IgKnobs)
 def ig(model, batch: ScoringBatch, *, probe: str = PROBE,
-       generator: torch.Generator | None = None, n_steps: int = 32,
-       internal_batch_size: int | None = None,
+       generator: torch.Generator | None = None, n_steps: int = IgKnobs.n_steps,
+       internal_batch_size: int | None = IgKnobs.internal_batch_size,
        max_batch_tokens: int | None = None, reuse_prefix: bool = True) -> torch.Tensor:
     """Integrated-gradients importances of every row.
 

@@ -16,14 +16,13 @@ neither torch nor the trainer until the command runs.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from oar_attrib.commands import run_command
-from oar_attrib.commands import DefaultsHelpFormatter, add_dataclass_args
+from oar_attrib.commands import DefaultsHelpFormatter, add_dataclass_args, dataclass_from_args, option, run_command
 from oar_attrib.extras import require_extra
 
 from ..errors import AlignError
@@ -39,40 +38,48 @@ EPILOG = """settings: key=value pairs override the preset's trainer and run sett
 given, and the power table says how many batches an effect needs (docs/guide/align.md)."""
 
 
+def _sized(name: str) -> str:
+    """The help of the --batches or --pool-batches flag: the setting's, with its default and --quick's."""
+    setting = AlignSettings.__dataclass_fields__[name]
+    return f"{setting.metadata['help']} (default: {setting.default}; --quick: {QUICK[name]})"
+
+
+@dataclass(frozen=True)
+class AlignCommand:
+    """The flags of `oar align` beside `AlignSettings`' own: the command line's spelling of the
+    settings it fills in (`settings_from_args`), where the run is stored and what is reported."""
+
+    batches: int | None = option(None, _sized("batches"))
+    pool_batches: int | None = option(None, _sized("pool_batches"))
+    store: str | None = option(None, "folder the run is written to and resumed from (default: "
+                                     "runs/align/<preset>[-quick|-pilot])")
+    quick: bool = option(False, "a tiny pool and 3 batches: a smoke test", action="store_true")
+    pilot: bool = option(False, f"{PILOT_BATCHES} batches unless --batches is given; read the power table",
+                         action="store_true")
+    report: bool = option(False, "print the statistics of --store as it stands (the batches committed so "
+                                 "far; a run may still be writing it), measuring and changing nothing. "
+                                 "Before the planned batches are in, blinded: the noise, the power table "
+                                 "and the cost, no estimate", action="store_true")
+    unblind: bool = option(False, "with --report: show the estimates of an unfinished store too (an interim "
+                                  "look, which a plan fixed in advance may forbid)", action="store_true")
+    json: bool = option(False, "print the summary as one JSON line, last", action="store_true")
+    summary: str | None = option(None, "also write the summary JSON there", metavar="PATH")
+    export: str | None = option(None, "also copy the files the statistics are made from (kilobytes) to DIR, "
+                                      "e.g. docs/experiments/align/NAME", metavar="DIR")
+    n_boot: int = option(10_000, f"bootstrap resamples of the batches ({BOOT_RANGE[0]} to {BOOT_RANGE[1]})")
+    effects: tuple[float, ...] | None = option(None, "effects in delta cos the power table sizes batches for "
+                                                     "(default: 0.002 0.005 0.01 0.02 0.05)")
+    mean_gradients: bool = option(True, "sum no running means of the methods' gradients (no bias-or-variance "
+                                        "estimates; a real model's run then resumes from its result files "
+                                        "alone)", flag="--no-mean-gradients", action="store_false")
+    progress: bool = option(True, "no progress bars", flag="--no-progress", action="store_false")
+    overrides: tuple[str, ...] | None = option(None, "preset settings overrides", flag="overrides", nargs="*",
+                                               metavar="KEY=VALUE")
+
+
 def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    add_dataclass_args(parser, AlignSettings, names=("preset", "model", "methods", "batch_prompts", "seed"))
-    fields = {f.name: f for f in dataclasses.fields(AlignSettings)}
-    for name in ("batches", "pool_batches"):
-        parser.add_argument("--" + name.replace("_", "-"), type=int, default=None,
-                            help=f"{fields[name].metadata['help']} (default: {fields[name].default}; "
-                                 f"--quick: {QUICK[name]})")
-    parser.add_argument("--store", help="folder the run is written to and resumed from (default: "
-                                        "runs/align/<preset>[-quick|-pilot])")
-    parser.add_argument("--quick", action="store_true", help="a tiny pool and 3 batches: a smoke test")
-    parser.add_argument("--pilot", action="store_true", help=f"{PILOT_BATCHES} batches unless --batches "
-                                                             "is given; read the power table")
-    parser.add_argument("--report", action="store_true",
-                        help="print the statistics of --store as it stands (the batches committed so "
-                             "far; a run may still be writing it), measuring and changing nothing. "
-                             "Before the planned batches are in, blinded: the noise, the power table "
-                             "and the cost, no estimate")
-    parser.add_argument("--unblind", action="store_true",
-                        help="with --report: show the estimates of an unfinished store too (an interim "
-                             "look, which a plan fixed in advance may forbid)")
-    parser.add_argument("--json", action="store_true", help="print the summary as one JSON line, last")
-    parser.add_argument("--summary", metavar="PATH", help="also write the summary JSON there")
-    parser.add_argument("--export", metavar="DIR", help="also copy the files the statistics are made from "
-                                                        "(kilobytes) to DIR, e.g. docs/experiments/align/NAME")
-    parser.add_argument("--n-boot", type=int, default=10_000,
-                        help=f"bootstrap resamples of the batches ({BOOT_RANGE[0]} to {BOOT_RANGE[1]})")
-    parser.add_argument("--effects", type=float, nargs="+", default=None,
-                        help="effects in delta cos the power table sizes batches for (default: 0.002 "
-                             "0.005 0.01 0.02 0.05)")
-    parser.add_argument("--no-mean-gradients", dest="mean_gradients", action="store_false",
-                        help="sum no running means of the methods' gradients (no bias-or-variance "
-                             "estimates; a real model's run then resumes from its result files alone)")
-    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="preset settings overrides")
+    add_dataclass_args(parser, AlignSettings)
+    add_dataclass_args(parser, AlignCommand)
     parser.set_defaults(func=run_align)
     return parser
 
@@ -94,14 +101,11 @@ def settings_from_args(args: argparse.Namespace) -> AlignSettings:
             value = QUICK[name]
         if value is None and name == "batches" and args.pilot:
             value = PILOT_BATCHES
-        if value is not None:
-            sizes[name] = value
+        sizes[name] = AlignSettings.__dataclass_fields__[name].default if value is None else value
     # `--methods a b key=value`: argparse gives the settings after the methods to --methods.
     methods = [m for m in args.methods or () if not SETTING.match(m)]
     overrides = [m for m in args.methods or () if SETTING.match(m)] + list(args.overrides)
-    return AlignSettings(preset=args.preset, model=args.model, overrides=tuple(overrides),
-                         methods=tuple(methods), batch_prompts=args.batch_prompts, seed=args.seed,
-                         mean_gradients=args.mean_gradients, **sizes)
+    return dataclass_from_args(AlignSettings, args, overrides=tuple(overrides), methods=tuple(methods), **sizes)
 
 
 def default_store(args: argparse.Namespace) -> Path:

@@ -1,8 +1,9 @@
 """What a gradient-alignment run measures: `AlignSettings` and the methods it compares.
 
-A method of `oar align` is a registered importance method and the keyword arguments it runs
-with, written `name` or `name:key=value,key=value` (`oar_g:n_noise=8` is OAR-G averaging 8
-noise draws): `MethodChoice.parse`. Every setting here, the preset's trainer and run settings
+A method of `oar align` is a registered importance method and the values of its knobs it runs
+with (`methods.knobs`, the knobs its command-line flags are made from), written `name` or
+`name:key=value,key=value` (`oar_g:n_noise=8` is OAR-G averaging 8 noise draws):
+`MethodChoice.parse`. Every setting here, the preset's trainer and run settings
 and the methods' keywords go into the store's settings record (`store.align_record`), and a
 resume with any of them changed is refused.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from oar_attrib.commands import option
 from oar_attrib.defaults import NO_METHOD as BASELINE
 
 from ..errors import AlignError
@@ -72,42 +74,42 @@ class MethodChoice:
         return cls(label, name, params)
 
     def check(self) -> None:
-        """AlignError unless the method is registered, trainable and takes these keywords."""
-        import inspect
-
+        """AlignError unless the method is registered, trainable and these are its knobs, each
+        with a value the knob takes (`knob_problem`)."""
         from oar_attrib.methods import method_spec, trainable_methods
+        from oar_attrib.methods.registry import knob_fields
 
         register_controls()
         if self.name not in trainable_methods() and self.name not in CONTROLS:
             raise AlignError(f"method {self.name!r} is not one the trainer can reshape with; choose "
                              f"among {', '.join(trainable_methods())}")
-        signature = inspect.signature(method_spec(self.name).fn).parameters
-        keywords = set(signature) - {"model", "batch", "tokenizer"}
-        unknown = sorted(set(self.params) - keywords)
+        knobs = {f.name: f for f in knob_fields(method_spec(self.name).knobs)}
+        unknown = sorted(set(self.params) - set(knobs))
         if unknown:
             raise AlignError(f"method {self.label!r}: {self.name} takes no {', '.join(unknown)}; "
-                             f"its keywords: {', '.join(sorted(keywords))}")
+                             f"its knobs: {', '.join(knobs) or 'none'}")
         for key, value in self.params.items():
-            problem = keyword_problem(signature[key].default, value)
+            problem = knob_problem(knobs[key], value)
             if problem:
                 raise AlignError(f"method {self.label!r}: {key} {problem} (e.g. oar_g:n_noise=8)")
 
 
-def keyword_problem(default, value) -> str | None:
-    """Why `value` cannot stand for a method keyword whose default is `default`, or None: a
-    number must be of the default's kind, finite, > 0 and a bounded count (`commands.
-    number_problem`); a switch true or false; a name letters, digits, `_`, `.` or `-`."""
-    import re
+def knob_problem(knob, value) -> str | None:
+    """Why `value` (as `parse` read it) cannot stand for the method knob `knob` (a field of its
+    knobs, `registry.knob`), or None: the knob's kind reads it as its command-line flag does. An
+    int or float knob's value must be one, finite, > 0 and a bounded count (`commands.
+    number_problem`); a knob with a parser of its own (a mask) takes the value's text."""
+    import argparse
 
     from oar_attrib.commands import number_problem
 
-    if isinstance(default, bool) or isinstance(value, bool):
-        return None if isinstance(value, bool) and isinstance(default, (bool, type(None))) else \
-            f"must be true or false, got {value!r}"
-    if isinstance(default, (int, float)) or isinstance(value, (int, float)):
-        return number_problem(value, int if isinstance(default, int) else float)
-    if not isinstance(value, str) or not re.fullmatch(r"[\w.-]{1,64}", value, re.ASCII):
-        return f"must be a number or a plain name (letters, digits, _ . -), got {value!r}"
+    kind = knob.metadata["kind"]
+    if kind in (int, float):
+        return number_problem(value, kind)
+    try:
+        kind(str(value))
+    except (argparse.ArgumentTypeError, ValueError) as err:
+        return str(err)
     return None
 
 
@@ -132,34 +134,31 @@ def resolve_methods(texts: tuple[str, ...] | list[str] | None) -> list[MethodCho
 class AlignSettings:
     """A gradient-alignment run: which trainer, which methods, how many batches (docs/guide/align.md)."""
 
-    preset: str = field(default="arith-tiny", metadata={
-        "help": "Training preset (or YAML file) whose trainer measures the gradients: model, data, "
-                "prompt template, reward, sampling, loss type and the reshaping knobs (`oar train`'s)."})
-    model: str | None = field(default=None, metadata={
-        "help": "Checkpoint whose gradients are measured: a catalogue name or a folder (default: "
-                "the preset's)."})
-    overrides: tuple[str, ...] = field(default=(), metadata={
-        "help": "key=value settings of the preset, as `oar train` takes them (temperature=0.5, "
-                "num_generations=8, max_completion_length=96, ...)."})
-    methods: tuple[str, ...] = field(default=(), metadata={
-        "help": "Methods compared with GRPO ('none', always included): registered names or "
-                "name:key=value (oar_g:n_noise=8). Default: " + " ".join(DEFAULT_METHODS) +
-                " (those registered)."})
-    batches: int = field(default=100, metadata={
-        "help": "Training batches B: each is measured under every method, on the same rollouts."})
-    batch_prompts: int = field(default=2, metadata={
-        "help": "Prompts per batch; a batch is batch_prompts x num_generations completions."})
-    pool_batches: int = field(default=16, metadata={
-        "help": "Batches of the reference pool, disjoint from the training batches; g* is the mean "
-                "of their GRPO gradients. Raise it for a steadier g* (its split-half cosine says "
-                "how steady)."})
-    mean_gradients: bool = field(default=True, metadata={
-        "help": "Keep each method's running sums of its batch gradients (gigabytes on a real model) "
-                "for the bias-or-variance estimates; without them the run's result files alone "
-                "resume it on a fresh machine."})
-    seed: int = field(default=0, metadata={
-        "help": "Seed of the prompts' order, the sampling of each screening call and the methods' "
-                "random numbers."})
+    # Every field is a flag of `oar align` but four, which the command line spells its own way
+    # (`cli.AlignCommand`): the settings after --methods join the overrides, --quick and --pilot
+    # fill in the sizes, and --no-mean-gradients is named for what it turns off.
+    preset: str = option("arith-tiny", "Training preset (or YAML file) whose trainer measures the gradients: "
+                         "model, data, prompt template, reward, sampling, loss type and the reshaping knobs "
+                         "(`oar train`'s).")
+    model: str | None = option(None, "Checkpoint whose gradients are measured: a catalogue name or a folder "
+                               "(default: the preset's).")
+    overrides: tuple[str, ...] = option((), "key=value settings of the preset, as `oar train` takes them "
+                                        "(temperature=0.5, num_generations=8, max_completion_length=96, ...).",
+                                        flag=None)
+    methods: tuple[str, ...] = option((), "Methods compared with GRPO ('none', always included): registered "
+                                      "names or name:key=value (oar_g:n_noise=8). Default: "
+                                      + " ".join(DEFAULT_METHODS) + " (those registered).")
+    batches: int = option(100, "Training batches B: each is measured under every method, on the same "
+                          "rollouts.", flag=None)
+    batch_prompts: int = option(2, "Prompts per batch; a batch is batch_prompts x num_generations completions.")
+    pool_batches: int = option(16, "Batches of the reference pool, disjoint from the training batches; g* is "
+                               "the mean of their GRPO gradients. Raise it for a steadier g* (its split-half "
+                               "cosine says how steady).", flag=None)
+    mean_gradients: bool = option(True, "Keep each method's running sums of its batch gradients (gigabytes on "
+                                  "a real model) for the bias-or-variance estimates; without them the run's "
+                                  "result files alone resume it on a fresh machine.", flag=None)
+    seed: int = option(0, "Seed of the prompts' order, the sampling of each screening call and the methods' "
+                       "random numbers.")
 
     def __post_init__(self) -> None:
         from oar_attrib.commands import MAX_COUNT
