@@ -269,7 +269,7 @@ def control_recall(dv: np.ndarray, step_chars: list, oracle) -> dict[str, float]
 
 @dataclass
 class AdvantageReport:
-    """What `oar recall --sets advantage --json` prints (`as_dict`), the per-trace rows kept."""
+    """What `oar recall advantage --json` prints (`as_dict`), the per-trace rows kept."""
 
     methods: dict
     reference: dict

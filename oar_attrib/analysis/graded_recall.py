@@ -200,7 +200,7 @@ def pooled(per_trace: list[dict], methods: list[str], seed: int = 0) -> tuple[di
 
 @dataclass
 class GradedReport(RecallSummary):
-    """The summary `oar recall --sets graded --json` prints (`RecallSummary`'s fields, then
+    """The summary `oar recall graded --json` prints (`RecallSummary`'s fields, then
     `between`, `oracle`, `decode` (the regeneration work of the oracles computed in this run,
     and summed over those read from the cache, when they were made) and `cache`), with the
     per-trace data kept for a closer look (`graded`: each trace's `GradedTrace`, None when

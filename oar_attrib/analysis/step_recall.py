@@ -94,7 +94,7 @@ def trace_step_recall(trace: TraceAttribution, oracle: Oracle, pool: str = VIEW_
 
 @dataclass
 class StepRecallReport(RecallSummary):
-    """Summary of `step_recall` (`as_dict`, what `oar recall --granularity step --json`
+    """Summary of `step_recall` (`as_dict`, what `oar recall steps --json`
     prints) and the per-trace data behind it (`per_trace[i]`: `trace_step_recall` of trace i).
     Its own fields: the granularity ("step"), world preset and step pool; by_outcome: {method:
     {"right" | "wrong": upstream AUC stats}}; resample: the resample method's cost, intervention:

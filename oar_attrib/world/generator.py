@@ -94,7 +94,7 @@ PRESETS: dict[str, WorldConfig] = {
     # Default sizes with finals never copied: two-digit results, whose leading digits are
     # predictable, so `direct` holds tokens the answer does not need.
     "recall-wide": WorldConfig(reuse_finals=False),
-    # The world of step-level recall (`oar recall --granularity step`): the `recall` world with
+    # The world of step-level recall (`oar recall steps`): the `recall` world with
     # a third step, so that one step is `upstream` (on the answer's dependency path, read by a
     # final step, not read by the answer itself) beside a distractor. One-digit values, as in
     # `recall`, keep every `direct` token a whole value (docs/benchmarks.md: accuracy on it).

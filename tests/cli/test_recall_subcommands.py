@@ -71,12 +71,12 @@ def test_the_note_names_what_the_old_spelling_is_now(capsys):
     assert "`oar recall --sets graded --cf-positions` is now `oar recall graded --positions`" in capsys.readouterr().err
 
 
-def test_the_advantage_experiment_script_still_parses(capsys):
-    """docs/experiments/advantage/run.sh (a long run, in its old spelling) keeps working."""
+def test_the_advantage_experiment_script_parses_as_the_advantage_subcommand(capsys):
+    """docs/experiments/advantage/run.sh (a long run) parses, in the new spelling, with no note."""
     argv = _run_sh_argv()
-    assert argv[:2] == ["recall", "--model"] and "--sets" in argv
+    assert argv[:2] == ["recall", "advantage"] and "--sets" not in argv
     settings = settings_of(_parse(new_spelling(argv)))
-    assert NOTE in capsys.readouterr().err
+    assert capsys.readouterr() == ("", "")
     assert isinstance(settings, AdvantageRecall) and settings.data == "wordworld:tiny"
     assert (settings.group_samples, settings.continuations, settings.max_new_tokens, settings.min_steps) == (4, 16, 128, 5)
 
