@@ -17,7 +17,9 @@ from typing import Sequence
 class Comparison:
     """`method` against `reference` on `metric`: `difference` = method - reference (None when
     nothing was measured), (`low`, `high`) its 95% interval (None when none could be formed);
-    `higher_is_better`: whether a positive difference favours the method."""
+    `higher_is_better`: whether a positive difference favours the method; `p_holm`, where the
+    comparison is one of a family, its Holm-adjusted p: then it is resolved only where that is
+    below 0.05 as well (an interval is per comparison, the family's error rate is Holm's)."""
 
     method: str
     reference: str
@@ -26,6 +28,7 @@ class Comparison:
     low: float | None = None
     high: float | None = None
     higher_is_better: bool = True
+    p_holm: float | None = None
 
     @property
     def outcome(self) -> str:
@@ -34,10 +37,20 @@ class Comparison:
             return "unmeasured"
         if not (_finite(self.low) and _finite(self.high)):
             return "unresolved"
-        if self.low > 0 or self.high < 0:
+        if (self.low > 0 or self.high < 0) and not self.held_by_holm:
             favours = self.low > 0
             return "better" if favours == self.higher_is_better else "worse"
         return "unresolved"
+
+
+    @property
+    def held_by_holm(self) -> bool:
+        """Whether the family's Holm adjustment keeps a comparison whose interval excludes 0
+        from being resolved (p_holm >= 0.05)."""
+        return _finite(self.p_holm) and self.p_holm >= ALPHA
+
+
+ALPHA = 0.05  # the family-wise level of a resolved verdict
 
 
 def _finite(value) -> bool:
@@ -58,6 +71,7 @@ def verdict(c: Comparison) -> str:
     said = {"better": f"resolved better than {c.reference}", "worse": f"resolved worse than {c.reference}",
             "unresolved": f"not resolved from {c.reference}"}[outcome]
     tail = "" if outcome != "unresolved" else (
+        f"; Holm p {c.p_holm:.3f} across the methods" if c.held_by_holm and not (c.low <= 0 <= c.high) else
         "; the 95% interval holds 0" if _finite(c.low) and _finite(c.high) else "")
     return f"{c.method}: {said} on {c.metric} ({_interval(c)}{tail})."
 

@@ -104,6 +104,12 @@ def _p(stats: dict) -> str:
     return "" if stats.get("p_holm") is None else format_p(stats["p_holm"], 3, "")
 
 
+def _p_raw(stats: dict) -> str:
+    from ..analysis.stats import format_p
+
+    return "n/a" if stats.get("p") is None else format_p(stats["p"], 3, "")
+
+
 def text_report(report) -> list[str]:
     """The lines of the text report: settings, the label's reliability, the table, the
     positive control and the reading in words."""
@@ -134,24 +140,27 @@ def text_report(report) -> list[str]:
                  "method's minus this)")
     control = report.positive_control
     if control:
-        lines.append(f"positive control: |dV| recalls the world's causal (chain) steps at {_cell(control['chain'])}, "
-                     f"random {_cell(control['random_chain'])}; direct steps {_cell(control['direct'])}")
+        lines.append(f"positive control: |dV| recalls the world's causal (chain) steps at {_cell(control['chain'])} "
+                     f"against a random ranking's {control['random_chain']['mean']:.3f}, a gain of "
+                     f"{_cell(control['chain_gain'])} (p {_p_raw(control['chain_gain'])}); "
+                     f"direct steps {_cell(control['direct'])}, a gain of {_cell(control['direct_gain'])}")
     return lines + reading(report)
 
 
 def comparisons(report) -> list:
     """Per method two `verdicts.Comparison`s: its Spearman with |dV| against a random ranking's
-    0, and its credit agreement (already its correlation minus GRPO's) against GRPO."""
+    0, and its credit agreement (already its correlation minus GRPO's) against GRPO, each
+    resolved only where its Holm-adjusted p across the methods is below 0.05."""
     from ..analysis.verdicts import Comparison
 
     out = []
     for method, s in report.methods.items():
         rank, credit = s["spearman"], s.get("credit_agreement") or {}
         out.append(Comparison(method, "a random ranking", "within-trace Spearman with |dV|", rank["mean"],
-                              rank["low"], rank["high"]))
+                              rank["low"], rank["high"], p_holm=rank.get("p_holm")))
         if method != "random":
             out.append(Comparison(method, "GRPO", "credit agreement with dV", credit.get("mean"),
-                                  credit.get("low"), credit.get("high")))
+                                  credit.get("low"), credit.get("high"), p_holm=credit.get("p_holm")))
     return out
 
 
@@ -165,14 +174,14 @@ def reading(report) -> list[str]:
     if not report.methods or report.n_scored == 0:
         return ["Reading: no trace was scored; run with more --n or check the answers' steps."]
     control = report.positive_control or {}
-    chain, chance = (control.get("chain") or {}).get("low"), (control.get("random_chain") or {}).get("mean")
+    gain = (control.get("chain_gain") or {}).get("low")
     notes = caveats(
         caveat_few(report.n_scored, STABLE_TRACES, "traces"),
         caveat_few(report.groups["analysed"], 10, "groups (credit agreement's units)"),
         caveat_reliability(report.reliability.get("spearman_brown"), 0.7, "label (dV, split-half)"),
         "the positive control does not rank the world's causal steps above a random ranking's expectation "
-        "(|dV| recall's interval reaches chance): read agreement with |dV| with care"
-        if chain is not None and chance is not None and chain <= chance else None)
+        "(the interval of |dV| recall's gain over chance holds 0): read agreement with |dV| with care"
+        if gain is not None and gain <= 0 else None)
     more = (f"oar recall advantage --model <model> --n {max(2 * report.n, 40)} "
             f"--continuations {max(2 * report.oracle['n'], 16)} (narrower intervals, a more reliable label)")
     return in_words(comparisons(report), notes, more)

@@ -13,7 +13,7 @@ from oar_attrib.analysis.advantage_oracle import (AdvantageSettings, AdvantageTr
                                                   sample_continuations, split_half)
 from oar_attrib.analysis.advantage_recall import (advantage_cache, advantage_recall, choose_groups, credit_metrics,
                                                   estimate, trace_metrics)
-from oar_attrib.analysis.stats import bootstrap_ci, holm, t_test_p
+from oar_attrib.analysis.stats import holm, t_interval, t_test_p
 from oar_attrib.attribution import attribute
 from oar_attrib.errors import InputError
 from oar_attrib.models.generation import continue_rows, cut_at_stop, generate, stop_ids
@@ -177,9 +177,25 @@ def test_cache_refuses_a_malformed_advantage_entry(tmp_path):
 
 def test_estimate_is_the_stats_owner_per_column():
     columns = {"a": [0.1, 0.4, float("nan"), 0.3], "b": [-0.2, 0.1, 0.0, 0.05]}
-    got = estimate(columns, seed=3)
+    got = estimate(columns)
     adjusted, _ = holm({k: t_test_p(v) for k, v in columns.items()})
     for name, values in columns.items():
-        assert (got[name]["low"], got[name]["high"]) == bootstrap_ci(values, seed=3)
+        interval = t_interval(values)
+        assert (got[name]["mean"], got[name]["low"], got[name]["high"]) == (interval["mean"], interval["low"], interval["high"])
         assert math.isclose(got[name]["p_holm"], adjusted[name])
     assert got["a"]["undefined"] == 1 and got["a"]["n"] == 3
+
+
+def test_the_interval_excludes_0_exactly_where_the_t_test_rejects():
+    """The interval is the t-test's own: at 2 groups a percentile bootstrap excluded 0 at p 0.11."""
+    rng = np.random.default_rng(0)
+    for n in (2, 3, 5, 12, 40):
+        for _ in range(25):
+            values = list(rng.normal(rng.uniform(-1, 1), rng.uniform(0.1, 1), n))
+            row = estimate({"m": values})["m"]
+            if abs(row["p"] - 0.05) > 1e-9:
+                assert (row["low"] > 0 or row["high"] < 0) == (row["p"] < 0.05)
+    two = estimate({"m": [0.2023, 0.2837]})["m"]  # two groups' credit agreement
+    assert two["low"] < 0 < two["high"] and two["p"] > 0.05
+    one = estimate({"m": [0.3, float("nan")]})["m"]
+    assert one["mean"] == 0.3 and one["low"] is None and one["high"] is None and one["n"] == 1  # no interval of one

@@ -48,3 +48,15 @@ def test_caveats_apply_only_when_they_should():
 def test_plain_never_gives_a_repr():
     assert plain({"k": 8, "positions": [1, 2], "p": 0.123456}) == "k 8, positions 1, 2, p 0.1235"
     assert plain({}) == ""
+
+
+def test_a_family_member_is_resolved_only_where_its_holm_p_is_below_alpha():
+    kept = Comparison("a", "GRPO", "credit", 0.24, 0.20, 0.28, p_holm=0.64)
+    assert kept.outcome == "unresolved" and kept.held_by_holm
+    assert verdict(kept) == "a: not resolved from GRPO on credit (+0.240 [+0.200, +0.280]; Holm p 0.640 across the methods)."
+    assert Comparison("a", "GRPO", "credit", 0.24, 0.20, 0.28, p_holm=0.01).outcome == "better"
+    assert Comparison("a", "GRPO", "credit", -0.24, -0.28, -0.20, p_holm=0.049).outcome == "worse"
+    held = Comparison("a", "GRPO", "credit", 0.05, -0.01, 0.1, p_holm=0.9)  # the interval says it first
+    assert verdict(held).endswith("(+0.050 [-0.010, +0.100]; the 95% interval holds 0).")
+    assert leader([kept]) is None
+

@@ -21,8 +21,10 @@ def test_json_and_text_reports(capsys, tmp_path):
         for metric in ("spearman", "credit_agreement"):
             stats = report["methods"][method][metric]
             assert {"mean", "low", "high", "p_holm", "undefined"} <= set(stats)
-            if stats["mean"] is not None:
+            if stats["n"] >= 2:
                 assert stats["low"] <= stats["mean"] <= stats["high"]
+            else:  # no interval of one trace or group
+                assert stats["low"] is None and stats["high"] is None
     assert {"r", "spearman_brown"} <= set(report["reliability"])
     assert 0 <= report["positive_control"]["chain"]["mean"] <= 1
     assert report["n_scored"] + sum(report["skipped"].values()) == report["n"] == 2
