@@ -112,7 +112,7 @@ def credit_metrics(token_advantages: dict[str, list[np.ndarray]], advantages: li
     base = _pearson(grpo, y)
     out = {GRPO: {"credit_correlation": base, "credit_agreement": 0.0 if np.isfinite(base) else base}}
     for method, rows in token_advantages.items():
-        r = _pearson(np.concatenate(rows), y)
+        r = _pearson(np.concatenate(rows), y) if rows else float("nan")
         out[method] = {"credit_correlation": r, "credit_agreement": r - base}
     return out
 
@@ -330,7 +330,8 @@ def advantage_recall(model, tokenizer, records: list[dict], *, n: int, methods=N
             advantages.append(row["advantage"])
             for m in methods:
                 credit_rows[m].append(_floats(row["token_advantages"][m]))
-        per_group.append({"group": g, "rewards": rewards[g], **credit_metrics(credit_rows, advantages, labels)})
+        if labels:  # a group none of whose traces has enough steps is not a unit of credit agreement
+            per_group.append({"group": g, "rewards": rewards[g], **credit_metrics(credit_rows, advantages, labels)})
     bar.close()
     return _report(run, records, methods, chosen, rewards, per_trace, per_group, oracles, skipped, group_size)
 

@@ -97,6 +97,8 @@ def test_credit_agreement_by_hand():
     assert math.isclose(got["towards"]["credit_agreement"], toward - base)
     flat = credit_metrics({"m": [np.ones(3)]}, [0.0], [labels[0]])  # A all 0: undefined, not 0
     assert math.isnan(flat["grpo"]["credit_correlation"]) and math.isnan(flat["m"]["credit_agreement"])
+    none = credit_metrics({"m": []}, [], [])  # no trace of the group scored: undefined, no error
+    assert math.isnan(none["grpo"]["credit_correlation"]) and math.isnan(none["m"]["credit_correlation"])
 
 
 def test_constant_scores_are_undefined_and_counted_apart():
