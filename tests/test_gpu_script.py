@@ -32,6 +32,7 @@ def gpu_sh(*args, env=None):
                           timeout=300, env=env)
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_dry_run_prints_the_plan_and_passes():
     done = gpu_sh("--dry-run")

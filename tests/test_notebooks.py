@@ -18,7 +18,7 @@ from nbclient import NotebookClient
 import oar_attrib as oa
 from oar_attrib.attribution import attribute
 
-pytestmark = [pytest.mark.notebook, pytest.mark.slow]
+pytestmark = [pytest.mark.heavy, pytest.mark.notebook, pytest.mark.slow]
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 from shared_data import shared_folder  # ../shared, or the trimmed copy vendored under tests/data

@@ -150,13 +150,21 @@ def test_the_docs_hold_the_blocks_this_test_knows():
     assert kinds.count("python") >= 4 and kinds.count("bash") >= 5
     assert {"README.md", "docs/guide/attribution.md", "docs/guide/training.md"} <= set(PYTHON_PAGES)
     every_command = [c for _, _, code in BASH_BLOCKS for c in commands(code)]
+    assert HEAVY_PAGES <= {doc for doc, _, _ in BASH_BLOCKS} and FIRST_PAGES <= set(PYTHON_PAGES)  # none stale
     for start in NOT_RUN:  # no stale entry: each one still names a documented command
         assert any(c.startswith(start) for c in every_command), start
     every_python = "\n".join(code for _, lang, _, code in BLOCKS if lang == "python")
     assert all(line in every_python for line in PYTHON_NOT_RUN)
 
 
-@pytest.mark.parametrize("doc", PYTHON_PAGES, ids=[f"{d}:python" for d in PYTHON_PAGES])
+# The first pages a newcomer reads stay in the default run; every other page's Python blocks
+# (10-26 s each on 2 cores, one process per page) are in the heavy tier.
+FIRST_PAGES = {"README.md", "docs/getting-started.md"}
+
+
+@pytest.mark.parametrize("doc", [
+    pytest.param(d, id=f"{d}:python", marks=[] if d in FIRST_PAGES else [pytest.mark.heavy])
+    for d in PYTHON_PAGES])
 def test_python_blocks_of_a_page_run_as_pasted(doc, tmp_path):
     blocks = []
     for _, lang, line, code in (b for b in BLOCKS if b[0] == doc):
@@ -173,7 +181,13 @@ def test_python_blocks_of_a_page_run_as_pasted(doc, tmp_path):
     assert done.returncode == 0, f"{doc} failed:\n{done.stderr[-3000:]}"
 
 
-@pytest.mark.parametrize("doc, line, code", BASH_BLOCKS, ids=[f"{d}:{n}" for d, n, _ in BASH_BLOCKS])
+# Pages whose commands train, align or load a real model: each takes 25-135 s on 2 cores.
+HEAVY_PAGES = {"docs/guide/training.md", "docs/guide/align.md", "docs/guide/one-model.md"}
+
+
+@pytest.mark.parametrize("doc, line, code", [
+    pytest.param(d, n, c, id=f"{d}:{n}", marks=[pytest.mark.heavy] if d in HEAVY_PAGES else [])
+    for d, n, c in BASH_BLOCKS])
 def test_bash_block_runs_as_pasted(doc, line, code, tmp_path):
     where = f"{doc}:{line}"
     script = ["set -euo pipefail",

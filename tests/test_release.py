@@ -37,6 +37,7 @@ def test_the_version_is_written_once_and_the_changelog_has_its_section():
                                               key=lambda v: tuple(map(int, v.split("."))), reverse=True)
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_the_wheel_installs_into_a_fresh_environment_and_runs(tmp_path):
     dist = tmp_path / "dist"

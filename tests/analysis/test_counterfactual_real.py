@@ -48,6 +48,7 @@ def test_the_batched_oracle_equals_the_one_row_reference(smollm2):
     assert fast == _reference(model, tok, prompt_ids, response_ids, positions, len(response_ids) + 4)
 
 
+@pytest.mark.heavy
 def test_recall_of_every_method_beside_the_random_expectation_and_a_resumed_run(smollm2, tmp_path, monkeypatch):
     model, tok = smollm2
     records = [{"prompt": cfr.record_prompt({"question": QUESTION}), "response": RIGHT, "answer": "20"},
@@ -116,6 +117,7 @@ def _marked_tokens(trace, text: str, values: list[str]) -> set[int]:
     return {t for t, (a, b) in enumerate(trace.offsets) if any(a < e and s < b for s, e in spans)}
 
 
+@pytest.mark.heavy
 def test_word_problems_are_scored_on_the_value_oracle_beside_the_counterfactual(smollm2, monkeypatch):
     """`wordworld:<preset>` records carry their problem: the model's own text is scored on the
     value oracle's sets (tokens that write the answer's operands, the distractor's value), each

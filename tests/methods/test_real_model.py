@@ -22,6 +22,8 @@ from oar_attrib.methods import get_method
 from oar_attrib.weights.metrics import spearman
 from oar_attrib.methods.oar_p import oar_p, oar_p_reference
 
+pytestmark = pytest.mark.heavy
+
 HERE = Path(__file__).resolve().parents[1]  # tests/
 PROMPT = [{"role": "user", "content": "12 boxes of 3 pens, and 5 pens. How many pens?"}]
 RESPONSE = "12 * 3 = 36 pens in boxes.\n36 + 5 = 41 pens.\n#### 41"

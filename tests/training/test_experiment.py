@@ -90,6 +90,7 @@ def _command(path: Path, jobs: int) -> list[str]:
     return [sys.executable, "-m", "oar_attrib.training.experiment_cli", "run", "--jobs", str(jobs), str(path)]
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_grid_resumes_after_a_kill_and_its_report_matches_the_stored_points(tmp_path):
     path = _grid(tmp_path)

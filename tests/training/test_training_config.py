@@ -359,6 +359,7 @@ def test_math_preset_starts_on_a_cpu_without_overrides(capsys):
     assert main(["--preset", "math-7b", "--dry-run"]) == 0
 
 
+@pytest.mark.heavy
 @pytest.mark.slow  # 140 s on 2 shared CPU cores, most of it TRL's generation
 def test_smollm2_preset_trains_a_step_with_oar_on_and_reloads(smollm2, tmp_path):
     """One step of the smollm2-gsm8k preset at its smallest (2 completions) on the real model:

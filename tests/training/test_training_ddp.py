@@ -20,6 +20,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = {0: ("right", "wrong", "no_answer", "right"), 1: ("right", "no_answer", "right", "wrong")}
 
+pytestmark = pytest.mark.heavy
+
 
 def worker(out_dir: str) -> None:
     import gc

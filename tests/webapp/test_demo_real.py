@@ -23,6 +23,7 @@ FIRST_MIXED = 2
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "guide" / "web-app.md"
 
 
+@pytest.mark.heavy
 def test_the_real_stage_stores_graded_groups_attributed_by_oar_p_and_oar_g(tmp_path, smollm2, monkeypatch):
     path = tmp_path / "demo.db"
     status = Progress.of_store(path)
@@ -62,6 +63,7 @@ def test_the_real_stage_stores_graded_groups_attributed_by_oar_p_and_oar_g(tmp_p
         "0/4 answers, sampling answers", "2/4 answers, sampling answers"]
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_the_demos_real_run_has_right_and_wrong_answers_and_reshaped_advantages(tmp_path, smollm2, monkeypatch):
     """The demo's own settings on its first questions (a group does not depend on the ones
@@ -124,6 +126,7 @@ def test_a_stage_line_reads_as_a_sentence(fields, line):
     assert Stage("world", **fields).line() == line
 
 
+@pytest.mark.heavy
 def test_the_real_stage_stores_each_answer_when_done_and_resumes_inside_a_group(tmp_path, smollm2, monkeypatch):
     """Ctrl-C while the second answer of the first group is attributed: the first is kept;
     the next fill samples that group again (seeded: the same answers) and attributes only
