@@ -126,6 +126,10 @@ def text_report(report) -> list[str]:
     else:
         lines.append(f"label reliability: split-half r {rel['r']:+.3f}, Spearman-Brown {rel['spearman_brown']:+.3f} "
                      f"over {rel['steps']} steps")
+        before = rel.get("before_last") or {}
+        lines.append("  without each trace's last step (whose halves share the trace's reward): " + (
+            f"r {before['r']:+.3f}, Spearman-Brown {before['spearman_brown']:+.3f} over {before['steps']} steps"
+            if before.get("r") is not None else "undefined (too few steps, or a constant half)"))
     heads = ("spearman |dV|", "Holm p", "| position", "credit agreement", "Holm p", "s/trace")
     rows = {**report.methods, **report.reference}
     width = max(len(m) for m in rows)
@@ -164,6 +168,13 @@ def comparisons(report) -> list:
     return out
 
 
+def _label_reliability(reliability: dict) -> float | None:
+    """The reliability a caveat reads: that of the steps before each trace's last where it is
+    defined (the last step's halves agree by construction), else the whole figure."""
+    before = (reliability.get("before_last") or {}).get("spearman_brown")
+    return before if before is not None else reliability.get("spearman_brown")
+
+
 def reading(report) -> list[str]:
     """The report in words (`verdicts.reading`): a verdict per method and figure, the caveats
     (few traces, a noisy label, a positive control that does not beat random), what to run next."""
@@ -178,7 +189,8 @@ def reading(report) -> list[str]:
     notes = caveats(
         caveat_few(report.n_scored, STABLE_TRACES, "traces"),
         caveat_few(report.groups["analysed"], 10, "groups (credit agreement's units)"),
-        caveat_reliability(report.reliability.get("spearman_brown"), 0.7, "label (dV, split-half)"),
+        caveat_reliability(_label_reliability(report.reliability), 0.7,
+                           "label (dV of the steps before the last, split-half)"),
         "the positive control does not rank the world's causal steps above a random ranking's expectation "
         "(the interval of |dV| recall's gain over chance holds 0): read agreement with |dV| with care"
         if gain is not None and gain <= 0 else None)

@@ -69,18 +69,33 @@ def test_split_half_is_the_hand_formula():
     rng = np.random.default_rng(0)
     traces = [AdvantageTrace(rng.integers(0, 2, size=(s, 5)).astype(float).tolist(), float(r))
               for s, r in ((3, 1), (4, 0), (2, 1))]
-    a, b = [], []
+    a, b, a_before, b_before = [], [], [], []
     for t in traces:
         first = [np.mean(r[:2]) for r in t.rewards] + [t.reward]  # n=5: halves of 2, the fifth in neither
         second = [np.mean(r[2:4]) for r in t.rewards] + [t.reward]
         a += list(np.diff(first))
         b += list(np.diff(second))
+        a_before += list(np.diff(first))[:-1]
+        b_before += list(np.diff(second))[:-1]
     r = np.corrcoef(a, b)[0, 1]
     got = split_half(traces)
     assert got["steps"] == 9 and math.isclose(got["r"], r)
     assert math.isclose(got["spearman_brown"], 2 * r / (1 + r) if r > 0 else r)
+    before = np.corrcoef(a_before, b_before)[0, 1]
+    assert got["before_last"]["steps"] == 6 and math.isclose(got["before_last"]["r"], before)
     flat = AdvantageTrace([[1.0, 1.0]] * 3, 1.0)
-    assert split_half([flat]) == {"r": None, "spearman_brown": None, "steps": 3}
+    undefined = {"r": None, "spearman_brown": None, "steps": 3}
+    assert split_half([flat]) == {**undefined, "before_last": {**undefined, "steps": 2}}
+
+
+def test_the_last_steps_shared_reward_inflates_the_whole_figure_not_before_last():
+    """Pure-noise continuations (V independent of the prefix): the halves of the steps before
+    the last do not agree, but the last step's do, through the trace's own reward."""
+    rng = np.random.default_rng(1)
+    traces = [AdvantageTrace(rng.integers(0, 2, size=(4, 16)).astype(float).tolist(), float(i % 2))
+              for i in range(200)]
+    got = split_half(traces)
+    assert got["r"] > 0.3 and abs(got["before_last"]["r"]) < 0.1
 
 
 def test_credit_agreement_by_hand():
