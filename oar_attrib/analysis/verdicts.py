@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+ALPHA = 0.05  # the family-wise level of a resolved verdict
+
 
 @dataclass(frozen=True)
 class Comparison:
@@ -42,15 +44,11 @@ class Comparison:
             return "better" if favours == self.higher_is_better else "worse"
         return "unresolved"
 
-
     @property
     def held_by_holm(self) -> bool:
         """Whether the family's Holm adjustment keeps a comparison whose interval excludes 0
-        from being resolved (p_holm >= 0.05)."""
+        from being resolved (p_holm >= ALPHA)."""
         return _finite(self.p_holm) and self.p_holm >= ALPHA
-
-
-ALPHA = 0.05  # the family-wise level of a resolved verdict
 
 
 def _finite(value) -> bool:

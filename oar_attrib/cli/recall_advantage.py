@@ -98,16 +98,10 @@ def _cell(stats: dict | None) -> str:
     return f"{stats['mean']:+.3f} [{low:+.3f},{high:+.3f}]" if low is not None else f"{stats['mean']:+.3f}"
 
 
-def _p(stats: dict) -> str:
+def _p(stats: dict, key: str = "p_holm", missing: str = "") -> str:
     from ..analysis.stats import format_p
 
-    return "" if stats.get("p_holm") is None else format_p(stats["p_holm"], 3, "")
-
-
-def _p_raw(stats: dict) -> str:
-    from ..analysis.stats import format_p
-
-    return "n/a" if stats.get("p") is None else format_p(stats["p"], 3, "")
+    return missing if stats.get(key) is None else format_p(stats[key], 3, "")
 
 
 def text_report(report) -> list[str]:
@@ -146,7 +140,7 @@ def text_report(report) -> list[str]:
     if control:
         lines.append(f"positive control: |dV| recalls the world's causal (chain) steps at {_cell(control['chain'])} "
                      f"against a random ranking's {control['random_chain']['mean']:.3f}, a gain of "
-                     f"{_cell(control['chain_gain'])} (p {_p_raw(control['chain_gain'])}); "
+                     f"{_cell(control['chain_gain'])} (p {_p(control['chain_gain'], 'p', 'n/a')}); "
                      f"direct steps {_cell(control['direct'])}, a gain of {_cell(control['direct_gain'])}")
     return lines + reading(report)
 

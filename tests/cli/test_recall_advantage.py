@@ -48,8 +48,7 @@ def test_bad_knobs_are_one_line(capsys):
 
 def test_a_group_with_no_trace_long_enough_is_skipped_not_an_error(capsys, tmp_path):
     """Every trace below --min-steps: no trace and no group is scored, and the report says so."""
-    argv = [a for a in SMALL if a != "--no-progress"] + ["--no-progress", "--min-steps", "99",
-                                                          "--cf-cache", str(tmp_path / "c.jsonl"), "--json"]
+    argv = SMALL + ["--min-steps", "99", "--cf-cache", str(tmp_path / "c.jsonl"), "--json"]
     assert main(argv) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["n_scored"] == 0 and report["skipped"]["few_steps"] + report["skipped"]["no_steps"] == 2
