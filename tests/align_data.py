@@ -10,7 +10,8 @@ def cos(a, b) -> float:
 
 def write_store(folder, star, batches, pool_halves=None, rows=8):
     """An align store folder of per-batch gradients `batches` ([{label: (pos, neg)}] in order,
-    GRPO under 'none' first) against g* = `star`, with the files `summarise` reads."""
+    GRPO under 'none' first) against g* = `star`, with the files `summarise` reads; given
+    `pool_halves` (g*_a, g*_b), also each line's dot products with them, as a run writes."""
     folder.mkdir(parents=True, exist_ok=True)
     labels = list(batches[0])
     (folder / "reference").mkdir(exist_ok=True)
@@ -18,6 +19,8 @@ def write_store(folder, star, batches, pool_halves=None, rows=8):
     reference = {"pool_batches": 4, "halves": {"a": 2, "b": 2}, "split_half_cos": cos(a, b),
                  "sq": float(star @ star), "l1": float(np.abs(star).sum()), "batch_sq_mean": 4 * float(star @ star),
                  "signal_sq": float(a @ b) / 4, "seconds_per_batch": 1.0}
+    if pool_halves is not None:
+        reference["halves_sq"] = {"a": float(a @ a), "b": float(b @ b)}
     (folder / "reference" / "reference.json").write_text(json.dumps(reference))
     record = {"model": {"name": "test"}, "align": {"preset": "test", "batches": len(batches),
                                                    "methods": {m: {} for m in labels}}}
@@ -31,7 +34,9 @@ def write_store(folder, star, batches, pool_halves=None, rows=8):
             for m, (pos, neg) in batch.items():
                 parts = {"all": (pos + neg, grpo[0] + grpo[1]), "pos": (pos, grpo[0]), "neg": (neg, grpo[1])}
                 line["methods"][m] = {p: {"dot_star": float(v @ star), "sq": float(v @ v), "dot_grpo": float(v @ w),
-                                          "sign_star": float(np.sign(v) @ star)} for p, (v, w) in parts.items()}
+                                          "sign_star": float(np.sign(v) @ star),
+                                          **({"dot_star_a": float(v @ a), "dot_star_b": float(v @ b)}
+                                             if pool_halves is not None else {})} for p, (v, w) in parts.items()}
                 line["methods"][m]["seconds"] = {"weights": 0.5, "backward": 1.0}
                 sums[m][half] += pos + neg
             handle.write(json.dumps(line) + "\n")

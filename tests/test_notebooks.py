@@ -316,27 +316,49 @@ def test_06_real_model_without_a_grid_summary(tmp_path):
 
 def test_07_gradient_alignment_recomputes_the_align_statistics(tmp_path):
     """07 recomputes, with its own code, what `summarise` reports for every result folder:
-    the paired difference from GRPO per method (its bootstrap interval holding it), and the
-    bias-or-variance estimates; one delta figure, one bias figure."""
+    the paired difference from GRPO per method (its bootstrap interval holding it), the
+    bias-or-variance estimates, each contrast against the two half pools and the interval that
+    includes g*'s noise, and the attenuation; a run without half-pool dot products has only the
+    first two. One delta figure, one bias figure."""
     from align_data import random_batches, write_store
     from oar_attrib.analysis.align import summarise
 
     rng = np.random.default_rng(3)
-    for name in ("base", "after-grpo"):
-        write_store(tmp_path / name, rng.normal(size=30), random_batches(rng, 12, 30, ("none", "oar_g", "random")))
+    star = rng.normal(size=30)
+    apart = rng.normal(size=30)  # half pools that disagree: g* has noise of its own
+    batches = random_batches(rng, 12, 30, ("none", "oar_g", "random"))
+    for batch in batches:  # a method that follows one half pool's noise: its contrasts split
+        batch["oar_g"] = (batch["oar_g"][0] + 2 * apart, batch["oar_g"][1])
+    write_store(tmp_path / "base", star, batches, pool_halves=(star + apart, star - apart))
+    write_store(tmp_path / "after-grpo", rng.normal(size=30), random_batches(rng, 12, 30, ("none", "oar_g", "random")))
     (tmp_path / "notes").mkdir()  # not a result folder
     nb, summary = run_notebook("07_gradient_alignment.ipynb", OAR_ALIGN_RESULTS=str(tmp_path))
     assert sorted(summary) == ["after-grpo", "base"]
-    for name, methods in summary.items():
-        expected = summarise(tmp_path / name, n_boot=200)["methods"]
-        assert list(methods) == list(expected)
-        for method, got in methods.items():
-            assert got["delta_cos"] == pytest.approx(expected[method]["delta_cos"]["mean"], abs=1e-12)
+    for name, found in summary.items():
+        expected = summarise(tmp_path / name, n_boot=4000)
+        assert list(found["methods"]) == list(expected["methods"])
+        assert found["attenuation"] == pytest.approx(expected["reference"]["attenuation"], rel=1e-9)
+        for method, got in found["methods"].items():
+            want = expected["methods"][method]
+            assert got["delta_cos"] == pytest.approx(want["delta_cos"]["mean"], abs=1e-12)
             assert got["low"] <= got["delta_cos"] <= got["high"] and got["batches"] == 12
             for key in ("direction_grpo", "noise_to_signal"):  # None: no signal left in the halves
-                want = expected[method]["mean_gradient"][key]
-                assert got[key] is None if want is None else got[key] == pytest.approx(want, rel=1e-9)
-    assert summary["base"]["none"]["delta_cos"] == 0.0
+                bias = want["mean_gradient"][key]
+                assert got[key] is None if bias is None else got[key] == pytest.approx(bias, rel=1e-9)
+            held = want["delta_cos"]
+            if name == "after-grpo" or method == "none":  # no half pools recorded; GRPO has no contrast
+                assert "half_a" not in got and ("half_pools" not in held or held["half_pools"] is None)
+                continue
+            for h in ("a", "b"):
+                assert got[f"half_{h}"] == pytest.approx(held["half_pools"][h]["mean"], abs=1e-12)
+            noisy = held["with_gstar_noise"]
+            if method == "oar_g":
+                assert got["gstar_sd"] > 0.05 and got["half_a"] > got["half_b"]
+            assert got["gstar_sd"] == pytest.approx(noisy["gstar_sd"], rel=0.15, abs=1e-3)
+            assert got["gstar_se"] == pytest.approx(noisy["se"], rel=0.15)  # analytic vs bootstrap variance
+            assert got["gstar_low"] <= got["delta_cos"] <= got["gstar_high"]
+    assert summary["after-grpo"]["attenuation"] == 1.0  # no half pools: both halves are g* itself
+    assert summary["base"]["methods"]["none"]["delta_cos"] == 0.0
     assert len(plotly_outputs(nb)) == 2
 
 
