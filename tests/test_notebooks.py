@@ -444,6 +444,7 @@ def test_09_advantage_oracle_recomputes_every_figure_from_the_report_rows(bundle
         if row["low"] is not None:
             assert row["low"] <= row["spearman"] <= row["high"]
         assert not row["beats_position"] or row["follows_dv"]
+        assert not row["beats_length"] or row["follows_dv"]
     want = report.reliability["spearman_brown"]
     assert (got["reliability"] is None) == (want is None)
     assert want is None or got["reliability"] == pytest.approx(want, abs=1e-12)

@@ -10,7 +10,10 @@ Each trace's steps are labelled by the oracle's dV_k, and per method:
   (`ranking_scores` pooled per step, `VIEW_STEP_POOL`) with |dV|; `partial_spearman` the same
   with the step index held fixed, `position_spearman` the scores' correlation with earliness.
   `earliest_first` (the step index, earlier first) is scored beside the methods as the
-  reference a method must beat. A trace whose scores or |dV| are constant has no Spearman: it
+  reference a method must beat; `longest_first` (the step's length in tokens) as a second one,
+  outside the Holm family: a step score pooled by its tokens' max grows with the step's length
+  (the random method's does: E[max of n uniforms] = n / (n + 1)), so a method that follows
+  |dV| only as length does is no better than it. A trace whose scores or |dV| are constant has no Spearman: it
   is counted apart (`undefined`), never as 0.
 - `credit_agreement`: per group (a batch of GRPO), over every step token of its traces, the
   Pearson correlation of the reshaped token advantage A_i * w_t with its step's dV, minus that
@@ -54,6 +57,8 @@ from ..weights.settings import ReshapeSettings
 from .advantage_oracle import AdvantageSettings, AdvantageTrace, advantage_oracle, prefix_seed, split_half
 from .counterfactual_recall import encode_prompt_ids, record_prompt
 from .graded_recall import EARLIEST, GradedCache, cache_key
+
+LONGEST = "longest_first"  # the reference ranking by step length (module docstring)
 from .sets import ADVANTAGE
 from .stats import count_undefined, holm, t_interval, t_test_p
 from .step_recall import overlaps
@@ -340,8 +345,10 @@ def _trace_row(row: dict, oracle: AdvantageTrace, record: dict, text: str, metho
     dv = oracle.dv()
     scores = {m: _floats(row["step_scores"][m]) for m in methods}
     scores[EARLIEST] = -np.arange(len(dv), dtype=np.float64)
+    lengths = [b - a for a, b in row["steps"]]
+    scores[LONGEST] = np.asarray(lengths, dtype=np.float64)
     out = {"group": group, "reward": oracle.reward, "values": oracle.values().tolist(), "dv": dv.tolist(),
-           "step_scores": {m: scores[m].tolist() for m in methods},
+           "step_tokens": lengths, "step_scores": {m: scores[m].tolist() for m in methods},
            "metrics": trace_metrics(scores, dv), "seconds": row["seconds"]}
     if min((len(r) for r in oracle.rewards), default=0) >= 2:  # the label's halves: its reliability recomputes
         out["dv_halves"] = [half.tolist() for half in oracle.halves()]
@@ -368,7 +375,10 @@ def _report(run: _Run, records, methods, chosen, rewards, per_trace, per_group, 
     for m in methods:
         seconds = [t["seconds"].get(m) for t in per_trace]
         summary[m]["seconds_per_trace"] = float(np.mean(seconds)) if seconds and None not in seconds else None
-    reference = summary.pop(EARLIEST)
+    reference = {EARLIEST: summary.pop(EARLIEST)}
+    for metric in TRACE_METRICS:  # its own family of one: it joined after the methods' (module docstring)
+        reference.setdefault(LONGEST, {})[metric] = estimate({LONGEST: [t["metrics"][LONGEST][metric]
+                                                                      for t in per_trace]})[LONGEST]
     grpo = estimate({"credit_correlation": [g[GRPO]["credit_correlation"] for g in per_group]})
     controls = [t["control"] for t in per_trace if "control" in t]
     # Each set's recall, a random ranking's expectation and their paired difference per trace
@@ -382,7 +392,7 @@ def _report(run: _Run, records, methods, chosen, rewards, per_trace, per_group, 
               "mean_abs_dv": float(np.mean([np.abs(o.dv()).mean() for o in oracles])) if oracles else None}
     mixed = sum(len(set(rewards[g])) > 1 for g in chosen)
     return AdvantageReport(
-        methods=summary, reference={EARLIEST: reference}, grpo=grpo["credit_correlation"],
+        methods=summary, reference=reference, grpo=grpo["credit_correlation"],
         reliability=split_half(oracles) if run.settings.n >= 2 else {"r": None, "spearman_brown": None},
         positive_control=control, oracle=oracle, n=len(chosen) * group_size, n_scored=len(per_trace),
         groups={"size": group_size, "analysed": len(chosen), "mixed": mixed, "candidates": len(records)},

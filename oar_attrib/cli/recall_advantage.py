@@ -172,6 +172,7 @@ def _label_reliability(reliability: dict) -> float | None:
 def reading(report) -> list[str]:
     """The report in words (`verdicts.reading`): a verdict per method and figure, the caveats
     (few traces, a noisy label, a positive control that does not beat random), what to run next."""
+    from ..analysis.advantage_recall import LONGEST
     from ..analysis.recall_reading import STABLE_TRACES
     from ..analysis.verdicts import caveat_few, caveat_reliability, caveats
     from ..analysis.verdicts import reading as in_words
@@ -180,6 +181,7 @@ def reading(report) -> list[str]:
         return ["Reading: no trace was scored; run with more --n or check the answers' steps."]
     control = report.positive_control or {}
     gain = (control.get("chain_gain") or {}).get("low")
+    length = ((report.reference.get(LONGEST) or {}).get("spearman") or {})
     notes = caveats(
         caveat_few(report.n_scored, STABLE_TRACES, "traces"),
         caveat_few(report.groups["analysed"], 10, "groups (credit agreement's units)"),
@@ -187,7 +189,10 @@ def reading(report) -> list[str]:
                            "label (dV of the steps before the last, split-half)"),
         "the positive control does not rank the world's causal steps above a random ranking's expectation "
         "(the interval of |dV| recall's gain over chance holds 0): read agreement with |dV| with care"
-        if gain is not None and gain <= 0 else None)
+        if gain is not None and gain <= 0 else None,
+        f"|dV| follows step length here (longest_first {_cell(length)}): a step score pooled by its tokens' max "
+        "grows with the step's length (the random method's does), so compare a method with longest_first, "
+        "not only with a random ranking's 0" if (length.get("low") or 0) > 0 else None)
     more = (f"oar recall advantage --model <model> --n {max(2 * report.n, 40)} "
             f"--continuations {max(2 * report.oracle['n'], 16)} (narrower intervals, a more reliable label)")
     return in_words(comparisons(report), notes, more)

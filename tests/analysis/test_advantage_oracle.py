@@ -181,6 +181,38 @@ def test_recall_resumes_from_its_cache_without_the_model(bundled, tmp_path):
         np.testing.assert_equal(again, {m: row["metrics"][m] for m in again})  # NaN equals NaN here
         assert np.allclose(np.diff(row["values"]), row["dv"])
         assert np.allclose(np.mean(row["dv_halves"], axis=0), row["dv"])
+        # longest_first ranks the steps by their length in tokens
+        length = trace_metrics({"l": np.array(row["step_tokens"], dtype=float)}, np.array(row["dv"]))["l"]
+        np.testing.assert_equal(length, row["metrics"]["longest_first"])
+        assert len(row["step_tokens"]) == len(row["dv"]) and min(row["step_tokens"]) >= 1
+
+
+def test_longest_first_is_scored_outside_the_methods_holm_family():
+    """The step-length reference joined after the methods' family was fixed: the methods' and
+    earliest_first's Holm p are those of their own family, longest_first's is its raw p."""
+    from oar_attrib.analysis.advantage_recall import LONGEST, _report, estimate
+    from oar_attrib.analysis.graded_recall import EARLIEST
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for _ in range(12):
+        dv = rng.normal(size=6)
+        rows.append({"metrics": {m: {"spearman": rng.uniform(-1, 1), "partial_spearman": rng.uniform(-1, 1),
+                                     "position_spearman": rng.uniform(-1, 1)} for m in ("a", "b", EARLIEST, LONGEST)},
+                     "seconds": {"a": 1.0, "b": 1.0}, "dv": dv.tolist()})
+
+    class Run:
+        oracle_seconds = {}
+        settings = AdvantageSettings(n=2, margin=0)
+        cache = type("C", (), {"counts": {}})()
+
+    report = _report(Run(), [{}], ["a", "b"], [0], {0: [1.0, 0.0]}, rows, [], [], {}, 2)
+    family = estimate({m: [r["metrics"][m]["spearman"] for r in rows] for m in ("a", "b", EARLIEST)})
+    for m in ("a", "b"):
+        assert report.methods[m]["spearman"]["p_holm"] == family[m]["p_holm"]
+    assert report.reference[EARLIEST]["spearman"]["p_holm"] == family[EARLIEST]["p_holm"]
+    alone = report.reference[LONGEST]["spearman"]
+    assert alone["p_holm"] == alone["p"] and alone["mean"] == pytest.approx(np.mean([r["metrics"][LONGEST]["spearman"] for r in rows]))
 
 
 def test_cache_refuses_a_malformed_advantage_entry(tmp_path):
