@@ -57,12 +57,11 @@ from ..weights.settings import ReshapeSettings
 from .advantage_oracle import AdvantageSettings, AdvantageTrace, advantage_oracle, prefix_seed, split_half
 from .counterfactual_recall import encode_prompt_ids, record_prompt
 from .graded_recall import EARLIEST, GradedCache, cache_key
-
-LONGEST = "longest_first"  # the reference ranking by step length (module docstring)
 from .sets import ADVANTAGE
 from .stats import count_undefined, holm, t_interval, t_test_p
 from .step_recall import overlaps
 
+LONGEST = "longest_first"  # the reference ranking by step length (module docstring)
 TRACE_METRICS = ("spearman", "partial_spearman", "position_spearman")
 GROUP_METRICS = ("credit_agreement", "credit_correlation")
 GRPO = "grpo"  # the credit correlation of A_i itself
@@ -376,9 +375,9 @@ def _report(run: _Run, records, methods, chosen, rewards, per_trace, per_group, 
         seconds = [t["seconds"].get(m) for t in per_trace]
         summary[m]["seconds_per_trace"] = float(np.mean(seconds)) if seconds and None not in seconds else None
     reference = {EARLIEST: summary.pop(EARLIEST)}
-    for metric in TRACE_METRICS:  # its own family of one: it joined after the methods' (module docstring)
-        reference.setdefault(LONGEST, {})[metric] = estimate({LONGEST: [t["metrics"][LONGEST][metric]
-                                                                      for t in per_trace]})[LONGEST]
+    # its own family of one: it joined after the methods' (module docstring)
+    reference[LONGEST] = {metric: estimate({LONGEST: [t["metrics"][LONGEST][metric] for t in per_trace]})[LONGEST]
+                          for metric in TRACE_METRICS}
     grpo = estimate({"credit_correlation": [g[GRPO]["credit_correlation"] for g in per_group]})
     controls = [t["control"] for t in per_trace if "control" in t]
     # Each set's recall, a random ranking's expectation and their paired difference per trace
