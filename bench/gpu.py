@@ -77,22 +77,23 @@ def stages(args) -> list[Stage]:
              str(args.train_tokens), "--gpu-batch", "16",
              "--out", str(WORK / "train-step"), "--json", str(WORK / "train_step.json")]
     advantage = ["--model", "qwen2-0.5b", "--device", "cuda", "--dtype", "bfloat16", "--samples", "16",
-                 "--new-tokens", "128", "--prompt-tokens", "64", "--one-by-one-seconds", "8"]
+                 "--new-tokens", "128", "--boundaries", "4", "--prompt-tokens", "64", "--one-by-one-seconds", "8"]
     # oar_p_steps had 70 s; 30 of them go to advantage. Its heaviest method, token OAR-P at 2048
     # tokens, is about 1.8 PFLOP at full depth (docs/benchmarks.md: 74.7 TFLOP on 1 of the 24
     # layers), seconds at a bf16 matrix rate of some hundred TFLOP/s even at 3x of its limit; the
-    # rest of the stage is imports and building the model, about 20-30 s in all. advantage: its
-    # one-by-one decoding (sequential steps, ~10-25 ms each for 24 layers) is capped at 8 s, so
-    # 128 tokens (not 256) keep the batched decode a few seconds and leave several samples.
+    # rest of the stage is imports and building the model, about 20-30 s in all. advantage: each of
+    # its two per-pass paths (sequential steps, ~10-25 ms each for 24 layers) is capped at 8 s, so
+    # 128 tokens (not 256) keep the decode together a few seconds and leave several boundaries.
     out = [Stage("oar_p_steps", 40, [py, "bench/bench_steps.py", *steps],
                  "oar_p, oar_p_step, oar_p_hier at 2048 tokens, Qwen2-0.5B shape with RANDOM "
                  "weights, bf16, against the FLOP limit",
                  flags=[f for f in steps if f.startswith("--")]),
            Stage("advantage", 30, [py, "bench/bench_advantage.py", *advantage],
-                 "the advantage oracle's 16 continuations of one 64-token prompt, 128 new tokens each "
-                 "(no EOS), decoded as one batch on the shared cache and one by one (as many as end "
-                 "within 8 s), Qwen2-0.5B shape with RANDOM weights, bf16: tokens/s, their ratio, "
-                 "x of the FLOP limit",
+                 "the advantage oracle's 16 continuations at each of the 4 step boundaries of a trace "
+                 "(a 64-token prompt, a 128-token response, no EOS), decoded together, one boundary per "
+                 "pass and through model.generate (the per-pass paths as many boundaries as end within "
+                 "8 s), Qwen2-0.5B shape with RANDOM weights, bf16: tokens/s, their ratios, x of the "
+                 "FLOP limit",
                  flags=[f for f in advantage if f.startswith("--")]),
            Stage("train_step", 200, [py, "bench/bench_train_step.py", *train],
                  "one GRPO step of TRL against OAR none, OAR-G and OAR-P (Qwen2-0.5B shape, RANDOM "

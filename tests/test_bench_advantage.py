@@ -1,6 +1,7 @@
 """bench/bench_advantage.py at a tiny RANDOM-weight shape on CPU: a shape with no EOS decodes
-every continuation to --new-tokens both ways, so batched and one-by-one count the same tokens,
-and --one-by-one-seconds stops after the first sample when it cannot wait for more."""
+every continuation to its budget on every path, so the three paths write the same tokens (the
+oracle's path and its reference the same continuations, checked by the script itself), and
+--one-by-one-seconds stops the per-pass paths after the first boundary when it cannot wait."""
 from __future__ import annotations
 
 import importlib.util
@@ -29,35 +30,41 @@ def bench(monkeypatch):
     return module
 
 
-def run(bench, capsys, samples: int, new_tokens: int, *flags) -> tuple[list[str], dict]:
+def run(bench, capsys, samples: int, new_tokens: int, boundaries: int, *flags) -> tuple[list[str], dict]:
     bench.main(["--model", "qwen2-tiny", "--device", "cpu", "--samples", str(samples), "--new-tokens",
-                str(new_tokens), "--prompt-tokens", "8", *flags])
+                str(new_tokens), "--boundaries", str(boundaries), "--prompt-tokens", "8", *flags])
     lines = capsys.readouterr().out.strip().splitlines()
     return lines, json.loads(lines[-1])
 
 
-def test_a_random_shape_decodes_the_same_tokens_batched_and_one_by_one(bench, capsys):
-    lines, result = run(bench, capsys, 3, 5)
+def test_a_random_shape_writes_the_same_tokens_on_every_path(bench, capsys):
+    lines, result = run(bench, capsys, 3, 6, 3)
     assert "RANDOM weights" in lines[0] and "no EOS" in lines[0]
     assert result["weights"] == "RANDOM" and result["eos"] is False
     assert (result["device"], result["dtype"], result["gpu"]) == ("cpu", "float32", None)
     assert result["shape"] == {"hidden": 32, "intermediate": 64, "layers": 2, "heads": 4, "kv_heads": 2,
                                "vocab": 151936}
-    assert result["prefix_tokens"] == 8 and result["one_by_one_samples"] == 3
-    assert result["batched_tokens"] == result["one_by_one_tokens"] == 3 * 5
-    assert result["batched_tokens_per_s"] > 0 and result["one_by_one_tokens_per_s"] > 0
-    assert result["ratio_batched_over_one_by_one"] == pytest.approx(
-        result["one_by_one_s"] / result["batched_s"], rel=0.05)
-    assert result["batched_x_limit"] > 0 and result["one_by_one_x_limit"] > 0
+    assert (result["prompt_tokens"], result["response_tokens"], result["boundaries"]) == (8, 6, 3)
+    margin = bench.REGENERATION_MARGIN
+    budget = sum(6 - head + margin for head in (0, 2, 4))  # the heads of 3 equal steps of 6 tokens
+    for path in ("together", "one_per_pass", "generate"):
+        assert result[f"{path}_boundaries"] == 3 and result[f"{path}_tokens"] == 3 * budget
+        assert result[f"{path}_tokens_per_s"] > 0 and result[f"{path}_x_limit"] > 0
+    assert result["ratio_together_over_one_per_pass"] == pytest.approx(
+        result["one_per_pass_s"] / result["together_s"], rel=0.1)
+    assert result["seconds_per_trace"] == result["together_s"] and result["passes_together"] >= 1
 
 
-def test_one_by_one_stops_at_its_seconds_after_one_sample(bench, capsys):
-    _, result = run(bench, capsys, 2, 3, "--one-by-one-seconds", "1e-9")
-    assert result["one_by_one_samples"] == 1 and result["one_by_one_tokens"] == 3
-    assert result["batched_tokens"] == 2 * 3
+def test_one_by_one_stops_at_its_seconds_after_one_boundary(bench, capsys):
+    _, result = run(bench, capsys, 2, 4, 2, "--one-by-one-seconds", "1e-9")
+    assert result["one_per_pass_boundaries"] == result["generate_boundaries"] == 1
+    assert result["together_boundaries"] == 2
 
 
 def test_wrong_flags_are_refused_in_one_line(bench, capsys):
     with pytest.raises(SystemExit):
         bench.main(["--model", "qwen2-tiny", "--samples", "0"])
     assert "--samples" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.main(["--model", "qwen2-tiny", "--new-tokens", "2", "--boundaries", "3"])
+    assert "--boundaries 3" in capsys.readouterr().err

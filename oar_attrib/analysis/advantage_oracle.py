@@ -14,11 +14,14 @@ VinePPO's estimator of the value of a prefix under the policy's own continuation
 advantage of writing step k, the credit RL wants, measured on the policy's distribution (never
 greedy). A step whose dV is 0 changed nothing the policy would have reached anyway.
 
-The N continuations of one boundary share its KV cache and decode as one batch
-(`generation.continue_groups`: the prefix is prefilled once, its cache repeated N times);
-`batched=False` decodes them one by one (the reference, and the slow side of
-`bench/bench_advantage.py`). Each boundary's sampling is seeded by the hash of its key (model,
-settings, prefix ids), so a boundary read back from the cache and one decoded now agree.
+The boundaries of a trace decode together (`generation.sample_prefixes`): each prefix is
+prefilled once and its cache repeated N times, all of the trace's rows run in one decode loop
+(as many boundaries per pass as memory allows, `boundary_chunks`), and a row that ends leaves
+the batch. Each boundary samples from its own stream, seeded by the hash of its key (model,
+settings, prefix ids), so a boundary read back from the cache, one decoded alone
+(`batched=False`, the reference) and one decoded beside the others agree. (Caches made before
+0.2.0 hold continuations of an earlier sampler, one boundary per pass from torch's global
+stream: the same distribution, other draws.)
 
 `split_half` says how reliable the label is: the N continuations of each boundary split into
 two halves, dV computed from each, the halves' Pearson correlation over every step of every
@@ -33,10 +36,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
-import torch
 
 from ..errors import InputError
-from ..models.generation import continue_groups, cut_at_stop, stop_ids
+from ..models.generation import sample_prefixes, stop_ids
 from .counterfactual_recall import REGENERATION_MARGIN
 
 
@@ -94,34 +96,52 @@ def prefix_seed(key: str) -> int:
     return int(hashlib.sha256(key.encode()).hexdigest()[:15], 16)
 
 
-@torch.no_grad()
-def sample_continuations(model, prefix: Sequence[int], n: int, *, pad_id: int, eos: list[int],
-                         max_new_tokens: int, temperature: float, seed: int,
-                         batched: bool = True) -> list[list[int]]:
-    """n continuations of the (L,) prefix ids sampled at `temperature`, each cut before its
-    first EOS. batched: one prefill and one decode loop of n rows sharing the prefix's cache
-    (`continue_groups`); else n decodes of one row. Seeded by `seed` once before decoding."""
-    torch.manual_seed(seed)
-    rows = [list(prefix)]
-    kwargs = dict(max_new_tokens=max_new_tokens, greedy=False, temperature=temperature, eos_token_id=eos or None)
-    if batched:
-        out = continue_groups(model, rows, pad_id, samples=n, **kwargs).tolist()
-    else:
-        out = [continue_groups(model, rows, pad_id, samples=1, **kwargs).tolist()[0] for _ in range(n)]
-    return [cut_at_stop(row, eos, keep=False) for row in out]
+class Boundaries:
+    """Where the oracle's boundary rewards are kept: `seed(prefix)` the sampling seed of a
+    prefix's continuations, `get(prefix)` its N rewards when they are known (else None),
+    `put(prefix, rewards, seconds)` keeps them. This one keeps them in memory, seeded by the
+    prefix's ids and the settings; `advantage_recall`'s keeps them in its cache, keyed and
+    seeded by the model's record as well."""
+
+    def __init__(self, settings: "AdvantageSettings"):
+        self.settings, self.known = settings, {}
+
+    def seed(self, prefix: list[int]) -> int:
+        return prefix_seed(json.dumps([asdict(self.settings), prefix]))
+
+    def get(self, prefix: list[int]) -> list[float] | None:
+        return self.known.get(tuple(prefix))
+
+    def put(self, prefix: list[int], rewards: list[float], seconds: float) -> None:
+        self.known[tuple(prefix)] = rewards
+
+
+def boundary_chunks(model, heads: list[int], prompt: int, response: int, n: int) -> list[list[int]]:
+    """The boundaries (indices into `heads`, each a prefix of `prompt` + heads[i] tokens whose
+    continuations run to at most the rest of the `response` tokens) in chunks decoded together:
+    as many as keep their rows' KV caches (n rows each, every row at its longest) within the
+    memory bound of one pass (`models.budget.memory_bound`), at least one."""
+    from ..models.budget import Shape, memory_bound
+
+    per_token = Shape.of(model).cache()
+    rows_tokens = n * (prompt + response)  # a boundary's rows at their longest, whatever its head
+    per_chunk = max(1, int(memory_bound(next(model.parameters()).device) // (per_token * rows_tokens)))
+    order = list(range(len(heads)))
+    return [order[i:i + per_chunk] for i in range(0, len(order), per_chunk)]
 
 
 def advantage_oracle(model, tokenizer, prompt_ids: Sequence[int], response_ids: Sequence[int],
                      steps: Sequence[tuple[int, int]], reward_of: Callable[[str], float], reward: float,
-                     settings: AdvantageSettings = AdvantageSettings(), *, lookup=None,
+                     settings: AdvantageSettings = AdvantageSettings(), *, store: Boundaries | None = None,
                      batched: bool = True) -> AdvantageTrace:
     """The advantage oracle of one trace (module docstring).
 
     prompt_ids: (P,), response_ids: (T,); steps: the S token ranges of the response's steps
     (in order, covering its reasoning); reward_of: response text (decoded without special
-    tokens) -> reward; reward: the trace's own. lookup: optional `(key_parts, compute) ->
-    rewards`, the cache (`advantage_recall`'s), given each boundary's prefix ids and a function
-    that samples it now."""
+    tokens) -> reward; reward: the trace's own. store: where boundary rewards are read from and
+    kept (`Boundaries`; default in memory). The boundaries not in the store are decoded
+    together, as many per pass as memory allows (`boundary_chunks`); `batched=False` decodes
+    them one per pass (the reference: the same continuations, `sample_prefixes`' streams)."""
     if not steps:
         raise InputError("the advantage oracle needs a trace with at least one step")
     prompt, response = [int(i) for i in prompt_ids], [int(i) for i in response_ids]
@@ -129,27 +149,37 @@ def advantage_oracle(model, tokenizer, prompt_ids: Sequence[int], response_ids: 
         raise InputError(f"steps reach token {steps[-1][1]} of a {len(response)}-token response")
     if not prompt:
         raise InputError("the advantage oracle needs a prompt: V_0 is sampled from it")
+    store = store if store is not None else Boundaries(settings)
     start, new = time.perf_counter(), 0
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    eos = stop_ids(model, tokenizer)
     bounds = [0] + [b for _, b in steps[:-1]]
-    rewards = []
-    for b in bounds:
-        head = response[:b]
+    found = [store.get(prompt + response[:b]) for b in bounds]
+    todo = [k for k, hit in enumerate(found) if hit is None]
+    chunks = boundary_chunks(model, todo, len(prompt), len(response) + settings.margin, settings.n) \
+        if batched else [[i] for i in range(len(todo))]
+    for chunk in chunks:
+        ks = [todo[i] for i in chunk]
+        tick = time.perf_counter()
+        tails = _decode(model, tokenizer, prompt, response, [bounds[k] for k in ks], settings, store)
+        seconds = time.perf_counter() - tick
+        made = sum(len(t) for rows in tails for t in rows)
+        new += made
+        for k, rows in zip(ks, tails):
+            head = response[:bounds[k]]
+            found[k] = [float(reward_of(tokenizer.decode(head + t, skip_special_tokens=True))) for t in rows]
+            share = sum(len(t) for t in rows) / made if made else 1 / len(ks)
+            store.put(prompt + head, found[k], seconds * share)
+    return AdvantageTrace(found, float(reward), time.perf_counter() - start, new)
 
-        def compute(seed: int, head=head) -> list[float]:
-            nonlocal new
-            tails = sample_continuations(model, prompt + head, settings.n, pad_id=pad, eos=eos,
-                                         max_new_tokens=len(response) - b + settings.margin,
-                                         temperature=settings.temperature, seed=seed, batched=batched)
-            new += sum(len(t) for t in tails)
-            return [float(reward_of(tokenizer.decode(head + t, skip_special_tokens=True))) for t in tails]
 
-        if lookup is None:
-            rewards.append(compute(prefix_seed(json.dumps([asdict(settings), prompt, head]))))
-        else:
-            rewards.append(lookup(prompt + head, compute))
-    return AdvantageTrace(rewards, float(reward), time.perf_counter() - start, new)
+def _decode(model, tokenizer, prompt: list[int], response: list[int], bounds: list[int],
+            settings: AdvantageSettings, store: Boundaries) -> list[list[list[int]]]:
+    """Per boundary (a prefix of `bounds[i]` response tokens) its N continuations, each at most
+    the rest of the response plus the margin long (`generation.sample_prefixes`)."""
+    prefixes = [prompt + response[:b] for b in bounds]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    return sample_prefixes(model, prefixes, [store.seed(p) for p in prefixes],
+                           [len(response) - b + settings.margin for b in bounds], samples=settings.n,
+                           temperature=settings.temperature, pad_id=pad, stop=stop_ids(model, tokenizer))
 
 
 def split_half(traces: Sequence[AdvantageTrace]) -> dict:

@@ -54,7 +54,8 @@ from ..records.settings_record import model_dtype, model_identity, settings_reco
 from ..rollouts import decode_answers, group_advantages
 from ..weights.metrics import partial_spearman, random_recall, recall_at_k, spearman
 from ..weights.settings import ReshapeSettings
-from .advantage_oracle import AdvantageSettings, AdvantageTrace, advantage_oracle, prefix_seed, split_half
+from .advantage_oracle import (AdvantageSettings, AdvantageTrace, Boundaries, advantage_oracle, prefix_seed,
+                               split_half)
 from .counterfactual_recall import encode_prompt_ids, record_prompt
 from .graded_recall import EARLIEST, GradedCache, cache_key
 from .sets import ADVANTAGE
@@ -239,22 +240,35 @@ def _floats(values) -> np.ndarray:
     return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
 
 
+class _CachedBoundaries(Boundaries):
+    """The boundaries of one trace in the run's cache: keyed and seeded by the oracle's record
+    (the model's identity, the settings) and the prefix ids; `run.oracle_seconds` gets each
+    one's work when it was made."""
+
+    def __init__(self, run: _Run):
+        super().__init__(run.settings)
+        self.run, self.record = run, run.record(oracle=ADVANTAGE, **dataclasses.asdict(run.settings))
+
+    def seed(self, prefix):
+        return prefix_seed(cache_key(self.record, prefix))
+
+    def get(self, prefix):
+        key = cache_key(self.record, prefix)
+        hit = self.run.cache.get("prefix", key)
+        if hit is not None:
+            self.run.oracle_seconds[key] = hit.get("seconds", 0.0)
+        return None if hit is None else hit["rewards"]
+
+    def put(self, prefix, rewards, seconds):
+        key = cache_key(self.record, prefix)
+        self.run.cache.put("prefix", key, {"rewards": rewards, "seconds": seconds})
+        self.run.oracle_seconds[key] = seconds
+
+
 def _oracle(run: _Run, ids, row: dict, reward_of, reward: float) -> AdvantageTrace:
-    record = run.record(oracle=ADVANTAGE, **dataclasses.asdict(run.settings))
-
-    def lookup(prefix, compute):
-        key = cache_key(record, prefix)
-        hit = run.cache.get("prefix", key)
-        if hit is None:
-            start = time.perf_counter()
-            rewards = compute(prefix_seed(key))
-            hit = run.cache.put("prefix", key, {"rewards": rewards, "seconds": time.perf_counter() - start})
-        run.oracle_seconds[key] = hit.get("seconds", 0.0)
-        return hit["rewards"]
-
     steps = [tuple(s) for s in row["steps"]]
     return advantage_oracle(run.model, run.tokenizer, ids, row["token_ids"], steps, reward_of, reward,
-                            run.settings, lookup=lookup)
+                            run.settings, store=_CachedBoundaries(run))
 
 
 def control_recall(dv: np.ndarray, step_chars: list, oracle) -> dict[str, float]:

@@ -184,3 +184,74 @@ def continue_groups(
             pad_token_id=int(pad_id), **kwargs,
         )
     return out[:, ids.shape[1]:]
+
+
+def gumbel_sample(scores: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """(R,) token ids sampled from softmax(scores) by the Gumbel-max rule: argmax of scores +
+    Gumbel noise -log(-log(noise)). scores: (R, V) float32 logits already divided by the
+    temperature; noise: (R, V) uniforms in [0, 1) (a 0 gives -inf: never picked)."""
+    return (scores - torch.log(-torch.log(noise))).argmax(-1)
+
+
+class SeededStreams:
+    """One random stream per prefix: `draw(alive)` gives each live row its (V,) uniforms for this
+    decoding step, prefix p's `samples` rows drawing together from prefix p's own generator
+    (seeded by seeds[p]). A prefix's stream is read once per step from its first step to its
+    last live row's end, whatever other prefixes share the batch, so its continuations are
+    the same decoded alone or beside others."""
+
+    def __init__(self, seeds: Sequence[int], samples: int, vocab: int):
+        self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        self.samples, self.vocab = samples, vocab
+
+    def draw(self, alive: torch.Tensor) -> torch.Tensor:
+        """alive: (R,) indices of the live rows (row r of prefix r // samples) -> (R, V)."""
+        prefixes = torch.unique(alive // self.samples).tolist()
+        drawn = {p: torch.rand((self.samples, self.vocab), generator=self.generators[p]) for p in prefixes}
+        return torch.stack([drawn[int(r) // self.samples][int(r) % self.samples] for r in alive])
+
+
+@torch.no_grad()
+def sample_prefixes(model, prefixes: Sequence[Sequence[int]], seeds: Sequence[int], budgets: Sequence[int], *,
+                    samples: int, temperature: float, pad_id: int, stop: Sequence[int]) -> list[list[list[int]]]:
+    """Per prefix its `samples` continuations, sampled at `temperature` (no top-k/top-p), each
+    cut before its first stop id and at most budgets[p] tokens long: one prefill of the P
+    left-padded prefixes, each prefix's KV cache repeated `samples` times, one decode loop over
+    all P * samples rows in which a row that ends leaves the batch (its cache rows with it), so
+    the work is the tokens written, not the longest row times the rows. Prefix p samples from
+    its own stream (`SeededStreams`, seeds[p]; `gumbel_sample`): its continuations do not
+    depend on the other prefixes of the batch. Dropout is off."""
+    device = next(model.parameters()).device
+    ids, attn = left_pad(prefixes, pad_id, device)  # (P, L)
+    rows = len(prefixes) * samples
+    out: list[list[int]] = [[] for _ in range(rows)]
+    limit = torch.tensor([int(b) for b in budgets for _ in range(samples)])  # (R,)
+    alive = torch.nonzero(limit > 0).flatten()
+    stop = torch.tensor(sorted({int(s) for s in stop}), dtype=torch.long)
+    with eval_mode(model):
+        positions = (attn.cumsum(-1) - 1).clamp(min=0)
+        first = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True)
+        cache = cache_of(first)
+        cache.batch_repeat_interleave(samples)
+        logits = first.logits[:, -1].float().repeat_interleave(samples, 0)  # (R, V)
+        attn, length = attn.repeat_interleave(samples, 0), attn.sum(-1).repeat_interleave(samples, 0)
+        streams = SeededStreams(seeds, samples, logits.shape[-1])
+        logits, attn, length = logits[alive], attn[alive], length[alive]
+        cache.batch_select_indices(alive.to(device))
+        while alive.numel():
+            token = gumbel_sample(logits.cpu() / temperature, streams.draw(alive))  # (R,)
+            for r, t in zip(alive.tolist(), token.tolist()):
+                out[r].append(t)
+            ended = torch.isin(token, stop) | (torch.tensor([len(out[r]) for r in alive.tolist()]) >= limit[alive])
+            keep = torch.nonzero(~ended).flatten()
+            if keep.numel() == 0:
+                break
+            if keep.numel() < alive.numel():
+                cache.batch_select_indices(keep.to(device))
+            alive, token, attn, length = alive[keep], token[keep], attn[keep], length[keep]
+            attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=-1)  # (R, L + t)
+            step = model(input_ids=token[:, None].to(device), attention_mask=attn,
+                         position_ids=length[:, None], use_cache=True, **with_cache(model, cache))
+            cache, logits, length = cache_of(step), step.logits[:, -1].float(), length + 1
+    return [[cut_at_stop(out[p * samples + j], stop.tolist(), keep=False) for j in range(samples)]
+            for p in range(len(prefixes))]

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from oar_attrib.analysis.advantage_oracle import (AdvantageSettings, AdvantageTrace, advantage_oracle,
-                                                  sample_continuations, split_half)
+from oar_attrib.analysis.advantage_oracle import (AdvantageSettings, AdvantageTrace, Boundaries, advantage_oracle,
+                                                  boundary_chunks, split_half)
 from oar_attrib.analysis.advantage_recall import (advantage_cache, advantage_recall, choose_groups, credit_metrics,
                                                   estimate, trace_metrics)
 from oar_attrib.analysis.stats import holm, t_interval, t_test_p
@@ -54,15 +54,29 @@ def test_cold_values_are_the_greedy_continuations_rewards(bundled, trace):
         assert oracle.rewards[k] == [expected] * 2
 
 
-def test_batched_decode_equals_one_by_one(bundled, trace):
+def test_boundaries_decoded_together_equal_one_per_pass(bundled, trace, monkeypatch):
+    """The fast path (every boundary of the trace in one decode loop) samples exactly the
+    continuations of the reference (one boundary per pass), warm; a boundary already in the
+    store is read back, not decoded, and the others come out the same beside it."""
     model, tok = bundled
-    _, prompt, _ = trace
-    kwargs = dict(pad_id=tok.pad_token_id, eos=stop_ids(model, tok), max_new_tokens=8, seed=5)
-    cold = [sample_continuations(model, prompt, 3, temperature=COLD, batched=b, **kwargs) for b in (True, False)]
-    assert cold[0] == cold[1] and len(cold[0]) == 3
-    warm = sample_continuations(model, prompt, 4, temperature=1.0, **kwargs)
-    assert warm == sample_continuations(model, prompt, 4, temperature=1.0, **kwargs)  # seeded
-    assert len({tuple(t) for t in warm}) > 1  # and sampled: the rows are not one copy
+    problem, prompt, attributed = trace
+    settings = AdvantageSettings(n=4, temperature=1.0, margin=4)
+    args = (model, tok, prompt, attributed.token_ids, attributed.steps, problem.reward, 1.0, settings)
+    together, alone = advantage_oracle(*args), advantage_oracle(*args, batched=False)
+    assert together.rewards == alone.rewards and together.new_tokens == alone.new_tokens
+    assert len(together.rewards) == len(attributed.steps) >= 2
+    store = Boundaries(settings)
+    first = prompt + attributed.token_ids[:attributed.steps[0][1]]
+    store.put(first, [9.0] * 4, 0.0)  # boundary 1 known (an impossible reward: it must be read, not made)
+    partly = advantage_oracle(*args, store=store)
+    assert partly.rewards[1] == [9.0] * 4
+    assert partly.rewards[:1] + partly.rewards[2:] == together.rewards[:1] + together.rewards[2:]
+    chunks = boundary_chunks(model, [0, 1, 2, 3, 4], len(prompt), len(attributed.token_ids), 4)
+    assert [k for c in chunks for k in c] == [0, 1, 2, 3, 4]
+    from oar_attrib.models import budget
+    monkeypatch.setattr(budget, "memory_bound", lambda device: 1)  # no room: one boundary per pass, still
+    assert boundary_chunks(model, [0, 1, 2], len(prompt), 40, 4) == [[0], [1], [2]]
+    assert advantage_oracle(*args).rewards == together.rewards
 
 
 def test_split_half_is_the_hand_formula():
