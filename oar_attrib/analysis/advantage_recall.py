@@ -1,39 +1,38 @@
-"""Advantage recall: do a method's step scores follow the policy's own advantage, and does its
+"""Advantage recall: do a method's step weights follow the policy's own advantage, and does its
 reshaping move GRPO's training signal towards it (`advantage_oracle`)?
 
 Traces come in groups, as GRPO sees them: G answers per problem sampled at the policy's
 temperature, graded, each given its group-normalised advantage A_i (`rollouts.group_advantages`);
 groups whose answers are not all equally right are taken first (only they carry a signal).
-Each trace's steps are labelled by the oracle's dV_k, and per method:
+With `label="all"` every trace of an analysed group that has a step gets the oracle's dV_k, so
+every mixed group is a unit of credit agreement; the within-trace figures read the traces of at
+least `min_steps` steps (the family). `label="scored"` gives the oracle to the family alone (the
+first SmolLM2 run's rule: a group with one such trace has no credit agreement).
 
-- `spearman`: within a trace, the Spearman correlation of the method's step scores
-  (`ranking_scores` pooled per step, `VIEW_STEP_POOL`) with |dV|; `partial_spearman` the same
-  with the step index held fixed, `position_spearman` the scores' correlation with earliness.
-  `earliest_first` (the step index, earlier first) is scored beside the methods as the
-  reference a method must beat; `longest_first` (the step's length in tokens) as a second one,
-  outside the Holm family: a step score pooled by its tokens' max grows with the step's length
-  (the random method's does: E[max of n uniforms] = n / (n + 1)), so a method that follows
-  |dV| only as length does is no better than it. A trace whose scores or |dV| are constant has no Spearman: it
-  is counted apart (`undefined`), never as 0.
-- `credit_agreement`: per group (a batch of GRPO), over every step token of its traces, the
-  Pearson correlation of the reshaped token advantage A_i * w_t with its step's dV, minus that
-  of GRPO's own A_i (positive: the reshaping moves the training signal towards the advantage);
-  `credit_correlation` the first correlation alone. Undefined for a group whose A are all 0.
-
-Each is summarised over traces (groups for credit) by `estimate`: mean, 95% interval, a p-value
-against 0, Holm-adjusted across the methods. The label's own reliability (`split_half`) says
-how much agreement is possible; on the arithmetic world the positive control asks whether |dV|
-ranks the world's causal steps (`step_recall.step_sets`: `chain`, every step on the answer's
-dependency path, and `direct`) first: their recall@|set| among the steps ranked by |dV|.
+What is measured, per method and per reference ranking (`earliest_first`, `longest_first`), is
+`advantage_metrics`': the within-trace Spearman correlation of the mean of the method's weights
+over each step (what training applies) with the signed label sign(A_i) * dV (primary: the
+target of a multiplicative reshaping) and with |dV|; the same with step length and position
+held fixed (a within-trace rank regression, standard errors clustered by trace); the label's
+ceiling; and per group the credit agreement. Holm runs across the methods; each reference is a
+family of its own. On the arithmetic world the positive control asks whether |dV| ranks the
+world's causal steps (`step_recall.step_sets`: `chain`, every step on the answer's dependency
+path, and `direct`) first: their recall@|set| among the steps ranked by |dV|
+(`oar recall intervention` is the control that makes a step matter).
 
 Resumable in one JSON Lines cache (`graded_recall.GradedCache`): each group's answers, each
-group's attribution (steps, step scores, token advantages, seconds) and each boundary's
-continuation rewards are appended as soon as they are made, keyed by the model's identity and
-everything else that made them; a rerun with the same cache calls the model for nothing done.
+group's attribution (steps, step scores and weights, token advantages, seconds) and each
+boundary's continuation rewards are appended as soon as they are made, keyed by the model's
+identity and everything else that made them; a rerun with the same cache calls the model for
+nothing done. What is read back is checked against what could have made it: a boundary's
+rewards are N values in the reward's range [0, 1] (N the settings'), a group's answers are G
+texts whose hash is kept beside them, an attribution's advantages are finite.
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -52,74 +51,20 @@ from ..methods import available_methods, ranking_scores
 from ..records.record import json_safe
 from ..records.settings_record import model_dtype, model_identity, settings_record
 from ..rollouts import decode_answers, group_advantages
-from ..weights.metrics import partial_spearman, random_recall, recall_at_k, spearman
+from ..weights.metrics import random_recall, recall_at_k
 from ..weights.settings import ReshapeSettings
 from .advantage_oracle import (AdvantageSettings, AdvantageTrace, Boundaries, advantage_oracle, prefix_seed,
                                split_half)
 from .counterfactual_recall import encode_prompt_ids, record_prompt
-from .graded_recall import EARLIEST, GradedCache, cache_key
+from .advantage_metrics import (EARLIEST, GRPO, GROUP_METRICS, LONGEST, POOLING, REFERENCES, TRACE_METRICS, TARGETS,
+                               credit_metrics, estimate, label_ceiling, partials, trace_metrics)
+from .graded_recall import GradedCache, cache_key
 from .sets import ADVANTAGE
-from .stats import count_undefined, holm, t_interval, t_test_p
+from .stats import CORRELATION
 from .step_recall import overlaps
 
-LONGEST = "longest_first"  # the reference ranking by step length (module docstring)
-TRACE_METRICS = ("spearman", "partial_spearman", "position_spearman")
-GROUP_METRICS = ("credit_agreement", "credit_correlation")
-GRPO = "grpo"  # the credit correlation of A_i itself
-
-
-def estimate(columns: dict[str, list[float]]) -> dict[str, dict]:
-    """{name: {"mean", "low", "high" (95% t-interval, `stats.t_interval`), "p" (two-sided
-    one-sample t-test against 0, `stats.t_test_p`), "p_holm" (`stats.holm` over the names with
-    a p), "n" (finite values), "undefined" (NaN values, `stats.count_undefined`)}}: the
-    analysis statistics' owner applied per column, nothing computed here. The interval is the
-    t-test's own, so it excludes 0 exactly when p < 0.05: at a few traces or groups a
-    percentile bootstrap is far too narrow (2 groups gave [+0.202, +0.284] at p 0.11)."""
-    out = {}
-    for name, values in columns.items():
-        x = np.asarray(values, dtype=np.float64)
-        interval = t_interval(x)
-        out[name] = {"mean": interval["mean"], "low": interval["low"], "high": interval["high"],
-                     "p": t_test_p(x), "p_holm": None, "n": interval["n"], "undefined": count_undefined(x)}
-    adjusted, _ = holm({name: row["p"] for name, row in out.items()})
-    for name, value in adjusted.items():
-        out[name]["p_holm"] = value
-    return json_safe(out)
-
-
-def trace_metrics(step_scores: dict[str, np.ndarray], dv: np.ndarray) -> dict[str, dict]:
-    """{method: {metric: value of TRACE_METRICS}} of one trace: its (S,) step scores against
-    |dV| (module docstring); NaN where undefined."""
-    target, earliness = np.abs(dv), -np.arange(len(dv), dtype=np.float64)
-    out = {}
-    for method, s in step_scores.items():
-        ok = len(dv) >= 2 and np.isfinite(s).all()
-        nan = float("nan")
-        out[method] = {"spearman": spearman(s, target) if ok else nan,
-                       "partial_spearman": partial_spearman(s, target, earliness) if ok else nan,
-                       "position_spearman": spearman(s, earliness) if ok else nan}
-    return out
-
-
-def _pearson(x: np.ndarray, y: np.ndarray) -> float:
-    if x.size < 3 or x.std() == 0 or y.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(x, y)[0, 1])
-
-
-def credit_metrics(token_advantages: dict[str, list[np.ndarray]], advantages: list[float],
-                   labels: list[np.ndarray]) -> dict[str, dict]:
-    """One group's credit agreement per method (module docstring). token_advantages: {method:
-    per trace its (n_i,) A_i * w_t over its step tokens}; advantages: the traces' A_i; labels:
-    per trace the (n_i,) dV of each step token's step."""
-    y = np.concatenate(labels) if labels else np.zeros(0)
-    grpo = np.concatenate([np.full(len(l), a) for a, l in zip(advantages, labels)]) if labels else y
-    base = _pearson(grpo, y)
-    out = {GRPO: {"credit_correlation": base, "credit_agreement": 0.0 if np.isfinite(base) else base}}
-    for method, rows in token_advantages.items():
-        r = _pearson(np.concatenate(rows), y) if rows else float("nan")
-        out[method] = {"credit_correlation": r, "credit_agreement": r - base}
-    return out
+REWARDS = (0.0, 1.0)  # the range of a graded reward: a cached continuation reward outside it is refused
+LABELS = ("all", "scored")  # which traces of an analysed group get the oracle (`advantage_recall`)
 
 
 def _numbers(values) -> bool:
@@ -128,16 +73,35 @@ def _numbers(values) -> bool:
 
 
 # The advantage oracle's kinds in the shared cache (`GradedCache(checks=...)`): anything else is refused.
+def _rewards(values) -> bool:
+    return _numbers(values) and bool(values) and None not in values and all(
+        REWARDS[0] <= v <= REWARDS[1] for v in values)
+
+
+# The advantage oracle's kinds in the shared cache (`GradedCache(checks=...)`): anything else is
+# refused. What depends on the settings (a boundary's N, a group's G) is checked where it is read.
 CACHE_CHECKS = {
-    "attribution": ("a list of traces, each with token ids, steps and step scores",
+    "attribution": ("a list of traces, each with token ids, steps, step scores, token advantages and a finite "
+                    "advantage",
                     lambda e: isinstance(e.get("traces"), list) and all(
                         isinstance(t, dict) and isinstance(t.get("token_ids"), list) and isinstance(t.get("steps"), list)
                         and isinstance(t.get("step_scores"), dict) and isinstance(t.get("token_advantages"), dict)
+                        and _numbers([t.get("advantage")]) and t.get("advantage") is not None
                         and all(_numbers(v) for v in t["step_scores"].values())
+                        and all(_numbers(v) for v in t.get("step_weights", {}).values())
                         and all(_numbers(v) for v in t["token_advantages"].values()) for t in e["traces"])),
-    "prefix": ("a non-empty list of finite rewards", lambda e: _numbers(e.get("rewards")) and bool(e["rewards"])
-               and None not in e["rewards"]),
+    "prefix": (f"a non-empty list of rewards in [{REWARDS[0]:g}, {REWARDS[1]:g}]", lambda e: _rewards(e.get("rewards"))),
 }
+
+
+def texts_hash(texts: list[str]) -> str:
+    """The hash a group's answers are kept with, checked when they are read back."""
+    return hashlib.sha256(json.dumps(texts).encode()).hexdigest()[:32]
+
+
+def _refuse(run: "_Run", what: str) -> InputError:
+    return InputError(f"{run.cache.flag} {run.cache.path}: {what}; pass a new {run.cache.flag}, or delete that "
+                      "entry's line to have it computed again")
 
 
 @dataclass
@@ -181,7 +145,11 @@ def _group(run: _Run, ids: list[int], size: int, max_new_tokens: int) -> list[st
         torch.manual_seed(prefix_seed(key))
         answers = decode_answers(run.model, run.tokenizer, [(ids, None)], samples=size, greedy=False,
                                  temperature=run.settings.temperature, max_new_tokens=max_new_tokens)[0]
-        hit = run.cache.put("group", key, {"texts": [text for text, _, _ in answers]})
+        texts = [text for text, _, _ in answers]
+        hit = run.cache.put("group", key, {"texts": texts, "sha": texts_hash(texts)})
+    if len(hit["texts"]) != size or hit.get("sha", texts_hash(hit["texts"])) != texts_hash(hit["texts"]):
+        raise _refuse(run, f"a group of answers ({key}) holds {len(hit['texts'])} texts for groups of {size}, or texts "
+                           "that are not the ones it was written with")
     return hit["texts"]
 
 
@@ -208,12 +176,16 @@ def choose_groups(rewards: list[list[float]], n: int, size: int) -> list[int]:
 
 
 def _attribution(run: _Run, prompt, ids, texts, rewards, methods, reshape, params) -> dict:
-    """One group's attribution (cached): per trace its token ids, steps, step scores per method,
-    token advantages over step tokens per method, and seconds per method."""
+    """One group's attribution (cached): per trace its token ids, steps, step scores per method
+    (`ranking_scores` pooled by VIEW_STEP_POOL, the trace page's), the mean of each method's
+    weights over each step (`step_weights`), token advantages over step tokens per method, and
+    seconds per method."""
     record = settings_record(reshape, methods, analysis_params(methods, params), model=run.model)
     key = cache_key(record, ids, texts, rewards)
     hit = run.cache.get("attribution", key)
     if hit is not None:
+        if len(hit["traces"]) != len(texts):
+            raise _refuse(run, f"an attribution ({key}) holds {len(hit['traces'])} traces for a group of {len(texts)}")
         return hit
     size = len(texts)
     advantages = group_advantages(torch.tensor([rewards]))[0].tolist()
@@ -227,6 +199,8 @@ def _attribution(run: _Run, prompt, ids, texts, rewards, methods, reshape, param
                      "step_chars": [[trace.offsets[a][0], trace.offsets[b - 1][1]] for a, b in steps],
                      "step_scores": {m: _finite(pool_steps(ranking_scores(m, np.asarray(trace.scores[m], dtype=np.float64)),
                                                            steps, VIEW_STEP_POOL)) for m in methods} if steps else {},
+                     "step_weights": {m: _finite(pool_steps(np.asarray(trace.weights[m], dtype=np.float64), steps,
+                                                            POOLING)) for m in methods} if steps else {},
                      "token_advantages": {m: _finite([trace.token_advantages[m][t] for t in tokens]) for m in methods},
                      "seconds": {m: trace.timings.get(m) for m in methods}})
     return run.cache.put("attribution", key, {"traces": rows})
@@ -238,6 +212,19 @@ def _finite(values) -> list:
 
 def _floats(values) -> np.ndarray:
     return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+
+
+def step_weights(row: dict, method: str) -> np.ndarray:
+    """(S,) the mean of `method`'s weights over each step of a cached trace: kept since 0.2.0,
+    else recovered from its token advantages A_i * w_t (exact up to rounding) when A_i is not
+    0; NaN (no score) for a trace of an older cache whose A_i is 0."""
+    if method in row.get("step_weights", {}):
+        return _floats(row["step_weights"][method])
+    ta, out, at = _floats(row["token_advantages"][method]), [], 0
+    for a, b in row["steps"]:
+        out.append(float(np.mean(ta[at:at + b - a])) / row["advantage"] if row["advantage"] else np.nan)
+        at += b - a
+    return np.asarray(out, dtype=np.float64)
 
 
 class _CachedBoundaries(Boundaries):
@@ -255,9 +242,13 @@ class _CachedBoundaries(Boundaries):
     def get(self, prefix):
         key = cache_key(self.record, prefix)
         hit = self.run.cache.get("prefix", key)
-        if hit is not None:
-            self.run.oracle_seconds[key] = hit.get("seconds", 0.0)
-        return None if hit is None else hit["rewards"]
+        if hit is None:
+            return None
+        if len(hit["rewards"]) != self.settings.n:
+            raise _refuse(self.run, f"a step boundary ({key}) holds {len(hit['rewards'])} continuation rewards where "
+                                    f"--continuations is {self.settings.n}")
+        self.run.oracle_seconds[key] = hit.get("seconds", 0.0)
+        return hit["rewards"]
 
     def put(self, prefix, rewards, seconds):
         key = cache_key(self.record, prefix)
@@ -287,16 +278,21 @@ def control_recall(dv: np.ndarray, step_chars: list, oracle) -> dict[str, float]
 
 @dataclass
 class AdvantageReport:
-    """What `oar recall advantage --json` prints (`as_dict`), the per-trace rows kept."""
+    """What `oar recall advantage --json` prints (`as_dict`), the per-trace and per-group rows
+    kept (every summary figure recomputes from them). `n_scored`: the traces of the family
+    (at least `min_steps` steps), the within-trace figures' units; `n_labelled`: every trace
+    given the oracle; `groups["credit"]`: the groups with a credit agreement, its units."""
 
     methods: dict
     reference: dict
     grpo: dict
+    ceiling: dict
     reliability: dict
     positive_control: dict
     oracle: dict
     n: int
     n_scored: int
+    n_labelled: int
     groups: dict
     skipped: dict
     cache: dict
@@ -310,14 +306,17 @@ class AdvantageReport:
 def advantage_recall(model, tokenizer, records: list[dict], *, n: int, methods=None, probe: str = PROBE,
                      settings: AdvantageSettings = AdvantageSettings(), group_size: int = 4,
                      max_new_tokens: int = 256, cache: str | Path | GradedCache | None = None,
-                     method_params: dict | None = None, min_steps: int = 1,
+                     method_params: dict | None = None, min_steps: int = 1, label: str = "all",
                      progress: bool = False) -> AdvantageReport:
     """Advantage recall of every method on about `n` traces (whole groups of `group_size`)
     answering `records` (candidates: a question or prompt and its gold `answer`, or an
-    arithmetic-world `problem`), module docstring. A trace with fewer than `min_steps` steps
-    keeps its place in its group's advantages but gets no oracle (counted in `skipped`)."""
+    arithmetic-world `problem`), module docstring. `label`: "all" gives the oracle to every
+    trace of an analysed group with a step, "scored" only to those of at least `min_steps`
+    steps (the others keep their place in their group's advantages; counted in `skipped`)."""
     if group_size < 2:
         raise InputError(f"group_size={group_size}: GRPO's advantage needs groups of at least 2 answers")
+    if label not in LABELS:
+        raise InputError(f"label={label!r}: one of {', '.join(LABELS)}")
     methods = list(methods or available_methods())
     run = _Run(model, tokenizer, cache if isinstance(cache, GradedCache) else advantage_cache(cache),
                settings, progress)
@@ -330,6 +329,7 @@ def advantage_recall(model, tokenizer, records: list[dict], *, n: int, methods=N
     chosen = choose_groups(rewards, n, group_size)
     reshape = ReshapeSettings(probe=probe, seed=settings.seed)
     per_trace, per_group, oracles, skipped = [], [], [], {"no_steps": 0, "few_steps": 0}
+    least = max(min_steps, 1)
     bar = tqdm(total=len(chosen) * group_size, desc="advantage oracle", disable=not progress)
     for g in chosen:
         rows = _attribution(run, prompts[g], prompt_ids[g], texts[g], rewards[g], methods, reshape,
@@ -337,32 +337,40 @@ def advantage_recall(model, tokenizer, records: list[dict], *, n: int, methods=N
         credit_rows, labels, advantages = {m: [] for m in methods}, [], []
         for row, text, reward in zip(rows, texts[g], rewards[g]):
             bar.update(1)
-            if len(row["steps"]) < max(min_steps, 1):
+            if len(row["steps"]) < least:
                 skipped["no_steps" if not row["steps"] else "few_steps"] += 1
-                continue
+                if not row["steps"] or label == "scored":
+                    continue
             oracle = _oracle(run, prompt_ids[g], row, rewards_of[g], reward)
             oracles.append(oracle)
-            per_trace.append(_trace_row(row, oracle, records[g], text, methods, g))
+            per_trace.append(_trace_row(row, oracle, records[g], text, methods, g, len(row["steps"]) >= least))
             dv = oracle.dv()
             labels.append(np.concatenate([np.full(b - a, dv[k]) for k, (a, b) in enumerate(row["steps"])]))
             advantages.append(row["advantage"])
             for m in methods:
                 credit_rows[m].append(_floats(row["token_advantages"][m]))
-        if labels:  # a group none of whose traces has enough steps is not a unit of credit agreement
-            per_group.append({"group": g, "rewards": rewards[g], **credit_metrics(credit_rows, advantages, labels)})
+        if labels:  # a group none of whose traces has a label is not a unit of credit agreement
+            per_group.append({"group": g, "rewards": rewards[g], "traces": len(labels),
+                              **credit_metrics(credit_rows, advantages, labels)})
     bar.close()
     return _report(run, records, methods, chosen, rewards, per_trace, per_group, oracles, skipped, group_size)
 
 
-def _trace_row(row: dict, oracle: AdvantageTrace, record: dict, text: str, methods, group: int) -> dict:
+def _trace_row(row: dict, oracle: AdvantageTrace, record: dict, text: str, methods, group: int,
+               family: bool) -> dict:
+    """A labelled trace's row: its reward, advantage, V and dV, step lengths, each method's mean
+    step weights and each reference's scores (`step_scores`), the within-trace metrics
+    (`advantage_metrics.trace_metrics`), seconds, the label's halves, and on the arithmetic
+    world the positive control; `family`: whether the within-trace figures read it."""
     dv = oracle.dv()
-    scores = {m: _floats(row["step_scores"][m]) for m in methods}
-    scores[EARLIEST] = -np.arange(len(dv), dtype=np.float64)
     lengths = [b - a for a, b in row["steps"]]
+    scores = {m: step_weights(row, m) for m in methods}
+    scores[EARLIEST] = -np.arange(len(dv), dtype=np.float64)
     scores[LONGEST] = np.asarray(lengths, dtype=np.float64)
-    out = {"group": group, "reward": oracle.reward, "values": oracle.values().tolist(), "dv": dv.tolist(),
-           "step_tokens": lengths, "step_scores": {m: scores[m].tolist() for m in methods},
-           "metrics": trace_metrics(scores, dv), "seconds": row["seconds"]}
+    out = {"group": group, "family": family, "reward": oracle.reward, "advantage": row["advantage"],
+           "values": oracle.values().tolist(), "dv": dv.tolist(), "step_tokens": lengths,
+           "step_scores": {m: s.tolist() for m, s in scores.items()},
+           "metrics": trace_metrics(scores, dv, row["advantage"], np.asarray(lengths)), "seconds": row["seconds"]}
     if min((len(r) for r in oracle.rewards), default=0) >= 2:  # the label's halves: its reliability recomputes
         out["dv_halves"] = [half.tolist() for half in oracle.halves()]
     problem = record.get("problem")
@@ -373,40 +381,62 @@ def _trace_row(row: dict, oracle: AdvantageTrace, record: dict, text: str, metho
     return out
 
 
+def summarise(per_trace: list[dict], per_group: list[dict], methods: list[str]) -> tuple[dict, dict, dict]:
+    """(methods, references, GRPO's own credit correlation) from the rows: per method and
+    metric `estimate` over the family's traces (Holm across the methods; each reference a
+    family of one), the `partial` coefficients per target, credit agreement and correlation
+    over the groups (with their count, `groups`), seconds per trace."""
+    family = [t for t in per_trace if t.get("family", True)]
+
+    def column(name, metric):
+        return [t["metrics"][name][metric] for t in family]
+
+    summary = {m: {} for m in methods}
+    reference = {r: {} for r in REFERENCES}
+    for metric in TRACE_METRICS:
+        for name, row in estimate({m: column(m, metric) for m in methods}).items():
+            summary[name][metric] = row
+        for r in REFERENCES:
+            reference[r][metric] = estimate({r: column(r, metric)})[r]
+    for target in TARGETS:
+        for name, row in partials(family, methods, target).items():
+            summary[name].setdefault("partial", {})[target] = row
+        for r in REFERENCES:
+            reference[r].setdefault("partial", {})[target] = partials(family, [r], target)[r]
+        for row in (*summary.values(), *reference.values()):
+            row[target]["pooling"] = POOLING
+    for metric in GROUP_METRICS:
+        for name, row in estimate({m: [g[m][metric] for g in per_group] for m in methods},
+                                  bounds=(-2.0, 2.0) if metric == "credit_agreement" else CORRELATION).items():
+            summary[name][metric] = {**row, "groups": row["n"]}
+    for m in methods:
+        seconds = [t["seconds"].get(m) for t in family]
+        summary[m]["seconds_per_trace"] = float(np.mean(seconds)) if seconds and None not in seconds else None
+    grpo = estimate({GRPO: [g[GRPO]["credit_correlation"] for g in per_group]})[GRPO]
+    return summary, reference, {**grpo, "groups": grpo["n"]}
+
+
 def _report(run: _Run, records, methods, chosen, rewards, per_trace, per_group, oracles, skipped,
             group_size) -> AdvantageReport:
-    names = [*methods, EARLIEST]
-    summary = {}
-    for metric in TRACE_METRICS:
-        column = estimate({m: [t["metrics"][m][metric] for t in per_trace] for m in names})
-        for m in names:
-            summary.setdefault(m, {})[metric] = column[m]
-    for metric in GROUP_METRICS:
-        column = estimate({m: [g[m][metric] for g in per_group] for m in methods})
-        for m in methods:
-            summary[m][metric] = column[m]
-    for m in methods:
-        seconds = [t["seconds"].get(m) for t in per_trace]
-        summary[m]["seconds_per_trace"] = float(np.mean(seconds)) if seconds and None not in seconds else None
-    reference = {EARLIEST: summary.pop(EARLIEST)}
-    # its own family of one: it joined after the methods' (module docstring)
-    reference[LONGEST] = {metric: estimate({LONGEST: [t["metrics"][LONGEST][metric] for t in per_trace]})[LONGEST]
-                          for metric in TRACE_METRICS}
-    grpo = estimate({"credit_correlation": [g[GRPO]["credit_correlation"] for g in per_group]})
-    controls = [t["control"] for t in per_trace if "control" in t]
+    summary, reference, grpo = summarise(per_trace, per_group, methods)
+    family = [t for t in per_trace if t["family"]]
+    controls = [t["control"] for t in family if "control" in t]
     # Each set's recall, a random ranking's expectation and their paired difference per trace
     # (the control passes when that gain's interval is above 0).
-    control = estimate({**{k: [c[k] for c in controls] for k in ("chain", "random_chain", "direct", "random_direct")},
-                        **{f"{k}_gain": [c[k] - c[f"random_{k}"] for c in controls] for k in ("chain", "direct")}}
-                       ) if controls else {}
+    control = {**estimate({k: [c[k] for c in controls] for k in ("chain", "random_chain", "direct", "random_direct")},
+                          bounds=(0.0, 1.0)),
+               **estimate({f"{k}_gain": [c[k] - c[f"random_{k}"] for c in controls] for k in ("chain", "direct")})
+               } if controls else {}
     made = sum(run.oracle_seconds.values())
     oracle = {**dataclasses.asdict(run.settings), "boundaries": sum(len(o.rewards) for o in oracles),
               "seconds_per_trace": made / len(oracles) if oracles else None,
               "mean_abs_dv": float(np.mean([np.abs(o.dv()).mean() for o in oracles])) if oracles else None}
     mixed = sum(len(set(rewards[g])) > 1 for g in chosen)
     return AdvantageReport(
-        methods=summary, reference=reference, grpo=grpo["credit_correlation"],
+        methods=summary, reference=reference, grpo=grpo, ceiling=label_ceiling(family),
         reliability=split_half(oracles) if run.settings.n >= 2 else {"r": None, "spearman_brown": None},
-        positive_control=control, oracle=oracle, n=len(chosen) * group_size, n_scored=len(per_trace),
-        groups={"size": group_size, "analysed": len(chosen), "mixed": mixed, "candidates": len(records)},
+        positive_control=control, oracle=oracle, n=len(chosen) * group_size, n_scored=len(family),
+        n_labelled=len(per_trace),
+        groups={"size": group_size, "analysed": len(chosen), "mixed": mixed, "credit": len(per_group),
+                "credit_defined": grpo["n"], "candidates": len(records)},
         skipped=skipped, cache=run.cache.counts, per_trace=per_trace, per_group=per_group)

@@ -15,9 +15,18 @@ experiment report, recall, the notebooks) calls these.
 - `t_quantile`, `t_interval`, `t_test_p`: Student's t from scipy (`scipy.stats.t`). At 20-40
   traces a percentile bootstrap's p-value is slightly anti-conservative; the t-test's is not,
   so the per-trace tests of the graded summary report the t-test's p.
-- Power of a paired two-sided test at alpha / family (normal approximation):
-  `units_needed` (n = ((z_{1 - alpha/(2K)} + z_power) * sd / effect)^2) and
+- Power of a paired two-sided t-test at alpha / family (statsmodels' `TTestPower`, the
+  noncentral t: the normal approximation is optimistic at 20-40 units): `units_needed` and
   `min_detectable_effect` (the smallest effect n units resolve).
+- `MIN_UNITS`: a figure over fewer units (traces, groups, batches) is too few to read:
+  `too_few` says so, a report prints it as such and a verdict never calls it resolved.
+  `t_interval(bounds=...)` keeps an interval inside the values' own range (a correlation's in
+  [-1, 1]): the interval clipped to where the mean can lie keeps its coverage, and no figure
+  is impossible.
+- `clustered_slope`: the coefficient of one regressor in a least-squares fit with standard
+  errors clustered by unit (statsmodels' OLS, `cov_type="cluster"`, t on units - 1 degrees of
+  freedom); `within_ranks` turns a unit's values into centred ranks scaled to [-1/2, 1/2], the
+  within-unit rank regression's columns.
 - `spearman_or_none`, `auc_or_none`: None (undefined) when a ranking's scores are constant,
   instead of 0 or 0.5 (a constant ranking says nothing); `count_undefined` counts them apart.
 """
@@ -26,11 +35,17 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from statistics import NormalDist
-
 import numpy as np
 
 from ..errors import InputError
+
+MIN_UNITS = 10  # fewer units than this: a figure is too few to read, never resolved (module docstring)
+CORRELATION = (-1.0, 1.0)  # the range of a correlation, and of a mean of correlations
+
+
+def too_few(n) -> bool:
+    """Whether `n` units are too few to read a figure over (`MIN_UNITS`)."""
+    return n is None or n < MIN_UNITS
 
 # ------------------------------------------------------------------ p-values
 
@@ -192,9 +207,10 @@ def t_quantile(p: float, df: float) -> float:
     return float(stats.t.ppf(p, df))
 
 
-def t_interval(values, level: float = 0.95) -> dict:
+def t_interval(values, level: float = 0.95, bounds: tuple[float, float] | None = None) -> dict:
     """The mean of the finite `values` with its t-interval at `level`: {"mean", "low", "high",
-    "sd", "n"}; low, high and sd None below 2 values."""
+    "sd", "n"}; low, high and sd None below 2 values. `bounds` (low, high): the range the values
+    (so their mean) lie in, the interval clipped to it (`CORRELATION` for correlations)."""
     x = np.asarray(values, dtype=np.float64).ravel()
     x = x[np.isfinite(x)]
     out = {"mean": float(x.mean()) if x.size else None, "low": None, "high": None, "sd": None, "n": int(x.size)}
@@ -202,6 +218,8 @@ def t_interval(values, level: float = 0.95) -> dict:
         sd = float(x.std(ddof=1))
         half = t_quantile(0.5 + level / 2, x.size - 1) * sd / math.sqrt(x.size)
         out.update(sd=sd, low=out["mean"] - half, high=out["mean"] + half)
+        if bounds is not None:
+            out.update(low=max(out["low"], bounds[0]), high=min(out["high"], bounds[1]))
     return out
 
 
@@ -219,8 +237,9 @@ def t_bounds(mean: float, se: float, df: float, level: float) -> tuple[float, fl
 
 def t_test_p(values) -> float:
     """Two-sided one-sample t-test p-value of a mean of 0 over the finite `values` (a paired
-    test when they are differences; scipy.stats.ttest_1samp); NaN below 2 values, 1.0 (or 0.0
-    off 0) when they do not vary."""
+    test when they are differences; scipy.stats.ttest_1samp); NaN below 2 values, and NaN when
+    they do not vary (the t statistic is 0/0 or infinite: no test, never a p of 0), except 1.0
+    when every value is 0."""
     from scipy import stats
 
     x = np.asarray(values, dtype=np.float64).ravel()
@@ -228,32 +247,74 @@ def t_test_p(values) -> float:
     if x.size < 2:
         return math.nan
     if np.ptp(x) == 0:
-        return float(x[0] == 0)  # no spread: 0 is either the value itself or impossible
+        return 1.0 if x[0] == 0 else math.nan
     return float(stats.ttest_1samp(x, 0.0).pvalue)
 
 
 # ------------------------------------------------------------------ power
 
 
-def _z(alpha: float, power: float, family: int) -> float:
-    return NormalDist().inv_cdf(1 - alpha / (2 * family)) + NormalDist().inv_cdf(power)
-
-
 def units_needed(sd: float, effect: float, alpha: float = 0.05, power: float = 0.8, family: int = 1,
                  minimum: int = 2) -> int | None:
-    """Paired units (batches, seeds) a two-sided test at alpha / family needs to detect
-    `effect` with `power`, the paired differences' SD being `sd`; at least `minimum`."""
-    if not np.isfinite(sd) or effect <= 0:
+    """Paired units (batches, seeds, traces) a two-sided t-test at alpha / family needs to
+    detect `effect` with `power`, the paired differences' SD being `sd` (statsmodels'
+    `TTestPower.solve_power`); at least `minimum`."""
+    from statsmodels.stats.power import TTestPower
+
+    if not (np.isfinite(sd) and sd > 0) or effect <= 0:
         return None
-    return max(minimum, math.ceil((_z(alpha, power, family) * sd / effect) ** 2))
+    n = TTestPower().solve_power(effect_size=effect / sd, alpha=alpha / family, power=power,
+                                 alternative="two-sided")
+    return max(minimum, math.ceil(float(np.ravel(n)[0])))
 
 
 def min_detectable_effect(sd: float, n: int, alpha: float = 0.05, power: float = 0.8,
                           family: int = 1) -> float | None:
-    """The smallest effect n paired units detect at alpha / family with `power`."""
+    """The smallest effect n paired units detect at alpha / family with `power` (statsmodels'
+    `TTestPower.solve_power` for the standardized effect, times `sd`)."""
+    from statsmodels.stats.power import TTestPower
+
     if not np.isfinite(sd) or n < 2:
         return None
-    return float(_z(alpha, power, family) * sd / math.sqrt(n))
+    if sd == 0:
+        return 0.0
+    d = TTestPower().solve_power(nobs=n, alpha=alpha / family, power=power, alternative="two-sided")
+    return float(np.ravel(d)[0]) * float(sd)
+
+
+# ------------------------------------------------------------------ regression
+
+
+def within_ranks(values) -> np.ndarray:
+    """(n,) the average ranks of `values` within their unit, centred and scaled to [-1/2, 1/2]
+    ((rank - 1) / (n - 1) - 1/2); zeros for one value, and a constant unit's all 0 (ties)."""
+    from scipy.stats import rankdata
+
+    x = np.asarray(values, dtype=np.float64)
+    if x.size < 2:
+        return np.zeros(x.size)
+    return (rankdata(x) - 1) / (x.size - 1) - 0.5
+
+
+def clustered_slope(y, columns: list, clusters, level: float = 0.95) -> dict:
+    """The least-squares coefficient of columns[0] in y ~ columns (no intercept: the columns are
+    within-cluster centred), its standard error clustered by `clusters` (statsmodels' OLS with
+    cov_type="cluster", t on clusters - 1 degrees of freedom): {"coef", "low", "high", "p",
+    "se", "clusters", "n"}; None values below 3 clusters or when columns[0] is collinear with
+    the others (no separate coefficient)."""
+    import statsmodels.api as sm
+
+    X = np.column_stack([np.asarray(c, dtype=np.float64) for c in columns])
+    y, groups = np.asarray(y, dtype=np.float64), np.asarray(clusters)
+    out = {"coef": None, "low": None, "high": None, "p": None, "se": None,
+           "clusters": int(len(set(groups.tolist()))), "n": int(y.size)}
+    if out["clusters"] < 3 or np.linalg.matrix_rank(X) < X.shape[1] or not np.any(X[:, 0]):
+        return out
+    fit = sm.OLS(y, X).fit(cov_type="cluster", cov_kwds={"groups": groups}, use_t=True)
+    low, high = fit.conf_int(alpha=1 - level)[0]
+    out.update(coef=float(fit.params[0]), low=float(low), high=float(high), p=float(fit.pvalues[0]),
+               se=float(fit.bse[0]))
+    return out
 
 
 # ------------------------------------------------------------------ rankings

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from .stats import MIN_UNITS, too_few
+
 ALPHA = 0.05  # the family-wise level of a resolved verdict
 
 
@@ -21,7 +23,9 @@ class Comparison:
     nothing was measured), (`low`, `high`) its 95% interval (None when none could be formed);
     `higher_is_better`: whether a positive difference favours the method; `p_holm`, where the
     comparison is one of a family, its Holm-adjusted p: then it is resolved only where that is
-    below 0.05 as well (an interval is per comparison, the family's error rate is Holm's)."""
+    below 0.05 as well (an interval is per comparison, the family's error rate is Holm's);
+    `units`, where given, the traces or groups it was measured over: fewer than
+    `stats.MIN_UNITS` is too few to read, never resolved."""
 
     method: str
     reference: str
@@ -31,12 +35,17 @@ class Comparison:
     high: float | None = None
     higher_is_better: bool = True
     p_holm: float | None = None
+    units: int | None = None
+    unit: str = "units"
 
     @property
     def outcome(self) -> str:
-        """"better", "worse", "unresolved" (the interval holds 0) or "unmeasured"."""
+        """"better", "worse", "unresolved" (the interval holds 0), "too_few" (fewer units than
+        `stats.MIN_UNITS`) or "unmeasured"."""
         if not _finite(self.difference):
             return "unmeasured"
+        if self.units is not None and too_few(self.units):
+            return "too_few"
         if not (_finite(self.low) and _finite(self.high)):
             return "unresolved"
         if (self.low > 0 or self.high < 0) and not self.held_by_holm:
@@ -66,6 +75,9 @@ def verdict(c: Comparison) -> str:
     outcome = c.outcome
     if outcome == "unmeasured":
         return f"{c.method}: not measured against {c.reference} on {c.metric} (no trace could be scored)."
+    if outcome == "too_few":
+        return (f"{c.method}: too few to read against {c.reference} on {c.metric} ({c.units} {c.unit}, fewer than "
+                f"the {MIN_UNITS} a reading needs; {c.difference:+.3f}).")
     said = {"better": f"resolved better than {c.reference}", "worse": f"resolved worse than {c.reference}",
             "unresolved": f"not resolved from {c.reference}"}[outcome]
     tail = "" if outcome != "unresolved" else (
@@ -93,6 +105,8 @@ def reading(comparisons: Sequence[Comparison], caveats: Sequence[str] = (),
     lead = leader(comparisons)
     if lead:
         lines.append(f"  {lead}")
+    elif comparisons and all(c.outcome in ("too_few", "unmeasured") for c in comparisons):
+        lines.append(f"  Nothing can be read here: every figure is over fewer units than the {MIN_UNITS} a reading needs.")
     elif comparisons:
         lines.append("  No method is resolved better than its reference here.")
     if caveats:

@@ -177,8 +177,13 @@ class AdvantageRecall(SampledRecall):
                                 group=ADVANTAGE_GROUP)
     temperature: float = option(1.0, "the policy's sampling temperature (groups and continuations)",
                                 group=ADVANTAGE_GROUP)
-    min_steps: int = option(1, "traces with fewer steps get no oracle (they stay in their group's advantages)",
+    min_steps: int = option(1, "traces with fewer steps are left out of the within-trace figures (they stay in "
+                               "their group's advantages and, with --label all, in its credit agreement)",
                             group=ADVANTAGE_GROUP)
+    label: str = option("all", "which traces of an analysed group get the oracle: all (every trace with a step, "
+                               "so every group counts for credit agreement) or scored (only those of at least "
+                               "--min-steps steps: cheaper, as the first SmolLM2 run)",
+                        choices=("all", "scored"), group=ADVANTAGE_GROUP)
     max_new_tokens: int | None = option(None, "longest sampled answer (default: the model's catalogue "
                                               "answering length, 128 on arith-tiny)", group=ADVANTAGE_GROUP)
     cf_cache: str | None = option(None, "JSONL cache of every group of answers, every group's attribution and "

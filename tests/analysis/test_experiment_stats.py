@@ -77,9 +77,18 @@ def test_bootstrap_over_seeds_and_problems():
 
 def test_seeds_for_power_of_the_smollm2_grid():
     """The issue's figure: a paired SD of 0.225 (residual SD 0.159) needs ~440 seeds per arm
-    to find 3 points at 80% power: 2 (1.96 + 0.84)^2 0.159^2 / 0.03^2."""
-    assert seeds_for_power(0.15936) == pytest.approx(2 * (1.959964 + 0.841621) ** 2 * 0.15936 ** 2 / 0.03 ** 2, abs=1)
-    assert 430 <= seeds_for_power(0.15936) <= 450
+    to find 3 points at 80% power (the normal approximation's 2 (1.96 + 0.84)^2 0.159^2 / 0.03^2
+    = 443; the t-test's own, from the noncentral t, 2 more)."""
+    from scipy import stats as sps
+
+    n, d = seeds_for_power(0.15936), 0.03 / (2 ** 0.5 * 0.15936)
+
+    def power(k):
+        q = sps.t.ppf(0.975, k - 1)
+        return sps.nct.sf(q, k - 1, d * k ** 0.5) + sps.nct.cdf(-q, k - 1, d * k ** 0.5)
+
+    assert power(n) >= 0.8 > power(n - 1)
+    assert 443 < n <= 450
 
 
 def test_the_committed_smollm2_grid_reanalysed():

@@ -58,7 +58,7 @@ def test_t_quantile_and_interval_match_scipy():
 def test_t_test_p_matches_scipy_and_handles_no_spread():
     x = np.array([0.2, 0.1, -0.05, 0.3, 0.15])
     assert stats.t_test_p(x) == pytest.approx(sps.ttest_1samp(x, 0).pvalue)
-    assert stats.t_test_p([0.0, 0.0, 0.0]) == 1.0 and stats.t_test_p([0.2, 0.2]) == 0.0
+    assert stats.t_test_p([0.0, 0.0, 0.0]) == 1.0 and math.isnan(stats.t_test_p([0.2, 0.2]))  # no test, not p 0
     assert math.isnan(stats.t_test_p([0.3]))
 
 
@@ -91,11 +91,20 @@ def test_bootstrap_ci_checks_its_arguments():
     assert all(math.isnan(v) for v in stats.bootstrap_ci([math.nan]))
 
 
-def test_power_inverts_itself():
+def _t_power(n: int, d: float, alpha: float) -> float:
+    """The power of a two-sided one-sample t-test of n units at standardized effect d, from
+    scipy's noncentral t (independent of statsmodels' solver)."""
+    q = sps.t.ppf(1 - alpha / 2, n - 1)
+    nc = d * math.sqrt(n)
+    return sps.nct.sf(q, n - 1, nc) + sps.nct.cdf(-q, n - 1, nc)
+
+
+def test_power_is_the_t_test_s_and_inverts_itself():
     sd, alpha, power, family = 0.02, 0.05, 0.8, 3
     n = stats.units_needed(sd, 0.01, alpha, power, family)
+    assert _t_power(n, 0.5, alpha / family) >= power > _t_power(n - 1, 0.5, alpha / family)
     z = sps.norm.ppf(1 - alpha / (2 * family)) + sps.norm.ppf(power)
-    assert n == math.ceil((z * sd / 0.01) ** 2)
+    assert n > math.ceil((z * sd / 0.01) ** 2)  # the normal approximation is optimistic
     assert stats.min_detectable_effect(sd, n, alpha, power, family) <= 0.01
     assert stats.min_detectable_effect(sd, n - 1, alpha, power, family) > 0.01
     assert stats.units_needed(math.nan, 0.01) is None and stats.min_detectable_effect(0.1, 1) is None
@@ -115,11 +124,12 @@ def test_holm_and_power_against_hand_computed_values():
     """Moved from test_align_stats (align's power table and contrasts use these)."""
     adjusted, rank = stats.holm({"a": 0.01, "b": 0.04, "c": 0.03})
     assert adjusted == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06}) and rank == {"a": 1, "c": 2, "b": 3}
-    # ((1.959964 + 0.841621) * 1 / 0.5)^2 = 31.39
-    assert stats.units_needed(1.0, 0.5, 0.05, 0.8, family=1) == 32
-    # Bonferroni at the first Holm step: z(1 - 0.05 / 8) = 2.4977
-    assert stats.units_needed(1.0, 0.5, 0.05, 0.8, family=4) == math.ceil(((2.497705 + 0.841621) * 2) ** 2)
-    assert stats.min_detectable_effect(1.0, 32, 0.05, 0.8, 1) == pytest.approx(2.801585 / math.sqrt(32), rel=1e-5)
+    # d = 0.5, alpha 0.05, power 0.8, two-sided one-sample t: 33.37 units (G*Power's table: 34)
+    assert stats.units_needed(1.0, 0.5, 0.05, 0.8, family=1) == 34
+    # Bonferroni at the first Holm step (alpha / 4): power at n reaches 0.8, at n - 1 not
+    n = stats.units_needed(1.0, 0.5, 0.05, 0.8, family=4)
+    assert _t_power(n, 0.5, 0.0125) >= 0.8 > _t_power(n - 1, 0.5, 0.0125)
+    assert _t_power(34, stats.min_detectable_effect(1.0, 34, 0.05, 0.8, 1), 0.05) == pytest.approx(0.8, abs=1e-4)
     assert float(stats.bootstrap_p(np.full(1000, 0.3))) == pytest.approx(1 / 1000)
     assert float(stats.bootstrap_p(np.linspace(-1, 1, 1001))) == pytest.approx(1.0)
 

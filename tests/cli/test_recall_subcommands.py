@@ -146,7 +146,7 @@ def test_each_mode_has_its_settings_flags_and_the_shared_ones_once():
            "data": {"--data", "--sets", "--cf-positions", "--replace", "--max-new-tokens", "--cf-cache"},
            "graded": {"--preset", "--data", "--positions", "--graded-k", "--max-new-tokens", "--cf-cache",
                       "--group-samples"},
-           "advantage": {"--preset", "--data", "--group-samples", "--continuations", "--temperature", "--min-steps",
+           "advantage": {"--preset", "--data", "--group-samples", "--continuations", "--temperature", "--min-steps", "--label",
                          "--max-new-tokens", "--cf-cache"}}
     for mode, flags in own.items():
         assert _flags(mode) == shared | flags, mode
