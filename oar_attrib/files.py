@@ -10,13 +10,23 @@ hashes a file through it); `folder_files` lists a folder's matching files, skipp
 line each what is not a regular file or is a link out of the folder. `check_writable` refuses an output path that cannot be created or
 appended (a folder, a FIFO, no permission) before anything runs; `drop_partial_tail` cuts the
 line a kill left without its newline, so a resumed JSONL holds whole records only.
+
+Whole files have one writer, as appends have one (`jsonl.AppendLog`): `replacing` gives a
+temporary path in the destination's folder, fsyncs what was written there and replaces the
+destination with it in one `os.replace`, so a reader sees the old file or the new one, never a
+half-written one; `write_file` writes text or bytes through it, and `move_into_place` puts a
+finished folder where it belongs. `os.replace` and `os.rename` are called nowhere else in the
+package (`tests/test_architecture.py` holds the rule).
 """
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 from .errors import InputError, OutputError
 
@@ -147,3 +157,68 @@ def drop_partial_tail(path: Path) -> None:
                 return
             end = start
         handle.truncate(0)
+
+
+# ------------------------------------------------------------------ whole files
+
+
+def _fsync(path: Path) -> None:
+    """Flush `path` (a file, or every file of a folder) to the disk."""
+    for one in ([path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())):
+        fd = os.open(one, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _mode(path: Path) -> int:
+    """The permissions a rewritten `path` gets: its own, or a new file's under the umask."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+@contextmanager
+def replacing(path: str | Path) -> Iterator[Path]:
+    """A temporary path beside `path` (same folder, so the replace is one rename on one file
+    system) for the caller to write the whole new file to; on a clean exit it is fsynced and
+    replaces `path` (`os.replace`: atomic), on an error it is removed and `path` is left as it
+    was. The folder must exist."""
+    path = Path(path)
+    fd, name = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
+    os.close(fd)
+    tmp = Path(name)
+    os.chmod(tmp, _mode(path))
+    try:
+        yield tmp
+        _fsync(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_file(path: str | Path, data: str | bytes, encoding: str = "utf-8") -> None:
+    """Write `data` (text in `encoding`, or bytes) as the whole of `path`, through `replacing`."""
+    with replacing(path) as tmp:
+        tmp.write_bytes(data.encode(encoding) if isinstance(data, str) else data)
+
+
+def move_into_place(new: str | Path, out: str | Path, replace: bool = False) -> None:
+    """Move the finished file or folder `new` to `out` (one rename, flushed first). With
+    `replace`, an existing `out` is moved aside first and deleted after, so that `out` is never
+    half written; without it a rename onto an existing folder fails (OSError), as it should
+    when another process got there first."""
+    new, out = Path(new), Path(out)
+    _fsync(new)
+    if not replace or not out.exists():
+        os.rename(new, out)
+        return
+    aside = Path(tempfile.mkdtemp(prefix=f".{out.name}-old-", dir=out.parent))
+    os.rename(out, aside / out.name)
+    os.rename(new, out)
+    shutil.rmtree(aside, ignore_errors=True)

@@ -361,6 +361,44 @@ def test_only_the_jsonl_log_appends_to_files():
     assert found == {}
 
 
+# One writer of whole files: every replace of a file or folder goes through `files.replacing`
+# and `files.move_into_place` (a temporary file in the same folder, fsynced, then one rename).
+REPLACE_OWNER = "oar_attrib.files"
+
+
+def _replaces_in(source: str) -> list[int]:
+    """The lines of `source` that call `os.replace` or `os.rename` (or a bare `replace` /
+    `rename` imported from os)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if (isinstance(func, ast.Attribute) and func.attr in ("replace", "rename")
+                    and isinstance(func.value, ast.Name) and func.value.id == "os"):
+                found.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module == "os" and \
+                {a.name for a in node.names} & {"replace", "rename"}:
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def test_the_replace_check_finds_planted_renames_and_not_string_replaces():
+    planted = ("os.replace(tmp, path)\n"
+               "text = name.replace('_', '-')\n"
+               "os.rename(a, b)\n"
+               "from os import rename\n"
+               "path.with_suffix('.x').replace\n")
+    assert _replaces_in(planted) == [1, 3, 4]
+
+
+def test_only_the_files_module_replaces_files():
+    """Whole files are written by `files.replacing` alone (one rule for the temporary's place,
+    fsync and the atomic replace)."""
+    found = {m: got for m, path in MODULES.items() if m != REPLACE_OWNER
+             for got in [_replaces_in(path.read_text(encoding="utf-8"))] if got}
+    assert found == {}
+
+
 # One definition of each default: parameters, dataclass fields and command-line flags named like
 # a knob take the declared default (`oar_attrib.defaults`, the only place it is written).
 KNOBS = {"tau", "beta", "w_min", "rho", "oar_tau", "oar_beta", "oar_w_min", "oar_entropy_rho",

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 from pathlib import Path
 
 from ..errors import InputError
+from ..files import write_file
 from ..jsonl import NotJSON, append_jsonl, iter_jsonl
 from ..records.settings_record import RECORD_FILE
 
@@ -159,9 +159,7 @@ class AlignFolder:
         """Write a JSON file of the folder whole (a temporary file renamed into place)."""
         path = self.file(name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(value, indent=1, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, path)
+        write_file(path, json.dumps(value, indent=1, ensure_ascii=False))
 
     def append(self, name: str, lines: list[dict]) -> None:
         """Append lines to one of the folder's JSON Lines files (the project's one append-only log)."""

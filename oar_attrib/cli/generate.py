@@ -25,11 +25,11 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import os
 from collections import Counter
 from pathlib import Path
 
 from oar_attrib.commands import add_dataclass_args, add_model_args, dataclass_from_args, option
+from oar_attrib.files import write_file
 from oar_attrib.inputs.spans import MARKER_FORMATS
 
 # The most rows (questions x samples) decoded at once.
@@ -138,12 +138,7 @@ def _settle(out: Path) -> None:
             changed |= record.get("advantage") != advantage
             record["advantage"] = advantage
     if changed:
-        tmp = out.with_name(f".{out.name}.tmp")
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, out)
+        write_file(out, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
 
 
 def _write(log, groups: list[list[dict]]) -> None:

@@ -27,21 +27,17 @@ def advantage_records(args: argparse.Namespace, problems: int) -> list[dict]:
             for p in generate_problems(problems, args.preset or "recall", seed=args.seed, split="test")]
 
 
-# The reading methods under a second a trace on arith-tiny (measured: entropy, GRAIL, KTAE and
-# random under 0.1 s, OAR-P step 0.4 s, OAR-G 0.75 s; token OAR-P, hierarchical OAR-P and IG
-# take 1.1-1.9 s). A bundled model's default, so that the quick look takes seconds, not minutes.
-CHEAP_METHODS = ("entropy", "grail", "ktae", "oar_g", "oar_p_step", "random")
-
-
 def default_methods(model: str) -> list[str]:
     """The methods scored when --methods is not given: on a bundled model the cheap reading
-    methods (`CHEAP_METHODS`); else every reading method: the registered ones but the
-    analysis-only resampling (a second Monte-Carlo oracle, as costly as this one), the grouped
-    ones (KTAE) included."""
-    from ..methods import available_methods, method_spec
+    methods (the registry's `cost` "cheap": under a second a trace on arith-tiny, measured:
+    entropy, GRAIL, KTAE and random under 0.1 s, OAR-P step 0.4 s, OAR-G 0.75 s; token OAR-P,
+    hierarchical OAR-P and IG take 1.1-1.9 s), so that the quick look takes seconds; else every
+    reading method: the registered ones but the analysis-only resampling (a second Monte-Carlo
+    oracle, as costly as this one), the grouped ones (KTAE) included."""
+    from ..methods import available_methods, cheap_methods, method_spec
 
     every = [m for m in available_methods(grouped=True) if not method_spec(m).analysis_only]
-    return [m for m in every if m in CHEAP_METHODS] if bundled(model) else every
+    return [m for m in every if m in cheap_methods()] if bundled(model) else every
 
 
 def bundled(model: str) -> bool:

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 from ..lazy import lazy_exports
 
 if TYPE_CHECKING:  # every export; each loads on first use, after the built-in methods register
-    from .registry import (ImportanceFn, MethodSpec, available_methods, get_method, method_spec,
-                           ranking_scores, register_method, registered_methods, trainable_methods,
-                           unregister_method)
+    from .registry import (ImportanceFn, MethodSpec, available_methods, cheap_methods, default_methods,
+                           get_method, method_spec, ranking_scores, register_method, registered_methods,
+                           step_methods, trainable_methods, unregister_method)
 
-__all__ = ["ImportanceFn", "MethodSpec", "available_methods", "get_method", "method_spec",
-           "ranking_scores", "register_method", "registered_methods", "trainable_methods",
-           "unregister_method"]
+__all__ = ["ImportanceFn", "MethodSpec", "available_methods", "cheap_methods", "default_methods", "get_method",
+           "method_spec", "ranking_scores", "register_method", "registered_methods", "step_methods",
+           "trainable_methods", "unregister_method"]
 
 _export, __dir__ = lazy_exports(__name__, __file__)
 

@@ -17,7 +17,7 @@ from ..inputs.batch import ScoringBatch
 from .registry import register_method
 
 
-@register_method(NO_METHOD, weighting="uniform", uniform=True)
+@register_method(NO_METHOD, weighting="uniform", uniform=True, cost="cheap", defaults=("alignment",), listed=0)
 def none(model, batch: ScoringBatch, *, probe: str = PROBE, generator=None) -> torch.Tensor:
     """No importance: (B, L) float32 zeros on the batch's device; the model is not run (it may
     be None). Its weighting gives weight 1 everywhere, so advantages are GRPO's."""

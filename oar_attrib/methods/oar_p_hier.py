@@ -131,7 +131,7 @@ def oar_p_hier_reference(model, batch: ScoringBatch, probe: str = PROBE, *,
 
 # random: mask="resample" draws; overhead_tokens and packing group the same copies differently
 @register_method("oar_p_hier", token_budget=True, random=True, speed_params=("overhead_tokens", "packing"),
-                 knobs=OarPHierKnobs)
+                 knobs=OarPHierKnobs, defaults=("reading",), listed=4)
 def oar_p_hier(model, batch: ScoringBatch, *, probe: str = PROBE, top_steps: int = OarPHierKnobs.top_steps,
                top_mass: float | None = OarPHierKnobs.top_mass, max_batch_tokens: int | None = None,
                generator: torch.Generator | None = None, progress: bool = False,

@@ -49,7 +49,7 @@ def oar_p_step_reference(model, batch: ScoringBatch, probe: str = PROBE, *, mask
 
 # random: mask="resample" draws; overhead_tokens and packing group the same copies differently
 @register_method("oar_p_step", token_budget=True, random=True, speed_params=("overhead_tokens", "packing"),
-                 knobs=OarPStepKnobs)
+                 knobs=OarPStepKnobs, unit="step", cost="cheap", defaults=("alignment",), listed=3)
 def oar_p_step(model, batch: ScoringBatch, *, probe: str = PROBE, max_batch_tokens: int | None = None,
                generator: torch.Generator | None = None, progress: bool = False,
                overhead_tokens: int | None = None, packing: str = "auto",

@@ -57,7 +57,19 @@ declaring what the attribution and the trainer need to run it:
                   with the paper's 1). None: no knobs (a plugin's method, most baselines);
 - draws:          it averages random draws and takes `return_draws=True`, which returns the
                   (n, B, L) per-draw importances instead of their mean (`methods.draws`): the
-                  pipeline averages them itself and judges the ranking's stability from them.
+                  pipeline averages them itself and judges the ranking's stability from them;
+- unit:           what it scores, "token" or "step" (a step method gives every token of a step
+                  the step's score: the web app's note on token recall, `UNITS`);
+- cost:           "cheap" (under a second a trace on the bundled model: a quick look may run
+                  it) or "costly" (`COSTS`; a plugin's method is costly until measured);
+- defaults:       the roles it is a default for (`ROLES`): "reading" (the cheap reading set a
+                  real model's traces are attributed with), "training" (what `oar train`
+                  reshapes with), "alignment" (what `oar align` compares), "demo" (what the web
+                  app's demo attributes a real model with); `default_methods(role)` lists them;
+- listed:         where it stands when a role's defaults are listed (lower first, then by name).
+
+Every fact about a method lives here, so a new method touches its own file and nothing else:
+`default_methods`, `step_methods` and `cheap_methods` are what every list reads.
 
 `get_method` / `method_spec` raise an error that lists the known names.
 """
@@ -93,6 +105,10 @@ class MethodSpec:
     speed_params: tuple[str, ...] = ()
     knobs: type | None = None
     draws: bool = False
+    unit: str = "token"
+    cost: str = "costly"
+    defaults: tuple[str, ...] = ()
+    listed: int = 100
 
     @property
     def analysis_params(self) -> dict:
@@ -176,6 +192,19 @@ RUN_ONLY = ("generator", "tokenizer", "progress", "max_batch_tokens", "return_dr
 
 
 SCOPES = ("reasoning", "response")
+UNITS = ("token", "step")
+COSTS = ("cheap", "costly")
+ROLES = ("reading", "training", "alignment", "demo")
+
+
+def _check_facts(name: str, scope: str, unit: str, cost: str, defaults: tuple[str, ...]) -> None:
+    """ValueError naming the allowed values when a declared fact of method `name` is not one."""
+    for what, value, allowed in (("scope", scope, SCOPES), ("unit", unit, UNITS), ("cost", cost, COSTS)):
+        if value not in allowed:
+            raise ValueError(f"{what}={value!r} of method {name!r}: choose one of {', '.join(allowed)}")
+    unknown = [role for role in defaults if role not in ROLES]
+    if unknown:
+        raise ValueError(f"defaults={unknown!r} of method {name!r}: roles are {', '.join(ROLES)}")
 
 
 def register_method(name: str, *, weighting: str = "bilevel", random: bool = False,
@@ -184,10 +213,10 @@ def register_method(name: str, *, weighting: str = "bilevel", random: bool = Fal
                     uniform: bool = False, speed_params: tuple[str, ...] = (),
                     knobs: type | None = None, scope: str = "reasoning",
                     grouped: bool = False, signed: bool = False, variant_of: str | None = None,
-                    draws: bool = False) -> Callable[[ImportanceFn], ImportanceFn]:
+                    draws: bool = False, unit: str = "token", cost: str = "costly",
+                    defaults: tuple[str, ...] = (), listed: int = 100) -> Callable[[ImportanceFn], ImportanceFn]:
     """Decorator: register `fn` as importance method `name` (see the module docstring)."""
-    if scope not in SCOPES:
-        raise ValueError(f"scope={scope!r} of method {name!r}: choose one of {', '.join(SCOPES)}")
+    _check_facts(name, scope, unit, cost, tuple(defaults))
 
     def wrap(fn: ImportanceFn) -> ImportanceFn:
         if name in _METHODS:
@@ -196,7 +225,8 @@ def register_method(name: str, *, weighting: str = "bilevel", random: bool = Fal
         _METHODS[name] = MethodSpec(name, fn, weighting, random, token_budget, tuple(train_params),
                                     analysis_only, needs_tokenizer, uniform, scope=scope, grouped=grouped,
                                     signed=signed, variant_of=variant_of, speed_params=tuple(speed_params),
-                                    knobs=knobs, draws=draws)
+                                    knobs=knobs, draws=draws, unit=unit, cost=cost, defaults=tuple(defaults),
+                                    listed=listed)
         return fn
 
     return wrap
@@ -240,6 +270,25 @@ def ranking_scores(method: str, scores):
     an importance), as they are otherwise (also for names not registered here)."""
     spec = _METHODS.get(method)
     return abs(scores) if spec is not None and spec.signed else scores
+
+
+def default_methods(role: str) -> list[str]:
+    """The registered methods that are a default for `role` (`ROLES`), in their `listed` order
+    (then by name): "reading", "training", "alignment" or "demo"."""
+    if role not in ROLES:
+        raise ValueError(f"role {role!r}: choose one of {', '.join(ROLES)}")
+    return [s.name for s in sorted(_METHODS.values(), key=lambda s: (s.listed, s.name)) if role in s.defaults]
+
+
+def step_methods() -> list[str]:
+    """The registered methods that score steps (`unit` "step"): every token of a step gets the
+    step's score."""
+    return sorted(n for n, spec in _METHODS.items() if spec.unit == "step")
+
+
+def cheap_methods() -> list[str]:
+    """The registered methods whose `cost` is "cheap" (a quick look on the bundled model runs them)."""
+    return sorted(n for n, spec in _METHODS.items() if spec.cost == "cheap")
 
 
 def trainable_methods() -> list[str]:

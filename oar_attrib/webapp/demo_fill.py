@@ -26,7 +26,6 @@ WORLD_STAGE = "arithmetic world"
 REAL_MODEL = "smollm2-135m"
 REAL_RUN = "smollm2-135m: word problems (real model, with the value oracle)"
 REAL_STAGE = "SmolLM2-135M on word problems"
-REAL_METHODS = ("oar_p", "oar_g", "entropy", "random")
 # The word-problem world's `tiny` preset (one addition of one-digit numbers, told as a story):
 # SmolLM2-135M-Instruct is right on 20-30% of these at temperature 0.5 or greedy
 # (docs/results/smollm2.md), so its groups mix right and wrong answers and GRPO's advantages,
@@ -99,10 +98,18 @@ def sample_real_group(model, tokenizer, question, config: DemoConfig) -> list[di
     return batch[0]
 
 
+def real_methods() -> list[str]:
+    """The methods the real-model run attributes with: the registry's demo defaults
+    (`methods.default_methods("demo")`)."""
+    from ..methods import default_methods
+
+    return default_methods("demo")
+
+
 def fill_real(store, config: DemoConfig, status: Progress, *, model=None, stop=None) -> bool:
     """The real-model run: SmolLM2-135M's own answers to `tiny` word problems, one question
     at a time: sampled (the progress line counts the answers), graded, given GRPO group
-    advantages and the value oracle, then each answer attributed by REAL_METHODS and stored
+    advantages and the value oracle, then each answer attributed by `real_methods()` and stored
     as soon as it is done; then the run's recall against the oracle's `direct` values. A model
     that cannot be loaded skips the stage with its one-line reason. Resumes after the answers
     stored (a group cut short is sampled again, with its seed, and only its missing answers
@@ -127,7 +134,7 @@ def fill_real(store, config: DemoConfig, status: Progress, *, model=None, stop=N
     total = len(questions) * config.real_samples
     if run is None:
         run = store.run(store.add_run(REAL_RUN, model=REAL_MODEL, config={
-            **asdict(config), "model": REAL_MODEL, "methods": list(REAL_METHODS), "answer_format": REAL_FORMAT,
+            **asdict(config), "model": REAL_MODEL, "methods": real_methods(), "answer_format": REAL_FORMAT,
             "world_preset": REAL_PRESET, "total_traces": total}))
     stored = len(store.trace_ids(run.id))  # a group cut short by a kill keeps its answers
     settings = ReshapeSettings(probe=config.probe, answer_format=REAL_FORMAT, seed=config.seed)
@@ -140,7 +147,7 @@ def fill_real(store, config: DemoConfig, status: Progress, *, model=None, stop=N
             if stop is not None and stop.is_set():
                 return False
             status.stage(REAL_STAGE, done=stored, note="attributing them")
-            traces = attribute(model, tokenizer, [r["prompt"]], [r["response"]], list(REAL_METHODS),
+            traces = attribute(model, tokenizer, [r["prompt"]], [r["response"]], real_methods(),
                                settings, advantages=[r["advantage"]])
             store.add_traces(run.id, traces, rewards=[r["reward"]], correct=[r["correct"]],
                              groups=[r["group"]], oracles=[problem.oracle(r["response"])],

@@ -7,9 +7,10 @@ Each stage is {"name", "done", "total", "unit", "state", "note"}; `state` is one
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from ..files import write_file
 
 STATES = ("waiting", "running", "done", "skipped", "failed")
 
@@ -57,9 +58,7 @@ class Progress:
         return found
 
     def write(self) -> None:
-        tmp = self.path.with_name(self.path.name + f".tmp-{os.getpid()}")
-        tmp.write_text(json.dumps({"stages": [asdict(s) for s in self.stages]}))
-        os.replace(tmp, self.path)
+        write_file(self.path, json.dumps({"stages": [asdict(s) for s in self.stages]}))
 
     def read(self) -> "Progress":
         try:

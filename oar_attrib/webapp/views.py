@@ -155,14 +155,12 @@ def trace_view(record: TraceRecord, method: str | None, oracle_set: str,
             "reliability": reliability_view(record)}
 
 
-# Methods that give every token of a step the step's score (one perturbation or one
-# intervention per step): their token-level recall is constant within a step, and the report
-# says so beside them. tests/webapp/test_webapp.py checks this list against every method.
-STEP_LEVEL_METHODS = ("oar_p_step", "resample")
-
-
 def report_view(report: dict, subset: str, oracle_sets=DEFAULT_SETS) -> dict:
-    """Rows of the report page's tables for one subset (all | correct | wrong)."""
+    """Rows of the report page's tables for one subset (all | correct | wrong). The step
+    methods (`methods.step_methods`: every token of a step gets the step's score, so their
+    token-level recall is constant within a step) are named for the page's note."""
+    from ..methods import step_methods
+
     rows = [r for r in report["recall"] if r["subset"] == subset]
     methods = sorted({r["method"] for r in rows})
     table = []
@@ -170,6 +168,6 @@ def report_view(report: dict, subset: str, oracle_sets=DEFAULT_SETS) -> dict:
         cells = {r["oracle"]: r for r in rows if r["method"] == method}
         table.append({"method": method, "cells": [cells.get(s) for s in oracle_sets]})
     return {"subset": subset, "oracle_sets": list(oracle_sets), "recall_table": table,
-            "step_methods": [m for m in methods if m in STEP_LEVEL_METHODS],
+            "step_methods": [m for m in methods if m in step_methods()],
             "payload": {"recall": rows, "agreement": report["agreement"],
                         "credit": report["credit"], "oracle_sets": list(oracle_sets)}}

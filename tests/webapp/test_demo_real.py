@@ -70,7 +70,7 @@ def test_the_demos_real_run_has_right_and_wrong_answers_and_reshaped_advantages(
     after it): at least one group mixes right and wrong answers, so its advantages and the
     reshaped token advantages are not zero. Attributed by entropy alone here (cheap; the
     methods do not change the groups), the test above covers OAR-P and OAR-G."""
-    monkeypatch.setattr(demo_fill, "REAL_METHODS", ("entropy",))
+    monkeypatch.setattr(demo_fill, "real_methods", lambda: ["entropy"])
     config = DemoConfig(real_questions=FIRST_MIXED)
     assert (config.real_samples, config.real_temperature) == (DemoConfig().real_samples, DemoConfig().real_temperature)
     path = tmp_path / "demo.db"

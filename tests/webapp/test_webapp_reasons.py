@@ -12,7 +12,8 @@ from oar_attrib.methods import available_methods
 from oar_attrib.store import Store
 from oar_attrib.webapp import create_app
 from oar_attrib.webapp.demo import graded
-from oar_attrib.webapp.views import REASONS, STEP_LEVEL_METHODS, report_view, reward_reason
+from oar_attrib.methods import step_methods
+from oar_attrib.webapp.views import REASONS, report_view, reward_reason
 from models import wrong_solution
 # The store the TestClient tests use (built by the demo's writer from a tiny in-code model).
 from test_webapp import client  # noqa: F401 - a pytest fixture (the others are in conftest.py)
@@ -111,7 +112,7 @@ def test_the_report_page_shows_the_note_only_with_a_step_method(client, ids, tmp
 
 @pytest.mark.slow
 def test_step_level_methods_are_exactly_those_constant_within_each_step(world):
-    """STEP_LEVEL_METHODS (the report's note) against every registered method's scores: a
+    """The step methods (`unit` "step" in the registry, the report's note) against every registered method's scores: a
     method is listed iff its scores are equal on every step's scored tokens."""
     problems, tokenizer, model = world
     p = problems[2]
@@ -122,7 +123,7 @@ def test_step_level_methods_are_exactly_those_constant_within_each_step(world):
     for method in methods:
         scores = trace.scores[method]
         constant = all(len({scores[i] for i in range(a, b) if trace.scored[i]}) <= 1 for a, b in trace.steps)
-        assert constant == (method in STEP_LEVEL_METHODS), method
+        assert constant == (method in step_methods()), method
 
 
 def test_the_run_page_counts_groups_without_signal_and_marks_them(tmp_path, world):

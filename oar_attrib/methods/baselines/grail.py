@@ -25,7 +25,8 @@ from ..registry import register_method
 from ..probes import backward_budget, check_probe, probe_sites, probe_values
 
 
-@register_method("grail", weighting="grail", token_budget=True, scope="response")
+@register_method("grail", weighting="grail", token_budget=True, scope="response", cost="cheap",
+                 defaults=("alignment",), listed=5)
 def grail(model, batch: ScoringBatch, *, probe: str = PROBE,
           generator: torch.Generator | None = None,
           max_batch_tokens: int | None = None) -> torch.Tensor:

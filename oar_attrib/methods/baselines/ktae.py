@@ -46,7 +46,8 @@ BM25_K1, BM25_B = 2.0, 0.5
 FISHER_TIES = 1.0 + 1e-7  # scipy.stats.fisher_exact's relative tolerance
 
 
-@register_method("ktae", weighting="additive", scope="response", grouped=True, signed=True)
+@register_method("ktae", weighting="additive", scope="response", grouped=True, signed=True, cost="cheap",
+                 defaults=("alignment",), listed=8)
 def ktae(model, batch: ScoringBatch, *, probe: str = PROBE,
          generator: torch.Generator | None = None) -> torch.Tensor:
     """Key-token values k(y_t) of every response token (module docstring).

@@ -12,7 +12,7 @@ from ..registry import register_method
 from ..probes import check_probe
 
 
-@register_method("random", random=True)
+@register_method("random", random=True, cost="cheap", defaults=("alignment", "demo"), listed=7)
 def random(model, batch: ScoringBatch, *, probe: str = PROBE,
            generator: torch.Generator | None = None) -> torch.Tensor:
     """Uniform [0, 1) importances; the model is not run.

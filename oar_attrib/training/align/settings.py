@@ -16,11 +16,6 @@ from oar_attrib.defaults import NO_METHOD as BASELINE
 
 from ..errors import AlignError
 
-# The default comparison: GRPO, OAR-G with the trainer's one draw and the analysis's eight,
-# token and step OAR-P, the published baselines and the random-weights floor. Names that are
-# not registered in this install (e.g. ktae before it lands) are left out when resolved.
-DEFAULT_METHODS = ("none", "oar_g", "oar_g:n_noise=8", "oar_p", "oar_p_step", "grail", "entropy",
-                   "random", "ktae")
 QUICK = {"batches": 3, "pool_batches": 2}
 # Controls: analysis-only methods align measures as if a trainer used them, to check the
 # instrument (never trained with). Name -> the training data whose causal tokens it knows.
@@ -113,13 +108,26 @@ def knob_problem(knob, value) -> str | None:
     return None
 
 
-def resolve_methods(texts: tuple[str, ...] | list[str] | None) -> list[MethodChoice]:
-    """The compared methods, GRPO (`none`) first: the given ones (each checked), or
-    `DEFAULT_METHODS` less the ones this install has not registered."""
-    from oar_attrib.methods import trainable_methods
+def default_method_texts() -> list[str]:
+    """The default comparison, from the registry: every trainable method that is a default for
+    alignment (`default_methods("alignment")`: GRPO, OAR-G, token and step OAR-P, the published
+    baselines, the random-weights floor), each as trained and, where analysis reads it with
+    other knob values (`MethodSpec.analysis_params`: OAR-G's eight draws), also as read."""
+    from oar_attrib.methods import default_methods, method_spec, trainable_methods
 
+    texts = []
+    for name in default_methods("alignment"):
+        if name in trainable_methods():
+            read = method_spec(name).analysis_params
+            texts += [name] + ([name + ":" + ",".join(f"{k}={v}" for k, v in read.items())] if read else [])
+    return texts
+
+
+def resolve_methods(texts: tuple[str, ...] | list[str] | None) -> list[MethodChoice]:
+    """The compared methods, GRPO (`none`) first: the given ones (each checked), or the
+    registry's defaults for alignment (`default_method_texts`)."""
     if not texts:
-        texts = [m for m in DEFAULT_METHODS if m.partition(":")[0] in trainable_methods()]
+        texts = default_method_texts()
     choices = [MethodChoice.parse(t) for t in texts]
     labels = [c.label for c in choices]
     if len(set(labels)) != len(labels):
@@ -146,8 +154,9 @@ class AlignSettings:
                                         "(temperature=0.5, num_generations=8, max_completion_length=96, ...).",
                                         flag=None)
     methods: tuple[str, ...] = option((), "Methods compared with GRPO ('none', always included): registered "
-                                      "names or name:key=value (oar_g:n_noise=8). Default: "
-                                      + " ".join(DEFAULT_METHODS) + " (those registered).")
+                                      "names or name:key=value (oar_g:n_noise=8). Default: the registry's defaults for "
+                                      "alignment, each as trained and, where analysis reads it otherwise, as read "
+                                      "(none oar_g oar_g:n_noise=8 oar_p oar_p_step grail entropy random ktae).")
     batches: int = option(100, "Training batches B: each is measured under every method, on the same "
                           "rollouts.", flag=None)
     batch_prompts: int = option(2, "Prompts per batch; a batch is batch_prompts x num_generations completions.")

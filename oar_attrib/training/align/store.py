@@ -19,7 +19,6 @@ writer at a time (`store.lock.WriterLock`: the lock file `<folder>.lock` beside 
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +32,7 @@ from oar_attrib.analysis.align_folder import (
     SCREEN,
     AlignFolder,
 )
-from oar_attrib.files import drop_partial_tail
+from oar_attrib.files import drop_partial_tail, replacing
 from oar_attrib.records.settings_record import RecordMismatchError, record_differences
 from oar_attrib.store.lock import WriterLock
 
@@ -70,15 +69,14 @@ class RunningSum:
     def add(self, parts: tuple[torch.Tensor, ...], n: int) -> None:
         """Write sum n+1 = sum n + the sum of the (D,) float32 `parts` (on any device), chunk by chunk."""
         old = self.read(n)
-        tmp = self.folder / f"{self.name}-{n + 1}.npy.tmp"
-        new = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(self.size,))
-        for i in range(0, self.size, CHUNK):
-            new[i:i + CHUNK] = old[i:i + CHUNK]
-            for part in parts:
-                new[i:i + CHUNK] += part[i:i + CHUNK].cpu().numpy()
-        new.flush()
-        del new
-        os.replace(tmp, self.path(n + 1))
+        with replacing(self.path(n + 1)) as tmp:
+            new = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(self.size,))
+            for i in range(0, self.size, CHUNK):
+                new[i:i + CHUNK] = old[i:i + CHUNK]
+                for part in parts:
+                    new[i:i + CHUNK] += part[i:i + CHUNK].cpu().numpy()
+            new.flush()
+            del new
 
     def keep(self, n: int) -> int:
         """Delete every version but sum n (older ones, and newer ones nothing committed) and
@@ -147,9 +145,8 @@ class AlignStore(AlignFolder):
         """Put back the rollouts of a screened call (its lines are already in screen.jsonl)."""
         folder = self.path / "rollouts"
         folder.mkdir(exist_ok=True)
-        tmp = folder / f"call-{call}.pt.tmp"
-        torch.save(output, tmp)
-        os.replace(tmp, folder / f"call-{call}.pt")
+        with replacing(folder / f"call-{call}.pt") as tmp:
+            torch.save(output, tmp)
 
     def add_screen_call(self, call: int, output: dict, lines: list[dict]) -> None:
         self.restore_call(call, output)
@@ -186,10 +183,8 @@ class AlignStore(AlignFolder):
         return (self.path / "reference" / f"{name}.npy").is_file()
 
     def write_vector(self, name: str, vector: np.ndarray) -> None:
-        tmp = self.path / "reference" / f"{name}.npy.tmp"
-        with open(tmp, "wb") as handle:
+        with replacing(self.path / "reference" / f"{name}.npy") as tmp, open(tmp, "wb") as handle:
             np.save(handle, vector.astype(np.float32))
-        os.replace(tmp, self.path / "reference" / f"{name}.npy")
 
 
 def export(store: str | Path, dest: str | Path) -> list[Path]:
