@@ -56,7 +56,8 @@ from ..weights.metrics import partial_spearman, random_recall, recall_at_k, spea
 from ..weights.settings import ReshapeSettings
 from .advantage_oracle import AdvantageSettings, AdvantageTrace, advantage_oracle, prefix_seed, split_half
 from .counterfactual_recall import encode_prompt_ids, record_prompt
-from .graded_recall import EARLIEST, GradedCache, cache_key
+from ..instruments.cache import OracleCache as GradedCache, cache_key
+from .graded_recall import EARLIEST
 from .sets import ADVANTAGE
 from .stats import count_undefined, holm, t_interval, t_test_p
 from .step_recall import overlaps

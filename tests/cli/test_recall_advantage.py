@@ -8,7 +8,7 @@ import pytest
 from oar_attrib.cli import main
 
 # One group of 2 traces, 2 continuations a boundary, the two cheapest methods: seconds, not minutes.
-SMALL = ["recall", "--model", "arith-tiny", "--sets", "advantage", "--n", "2", "--group-samples", "2",
+SMALL = ["recall", "advantage", "--model", "arith-tiny", "--n", "2", "--group-samples", "2",
          "--continuations", "2", "--methods", "entropy", "random", "--max-new-tokens", "48", "--no-progress"]
 
 
@@ -38,7 +38,7 @@ def test_json_and_text_reports(capsys, tmp_path):
 
 def test_bad_knobs_are_one_line(capsys):
     assert main(SMALL + ["--continuations", "0"]) == 2
-    assert "n=0" in capsys.readouterr().err
+    assert "--continuations must be an integer from 1" in capsys.readouterr().err
     assert main(SMALL + ["--group-samples", "1"]) == 2
     assert "at least 2 answers" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_:  # advantage scores steps itself: the parser refuses it
