@@ -88,13 +88,14 @@ def bounds_problem(value, bounds: tuple | None, kind: type = float) -> str | Non
     for a float, not finite or past float32's range; None when it is fine."""
     import math
 
-    if kind is float or isinstance(value, float):
-        if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
-            return f"must be a finite number within float32's range, got {value}"
     low, high = bounds or (None, None)
-    if (low is None or value >= low) and (high is None or value <= high):
+    number = kind is float or isinstance(value, float)
+    finite = not number or (math.isfinite(value) and abs(value) <= FLOAT32_MAX)
+    if finite and (low is None or value >= low) and (high is None or value <= high):
         return None
-    noun = "an integer" if kind is int else "a number"
+    noun = "a finite number" if number else "an integer"
+    if low is None and high is None:
+        return f"must be {noun} within float32's range, got {value}"
     if high is None:
         return f"must be {noun} >= {low}, got {value}"
     if low is None:
