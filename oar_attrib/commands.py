@@ -22,6 +22,8 @@ import typing
 import warnings
 
 from .console import safe_warnings, say
+from .defaults import (FLOAT32_MAX, MAX_COUNT, SEED, _power, bounds_problem, check_bounds,  # noqa: F401  (the field helper and bounds, named here too)
+                       option)
 from .errors import InputError, MissingExtraError, OARError
 
 INTERRUPTED = 130  # the shell's status of a command ended by Ctrl-C (128 + SIGINT)
@@ -124,14 +126,10 @@ def quiet_library_deprecations() -> None:
         warnings.filterwarnings("default", category=category, module="oar_attrib")
 
 
-# The largest count a command-line number may ask for (noise draws, samples, batches): larger ones
-# allocate memory by the terabyte before any check of theirs could run.
-MAX_COUNT = 100_000
-
-
-def number_problem(value, kind: type) -> str | None:
+def number_problem(value, kind: type, bounds: tuple | None = None) -> str | None:
     """Why `value` is not a usable positive `kind` (int or float) setting, or None: a bool or
-    text, NaN or an infinity, <= 0, or an int above MAX_COUNT."""
+    text, NaN or an infinity, <= 0, an int above MAX_COUNT, a float past float32's range, or
+    outside the setting's own `bounds` (a method knob's: `registry.knob`)."""
     import math
 
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
@@ -140,34 +138,24 @@ def number_problem(value, kind: type) -> str | None:
         return f"must be a finite number > 0, got {value!r}"
     if kind is int and value > MAX_COUNT:
         return f"must be at most {MAX_COUNT}, got {value}"
-    return None
+    return bounds_problem(value, bounds, kind)
 
 
-# The range of an integer flag by the setting it fills (`dest`); any other integer flag is a
-# count in [0, MAX_COUNT]. A number flag must be finite, and a temperature >= 0 too.
-INT_RANGES = {"seed": (0, 2**63 - 1), "port": (0, 65535), "run": (1, 2**63 - 1), "n": (0, 10**7),
+# The range of an integer flag by the setting it fills (`dest`), when its field declares none
+# (`option(bounds=...)`); any other integer flag is a count in [0, MAX_COUNT]. A number flag
+# must be finite and within float32, and a temperature >= 0 too.
+INT_RANGES = {"seed": SEED, "port": (0, 65535), "run": (1, 2**63 - 1), "n": (0, 10**7),
               "max_bytes": (1, 2**31), "max_batch_tokens": (1, 2**24)}
 
 
-def flag_number_problem(dest: str, kind: type, value) -> str | None:
-    """Why `value` of the int or float flag filling `dest` is out of its range, or None."""
-    import math
-
+def flag_number_problem(dest: str, kind: type, value, bounds: tuple | None = None) -> str | None:
+    """Why `value` of the int or float flag filling `dest` is out of its range (its field's
+    `bounds` when it declares them), or None."""
     if kind is float:
-        if not math.isfinite(value) or (dest.endswith("temperature") and value < 0):
-            return f"must be a finite number{' >= 0' if dest.endswith('temperature') else ''}, got {value}"
-        return None
-    low, high = INT_RANGES.get(dest, (0, MAX_COUNT))
-    return None if low <= value <= high else f"must be an integer from {low} to {_power(high)}, got {value}"
-
-
-def _power(n: int) -> str:
-    """`n` as people write a large bound: 2**63 - 1, 2**31, else the digits."""
-    if n > 10**6 and (n + 1) & n == 0:
-        return f"2**{n.bit_length()} - 1"
-    if n > 10**6 and n & (n - 1) == 0:
-        return f"2**{n.bit_length() - 1}"
-    return str(n)
+        if bounds is None and dest.endswith("temperature"):
+            bounds = (0, None)
+        return bounds_problem(value, bounds, float)
+    return bounds_problem(value, bounds or INT_RANGES.get(dest, (0, MAX_COUNT)), int)
 
 
 def check_flag_numbers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -181,7 +169,7 @@ def check_flag_numbers(parser: argparse.ArgumentParser, args: argparse.Namespace
         if kind not in (int, float) or not action.option_strings or value is None or value == action.default:
             continue
         for one in value if isinstance(value, list) else [value]:
-            problem = flag_number_problem(action.dest, kind, one)
+            problem = flag_number_problem(action.dest, kind, one, getattr(action, "bounds", None))
             if problem:
                 raise InputError(f"{action.option_strings[0]} {problem}")
 
@@ -198,20 +186,6 @@ class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
-def option(default=dataclasses.MISSING, help: str = "", **flag) -> dataclasses.Field:
-    """A settings field that is also a command-line flag (`add_dataclass_args`): its default,
-    its help text and how the flag is spelled and parsed, any of
-    flag:    the option strings, when not `--field-name` ("--out" or ("-n", "--n"));
-             a name without dashes makes a positional argument;
-    type:    the parser of the text (default: the field's type, a `T | None` a T);
-    choices, metavar, nargs, required: as argparse's;
-    action:  "store_true" for a switch named as the field (default for a bool:
-             `--name/--no-name`);
-    group:   the title of the argument group the flag is listed under in `--help`.
-    A field without a default is a required flag; a list default is given as a tuple."""
-    return dataclasses.field(default=default, metadata={"help": help, **flag})
-
-
 def add_dataclass_args(parser: argparse.ArgumentParser, cls, names=None) -> None:
     """The flags of the dataclass `cls` (only `names`, when given): one per field, spelled,
     typed and explained by the field's metadata (`option`), with the field's default; every
@@ -226,7 +200,8 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls, names=None) -> None
         if "group" in meta:
             title = meta.pop("group")
             target = groups.get(title) or groups.setdefault(title, parser.add_argument_group(title))
-        target.add_argument(*_flag_strings(f, meta), **_flag_keywords(f, meta, hints[f.name]))
+        action = target.add_argument(*_flag_strings(f, meta), **_flag_keywords(f, meta, hints[f.name]))
+        action.bounds = meta.get("bounds")
 
 
 def _flag_strings(f: dataclasses.Field, meta: dict) -> list[str]:

@@ -4,9 +4,17 @@ the whole package.
 `ReshapeSettings` (`weights.settings`) is built from these; every importance method, the gating
 functions (`gating`, `weightings`, `step_gating`), the analysis, the command line and the pages
 default to the same objects, and nothing else writes the values (tests/test_architecture.py
-checks it). This module imports nothing, so every wing reads it, and the command line builds
-its help from it without loading torch.
+checks it). It also holds the one field helper every settings field is made with (`option`,
+with the bounds both the parser and the settings check). This module imports only the standard
+library and `errors`, so every wing reads it, and the command line builds its help from it
+without loading torch.
 """
+from __future__ import annotations
+
+import dataclasses
+
+from .errors import InputError
+
 # Outcome probes (METHOD.md 3), implemented in `methods.probes`: what the model believes about
 # its final answer, read at the answer span.
 PROBES = ("lt", "as_mean", "as_joint")
@@ -41,3 +49,99 @@ DEFAULT_MODEL = "arith-tiny"
 # Plain GRPO: the registered method of uniform weights (`methods.none`), and the baseline every
 # paired comparison (an experiment grid's, gradient alignment's) is made against.
 NO_METHOD = "none"
+
+# The sampled oracles' sizes, one default each for the API and `oar recall`: the graded oracle's
+# replacements per tested position and tested positions per trace (`graded_oracle.
+# GradedSettings`), the advantage oracle's continuations per step boundary
+# (`advantage_oracle.AdvantageSettings`).
+GRADED_K = 8
+GRADED_POSITIONS = 32
+ADVANTAGE_CONTINUATIONS = 16
+# The recall instruments' own defaults (`instruments`), which their settings records also give
+# an instrument that does not take them: counterfactual positions per trace, what replaces a
+# tested token, the longest greedy answer, resampling's continuations.
+CF_POSITIONS = 64
+REPLACEMENT = "pad"
+RECALL_MAX_NEW_TOKENS = 256
+RESAMPLE_SAMPLES = 8
+
+
+# ------------------------------------------------------------------ the one field helper
+# Every settings field of the package is made here (`option`): its default, its help text, how
+# its flag is spelled and parsed, and its bounds, which the parser's check
+# (`commands.check_flag_numbers`) and the settings' own (`check_bounds`) both read. It sits with
+# the defaults, below everything, so that the method knobs (`methods.registry.knob`) and the
+# reshaping settings use it without importing the command line.
+
+# The largest count a command-line number may ask for (noise draws, samples, batches): larger ones
+# allocate memory by the terabyte before any check of theirs could run.
+MAX_COUNT = 100_000
+
+
+# The one bound of a seed, every command's and every settings class's: numpy's legacy seeding,
+# which some of the instruments' bootstraps reach, takes no more than 32 bits.
+SEED = (0, 2**32 - 1)
+# The largest magnitude a float setting may have: the computations run in float32.
+FLOAT32_MAX = 3.4028234663852886e38
+def bounds_problem(value, bounds: tuple | None, kind: type = float) -> str | None:
+    """Why the int or float `value` is outside `bounds` ((low, high), either None: open) or,
+    for a float, not finite or past float32's range; None when it is fine."""
+    import math
+
+    low, high = bounds or (None, None)
+    number = kind is float or isinstance(value, float)
+    finite = not number or (math.isfinite(value) and abs(value) <= FLOAT32_MAX)
+    if finite and (low is None or value >= low) and (high is None or value <= high):
+        return None
+    noun = "a finite number" if number else "an integer"
+    if low is None and high is None:
+        return f"must be {noun} within float32's range, got {value}"
+    if high is None:
+        return f"must be {noun} >= {low}, got {value}"
+    if low is None:
+        return f"must be {noun} <= {_power(high)}, got {value}"
+    return f"must be {noun} from {low} to {_power(high)}, got {value}"
+
+
+def check_bounds(settings) -> None:
+    """InputError naming the flag of the first field of the dataclass `settings` whose value
+    is outside its declared `bounds` (`option(bounds=...)`) or, for a float, not finite or past
+    float32: what `__post_init__` calls, reading the same bounds as the parser's check
+    (`check_flag_numbers`), so the two cannot disagree."""
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        problem = bounds_problem(value, f.metadata.get("bounds"), float if isinstance(value, float) else int)
+        if problem:
+            flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+            raise InputError(f"{flag if isinstance(flag, str) else flag[-1]} {problem}")
+
+
+def _power(n: int) -> str:
+    """`n` as people write a large bound: 2**63 - 1, 2**31, else the digits."""
+    if n > 10**6 and (n + 1) & n == 0:
+        return f"2**{n.bit_length()} - 1"
+    if n > 10**6 and n & (n - 1) == 0:
+        return f"2**{n.bit_length() - 1}"
+    return str(n)
+
+
+def option(default=dataclasses.MISSING, help: str = "", **flag) -> dataclasses.Field:
+    """A settings field that is also a command-line flag (`add_dataclass_args`): its default,
+    its help text and how the flag is spelled and parsed, any of
+    flag:    the option strings, when not `--field-name` ("--out" or ("-n", "--n"));
+             a name without dashes makes a positional argument;
+    type:    the parser of the text (default: the field's type, a `T | None` a T);
+    choices, metavar, nargs, required: as argparse's;
+    action:  "store_true" for a switch named as the field (default for a bool:
+             `--name/--no-name`);
+    group:   the title of the argument group the flag is listed under in `--help`;
+    bounds:  (low, high) of a number, either None for open: the parser's check
+             (`check_flag_numbers`) and the dataclass's (`check_bounds`) both read it.
+    Any other key is kept in the field's metadata for its readers (a method knob's `kind`
+    and `analysis` default, a reshaping setting's `config` name).
+    A field without a default is a required flag; a list default is given as a tuple."""
+    return dataclasses.field(default=default, metadata={"help": help, **flag})
+
+

@@ -20,7 +20,7 @@ world's causal steps (`step_recall.step_sets`: `chain`, every step on the answer
 path, and `direct`) first: their recall@|set| among the steps ranked by |dV|
 (`oar recall intervention` is the control that makes a step matter).
 
-Resumable in one JSON Lines cache (`graded_recall.GradedCache`): each group's answers, each
+Resumable in one JSON Lines cache (`instruments.cache.OracleCache`): each group's answers, each
 group's attribution (steps, step scores and weights, token advantages, seconds) and each
 boundary's continuation rewards are appended as soon as they are made, keyed by the model's
 identity and everything else that made them; a rerun with the same cache calls the model for
@@ -58,13 +58,12 @@ from .advantage_oracle import (AdvantageSettings, AdvantageTrace, Boundaries, ad
 from .counterfactual_recall import encode_prompt_ids, record_prompt
 from .advantage_metrics import (EARLIEST, GRPO, GROUP_METRICS, LONGEST, POOLING, REFERENCES, TRACE_METRICS, TARGETS,
                                credit_metrics, estimate, label_ceiling, partials, trace_metrics)
-from .graded_recall import GradedCache, cache_key
+from ..instruments.cache import OracleCache, cache_key
 from .sets import ADVANTAGE
 from .stats import CORRELATION
 from .step_recall import overlaps
 
 REWARDS = (0.0, 1.0)  # the range of a graded reward: a cached continuation reward outside it is refused
-LABELS = ("all", "scored")  # which traces of an analysed group get the oracle (`advantage_recall`)
 
 
 def _numbers(values) -> bool:
@@ -72,13 +71,13 @@ def _numbers(values) -> bool:
                                                           and math.isfinite(v)) for v in values)
 
 
-# The advantage oracle's kinds in the shared cache (`GradedCache(checks=...)`): anything else is refused.
+# The advantage oracle's kinds in the shared cache (`OracleCache(checks=...)`): anything else is refused.
 def _rewards(values) -> bool:
     return _numbers(values) and bool(values) and None not in values and all(
         REWARDS[0] <= v <= REWARDS[1] for v in values)
 
 
-# The advantage oracle's kinds in the shared cache (`GradedCache(checks=...)`): anything else is
+# The advantage oracle's kinds in the shared cache (`OracleCache(checks=...)`): anything else is
 # refused. What depends on the settings (a boundary's N, a group's G) is checked where it is read.
 CACHE_CHECKS = {
     "attribution": ("a list of traces, each with token ids, steps, step scores, token advantages and a finite "
@@ -108,7 +107,7 @@ def _refuse(run: "_Run", what: str) -> InputError:
 class _Run:
     model: object
     tokenizer: object
-    cache: GradedCache
+    cache: OracleCache
     settings: AdvantageSettings
     progress: bool
     oracle_seconds: dict = field(default_factory=dict)  # per prefix key: seconds when made
@@ -117,10 +116,10 @@ class _Run:
         return {"model": model_identity(self.model), "dtype": model_dtype(self.model), **extra}
 
 
-def advantage_cache(path: str | Path | None) -> GradedCache:
+def advantage_cache(path: str | Path | None) -> OracleCache:
     """The advantage oracle's cache at `path` (`--cf-cache`), read and checked now (before a
     model loads)."""
-    return GradedCache(path, checks=CACHE_CHECKS)
+    return OracleCache(path, checks=CACHE_CHECKS)
 
 
 def reward_function(record: dict):
@@ -305,7 +304,7 @@ class AdvantageReport:
 
 def advantage_recall(model, tokenizer, records: list[dict], *, n: int, methods=None, probe: str = PROBE,
                      settings: AdvantageSettings = AdvantageSettings(), group_size: int = 4,
-                     max_new_tokens: int = 256, cache: str | Path | GradedCache | None = None,
+                     max_new_tokens: int = 256, cache: str | Path | OracleCache | None = None,
                      method_params: dict | None = None, min_steps: int = 1, label: str = "all",
                      progress: bool = False) -> AdvantageReport:
     """Advantage recall of every method on about `n` traces (whole groups of `group_size`)
@@ -315,10 +314,12 @@ def advantage_recall(model, tokenizer, records: list[dict], *, n: int, methods=N
     steps (the others keep their place in their group's advantages; counted in `skipped`)."""
     if group_size < 2:
         raise InputError(f"group_size={group_size}: GRPO's advantage needs groups of at least 2 answers")
+    from ..instruments.advantage import LABELS
+
     if label not in LABELS:
         raise InputError(f"label={label!r}: one of {', '.join(LABELS)}")
     methods = list(methods or available_methods())
-    run = _Run(model, tokenizer, cache if isinstance(cache, GradedCache) else advantage_cache(cache),
+    run = _Run(model, tokenizer, cache if isinstance(cache, OracleCache) else advantage_cache(cache),
                settings, progress)
     prompts = [record_prompt(r) for r in records]
     prompt_ids = [encode_prompt_ids(tokenizer, p) for p in prompts]

@@ -42,7 +42,8 @@ from ..models.budget import CPU_BATCH_TOKENS
 from ..models.generation import generate
 from ..inputs.chat_template import chat_ids
 from ..inputs.grading import grade
-from ..jsonl import NotJSON, append_jsonl, check_log_path, iter_jsonl
+from ..instruments.cache import CAUSAL_CHECKS, LEGACY_KIND, OracleCache
+from ..jsonl import NotJSON, iter_jsonl
 from ..methods import available_methods
 from ..inputs.spans import locate_answer
 from ..world.value_oracle import VALUE_SETS, parse_number, value_oracle
@@ -171,30 +172,17 @@ def _cache_key(model_name: str, prompt_ids, response_ids, cf_positions: int, see
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
-def _causal_pairs(value) -> bool:
-    """Whether a cache line's `causal` is a list of [position, causal] pairs."""
-    return isinstance(value, list) and all(
-        isinstance(p, list) and len(p) == 2 and type(p[0]) is int and p[0] >= 0 and isinstance(p[1], bool)
-        for p in value)
+def causal_cache(path: str | Path | None, record: dict | None = None, shard: str | None = None) -> OracleCache:
+    """The counterfactual oracle's cache at `path` (`--cf-cache`), read and checked before any
+    compute (a link or a FIFO is refused, a line of the wrong shape is one InputError naming
+    it); with `record` (the model and dtype), a cache of another is refused."""
+    return OracleCache(path, checks=CAUSAL_CHECKS, record=record, check_record=True, shard=shard)
 
 
-def _read_cache(path: Path | None) -> dict[str, dict[int, bool]]:
-    """The oracle results of the cache at `path` (checked before any compute: a link or a
-    FIFO is refused, a line of the wrong shape is one InputError naming it)."""
-    if path is None:
-        return {}
-    check_log_path(path, "--cf-cache")
-    if not path.exists():
-        return {}
-    out = {}
-    for number, value in iter_jsonl(path, whole_lines=True):  # a line a kill cut short is left out
-        if not isinstance(value, dict) or "key" not in value:
-            continue  # the record line, or a line that is not an entry
-        if not isinstance(value["key"], str) or not _causal_pairs(value.get("causal")):
-            raise InputError(f"--cf-cache {path}:{number} is not an oracle entry (a key and a list of "
-                             "[position, true|false] pairs); pass a new --cf-cache, or delete that line")
-        out[value["key"]] = {t: c for t, c in value["causal"]}
-    return out
+def _read_cache(cache: "str | Path | OracleCache | None") -> dict[str, dict[int, bool]]:
+    """The oracle results the cache holds: {key: {position: causal}}."""
+    cache = cache if isinstance(cache, OracleCache) else causal_cache(cache)
+    return {e["key"]: {t: c for t, c in e["causal"]} for e in cache.entries() if e["kind"] == LEGACY_KIND}
 
 
 @dataclass
@@ -225,17 +213,17 @@ def _causal(model, tokenizer, trace, prompt_ids, cf_positions, seed, max_batch_t
 
 
 def _counterfactual_set(model, tokenizer, trace, prompt, cf_positions: int, seed: int,
-                        max_batch_tokens: int, known: dict, cache: Path | None, model_name: str,
+                        max_batch_tokens: int, known: dict, cache: OracleCache, model_name: str,
                         replacement) -> tuple[np.ndarray, np.ndarray]:
     """(target, tested): (T,) bool masks of the trace's causal positions and of the positions
-    the oracle tested, from `known` (the cache read) or computed now and appended to `cache`."""
+    the oracle tested, from `known` (the cache read) or computed now and put in `cache`."""
     prompt_ids = encode_prompt_ids(tokenizer, prompt)
     key = _cache_key(model_name, prompt_ids, trace.token_ids, cf_positions, seed, replacement)
     fresh = key not in known
     causal = _causal(model, tokenizer, trace, prompt_ids, cf_positions, seed, max_batch_tokens, known,
                      key, replacement)
-    if fresh and cache is not None:
-        append_jsonl(cache, [{"key": key, "causal": sorted(causal.items())}], "--cf-cache")
+    if fresh:
+        cache.put(LEGACY_KIND, key, {"causal": [list(pair) for pair in sorted(causal.items())]})
     target = np.zeros(len(trace.token_ids), dtype=bool)
     tested = np.zeros_like(target)
     tested[list(causal)] = True
@@ -256,7 +244,7 @@ def _by_outcome(per_trace: list, correct: list, methods, sets, seed: int) -> dic
 
 def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None, probe: str = PROBE,
                           seed: int = 0, cf_positions: int = 32, max_new_tokens: int = 256,
-                          max_batch_tokens: int = CPU_BATCH_TOKENS, cache: str | Path | None = None,
+                          max_batch_tokens: int = CPU_BATCH_TOKENS, cache: "str | Path | OracleCache | None" = None,
                           model_name: str = "", method_params: dict | None = None,
                           progress: bool = False, replacement="pad",
                           sets=(COUNTERFACTUAL,)) -> CounterfactualReport:
@@ -275,7 +263,7 @@ def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None
                          f"{', '.join(known)} (the value oracle's sets need word-problem "
                          f"records, --data {WORDWORLD}:<preset>)")
     methods = list(methods or available_methods())
-    cache = None if cache is None else Path(cache)
+    cache = cache if isinstance(cache, OracleCache) else causal_cache(cache)
     known = _read_cache(cache)
     texts = model_traces(model, tokenizer, records, max_new_tokens, progress)
     prompts = [record_prompt(r) for r in records]

@@ -34,7 +34,7 @@ def recall_figure(report, sets: Sequence[str] | None = None, methods: Sequence[s
     """One bar chart per oracle set: mean recall@|O| per method, error bars to the 95%
     bootstrap interval, and a dashed line at the random-ranking expectation.
 
-    report: a `RecallReport` or its `as_dict()` (the `oar recall --json` output).
+    report: a `RecallReport` or its `as_dict()` (the `oar recall world --json` output).
     Methods without a scored trace (recall None) get no bar.
     """
     data = report.as_dict() if hasattr(report, "as_dict") else dict(report)

@@ -32,6 +32,7 @@ from typing import Callable, Sequence
 import torch
 from transformers import DynamicCache
 
+from ..defaults import GRADED_K, GRADED_POSITIONS
 from ..errors import InputError
 from ..models.budget import CPU_BATCH_TOKENS
 from ..models.generation import continue_rows, cut_at_stop, left_pad, stop_ids
@@ -44,9 +45,9 @@ from .counterfactual_recall import REGENERATION_MARGIN  # tokens beyond what is 
 class GradedSettings:
     """What the graded oracle tests; every field is in the record that keys its cache."""
 
-    k: int = field(default=8, metadata={"help": "Replacement tokens drawn per tested position (the "
+    k: int = field(default=GRADED_K, metadata={"help": "Replacement tokens drawn per tested position (the "
                                                 "flip rate's denominator)."})
-    positions: int = field(default=32, metadata={"help": "Scored positions tested per trace, spread "
+    positions: int = field(default=GRADED_POSITIONS, metadata={"help": "Scored positions tested per trace, spread "
                                                          "over it (`counterfactual.choose_positions`)."})
     seed: int = field(default=0, metadata={"help": "Seed of the tested positions and the draws."})
     margin: int = field(default=REGENERATION_MARGIN, metadata={

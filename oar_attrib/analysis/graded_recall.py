@@ -21,7 +21,7 @@ ranks early tokens higher, as `earliest_first` does, which scores 1), and `parti
 its Spearman correlation with the flip rates with position held fixed (`weights.metrics.
 partial_spearman`; undefined for `earliest_first`; a random ranking's expectation is 0).
 
-Resumable end to end, in one JSON Lines cache (`GradedCache`): each model answer, each
+Resumable end to end, in one JSON Lines cache (`instruments.cache.OracleCache`): each model answer, each
 method's scores of each trace and each trace's oracle are appended as soon as they are made,
 keyed by a hash of the trace (prompt and response ids) and of the record of everything that
 made them (`records.settings_record`: the model's identity (its weights' hash) and dtype, the
@@ -35,8 +35,6 @@ these form KTAE's group; without it KTAE does not apply and is refused.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -49,7 +47,7 @@ from ..attribution import analysis_params, attribute
 from ..defaults import PROBE
 from ..errors import InputError
 from ..inputs.grading import grade
-from ..jsonl import NotJSON, append_jsonl, check_log_path, iter_jsonl
+from ..instruments.cache import OracleCache, cache_key
 from ..methods import available_methods, method_spec, ranking_scores
 from ..models.budget import CPU_BATCH_TOKENS
 from ..records.record import json_safe
@@ -67,80 +65,11 @@ METRICS = ("spearman", "auc", "partial_spearman", "position_spearman")
 RANDOM_RANKING = {"spearman": 0.0, "auc": 0.5, "partial_spearman": 0.0, "position_spearman": 0.0}  # a random ranking's
 
 
-def cache_key(record: dict, *parts) -> str:
-    """A stable key of a record and the data it was applied to (token id lists, text)."""
-    return hashlib.sha256(json.dumps([record, *parts], sort_keys=True).encode()).hexdigest()[:32]
-
-
-def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
-
-
-def _oracle_row(row) -> bool:
-    """[position, draws, flips]: a position, its drawn token ids and one 0/1 flip per draw."""
-    return (isinstance(row, list) and len(row) == 3 and type(row[0]) is int and row[0] >= 0
-            and isinstance(row[1], list) and isinstance(row[2], list) and 0 < len(row[1]) == len(row[2])
-            and all(type(d) is int for d in row[1]) and all(type(f) is int and f in (0, 1) for f in row[2]))
-
-
-# What each kind of cache entry must hold to be reused (anything else is refused, never reused).
-_ENTRY_CHECKS = {
-    "answer": ("a text", lambda e: isinstance(e.get("text"), str)),
-    "group": ("a list of texts", lambda e: isinstance(e.get("texts"), list)
-              and all(isinstance(t, str) for t in e["texts"])),
-    "scores": ("a method and a list of finite scores or null", lambda e: isinstance(e.get("method"), str)
-               and isinstance(e.get("scores"), list) and all(v is None or _number(v) for v in e["scores"])),
-    "oracle": ("positions of [position, draws, 0/1 flips]", lambda e: isinstance(e.get("positions"), list)
-               and all(_oracle_row(r) for r in e["positions"])
-               and isinstance(e.get("decode", {}), dict)),
-}
-
-
-class GradedCache:
-    """One JSON Lines file of answers, scores and oracles (module docstring), read once and
-    appended to (`jsonl.AppendLog`); `counts` says per kind how many were read back and how
-    many computed. Made before the model loads: a path that is a link or not a regular file,
-    and an entry of the wrong shape (`_ENTRY_CHECKS`), are one InputError or OutputError naming
-    the file (and line) and what to do; a line a kill cut short is left out and cut before the
-    next append. `checks` adds kinds of another instrument sharing this cache (the advantage
-    oracle's), each with the same (what it must hold, check) pair."""
-
-    def __init__(self, path: str | Path | None, flag: str = "--cf-cache", checks: dict | None = None):
-        self.path = None if path is None else check_log_path(path, flag)
-        self.flag = flag
-        self.checks = {**_ENTRY_CHECKS, **(checks or {})}
-        self.items: dict[tuple[str, str], dict] = {}
-        self.counts = {kind: {"cached": 0, "computed": 0} for kind in self.checks}
-        if self.path is not None and self.path.exists():
-            for number, value in iter_jsonl(self.path, whole_lines=True):
-                self._take(number, value)
-
-    def _take(self, number: int, value) -> None:
-        if isinstance(value, NotJSON) or not isinstance(value, dict) or value.get("kind") not in self.checks \
-                or not isinstance(value.get("key"), str):
-            problem = value if isinstance(value, NotJSON) else "not a cache entry (kind, key, ...)"
-            raise InputError(f"{self.flag} {self.path}:{number}: {problem}; pass a new {self.flag}, or "
-                             "delete that line to have it computed again")
-        what, check = self.checks[value["kind"]]
-        if not check(value):
-            raise InputError(f"{self.flag} {self.path}:{number}: a {value['kind']} entry must hold {what}; "
-                             f"pass a new {self.flag}, or delete that line to have it computed again")
-        self.items[(value["kind"], value["key"])] = value
-
-    def get(self, kind: str, key: str) -> dict | None:
-        found = self.items.get((kind, key))
-        if found is not None:
-            self.counts[kind]["cached"] += 1
-        return found
-
-    def put(self, kind: str, key: str, value: dict) -> dict:
-        entry = {"kind": kind, "key": key, **value}
-        self.items[(kind, key)] = entry
-        self.counts[kind]["computed"] += 1
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            append_jsonl(self.path, [entry], self.flag, allow_nan=False)
-        return entry
+def graded_cache(path, record: dict | None = None, shard: str | None = None) -> OracleCache:
+    """The graded oracle's cache at `path` (`--cf-cache`), read and checked now (before a model
+    loads): its kinds are the common ones (`instruments.cache.COMMON_CHECKS`); entries are keyed
+    by everything that made them, so one cache may hold several models' and settings'."""
+    return OracleCache(path, record=record, shard=shard)
 
 
 # ------------------------------------------------------------------ per-trace statistics
@@ -231,7 +160,7 @@ class _Run:
 
     model: object
     tokenizer: object
-    cache: GradedCache
+    cache: OracleCache
     settings: GradedSettings
     progress: bool
     cached_decode: dict = field(default_factory=dict)  # the summed decode stats of cached oracles
@@ -348,7 +277,7 @@ def _oracle(run: _Run, prompt_ids, trace, answer_of, max_batch_tokens: int) -> G
 
 def graded_recall(model, tokenizer, records: list[dict], *, methods=None, probe: str = PROBE,
                   settings: GradedSettings = GradedSettings(), max_new_tokens: int = 256,
-                  max_batch_tokens: int = CPU_BATCH_TOKENS, cache: "str | Path | GradedCache | None" = None,
+                  max_batch_tokens: int = CPU_BATCH_TOKENS, cache: "str | Path | OracleCache | None" = None,
                   method_params: dict | None = None, group_samples: int = 0,
                   answer_of: Callable[[str], str | None] = answer_key, progress: bool = False) -> GradedReport:
     """Graded recall of every method against the model's own graded oracle on `records`
@@ -361,7 +290,7 @@ def graded_recall(model, tokenizer, records: list[dict], *, methods=None, probe:
     if grouped and group_samples < 1:
         raise InputError(f"{', '.join(grouped)} compares a group of rollouts, which single traces do not "
                          "have: pass --group-samples G (answers sampled per problem), or leave it out")
-    cache = cache if isinstance(cache, GradedCache) else GradedCache(cache)
+    cache = cache if isinstance(cache, OracleCache) else graded_cache(cache)
     run = _Run(model, tokenizer, cache, settings, progress)
     prompts = [record_prompt(r) for r in records]
     prompt_ids = [encode_prompt_ids(tokenizer, p) for p in prompts]

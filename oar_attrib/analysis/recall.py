@@ -155,7 +155,7 @@ def summarise(per_trace: list[dict], methods, sets=DEFAULT_SETS, seed: int = 0) 
 def oracle_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "recall",
                   methods=None, probe: str = PROBE, progress: bool = False,
                   method_params: dict | None = None, sets=DEFAULT_SETS,
-                  cf_positions: int = 64, replacement="pad") -> RecallReport:
+                  cf_positions: int = 64, replacement="pad", shard=None) -> RecallReport:
     """Sample `n` held-out problems, let the model answer, attribute, and score against the
     oracle sets `sets` (see RECALL_SETS) on world `preset` (`recall`: no step copies a final
     result and every value is one digit, so every `direct` token is the only carrier of a value
@@ -164,7 +164,8 @@ def oracle_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "
     replaced by `replacement` ("pad" or "resample", `counterfactual`). Traces
     without an answer span or without both final quantities are skipped and counted in
     `skipped`. The report keeps the problems, texts, traces and per-trace recall
-    (`RecallReport.to_frame`) for a closer look."""
+    (`RecallReport.to_frame`) for a closer look. `shard` (`instruments.shard.Shard`): score
+    only its share of the n problems."""
     sets = tuple(sets)
     unknown = [s for s in sets if s not in RECALL_SETS]
     if unknown or not sets:
@@ -172,7 +173,8 @@ def oracle_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "
     if cf_positions < 1:
         raise InputError(f"cf_positions={cf_positions} must be >= 1")
     methods = list(methods or available_methods())
-    problems = generate_problems(n, preset, seed=seed, split="test")
+    problems = (shard.take if shard else list)(generate_problems(n, preset, seed=seed, split="test"))
+    n = len(problems)
     ids = generate(model, tokenizer, [p.prompt for p in problems], progress=progress)
     texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
     traces = attribute(model, tokenizer, [p.prompt for p in problems], texts, methods,

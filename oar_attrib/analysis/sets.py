@@ -14,7 +14,7 @@ GRADED = "graded"
 # rank correlation and credit agreement; `oar recall advantage` runs it.
 ADVANTAGE = "advantage"
 RECALL_SETS = KNOWN_SETS + (COUNTERFACTUAL,)
-# Every set `oar recall --sets` names: the value oracle's are scored on word-problem data only.
+# Every set an `oar recall` subcommand's `--sets` names: the value oracle's are scored on word-problem data only.
 CLI_SETS = tuple(dict.fromkeys(RECALL_SETS + VALUE_SETS + (GRADED, ADVANTAGE)))
 SUBSETS = ("all", "correct", "wrong")  # the traces a run's summaries and profiles are taken over
 

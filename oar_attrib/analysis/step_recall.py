@@ -138,13 +138,14 @@ def intervention_auc(model, tokenizer, prompts, texts, traces, oracles, *, n_sam
 def step_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "upstream", methods=None,
                 probe: str = PROBE, pool: str = VIEW_STEP_POOL, progress: bool = False,
                 method_params: dict | None = None, resample_samples: int = 8,
-                intervention_samples: int = 0) -> StepRecallReport:
+                intervention_samples: int = 0, shard=None) -> StepRecallReport:
     """Sample `n` held-out problems of `preset`, let the model answer greedily, attribute with
     every method (steps: auto, the world's clauses), and score each method at step level
     (module docstring). `resample` gets the tokenizer and `resample_samples` continuations per
     side and step; `intervention_samples` > 0 adds the `intervention` row at that many
     continuations per side and step. Traces without an answer span or without both final
-    quantities are skipped and counted."""
+    quantities are skipped and counted. `shard` (`instruments.shard.Shard`): score only its
+    share of the n problems."""
     if pool not in STEP_POOLS:
         raise InputError(f"pool={pool!r}; choose one of {', '.join(STEP_POOLS)}")
     methods = list(methods or available_methods())
@@ -152,7 +153,8 @@ def step_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "up
     if "resample" in methods:
         params.setdefault("resample", {}).update(tokenizer=tokenizer, n_samples=resample_samples,
                                                  progress=progress)
-    problems = generate_problems(n, preset, seed=seed, split="test")
+    problems = (shard.take if shard else list)(generate_problems(n, preset, seed=seed, split="test"))
+    n = len(problems)
     ids = generate(model, tokenizer, [p.prompt for p in problems], progress=progress)
     texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
     traces = attribute(model, tokenizer, [p.prompt for p in problems], texts, methods,

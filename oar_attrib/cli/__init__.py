@@ -53,12 +53,24 @@ def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 def main(argv: list[str] | None = None) -> int:
     quiet_library_deprecations()
     try:
-        parser = build_parser()
-        from .recall_settings import new_spelling  # `oar recall`'s one-command spelling, until 0.3
+        argv = sys.argv[1:] if argv is None else list(argv)
+        from .recall import old_spelling  # `oar recall`'s one-command spelling: one line naming the new
 
-        args = parser.parse_args(new_spelling(sys.argv[1:] if argv is None else argv))
+        line = old_spelling(argv)
+        if line is not None:
+            say(line)
+            return 2
+        parser = build_parser()
+        args = parser.parse_args(argv)
     except KeyboardInterrupt:  # while the plugins' commands were imported
         say("oar: interrupted")
         return INTERRUPTED
-    return run_command(args, args.command, parser)
+    return run_command(args, command_name(parser, args), parser)
+
+
+def command_name(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """The command's name in its messages, subcommands included (`recall world`)."""
+    from ..commands import command_parser
+
+    return command_parser(parser, args).prog.removeprefix(parser.prog).strip() or args.command
 

@@ -57,19 +57,21 @@ def add_answer_format_arg(parser: argparse.ArgumentParser, help_text: str = "whe
 METHOD_KNOBS: tuple[tuple[str, str, type, str], ...] = tuple(
     (method, f.name, f.metadata["kind"], f.metadata["help"]) for method, knobs in KNOBS.items()
     for f in knob_fields(knobs))
+KNOB_BOUNDS = {(method, f.name): f.metadata.get("bounds") for method, knobs in KNOBS.items()
+               for f in knob_fields(knobs)}
 
 
 def knob_flag(method: str, param: str) -> str:
     return f"--{method}-{param}".replace("_", "-")
 
 
-def _positive(kind: type):
+def _positive(kind: type, bounds: tuple | None = None):
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
-        problem = number_problem(value, kind)  # NaN, inf, <= 0, a count past MAX_COUNT
+        problem = number_problem(value, kind, bounds)  # NaN, inf, <= 0, a count past MAX_COUNT, its bounds
         if problem:
             raise argparse.ArgumentTypeError(problem)
         return value
@@ -85,7 +87,8 @@ def add_method_knobs(parser: argparse.ArgumentParser, methods: tuple[str, ...] |
         if methods is None or method in methods:
             number = kind in (int, float)
             group.add_argument(knob_flag(method, param), dest=f"knob__{method}__{param}",
-                               type=_positive(kind) if number else kind, default=None,
+                               type=_positive(kind, KNOB_BOUNDS[method, param]) if number else kind,
+                               default=None,
                                metavar=(kind.__name__ if number else param).upper(), help=help_text)
 
 

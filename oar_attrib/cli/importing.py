@@ -47,7 +47,7 @@ class ImportSettings:
     answer_format: str | None = option(None, flag=None)  # add_answer_format_arg
     correct_threshold: float = option(
         1.0, "a row is correct when its reward is at least this (unless it logs its own verdict: "
-             "verl's `acc`, a JSONL `correct`)")
+             "verl's `acc`, a JSONL `correct`)", bounds=(0.0, None))
     reward_columns: tuple[str, ...] | None = option(
         None, "TRL: the reward function columns summed into the reward (default: every numeric "
               "column but step and advantage)")

@@ -1,30 +1,6 @@
-"""`oar recall advantage`: every method against the Monte-Carlo advantage oracle
-(`analysis.advantage_recall`), its text report ending in a reading in words."""
+"""`oar recall advantage`'s methods and report (the instrument is `instruments.advantage`):
+the default methods, and the text report ending in a reading in words."""
 from __future__ import annotations
-
-import argparse
-import json
-import math
-
-from ..console import say
-from .choices import method_params_from
-from .recall_settings import DEFAULT_GROUP
-
-CANDIDATES = 6  # candidate problems per group analysed (`advantage_recall` samples only those it needs)
-
-
-def advantage_records(args: argparse.Namespace, problems: int) -> list[dict]:
-    """Candidate problems: `--data`'s records, or held-out arithmetic-world problems (each with
-    its `problem`, whose reward grades and whose structural oracle is the positive control)."""
-    from ..analysis.counterfactual_recall import data_records
-    from ..world import generate_problems
-    from .choices import check_servable
-
-    if args.data is not None:
-        return data_records(args.data, problems, args.seed)
-    check_servable(args.model)
-    return [{"prompt": p.prompt, "answer": str(p.answer), "problem": p}
-            for p in generate_problems(problems, args.preset or "recall", seed=args.seed, split="test")]
 
 
 def default_methods(model: str) -> list[str]:
@@ -46,58 +22,6 @@ def bundled(model: str) -> bool:
 
     entry = CATALOGUE.get(str(model))
     return entry is not None and entry.bundled
-
-
-def advantage_record(args: argparse.Namespace, methods: list[str]) -> dict:
-    """The settings record of an `oar recall advantage` command: `recall.recall_record`'s (the
-    methods run, with their parameters, probe, seed, model, dtype) and the instrument's own
-    settings, so a committed report names what made it."""
-    from .recall import recall_record
-
-    own = ("data", "preset", "group_samples", "continuations", "temperature", "min_steps", "label", "max_new_tokens")
-    return {**recall_record(argparse.Namespace(**{**vars(args), "methods": methods})),
-            "advantage": {name: getattr(args, name) for name in own}}
-
-
-def run_advantage(args: argparse.Namespace) -> int:
-    from ..analysis.advantage_oracle import AdvantageSettings
-    from ..analysis.advantage_recall import advantage_cache, advantage_recall
-    from ..errors import InputError
-    from ..models import load_model
-    from ..models.catalogue import answering
-    from .choices import budget_params
-
-    size = args.group_samples or DEFAULT_GROUP
-    try:
-        settings = AdvantageSettings(n=args.continuations, temperature=args.temperature, seed=args.seed)
-        if size < 2:
-            raise InputError(f"--group-samples {size}: GRPO's advantage needs groups of at least 2 answers")
-    except InputError as err:
-        say(f"oar recall: {err}")
-        return 2
-    # Up to CANDIDATES times the groups needed are candidates, sampled in order until enough of
-    # them mix right and wrong answers (a model right 15% of the time mixes about half its groups).
-    records = advantage_records(args, CANDIDATES * math.ceil(args.n / size))
-    cache = advantage_cache(args.cf_cache)  # read and checked before the model loads
-    if bundled(args.model):
-        # A 1.1M-parameter model's decode steps are too small to share: threads only contend
-        # (measured on 2 busy cores: the oracle 8.1 s a trace with the default threads, 0.15 s with one).
-        import torch
-
-        torch.set_num_threads(1)
-    model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
-    methods = list(args.methods or default_methods(args.model))
-    report = advantage_recall(
-        model, tokenizer, records, n=args.n, methods=methods, probe=args.probe,
-        settings=settings, group_size=size, max_new_tokens=args.max_new_tokens or answering(args.model)[0].max_new_tokens, cache=cache,
-        method_params=method_params_from(args, budget_params(args.max_batch_tokens)),
-        min_steps=args.min_steps, label=args.label, progress=not args.no_progress)
-    if args.json:
-        print(json.dumps({**report.as_dict(), "record": advantage_record(args, methods), "reading": reading(report)},
-                         allow_nan=False))
-        return 0
-    print("\n".join(text_report(report)))
-    return 0
 
 
 def _cell(stats: dict | None) -> str:

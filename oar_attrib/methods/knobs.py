@@ -20,6 +20,10 @@ from dataclasses import dataclass
 
 from .registry import knob
 
+# The largest OAR-G noise scale: the noise is added to embeddings whose RMS is about 1 or less;
+# past this every score saturates to 0 or 1 in float32 (1e30 gave all-0 or all-1 scores).
+NOISE_STD_MAX = 100.0
+
 
 def mask_choice(text: str) -> str | int:
     """An OAR-P mask (`methods.masks`): a mask name, "eos" / "unk" (the tokenizer's token,
@@ -55,7 +59,7 @@ class OarGKnobs:
 
     n_noise: int = knob(1, "OAR-G: noise draws averaged", int, analysis=8)
     noise_std: float | None = knob(None, "OAR-G: noise scale (default: 0.1 x the RMS of the row's embeddings)",
-                                   float)
+                                   float, bounds=(None, NOISE_STD_MAX))
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,8 @@ class OarPHierKnobs:
     top_steps: int = knob(3, "hierarchical OAR-P: steps per trace whose tokens are scored exactly (by count)",
                           int)
     top_mass: float | None = knob(None, "hierarchical OAR-P: choose steps by mass instead, the fewest largest "
-                                  "carrying this share (0-1] of the trace's step importance", float)
+                                  "carrying this share (0-1] of the trace's step importance", float,
+                                  bounds=(None, 1.0))
     mask: str | int = _mask("hierarchical OAR-P: what a perturbed step or token becomes (as --oar-p-mask)")
 
 

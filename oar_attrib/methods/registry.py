@@ -137,16 +137,20 @@ class MethodSpec:
         return out
 
 
-def knob(default, help: str, kind: type | Callable[[str], Any], *, analysis=MISSING) -> Any:
-    """A field of a method's knobs (module docstring): the keyword's `default` (the function's
-    default is this field, `n_noise: int = OarGKnobs.n_noise`), its `help` text (the flag's),
-    how a value given as text is read (`kind`: int or float, a number > 0; else a parser of
-    its own that raises argparse.ArgumentTypeError, `knobs.mask_choice`) and, where analysis
-    reads another value, its `analysis` default."""
-    metadata = {"help": help, "kind": kind}
-    if analysis is not MISSING:
-        metadata["analysis"] = analysis
-    return dataclasses.field(default=default, metadata=metadata)
+def knob(default, help: str, kind: type | Callable[[str], Any], *, analysis=MISSING,
+         bounds: tuple | None = None) -> Any:
+    """A field of a method's knobs (module docstring), made by the one field helper
+    (`commands.option`): the keyword's `default` (the function's default is this field,
+    `n_noise: int = OarGKnobs.n_noise`), its `help` text (the flag's), how a value given as
+    text is read (`kind`: int or float, a number > 0; else a parser of its own that raises
+    argparse.ArgumentTypeError, `knobs.mask_choice`), the `bounds` of a number beyond > 0 (what
+    the computation can hold: `commands.number_problem` checks them for the flag and for
+    `oar align`'s `name:key=value`) and, where analysis reads another value, its `analysis`
+    default."""
+    from ..defaults import option
+
+    extra = {"analysis": analysis} if analysis is not MISSING else {}
+    return option(default, help, kind=kind, **extra, **({"bounds": bounds} if bounds else {}))
 
 
 def knob_fields(knobs: type | None) -> tuple[dataclasses.Field, ...]:

@@ -182,6 +182,17 @@ class OARGRPOTrainer(GRPOTrainer):
         )
         return unwrap, full
 
+    def rows_to_attribute(self, advantages: torch.Tensor, settings: ReshapeSettings) -> list[bool] | None:
+        """The rows of a batch of (N,) `advantages` the reshaping attributes under `settings`
+        (`_rows_to_attribute`): what `oar align` measures each method on, as training does."""
+        return self._rows_to_attribute(advantages, settings)
+
+    @property
+    def last_rewards(self) -> torch.Tensor | None:
+        """(N, n_funcs) the reward functions' values of the last generation batch (None before
+        the first), as `_calculate_rewards` kept them."""
+        return self._oar_rewards
+
     def _rows_to_attribute(self, advantages: torch.Tensor, settings: ReshapeSettings) -> list[bool] | None:
         """Rows with a non-zero advantage (A_i * w_t = 0 otherwise), and the rows the run store
         is about to record; None: all rows (also when the weighting's cut-off is over the whole

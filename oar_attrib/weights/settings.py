@@ -8,15 +8,16 @@ once. Errors name the field and the allowed values.
 from __future__ import annotations
 
 import dataclasses
-import math
 import typing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .. import defaults
+from ..defaults import FLOAT32_MAX, option
 from ..errors import InputError, UnknownNameError
 from ..inputs.spans import ANSWER_FORMATS
 from ..inputs.steps import STEP_POOLS
+from ..methods.knobs import NOISE_STD_MAX
 
 if TYPE_CHECKING:
     from .weightings import WeightingParams
@@ -34,62 +35,59 @@ class UnknownSettingError(SettingError, UnknownNameError):
     """A setting naming a method, probe, weighting or format that does not exist."""
 
 
-def _help(text: str, config: str, generated: bool = True) -> dict:
-    """Field metadata: help text, and the OARConfig field it is read from: generated there from
-    this field (`config_fields`), or, with `generated` false, GRPOConfig's own (`seed`)."""
-    return {"help": text, "config": config, "generated": generated}
+# Each field is made by the one field helper (`commands.option`), with `config`: the OARConfig
+# field it is read from, generated there from this field (`config_fields`) or, with `generated`
+# false, GRPOConfig's own (`seed`).
 
 
 @dataclass(frozen=True)
 class ReshapeSettings:
     """How a batch's importances are computed and turned into weights (METHOD.md 3, 6-7)."""
 
-    method: str = field(default="oar_g", metadata=_help(
+    method: str = option("oar_g",
         "Importance method whose weights reshape the advantages: a registered method "
         "(oar_attrib.available_methods() lists them, those registered with "
         "oar_attrib.register_method included; an unknown name is refused with the list), or "
-        "'none' for plain GRPO (uniform weights, no model call).", "oar_method"))
-    probe: str = field(default=defaults.PROBE, metadata=_help(
-        f"Outcome probe: one of {', '.join(defaults.PROBES)} (METHOD.md 3).", "oar_probe"))
-    tau: float = field(default=defaults.TAU, metadata=_help(
-        "Quantile level in [0, 1] that splits suppression from boosting.", "oar_tau"))
-    beta: float = field(default=defaults.BETA, metadata=_help(
-        "Boost strength (>= 0) above the tau-quantile.", "oar_beta"))
-    w_min: float = field(default=defaults.W_MIN, metadata=_help(
+        "'none' for plain GRPO (uniform weights, no model call).", config="oar_method", generated=True)
+    probe: str = option(defaults.PROBE,
+        f"Outcome probe: one of {', '.join(defaults.PROBES)} (METHOD.md 3).", config="oar_probe", generated=True)
+    tau: float = option(defaults.TAU,
+        "Quantile level in [0, 1] that splits suppression from boosting.", config="oar_tau", generated=True)
+    beta: float = option(defaults.BETA,
+        "Boost strength (>= 0) above the tau-quantile.", config="oar_beta", generated=True)
+    w_min: float = option(defaults.W_MIN,
         "w_min in [0, 1]: the floor of the suppression gate below the tau-quantile, applied BEFORE "
         "the mass-preserving rescale to mean 1 over the scored tokens, so final weights can be "
-        "below it (METHOD.md 6).", "oar_w_min"))
-    rho: float = field(default=defaults.RHO, metadata=_help(
-        "Kept fraction in (0, 1] for weighting='top_rho'.", "oar_entropy_rho"))
-    weighting: str | None = field(default=None, metadata=_help(
+        "below it (METHOD.md 6).", config="oar_w_min", generated=True)
+    rho: float = option(defaults.RHO,
+        "Kept fraction in (0, 1] for weighting='top_rho'.", config="oar_entropy_rho", generated=True)
+    weighting: str | None = option(None,
         "How importances become weights: a registered weighting ('bilevel' gates like OAR; 'grail' "
         "is GRAIL's transform; 'top_rho' keeps the top-rho tokens of the local batch at weight 1 "
-        "and zeroes the rest). Default: the method's own.", "oar_weighting"))
-    granularity: str = field(default=defaults.GRANULARITY, metadata=_help(
+        "and zeroes the rest). Default: the method's own.", config="oar_weighting", generated=True)
+    granularity: str = option(defaults.GRANULARITY,
         "'token' gates each token's importance; 'step' pools the importances per step (lines, or "
         "sentences of a one-line reasoning), gates the steps and gives each step's weight to its "
-        "tokens, mean 1 over the scored tokens.", "oar_granularity"))
-    step_pool: str = field(default=defaults.GATING_STEP_POOL, metadata=_help(
+        "tokens, mean 1 over the scored tokens.", config="oar_granularity", generated=True)
+    step_pool: str = option(defaults.GATING_STEP_POOL,
         "granularity='step': how a step's token importances pool into one: mean, sum or max "
-        "(oar_p_step's are constant per step: all three agree up to sum's length factor).",
-        "oar_step_pool"))
-    noise_std: float | None = field(default=None, metadata=_help(
+        "(oar_p_step's are constant per step: all three agree up to sum's length factor).", config="oar_step_pool", generated=True)
+    noise_std: float | None = option(None,
         "OAR-G: std (>= 0) of the embedding noise on scored positions; None: 0.1 x the RMS of the "
-        "row's scored embeddings (the same in bf16 and fp32).", "oar_noise_std"))
-    max_batch_tokens: int | None = field(default=None, metadata=_help(
+        "row's scored embeddings (the same in bf16 and fp32).", config="oar_noise_std", generated=True)
+    max_batch_tokens: int | None = option(None,
         "Token budget of one attribution forward: rows are grouped so that their total length "
         "stays under it, and every method that takes a budget (OAR-P, OAR-G, GRAIL, IG, entropy) "
         "sizes its passes by it. None: each sizes them from the memory bound and the model's shape "
         "(budget.memory_bound: the device's free memory; on CPU min(25% of RAM, 1 GiB)); the row "
-        "grouping then uses 16384 tokens on CPU.",
-        "oar_max_batch_tokens"))
-    answer_format: str = field(default=defaults.ANSWER_FORMAT, metadata=_help(
-        f"Answer format the span finder looks for: one of {', '.join(ANSWER_FORMATS)}.", "answer_format"))
-    answer_pattern: str | None = field(default=None, metadata=_help(
-        "Regex with one capturing group (the answer), for answer_format='regex'.", "answer_pattern"))
-    seed: int = field(default=0, metadata=_help(
+        "grouping then uses 16384 tokens on CPU.", config="oar_max_batch_tokens", generated=True)
+    answer_format: str = option(defaults.ANSWER_FORMAT,
+        f"Answer format the span finder looks for: one of {', '.join(ANSWER_FORMATS)}.", config="answer_format", generated=True)
+    answer_pattern: str | None = option(None,
+        "Regex with one capturing group (the answer), for answer_format='regex'.", config="answer_pattern", generated=True)
+    seed: int = option(0,
         "Seed of the random methods' numbers: each row draws from its own generator, seeded from "
-        "this and the row's token ids (`weights.row_seed`).", "seed", generated=False))
+        "this and the row's token ids (`weights.row_seed`).", config="seed", generated=False)
 
     def __post_init__(self) -> None:
         # The registries load here, not with the module: the command line builds its flags from
@@ -113,10 +111,11 @@ class ReshapeSettings:
     def _ranges(self) -> list[tuple[str, bool, str]]:
         return [
             ("tau", 0.0 <= self.tau <= 1.0, "in [0, 1]"),
-            ("beta", self.beta >= 0 and math.isfinite(self.beta), "finite, >= 0"),
+            ("beta", 0 <= self.beta <= FLOAT32_MAX, "finite, >= 0"),
             ("w_min", 0.0 <= self.w_min <= 1.0, "in [0, 1]"),
             ("rho", 0.0 < self.rho <= 1.0, "in (0, 1]"),
-            ("noise_std", self.noise_std is None or self.noise_std >= 0, "None or >= 0"),
+            ("noise_std", self.noise_std is None or 0 <= self.noise_std <= NOISE_STD_MAX,
+             f"None or in [0, {NOISE_STD_MAX}]"),
             ("max_batch_tokens", self.max_batch_tokens is None or self.max_batch_tokens >= 1, "None or >= 1"),
         ]
 

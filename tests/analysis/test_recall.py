@@ -131,7 +131,7 @@ def test_cli_recall_json_has_the_summary_keys_only(scripted, tmp_path, model, to
     folder = tmp_path / "ckpt"
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
-    assert cli.main(["recall", "--model", str(folder), "--n", str(N), "--seed", str(SEED),
+    assert cli.main(["recall", "world", "--model", str(folder), "--n", str(N), "--seed", str(SEED),
                      "--methods", *METHODS, "--json", "--no-progress"]) == 0
     data = json.loads(capsys.readouterr().out)
     record = data.pop("record")  # the settings record of the command, beside the summary
@@ -160,7 +160,7 @@ def test_names_and_results_can_be_scored_beside_direct(scripted, model, tokenize
     with pytest.raises(recall.InputError, match="unknown oracle set"):
         recall.oracle_recall(model, tokenizer, n=2, seed=SEED, methods=METHODS, sets=("answer",))
     with pytest.raises(SystemExit):  # argparse refuses it before anything is loaded
-        cli.main(["recall", "--sets", "answer"])
+        cli.main(["recall", "world", "--sets", "answer"])
     assert "invalid choice: 'answer'" in capsys.readouterr().err
 
 
@@ -270,7 +270,7 @@ def test_cli_recall_text_shows_the_random_draw_and_the_expectation(scripted, tmp
     folder = tmp_path / "ckpt"
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
-    argv = ["recall", "--model", str(folder), "--n", str(N), "--seed", str(SEED),
+    argv = ["recall", "world", "--model", str(folder), "--n", str(N), "--seed", str(SEED),
             "--methods", *METHODS, "--no-progress"]
     assert cli.main(argv + ["--json"]) == 0
     data = json.loads(capsys.readouterr().out)

@@ -49,7 +49,7 @@ def test_json_and_text_reports(capsys, tmp_path):
 
 def test_bad_knobs_are_one_line(capsys):
     assert main(SMALL + ["--continuations", "0"]) == 2
-    assert "n=0" in capsys.readouterr().err
+    assert "--continuations must be an integer from 1" in capsys.readouterr().err
     assert main(SMALL + ["--group-samples", "1"]) == 2
     assert "at least 2 answers" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_:  # advantage scores steps itself: the parser refuses it

@@ -46,7 +46,8 @@ BASE = ["--methods", *KNOB_METHODS, "--ig-n-steps", "2", "--resample-n-samples",
 OTHER = {"--methods": KNOB_METHODS[1:], "--probe": ["lt"], "--answer-format": ["boxed"],
          "--weighting": ["top_rho"], "--granularity": ["step"], "--step-pool": ["max"],
          "--dtype": ["bfloat16"], "--oar-p-mask": ["eos"], "--oar-p-step-mask": ["eos"],
-         "--oar-p-hier-mask": ["eos"], "--oar-p-hier-top-steps": ["7"]}  # 3 is its default
+         "--oar-p-hier-mask": ["eos"], "--oar-p-hier-top-steps": ["7"],  # 3 is its default
+         "--oar-p-hier-top-mass": ["0.5"]}  # a share in (0, 1]
 
 
 def _attribute_parser() -> argparse.ArgumentParser:

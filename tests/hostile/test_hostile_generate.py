@@ -143,8 +143,8 @@ def test_a_prompt_longer_than_the_model_is_skipped_before_generating(tmp_path, c
     (("--temperature", "-1"), "--temperature must be a finite number >= 0, got -1.0"),
     (("--temperature", "nan"), "--temperature must be a finite number >= 0, got nan"),
     (("--temperature", "inf"), "got inf"),
-    (("--seed", "-1"), "--seed must be an integer from 0 to 2**63 - 1, got -1"),
-    (("--seed", str(2**70)), "--seed must be an integer from 0 to 2**63 - 1"),
+    (("--seed", "-1"), "--seed must be an integer from 0 to 2**32 - 1, got -1"),
+    (("--seed", str(2**70)), "--seed must be an integer from 0 to 2**32 - 1"),
     (("--samples", "1000", "--batch-size", "1000"), "is more than 65536; lower --batch-size"),
 ])
 def test_bad_numeric_flags_are_one_line_before_the_model_loads(tmp_path, no_model, capsys, flags, words):

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from oar_attrib.analysis.graded_recall import GradedCache
+from oar_attrib.instruments.cache import OracleCache as GradedCache
 from oar_attrib.errors import InputError, OutputError
 from oar_attrib.jsonl import AppendLog, append_jsonl, iter_jsonl
 from oar_attrib.world import generate_problems

@@ -36,8 +36,8 @@ BASE = {
     "web": ["web", "--store", "runs.db"],
     "experiment run": ["experiment", "run", "grid.yaml"],
 }
-# Values that are legal: a seed may be any integer in [0, 2**63).
-LEGAL = {("--seed", "1000000000000")}
+# Values that are legal: a seed may be any integer in [0, 2**32) (`commands.SEED`).
+LEGAL = {("--seed", "1000000000")}
 
 
 def _numeric_flags():

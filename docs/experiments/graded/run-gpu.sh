@@ -9,10 +9,10 @@ MODEL=${1:?usage: run-gpu.sh MODEL_FOLDER_OR_NAME}
 OAR=${OAR:-oar}
 OUT=docs/experiments/graded/gpu
 mkdir -p $OUT
-COMMON="--model $MODEL --device cuda --dtype bfloat16 --sets graded --graded-k 16 --cf-positions 24 --json"
-$OAR recall $COMMON --data wordworld:tiny --n 200 --max-new-tokens 256 \
+COMMON="--model $MODEL --device cuda --dtype bfloat16 --graded-k 16 --positions 24 --json"
+$OAR recall graded $COMMON --data wordworld:tiny --n 200 --max-new-tokens 256 \
     --methods oar_p oar_p_step oar_g grail entropy ig ktae random --group-samples 8 \
     --cf-cache $OUT/words-cache.jsonl > $OUT/words.json
-$OAR recall $COMMON --data ../shared/data/gsm8k_test.jsonl --n 200 --max-new-tokens 512 \
+$OAR recall graded $COMMON --data ../shared/data/gsm8k_test.jsonl --n 200 --max-new-tokens 512 \
     --methods oar_p oar_p_step oar_g grail entropy ig ktae random --group-samples 8 \
     --cf-cache $OUT/gsm8k-cache.jsonl > $OUT/gsm8k.json

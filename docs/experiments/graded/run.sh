@@ -8,12 +8,12 @@
 set -euo pipefail
 OAR=${OAR:-oar}
 OUT=docs/experiments/graded
-COMMON="--model smollm2-135m --sets graded --graded-k 8 --cf-positions 8 --oar-g-n-noise 8 --json"
+COMMON="--model smollm2-135m --graded-k 8 --positions 8 --oar-g-n-noise 8 --json"
 
 case "${1:?usage: run.sh words|gsm8k}" in
   words)
     for n in 10 20 30 40 50; do
-      $OAR recall $COMMON --data wordworld:tiny --n $n --max-new-tokens 160 \
+      $OAR recall graded $COMMON --data wordworld:tiny --n $n --max-new-tokens 160 \
           --methods oar_p oar_p_step oar_g grail entropy ig ktae random --group-samples 8 \
           --cf-cache $OUT/words-cache.jsonl > $OUT/words.json.part
       mv $OUT/words.json.part $OUT/words.json
@@ -23,7 +23,7 @@ case "${1:?usage: run.sh words|gsm8k}" in
     # KTAE is left out: the model answers none of these questions right (0 of 30 greedy,
     # docs/experiments/gsm8k/), so every group would be all wrong and KTAE's values all 0.
     for n in 10 20 30; do
-      $OAR recall $COMMON --data ../shared/data/gsm8k_test.jsonl --n $n --max-new-tokens 256 \
+      $OAR recall graded $COMMON --data ../shared/data/gsm8k_test.jsonl --n $n --max-new-tokens 256 \
           --methods oar_p oar_p_step oar_g grail entropy ig random \
           --cf-cache $OUT/gsm8k-cache.jsonl > $OUT/gsm8k.json.part
       mv $OUT/gsm8k.json.part $OUT/gsm8k.json

@@ -194,7 +194,7 @@ def method_gradient(trainer, layout: ParamLayout, inputs: dict, choice: MethodCh
     start, start_cpu = time.perf_counter(), time.process_time()
     settings = dataclasses.replace(base, method=choice.name)
     uniform = method_spec(choice.name).uniform
-    select = trainer._rows_to_attribute(inputs["advantages"], settings)
+    select = trainer.rows_to_attribute(inputs["advantages"], settings)
     weights = trainer.batch_token_weights(inputs, settings, select, choice.params)
     advantages = token_advantages(inputs["advantages"], weights, uniform)
     middle, middle_cpu = time.perf_counter(), time.process_time()

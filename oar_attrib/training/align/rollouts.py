@@ -48,7 +48,7 @@ def prompt_text(prompt) -> str:
 
 def total_rewards(trainer) -> torch.Tensor:
     """(N,) the weighted total reward of each completion of the trainer's last generation batch."""
-    rewards = trainer._oar_rewards  # (N, n_funcs), kept by OARGRPOTrainer._calculate_rewards
+    rewards = trainer.last_rewards  # (N, n_funcs), kept by OARGRPOTrainer._calculate_rewards
     return (rewards * trainer.reward_weights.to(rewards.device)[None]).nansum(dim=1).float().cpu()
 
 

@@ -100,7 +100,7 @@ def knob_problem(knob, value) -> str | None:
 
     kind = knob.metadata["kind"]
     if kind in (int, float):
-        return number_problem(value, kind)
+        return number_problem(value, kind, knob.metadata.get("bounds"))
     try:
         kind(str(value))
     except (argparse.ArgumentTypeError, ValueError) as err:
