@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from oar_attrib.analysis.advantage_oracle import REGENERATION_MARGIN, boundary_chunks  # noqa: E402
+from oar_attrib.analysis.advantage_oracle import REGENERATION_MARGIN, prefix_chunks  # noqa: E402
 from oar_attrib.models.generation import continue_groups, cut_at_stop, sample_prefixes  # noqa: E402
 from bench_generate import useful_flops  # noqa: E402
 from bench_oar_p import PAD_ID, SHAPES, build_model, matrix_rate  # noqa: E402
@@ -248,8 +248,7 @@ def main(argv=None) -> None:
           f"tokens, response of {len(setup.response)}{' (random ids)' if setup.weights == 'RANDOM' else ''}, "
           f"{len(setup.heads)} boundaries x {args.samples} continuations, {ending}", flush=True)
     rate = matrix_rate(args.device, getattr(torch, args.dtype), seconds=1.0 if args.device.startswith("cuda") else 2.0)
-    chunks = boundary_chunks(setup.model, list(range(len(setup.heads))), len(setup.prompt),
-                             len(setup.response) + REGENERATION_MARGIN, args.samples)
+    chunks = prefix_chunks(setup.model, [len(p) + b for p, b in zip(setup.prefixes(), setup.budgets())], args.samples)
     together(setup, 2, args.seed, [[0]])  # warm-up
     runs = {"together": timed(args.device, lambda: together(setup, args.samples, args.seed, chunks))}
     print(f"together: {written(setup, runs['together'][1])} tokens in {runs['together'][0]:.2f} s "

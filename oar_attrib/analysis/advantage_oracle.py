@@ -116,18 +116,49 @@ class Boundaries:
         self.known[tuple(prefix)] = rewards
 
 
-def boundary_chunks(model, heads: list[int], prompt: int, response: int, n: int) -> list[list[int]]:
-    """The boundaries (indices into `heads`, each a prefix of `prompt` + heads[i] tokens whose
-    continuations run to at most the rest of the `response` tokens) in chunks decoded together:
-    as many as keep their rows' KV caches (n rows each, every row at its longest) within the
-    memory bound of one pass (`models.budget.memory_bound`), at least one."""
+def prefix_chunks(model, widths: list[int], n: int) -> list[list[int]]:
+    """The prefixes (indices into `widths`, each prefix's tokens with its continuations' budget)
+    in chunks decoded together: as many as keep their rows' KV caches (n rows each, every row at
+    the chunk's widest) within the memory bound of one pass (`models.budget.memory_bound`), at
+    least one a chunk."""
     from ..models.budget import Shape, memory_bound
 
     per_token = Shape.of(model).cache()
-    rows_tokens = n * (prompt + response)  # a boundary's rows at their longest, whatever its head
-    per_chunk = max(1, int(memory_bound(next(model.parameters()).device) // (per_token * rows_tokens)))
-    order = list(range(len(heads)))
+    widest = max(widths, default=1)
+    per_chunk = max(1, int(memory_bound(next(model.parameters()).device) // (per_token * n * widest)))
+    order = list(range(len(widths)))
     return [order[i:i + per_chunk] for i in range(0, len(order), per_chunk)]
+
+
+def prefix_rewards(model, tokenizer, prefixes: list[list[int]], budgets: list[int],
+                   reward_of: Callable[[int, list[int]], float], settings: AdvantageSettings, store: Boundaries,
+                   batched: bool = True) -> tuple[list[list[float]], int]:
+    """(per prefix its N continuation rewards, new tokens decoded now): read from `store` where
+    it holds them, else sampled at the settings' temperature (`generation.sample_prefixes`,
+    each prefix from its own stream seeded by `store.seed`), at most budgets[i] tokens each,
+    graded by `reward_of(i, continuation ids)` and kept in `store`. The prefixes not in the
+    store decode together, as many per pass as memory allows (`prefix_chunks`); `batched=False`
+    one per pass (the reference: the same continuations)."""
+    found = [store.get(p) for p in prefixes]
+    todo = [i for i, hit in enumerate(found) if hit is None]
+    chunks = prefix_chunks(model, [len(prefixes[i]) + budgets[i] for i in todo], settings.n) \
+        if batched else [[j] for j in range(len(todo))]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    new = 0
+    for chunk in chunks:
+        ids = [todo[j] for j in chunk]
+        tick = time.perf_counter()
+        tails = sample_prefixes(model, [prefixes[i] for i in ids], [store.seed(prefixes[i]) for i in ids],
+                                [budgets[i] for i in ids], samples=settings.n, temperature=settings.temperature,
+                                pad_id=pad, stop=stop_ids(model, tokenizer))
+        seconds = time.perf_counter() - tick
+        made = sum(len(t) for rows in tails for t in rows)
+        new += made
+        for i, rows in zip(ids, tails):
+            found[i] = [float(reward_of(i, t)) for t in rows]
+            share = sum(len(t) for t in rows) / made if made else 1 / len(ids)
+            store.put(prefixes[i], found[i], seconds * share)
+    return found, new
 
 
 def advantage_oracle(model, tokenizer, prompt_ids: Sequence[int], response_ids: Sequence[int],
@@ -140,8 +171,7 @@ def advantage_oracle(model, tokenizer, prompt_ids: Sequence[int], response_ids: 
     (in order, covering its reasoning); reward_of: response text (decoded without special
     tokens) -> reward; reward: the trace's own. store: where boundary rewards are read from and
     kept (`Boundaries`; default in memory). The boundaries not in the store are decoded
-    together, as many per pass as memory allows (`boundary_chunks`); `batched=False` decodes
-    them one per pass (the reference: the same continuations, `sample_prefixes`' streams)."""
+    together (`prefix_rewards`); `batched=False` decodes them one per pass (the reference)."""
     if not steps:
         raise InputError("the advantage oracle needs a trace with at least one step")
     prompt, response = [int(i) for i in prompt_ids], [int(i) for i in response_ids]
@@ -149,37 +179,16 @@ def advantage_oracle(model, tokenizer, prompt_ids: Sequence[int], response_ids: 
         raise InputError(f"steps reach token {steps[-1][1]} of a {len(response)}-token response")
     if not prompt:
         raise InputError("the advantage oracle needs a prompt: V_0 is sampled from it")
-    store = store if store is not None else Boundaries(settings)
-    start, new = time.perf_counter(), 0
+    start = time.perf_counter()
     bounds = [0] + [b for _, b in steps[:-1]]
-    found = [store.get(prompt + response[:b]) for b in bounds]
-    todo = [k for k, hit in enumerate(found) if hit is None]
-    chunks = boundary_chunks(model, todo, len(prompt), len(response) + settings.margin, settings.n) \
-        if batched else [[i] for i in range(len(todo))]
-    for chunk in chunks:
-        ks = [todo[i] for i in chunk]
-        tick = time.perf_counter()
-        tails = _decode(model, tokenizer, prompt, response, [bounds[k] for k in ks], settings, store)
-        seconds = time.perf_counter() - tick
-        made = sum(len(t) for rows in tails for t in rows)
-        new += made
-        for k, rows in zip(ks, tails):
-            head = response[:bounds[k]]
-            found[k] = [float(reward_of(tokenizer.decode(head + t, skip_special_tokens=True))) for t in rows]
-            share = sum(len(t) for t in rows) / made if made else 1 / len(ks)
-            store.put(prompt + head, found[k], seconds * share)
-    return AdvantageTrace(found, float(reward), time.perf_counter() - start, new)
 
+    def graded(k: int, tail: list[int]) -> float:
+        return reward_of(tokenizer.decode(response[:bounds[k]] + tail, skip_special_tokens=True))
 
-def _decode(model, tokenizer, prompt: list[int], response: list[int], bounds: list[int],
-            settings: AdvantageSettings, store: Boundaries) -> list[list[list[int]]]:
-    """Per boundary (a prefix of `bounds[i]` response tokens) its N continuations, each at most
-    the rest of the response plus the margin long (`generation.sample_prefixes`)."""
-    prefixes = [prompt + response[:b] for b in bounds]
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    return sample_prefixes(model, prefixes, [store.seed(p) for p in prefixes],
-                           [len(response) - b + settings.margin for b in bounds], samples=settings.n,
-                           temperature=settings.temperature, pad_id=pad, stop=stop_ids(model, tokenizer))
+    rewards, new = prefix_rewards(model, tokenizer, [prompt + response[:b] for b in bounds],
+                                  [len(response) - b + settings.margin for b in bounds], graded, settings,
+                                  store if store is not None else Boundaries(settings), batched)
+    return AdvantageTrace(rewards, float(reward), time.perf_counter() - start, new)
 
 
 def split_half(traces: Sequence[AdvantageTrace]) -> dict:

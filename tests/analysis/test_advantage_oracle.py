@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from oar_attrib.analysis.advantage_oracle import (AdvantageSettings, AdvantageTrace, Boundaries, advantage_oracle,
-                                                  boundary_chunks, split_half)
+                                                  prefix_chunks, split_half)
 from oar_attrib.analysis.advantage_metrics import (EARLIEST, LONGEST, credit_metrics, estimate, label_ceiling, partial,
                                                    trace_metrics)
 from oar_attrib.analysis.advantage_recall import advantage_cache, advantage_recall, choose_groups, step_weights, summarise
@@ -72,11 +72,11 @@ def test_boundaries_decoded_together_equal_one_per_pass(bundled, trace, monkeypa
     partly = advantage_oracle(*args, store=store)
     assert partly.rewards[1] == [9.0] * 4
     assert partly.rewards[:1] + partly.rewards[2:] == together.rewards[:1] + together.rewards[2:]
-    chunks = boundary_chunks(model, [0, 1, 2, 3, 4], len(prompt), len(attributed.token_ids), 4)
+    chunks = prefix_chunks(model, [len(prompt) + len(attributed.token_ids)] * 5, 4)
     assert [k for c in chunks for k in c] == [0, 1, 2, 3, 4]
     from oar_attrib.models import budget
     monkeypatch.setattr(budget, "memory_bound", lambda device: 1)  # no room: one boundary per pass, still
-    assert boundary_chunks(model, [0, 1, 2], len(prompt), 40, 4) == [[0], [1], [2]]
+    assert prefix_chunks(model, [40, 40, 40], 4) == [[0], [1], [2]]
     assert advantage_oracle(*args).rewards == together.rewards
 
 
