@@ -233,7 +233,7 @@ def test_records_import_nothing_from_the_store():
 
 # Not ours to size: environments, build outputs and runs/ (the commands' default output folder,
 # where a long run may keep a frozen copy of the package it was started from).
-NOT_SOURCES = {".venv", ".venv-floors", ".git", "build", "runs"}
+NOT_SOURCES = {".venv", ".venv-floors", ".venv-verl", ".git", "build", "runs"}
 SOURCES = sorted(p for p in ROOT.rglob("*.py") if not ({"tests"} | NOT_SOURCES) & set(p.relative_to(ROOT).parts))
 
 
