@@ -41,3 +41,10 @@ DEFAULT_MODEL = "arith-tiny"
 # Plain GRPO: the registered method of uniform weights (`methods.none`), and the baseline every
 # paired comparison (an experiment grid's, gradient alignment's) is made against.
 NO_METHOD = "none"
+
+# Reshaped GRPO on verl (`training.verl`): the one method of the paper's OAR-P family that runs
+# where verl's policy is, through its actor's per-token log-probabilities, with the one probe
+# those give (the answer tokens' own log-probabilities; `lt` and `as_mean` need whole
+# distributions, which the actor does not return).
+VERL_METHOD = "oar_p_step"
+VERL_PROBE = "as_joint"

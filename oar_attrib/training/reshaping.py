@@ -23,7 +23,7 @@ import torch
 from oar_attrib.defaults import ANSWER_FORMAT
 from oar_attrib.inputs.batch import GroupOutcomes
 from oar_attrib.inputs.encoding import EncodedPair, pair_from_offsets, pairs_to_batch
-from oar_attrib.inputs.spans import offsets_from_ids_batch
+from oar_attrib.inputs.spans import ANSWER_FORMATS, MARKER_FORMATS, offsets_from_ids_batch
 from oar_attrib.weights import pipeline
 from oar_attrib.methods import method_spec
 from oar_attrib.weights.gating import reshape_advantages
@@ -31,8 +31,9 @@ from oar_attrib.weights.metrics import ess_ratio, top_mass
 from oar_attrib.weights.settings import ReshapeSettings
 from oar_attrib.weights.weightings import weighting_spec
 
-__all__ = ["ReshapeSettings", "TokenWeights", "encode_row", "encode_rows", "metric_sums", "nonzero_rows",
-           "oar_metrics", "token_advantages", "token_weights", "unpad_rows"]
+__all__ = ["LOW_SPAN_RATE", "ReshapeSettings", "TokenWeights", "encode_row", "encode_rows", "formats_tried",
+           "low_span_rate_message", "metric_sums", "nonzero_rows", "oar_metrics", "token_advantages", "token_weights",
+           "unpad_rows"]
 
 
 @dataclass
@@ -200,3 +201,29 @@ def oar_metrics(sums: dict, peaks: dict) -> dict[str, float]:
     return {**out, "oar/span_found_rate": sums["span_found"] / rows, "oar/nonfinite_rows": sums["nonfinite"],
             "oar/attributed_rate": sums["attributed"] / rows, "oar/weight_max": peaks["weight"],
             "oar/time_s": peaks["seconds"]}
+
+
+# Below this share of completions with an answer span, the warning fires: at 0.8 one in five
+# completions already trains as plain GRPO (weight 1 everywhere), which a user should know.
+LOW_SPAN_RATE = 0.8
+
+
+def formats_tried(answer_format: str, pattern: str | None = None) -> str:
+    """The answer formats the span finder looks for under `answer_format`, in words."""
+    if answer_format == "regex" or (answer_format == "auto" and pattern):
+        return f"regex {pattern!r}"
+    if answer_format == "auto":
+        return "auto: " + ", then ".join(MARKER_FORMATS)
+    return answer_format
+
+
+def low_span_rate_message(rate: float, n: int, answer_format: str, pattern: str | None = None) -> str:
+    """The one-time warning of a generation batch whose span-found rate is below LOW_SPAN_RATE."""
+    others = ", ".join(f for f in ANSWER_FORMATS if f != answer_format)
+    found = round(rate * n)
+    head = "OAR is mostly off" if rate < 0.5 else "OAR is partly off"
+    return (f"{head}: the answer span was found in {found} of {n} completions ({rate:.0%}) of this "
+            f"generation batch (formats tried: {formats_tried(answer_format, pattern)}). The other "
+            f"{n - found} keep weight 1 on every token, as in plain GRPO. Fix: set answer_format "
+            f"to the format the model writes ({others}; regex needs answer_pattern), or ask for that "
+            "format in the prompt. oar/span_found_rate logs the rate every step.")
