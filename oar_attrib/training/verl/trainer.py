@@ -56,11 +56,15 @@ class OARSyncTrainer(PPOTrainerSync):
     """verl's `sync` mode with advantages A_i * w_t; its settings are the config's `oar` block."""
 
     def __init__(self, config):
+        self.oar_setup(config)  # before verl starts anything
+        super().__init__(config)
+
+    def oar_setup(self, config) -> None:
+        """Check verl and the config, and read the `oar` block (one line for what is wrong)."""
         verl_private.check()
         self.oar = VerlOARSettings.from_config(config)
         check_config(config, self.oar)
         self.oar_span_warned = False
-        super().__init__(config)
 
     def _compute_advantage(self, batch, metrics: dict):
         batch = super()._compute_advantage(batch, metrics)
