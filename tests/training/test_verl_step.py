@@ -6,6 +6,7 @@ verl's own side (its compute_advantage, the trainer mode, the entry point) is te
 tests/training/verl, in verl's environment."""
 import dataclasses
 import importlib.util
+import re
 
 import pytest
 import torch
@@ -179,3 +180,12 @@ def test_the_plugin_package_imports_without_verl_and_names_the_extra(monkeypatch
     with pytest.raises(MissingExtraError, match=r"^oar_attrib.training.verl.OARSyncTrainer needs the verl extra: "
                                                 r"pip install 'oar-attrib\[verl\]'$"):
         plugin.OARSyncTrainer  # noqa: B018
+
+
+def test_the_guide_lists_every_key_of_the_block_with_its_default():
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "verl.md").read_text()
+    rows = dict(re.findall(r"^\| `oar\.(\w+)` \| `([^`]*)` \|", page, flags=re.M))
+    shown = {key: "null" if default is None else str(default) for key, default, _ in block_keys()}
+    assert rows == shown
