@@ -16,10 +16,10 @@ from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, register
 
 from .step import reshape_token_advantages
 
-NAME = "oar_grpo"
+ESTIMATOR = "oar_grpo"
 
 
-@register_adv_est(NAME)
+@register_adv_est(ESTIMATOR)
 def compute_oar_grpo_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray,
                                epsilon: float = 1e-6, config=None, oar_weights: torch.Tensor | None = None,
                                oar_bonus: torch.Tensor | None = None, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:

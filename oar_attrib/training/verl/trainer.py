@@ -21,7 +21,7 @@ from . import verl_private
 from .settings import VerlOARSettings
 from .step import VerlRows, advantage_step, warn_low_span_rate
 
-NAME = "oar_sync"
+MODE = "oar_sync"
 ESTIMATORS = ("oar_grpo", "grpo")  # outcome advantages: A_i on every response token of row i
 ENTROPY_METHODS = ("entropy", "entropy_reasoning")
 
@@ -31,7 +31,7 @@ def check_config(config, settings: VerlOARSettings) -> None:
     estimator = str(config.algorithm.adv_estimator)
     if estimator not in ESTIMATORS:
         raise TrainingConfigError(
-            f"algorithm.adv_estimator={estimator} gives per-token advantages; the {NAME} trainer mode "
+            f"algorithm.adv_estimator={estimator} gives per-token advantages; the {MODE} trainer mode "
             f"reshapes an outcome advantage A_i: set algorithm.adv_estimator={ESTIMATORS[0]} (or {ESTIMATORS[1]})")
     correction = config.algorithm.get("rollout_correction", None) or {}
     if settings.method in ENTROPY_METHODS and correction.get("bypass_mode", False):
@@ -51,7 +51,7 @@ def verl_rows(data, entropies: bool) -> VerlRows:
                     entropies=data["entropy"].to_padded_tensor(0.0) if entropies else None)
 
 
-@register_trainer(NAME)
+@register_trainer(MODE)
 class OARSyncTrainer(PPOTrainerSync):
     """verl's `sync` mode with advantages A_i * w_t; its settings are the config's `oar` block."""
 
