@@ -516,7 +516,7 @@ def _face_mismatch(source: str, package: str) -> tuple[set[str], set[str]]:
 
 
 # Extras the dev environment leaves out (tests/test_extras.py): verl's names load in its own
-# environment (tests/training/verl).
+# environment (tests/training/verl_plugin).
 OUTSIDE_DEV = ("verl",)
 
 

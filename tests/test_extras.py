@@ -37,7 +37,7 @@ WITH_THE_CORE = {"pyyaml"}
 
 
 # Extras the dev environment leaves out: verl caps transformers below the versions the default
-# tier runs on; tests/training/verl checks its table in verl's own environment.
+# tier runs on; tests/training/verl_plugin checks its table in verl's own environment.
 OUTSIDE_DEV = {"verl"}
 
 

@@ -1,5 +1,5 @@
 """Stand-ins for what a verl v1 run starts with Ray, so that its trainer steps run on a CPU in
-one process (tests/training/verl): TransferQueue's key-value store (`FakeQueue`) and the
+one process (tests/training/verl_plugin): TransferQueue's key-value store (`FakeQueue`) and the
 actor worker group (`FakeActor`), which computes log-probabilities and entropies as verl's
 engine does (logits / temperature, verl's own `logprobs_from_logits` on the next token and
 `entropy_from_logits`, one packed sequence at a time) with a real model, and splits its rows

@@ -1,7 +1,7 @@
 """A verl batch built from the bundled model, as verl's trainer holds it after the advantage
 step of GRPO: response-aligned (B, T) tensors, the prompts' and responses' token ids, group
 keys and rewards; and the model itself as the policy verl's actor would be (its per-token
-log-probabilities and entropies), for the tests of the verl plugin (tests/training/verl and
+log-probabilities and entropies), for the tests of the verl plugin (tests/training/verl_plugin and
 tests/training/test_verl_step.py)."""
 import torch
 import torch.nn.functional as F

@@ -1,7 +1,7 @@
 """The verl plugin in verl's own environment, built fresh (heavy tier): torch first (the CPU
 build, as scripts/setup.sh does), then `pip install -e '.[verl]'`, which resolves transformers
 inside verl's pin (<5.11) and the project's range; there every test that needs verl runs
-(tests/training/verl: the estimator through verl's compute_advantage, the trainer mode's
+(tests/training/verl_plugin: the estimator through verl's compute_advantage, the trainer mode's
 advantage step, the entry point, the worker design, the GPU stage's config), with the
 verl-free plugin and importer tests at that transformers. verl is not in `dev` (its pin would
 hold the default environment's transformers below the versions its tests run on), so this is
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-TESTS = ["tests/training/verl", "tests/training/test_verl_step.py", "tests/importers/test_verl_uid.py"]
-# The one expected failure there, a known gap of the core (tests/training/verl/test_compat.py).
+TESTS = ["tests/training/verl_plugin", "tests/training/test_verl_step.py", "tests/importers/test_verl_uid.py"]
+# The one expected failure there, a known gap of the core (tests/training/verl_plugin/test_compat.py).
 XFAIL = "test_chat_prompts_encode_or_are_refused_in_one_line"
 
 

@@ -3,7 +3,7 @@ log-probabilities equals the project's own `oar_p_step` (probe as_joint), verl's
 the project's entropy weights, the advantage step gives the TRL trainer's weights (the same
 pipeline, the same rows skipped) and A_i * w_t, and the `oar` block is `ReshapeSettings`'.
 verl's own side (its compute_advantage, the trainer mode, the entry point) is tested in
-tests/training/verl, in verl's environment."""
+tests/training/verl_plugin, in verl's environment."""
 import dataclasses
 import importlib.util
 import re
