@@ -164,6 +164,19 @@ def test_generate_resumes_a_killed_run_writing_each_group_once(tmp_path, monkeyp
     assert generate(flags(data, out)) == 0 and lines(out) == records  # complete: nothing appended
 
 
+def test_generate_writes_the_groups_in_the_order_of_its_input(tmp_path):
+    """Longest prompt first: batches sorted by length would write the last question first
+    (and `oar attribute` would meet a no-signal group before the first question's)."""
+    data, out = tmp_path / "q.jsonl", tmp_path / "traces.jsonl"
+    problems = [*generate_problems(2, "hard", seed=0, split="test"), *generate_problems(2, "medium", seed=0, split="test"),
+                generate_problems(1, "default", seed=0, split="test")[0]]
+    assert len(problems[0].prompt) > len(problems[2].prompt) > len(problems[4].prompt)
+    data.write_text("".join(json.dumps({"prompt": p.prompt, "answer": str(p.answer)}) + "\n" for p in problems))
+    assert generate(flags(data, out)) == 0
+    order = list(dict.fromkeys((r["source"], r["group"]) for r in lines(out)))
+    assert order == [(f"q.jsonl:{i + 1}", i) for i in range(5)]
+
+
 def test_generate_reports_bad_lines_and_answers_the_rest(tmp_path, capsys):
     data, out = tmp_path / "q.jsonl", tmp_path / "traces.jsonl"
     world_questions(data, 3, bad=True)

@@ -9,7 +9,8 @@ given GRPO group advantages (`oar_attrib.rollouts`). The answer format, temperat
 limit default to the model's catalogue entry (`catalogue.Answering`: how it gives answers).
 Every answer carries the sampling settings and the model that wrote it (`sampling`,
 `rollouts.SamplingSettings.record`), which `oar attribute --input` takes as its defaults. A
-question's answers are written together, flushed and fsynced; the progress bar counts answers
+question's answers are written together, flushed and fsynced, the groups in the order of the
+questions in --data (so `oar attribute` meets them in that order); the progress bar counts answers
 and tokens as they are made, and a line says so when fewer than half the replies have an
 answer, naming the flag to change.
 A rerun resumes by content: a question is known by its prompt and gold answer (not by the
@@ -282,7 +283,7 @@ def _answer(model, tokenizer, todo: dict, options: GenerateSettings, settings, o
                         greedy=settings.greedy and have == 0, temperature=options.temperature or 1.0,
                         max_new_tokens=options.max_new_tokens, answer_format=options.answer_format,
                         batch_size=options.batch_size, seed=options.seed + have, first=have,
-                        on_step=progress.step):
+                        on_step=progress.step, in_order=True):
                     for answer in (r for g in groups for r in g):
                         answer["sampling"] = record
                     _write(handle, groups)
