@@ -194,12 +194,12 @@ def _summary(out: str, written: int, flagged: Counter, resumed: int, counts: Cou
 def output_signal(output: outputs.Output) -> str | None:
     """`analysis.signal.signal_line` of what the output holds (a JSONL, or its run in a store),
     or None when every group with a reward carries a GRPO signal."""
-    from ..analysis.signal import group_signal, signal_line, store_signal
+    from ..analysis.signal import ATTRIBUTE, group_signal, signal_line, store_signal
 
     if isinstance(output, outputs.StoreOutput):
-        return None if output.run_id is None else signal_line(store_signal(output.store, output.run_id))
+        return None if output.run_id is None else signal_line(store_signal(output.store, output.run_id), ATTRIBUTE)
     return signal_line(group_signal((r.get("group"), r.get("reward"), r.get("correct"))
-                                    for r in outputs.read_records(output.path)))
+                                    for r in outputs.read_records(output.path)), ATTRIBUTE)
 
 
 CHAT_LINE = ("oar attribute: plain-string prompts get the model's chat template (as one user "

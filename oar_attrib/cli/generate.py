@@ -208,17 +208,20 @@ def _to_ask(questions, held: Held, samples: int) -> tuple[dict, int]:
     return todo, done
 
 
-def output_signal(out: Path) -> str | None:
+def output_signal(out: Path, hotter: bool = True) -> str | None:
     """`analysis.signal.signal_line` of the answers in JSONL `out` (this run's and those
-    already there), or None when every group carries a GRPO signal."""
-    from oar_attrib.analysis.signal import group_signal, signal_line
+    already there), or None when every group carries a GRPO signal. `hotter`: a higher
+    --temperature is advised too (not after `few_answers` advised a lower one)."""
+    import dataclasses
+
+    from oar_attrib.analysis.signal import GENERATE, group_signal, signal_line
     from oar_attrib.jsonl import iter_jsonl
 
     if not out.exists():
         return None
     rows = ((r.get("group"), r.get("reward"), r.get("correct")) for _, r in iter_jsonl(out)
             if isinstance(r, dict))
-    return signal_line(group_signal(rows))
+    return signal_line(group_signal(rows), GENERATE if hotter else dataclasses.replace(GENERATE, temperature=None))
 
 
 class Tally(Counter):
@@ -372,7 +375,7 @@ def run(args: argparse.Namespace) -> int:
     warning = few_answers(tally, settings)
     if warning:  # before the summary, which stays the last line
         say(warning)
-    signal = output_signal(out)
+    signal = output_signal(out, hotter=warning is None)  # the warning advises a lower --temperature
     if signal:
         say(f"oar generate: {signal}")
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(skipped.items()))

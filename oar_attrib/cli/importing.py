@@ -108,7 +108,7 @@ def _say_at_first_chat(read, line: str):
 
 def run(args: argparse.Namespace) -> int:
     from ..analysis.run_summary import summarise
-    from ..analysis.signal import signal_line, store_signal
+    from ..analysis.signal import RL_RUN, Knobs, signal_line, store_signal
     from ..importers import READERS, RecordLimits, import_rollouts
     from ..inputs.chat_template import ROLE_TEMPLATE, ROLE_TEMPLATE_NAME
     from ..inputs.encoding import position_limit
@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
                                   correct_threshold=settings.correct_threshold,
                                   batch=settings.batch_size, limits=limits, report=say)
         summarise(store, summary.run_id)
-        signal = signal_line(store_signal(store, summary.run_id))
+        signal = signal_line(store_signal(store, summary.run_id), Knobs() if settings.stack == "jsonl" else RL_RUN)
     _report(out, summary, left_out, signal)
     return 2 if summary.skipped or left_out else 0
 

@@ -161,6 +161,18 @@ def test_rerun_resumes_and_adds_only_new_rows(tmp_path, capsys):
     assert [r.row.step for r in stored(db)] == [1] * 6 + [2] * 6
 
 
+def test_all_right_groups_get_advice_that_fits_them(tmp_path, capsys):
+    """Every group right: harder questions, never easier ones, and no `--samples`, which `oar
+    import` does not have: the RL run's own setting."""
+    write_verl_dump(tmp_path / "rollouts", steps=(1,), n=1)  # each prompt's one answer is right
+    assert oar("import", "verl", tmp_path / "rollouts", "--out", tmp_path / "runs.db") == 0
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "GRPO signal" in x]
+    assert line.startswith("oar import: no group carries a GRPO signal (0 with every answer wrong, 2 with "
+                           "every answer right)")
+    assert "harder questions (every answer right)" in line and "rollout.n" in line
+    assert "easier" not in line and "--samples" not in line
+
+
 def test_jsonl_rollouts_groups_chat_prompts_and_logged_advantages(tmp_path):
     chat = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "what’s 1+1?"}]
     rows = [{"prompt": chat, "response": "1+1=2. #### 2", "reward": 1, "group": "g1", "answer": 2},

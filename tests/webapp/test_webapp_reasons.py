@@ -143,5 +143,6 @@ def test_the_run_page_counts_groups_without_signal_and_marks_them(tmp_path, worl
         assert ('<p class="warn" id="signal">1 of 2 groups carry no GRPO signal (1 with every answer '
                 "wrong, 0 with every answer right)") in page
         assert page.count(">no signal</span>") == 2
-        assert 'id="no-signal"' in c.get(f"/traces/{ids[0]}").text
+        flat = c.get(f"/traces/{ids[0]}").text
+        assert 'id="no-signal"' in flat and "easier questions (every answer wrong)" in flat and "harder" not in flat
         assert 'id="no-signal"' not in c.get(f"/traces/{ids[2]}").text
