@@ -38,6 +38,14 @@ WORLD_FORMAT = "gsm8k"
 # the bundled arithmetic model, which needs no download).
 DEFAULT_MODEL = "arith-tiny"
 
+# `oar attribute`'s methods when --methods is not given (`cli.choices.default_methods`): token
+# OAR-P and OAR-G on the bundled model (a fraction of a second a trace); on any other model the
+# reading set, hierarchical OAR-P, OAR-G and entropy, whose first trace of a few hundred tokens
+# ends within a minute or two on a CPU, where token OAR-P (a forward per reasoning token) takes
+# minutes a trace: it runs when named.
+BUNDLED_METHODS = ("oar_p", "oar_g")
+READING_METHODS = ("oar_p_hier", "oar_g", "entropy")
+
 # Plain GRPO: the registered method of uniform weights (`methods.none`), and the baseline every
 # paired comparison (an experiment grid's, gradient alignment's) is made against.
 NO_METHOD = "none"

@@ -27,10 +27,12 @@ import dataclasses
 import hashlib
 import json
 import os
+import sys
 from collections import Counter
 from pathlib import Path
 
 from oar_attrib.commands import add_dataclass_args, add_model_args, dataclass_from_args, option
+from oar_attrib.console import terminal_safe
 from oar_attrib.inputs.spans import MARKER_FORMATS
 
 # The most rows (questions x samples) decoded at once.
@@ -240,13 +242,16 @@ class Tally(Counter):
 
 class Progress:
     """`oar generate`'s progress bar: answers counted as they end (an EOS; those cut off at
-    --max-new-tokens when their batch ends) and the tokens made so far, step by step."""
+    --max-new-tokens when their batch ends) and the tokens made so far, step by step; `clock`
+    (`models.cost.DecodeClock`) hears of each step too, and says how long the run will take."""
 
-    def __init__(self, bar):
-        self.bar, self.tokens, self.ended = bar, 0, 0
+    def __init__(self, bar, clock=None):
+        self.bar, self.tokens, self.ended, self.clock = bar, 0, 0, clock
 
     def step(self, tokens: int, ended: int) -> None:
         """After each decoding step (`generation.StepCounter`)."""
+        if self.clock is not None:
+            self.clock.step()
         self.tokens += tokens
         self.ended += ended
         self.bar.set_postfix_str(f"{self.tokens} tokens", refresh=not ended)
@@ -275,7 +280,7 @@ def _answer(model, tokenizer, todo: dict, options: GenerateSettings, settings, o
         with AppendLog(out, "--out") as handle, \
                 tqdm(total=sum(len(q) * (options.samples - have) for have, q in todo.items()),
                      desc="generate", unit="answer", disable=options.no_progress) as bar:
-            progress = Progress(bar)
+            progress = Progress(bar, _clock(todo, options, lambda line: bar.write(terminal_safe(line), file=sys.stderr)))
             for have, questions in sorted(todo.items()):
                 encoded = _askable(tokenizer, questions, limit, options.max_new_tokens,
                                    Path(options.data), report)
@@ -296,6 +301,28 @@ def _answer(model, tokenizer, todo: dict, options: GenerateSettings, settings, o
         raise KeyboardInterrupt(f"interrupted; the {tally['written']} answers written to {out} are "
                                 "kept, rerun the same command to resume") from None
     return tally
+
+
+def _clock(todo: dict, options: GenerateSettings, tell):
+    """The `DecodeClock` of the batches `todo` ({answers held: questions}) will take."""
+    import math
+
+    from oar_attrib.models.cost import DecodeClock
+
+    batches = sum(math.ceil(len(q) / options.batch_size) for q in todo.values())
+    return DecodeClock("oar generate", batches, options.max_new_tokens, tell,
+                       shorter="fewer questions (--n), answers (--samples) or tokens (--max-new-tokens) take less")
+
+
+def plan_line(todo: dict, options: GenerateSettings, done: int) -> str:
+    """What `oar generate` will do, said before the model's first call (how long: `_clock`,
+    once the first decoding steps are timed)."""
+    questions = sum(len(q) for q in todo.values())
+    answers = sum(len(q) * (options.samples - have) for have, q in todo.items())
+    held = f" ({done} questions already complete in --out)" if done else ""
+    return (f"oar generate: {answers} answers to {questions} questions{held}, up to {options.max_new_tokens} "
+            f"tokens each, {options.batch_size} questions at a time; how long it takes is said after the "
+            "first decoding steps, and Ctrl-C keeps every group written")
 
 
 def few_answers(tally: Tally, settings) -> str | None:
@@ -369,6 +396,8 @@ def run(args: argparse.Namespace) -> int:
 
     questions = read_questions(data, tokenizer, options.answer_format, limit=options.n, report=report)
     todo, done = _to_ask(questions, held, options.samples)
+    if todo:
+        say(plan_line(todo, options, done))
     tally = _answer(model, tokenizer, todo, options, settings, out, report)
     if out.exists() and out.stat().st_size:
         _settle(out)

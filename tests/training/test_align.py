@@ -189,6 +189,11 @@ def test_bar_prints_delta_cos_per_method_last(bar_store, capsys):
     assert oar_g["low"] <= oar_g["mean"] <= oar_g["high"]
     assert summary["methods"]["none"]["cos_grpo"]["mean"] == pytest.approx(1.0)
     assert "oar_g - random" in summary["contrasts"]
+    # the JSON says in words what the text form says: the same sentences, in order
+    assert summary["reading"] and summary["reading"][-1].startswith("Next: ")
+    code, text, _ = run_cli([a for a in argv if a != "--json"], capsys)
+    said = text.split("what it says:")[1].splitlines()
+    assert code == 0 and [line.strip() for line in said if line.strip()] == summary["reading"]
 
 
 def test_results_are_consistent_with_the_running_sums(bar_store):
@@ -228,6 +233,7 @@ def test_report_reads_a_store_as_it_stands_and_changes_nothing(bar_store, tmp_pa
     assert code == 0 and (summary["batches"], summary["planned_batches"]) == (2, 3)
     # blinded before the planned batches are in: the noise (power table) and the cost, no estimate
     assert summary["blinded"] is True and "methods" not in summary and "contrasts" not in summary
+    assert summary["reading"][0].startswith("Blinded: 2 of 3 planned batches are in")
     assert set(summary["power"]["contrasts"]) == set(ran["power"]["contrasts"])
     mine = [json.loads(line) for line in lines[:2]]
     assert summary["seconds_per_batch"]["oar_g"]["weights"] == pytest.approx(
