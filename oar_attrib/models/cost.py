@@ -205,6 +205,11 @@ class Estimate:
     def per_trace(self) -> float:
         return self.extra + sum(s for s in self.methods.values() if s is not None)
 
+    @property
+    def about(self) -> str:
+        """'about', or 'at least' when a method has no estimate."""
+        return "at least" if None in self.methods.values() else "about"
+
     def parts(self) -> str:
         """'oar_p_hier 21 s, oar_g 7.0 s, resample no estimate'."""
         return ", ".join(f"{m} {'no estimate' if s is None else duration(s)}" for m, s in self.methods.items())
@@ -234,10 +239,10 @@ def estimate_lines(command: str, estimate: Estimate, model: str, faster: Estimat
     long, a second line names the slow methods and the faster choice."""
     methods = ", ".join(estimate.methods)
     total = estimate.per_trace * estimate.traces
-    line = (f"{command}: {estimate.traces} traces with {methods} on {model}: about "
+    line = (f"{command}: {estimate.traces} traces with {methods} on {model}: {estimate.about} "
             f"{duration(estimate.per_trace)} a trace here, measured on the first ({estimate.tokens} tokens; "
-            f"{estimate.parts()}; longer traces take longer), about {duration(total)} in all; each trace is "
-            "written when it is done and Ctrl-C keeps those")
+            f"{estimate.parts()}; longer traces take longer), {estimate.about} {duration(total)} in all; each "
+            "trace is written when it is done and Ctrl-C keeps those")
     out = [line]
     if estimate.per_trace > LONG and faster is not None and faster.per_trace <= estimate.per_trace / 2:
         slow = [m for m, s in estimate.methods.items() if s is not None and s > LONG / 2 and m not in faster.methods]
