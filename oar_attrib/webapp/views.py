@@ -161,15 +161,23 @@ def trace_view(record: TraceRecord, method: str | None, oracle_set: str,
 STEP_LEVEL_METHODS = ("oar_p_step", "resample")
 
 
-def report_view(report: dict, subset: str, oracle_sets=DEFAULT_SETS) -> dict:
-    """Rows of the report page's tables for one subset (all | correct | wrong)."""
+def report_view(report: dict, subset: str, oracle_sets=None) -> dict:
+    """Rows of the report page's tables for one subset (all | correct | wrong). The oracle sets
+    are those the run's recall was computed on (default: the arithmetic world's first, then any
+    other, e.g. the value oracle's `direct` alone); `no_oracle`: no trace of the run carries an
+    oracle, so there is no recall to show."""
+    if oracle_sets is None:
+        found = {r["oracle"] for r in report["recall"]}
+        oracle_sets = [o for o in DEFAULT_SETS if o in found] + sorted(found - set(DEFAULT_SETS))
     rows = [r for r in report["recall"] if r["subset"] == subset]
     methods = sorted({r["method"] for r in rows})
     table = []
     for method in methods:
         cells = {r["oracle"]: r for r in rows if r["method"] == method}
         table.append({"method": method, "cells": [cells.get(s) for s in oracle_sets]})
-    return {"subset": subset, "oracle_sets": list(oracle_sets), "recall_table": table,
+    summary = report.get("summary") or {}
+    no_oracle = bool(summary) and not summary.get("n_used") and (summary.get("skipped") or {}).get("no_oracle", 0) > 0
+    return {"subset": subset, "oracle_sets": list(oracle_sets), "recall_table": table, "no_oracle": no_oracle,
             "step_methods": [m for m in methods if m in STEP_LEVEL_METHODS],
             "payload": {"recall": rows, "agreement": report["agreement"],
                         "credit": report["credit"], "oracle_sets": list(oracle_sets)}}

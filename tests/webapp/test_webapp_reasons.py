@@ -146,3 +146,38 @@ def test_the_run_page_counts_groups_without_signal_and_marks_them(tmp_path, worl
         flat = c.get(f"/traces/{ids[0]}").text
         assert 'id="no-signal"' in flat and "easier questions (every answer wrong)" in flat and "harder" not in flat
         assert 'id="no-signal"' not in c.get(f"/traces/{ids[2]}").text
+
+
+def test_the_report_of_a_run_without_oracle_or_summaries_says_why_and_what_to_run(tmp_path, monkeypatch):
+    """A JSONL's run has no oracle: no `direct`/`chain` columns, a line saying why. A run
+    stopped by Ctrl-C has no summaries yet: the page names the command that finishes it."""
+    import json
+
+    from oar_attrib import attribution, cli
+    from oar_attrib.world import generate_problems
+
+    src, db = tmp_path / "in.jsonl", tmp_path / "runs.db"
+    problems = generate_problems(2, "default", seed=3, split="test")
+    src.write_text("".join(json.dumps({"prompt": p.prompt, "response": p.solution}) + "\n" for p in problems))
+    argv = ["attribute", "--input", str(src), "--out", str(db), "--methods", "random", "--batch-size", "1",
+            "--no-progress"]
+    real, calls = attribution._attribute_batch, []
+
+    def stopped_at_the_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(attribution, "_attribute_batch", stopped_at_the_second)
+    assert cli.main(argv) == 130
+    with TestClient(create_app(db), base_url=BASE) as c:
+        page = c.get("/runs/1/report").text
+    assert 'id="no-summary"' in page and "summarise(Store(path)" not in page
+    assert f"<code><bdi>oar attribute --input {src} --out runs.db</bdi></code> resumes it" in page
+    monkeypatch.setattr(attribution, "_attribute_batch", real)
+    assert cli.main(argv) == 0  # resumed and summarised
+    with TestClient(create_app(db), base_url=BASE) as c:
+        page = c.get("/runs/1/report").text
+    assert 'id="no-summary"' not in page and 'id="no-oracle"' in page
+    assert "<th>direct" not in page and "<th>chain" not in page
