@@ -76,7 +76,7 @@ class Progress:
 
     def where(self) -> str:
         """How far every stage is, in one line ('arithmetic world: 16/96 traces; ...')."""
-        return "; ".join(s.line() for s in self.stages) or "not started"
+        return "; ".join(s.line() for s in self.stages) or "before its first trace"
 
     def line(self) -> str:
         """One line for the pages; empty when nothing is under way."""

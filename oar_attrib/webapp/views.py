@@ -64,6 +64,27 @@ def reward_reason(record: TraceRecord) -> str | None:
     return None
 
 
+def earlier_answer(record: TraceRecord) -> str | None:
+    """The last final-answer statement inside a trace's reasoning (`The answer is 63.` stated,
+    then more text, then the final one), in at most 80 characters; None when there is none.
+    The answer span is the last statement (METHOD.md 2), so an earlier one is reasoning: it is
+    scored, and as it predicts the answer it often takes the top credit. Read in the trace's
+    own answer format."""
+    from oar_attrib.inputs.spans import locate_answer
+    from oar_attrib.records.settings_record import lookup
+
+    if not record.row.span_found:
+        return None
+    ends = [b for (_, b), label in zip(record.offsets, record.segments) if label == "reasoning"]
+    reasoning = record.response[:max(ends, default=0)]
+    fmt = lookup(record.params, "settings.answer_format") or "auto"
+    found = locate_answer(reasoning, fmt if isinstance(fmt, str) and fmt != "regex" else "auto")
+    if found is None:
+        return None
+    stated = reasoning[found.marker_start:found.end].strip()
+    return stated if len(stated) <= 80 else stated[:79] + "…"
+
+
 def token_title(token: str, score, weight, advantage) -> str:
     """Tooltip text of a token. The token is JSON-quoted so that spaces and newlines show;
     the page script (`tokenTitle`) writes the same fields when the method changes. A control

@@ -181,3 +181,26 @@ def test_the_report_of_a_run_without_oracle_or_summaries_says_why_and_what_to_ru
         page = c.get("/runs/1/report").text
     assert 'id="no-summary"' not in page and 'id="no-oracle"' in page
     assert "<th>direct" not in page and "<th>chain" not in page
+
+
+def test_an_answer_stated_inside_the_reasoning_is_said_on_the_trace_page(tmp_path, world):
+    """`The answer is 63.` stated, then more reasoning, then the final statement: the first is
+    reasoning (the span is the last), scored, and the page says so; a plain trace says nothing."""
+    from oar_attrib.weights.settings import ReshapeSettings
+    from oar_attrib.webapp.views import earlier_answer
+
+    problems, tokenizer, model = world
+    twice = "k=2+3=5. The answer is 63. m=5*2=10.\nThe answer is 63."
+    plain = "k=2+3=5. m=5*2=10.\nThe answer is 10."
+    traces = attribute(model, tokenizer, [problems[0].prompt] * 2, [twice, plain], ["random"],
+                       ReshapeSettings(answer_format="answer_is"))
+    path = tmp_path / "twice.db"
+    with Store(path) as store:
+        run = store.add_run("twice", model="tiny")
+        store.add_traces(run, traces)
+        first, second = (store.trace(i) for i in store.trace_ids(run))
+    assert earlier_answer(first) == "The answer is 63" and earlier_answer(second) is None
+    assert first.scored[[i for i, (a, _) in enumerate(first.offsets) if a == twice.index("63")]].all()
+    with TestClient(create_app(path), base_url=BASE) as c:
+        assert 'id="earlier-answer"' in c.get(f"/traces/{first.id}").text
+        assert 'id="earlier-answer"' not in c.get(f"/traces/{second.id}").text

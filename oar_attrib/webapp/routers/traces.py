@@ -14,7 +14,7 @@ from ..deps import SettingsDep, StoreDep, TemplatesDep, TraceId
 from ..errors import TooLargeError
 from ..step_page import LONG_TRACE, compact_payload, step_view, token_pieces
 from ..token_views import token_views
-from ..views import OUTLINE_SETS, reward_reason, trace_view
+from ..views import OUTLINE_SETS, earlier_answer, reward_reason, trace_view
 
 router = APIRouter(tags=["traces"])
 
@@ -113,6 +113,6 @@ def trace_page(request: Request, trace_id: TraceId, store: StoreDep, templates: 
     run = store.run(record.row.run_id)
     context = {"record": record, "run": run, "method": selected, "oracle_set": oracle,
                "no_signal": _group_without_signal(store, record.row), "store_name": store_argument(store),
-               "reward_reason": reward_reason(record), **view,
+               "reward_reason": reward_reason(record), "earlier_answer": earlier_answer(record), **view,
                **steps, "pools": STEP_POOLS}
     return templates.TemplateResponse(request, "trace.html", context)
