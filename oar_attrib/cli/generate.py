@@ -280,7 +280,8 @@ def _answer(model, tokenizer, todo: dict, options: GenerateSettings, settings, o
         with AppendLog(out, "--out") as handle, \
                 tqdm(total=sum(len(q) * (options.samples - have) for have, q in todo.items()),
                      desc="generate", unit="answer", disable=options.no_progress) as bar:
-            progress = Progress(bar, _clock(todo, options, lambda line: bar.write(terminal_safe(line), file=sys.stderr)))
+            above_bar = lambda line: bar.write(terminal_safe(line), file=sys.stderr)  # noqa: E731
+            progress = Progress(bar, _clock(todo, options, above_bar))
             for have, questions in sorted(todo.items()):
                 encoded = _askable(tokenizer, questions, limit, options.max_new_tokens,
                                    Path(options.data), report)
