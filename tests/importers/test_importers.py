@@ -80,6 +80,18 @@ def test_trl_run_imports_every_completion_with_reward_and_advantage(trl_run, tmp
     assert html.count('href="/traces/') >= 16
 
 
+def test_an_import_beside_the_trainers_own_store_says_which_to_open(trl_run, tmp_path, capsys):
+    import shutil
+
+    run = tmp_path / "out"
+    shutil.copytree(trl_run, run)
+    Store(run / "runs.db").close()  # as OARGRPOTrainer leaves it: <output_dir>/runs.db
+    assert oar("import", "trl", run, "--out", tmp_path / "rollouts.db") == 0
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "own run store" in x]
+    assert line.startswith(f"oar import: {run / 'runs.db'} is the OAR trainer's own run store")
+    assert "open the first for the credit the run trained on, this one to compare methods" in line
+
+
 def test_recomputed_advantages_equal_the_ones_trl_trained_with(trl_run, tmp_path):
     # The same logs without the advantage column: the group rule must give TRL's values.
     logs = tmp_path / "logs"
