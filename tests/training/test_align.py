@@ -271,6 +271,28 @@ def test_a_resume_with_other_settings_is_refused_naming_the_flags(bar_store, cap
 # ---------------------------------------------------------------------------- the positive control
 
 
+def test_align_says_how_long_before_it_measures(tmp_path, tok, world):
+    """A fresh run: each method's batch from the cost model at the model's measured speed; a
+    resume: the seconds its committed batches took."""
+    from types import SimpleNamespace
+
+    trainer = tiny_trainer(tmp_path / "align", tok, world, oar_method="none")
+    settings = AlignSettings(batches=4, pool_batches=2, batch_prompts=2)
+    choices = [MethodChoice("none", "none"), MethodChoice("oar_g", "oar_g"), MethodChoice("resample", "resample")]
+    said = []
+    fresh = SimpleNamespace(lines=lambda kind: [])
+    align_run.tell_cost(fresh, trainer, choices, settings, tell=said.append)
+    rows = 2 * trainer.num_generations
+    assert said[0].startswith(f"oar align: 2 pool batches and 4 batches of {rows} completions: at most about ")
+    assert "resample no estimate" in said[0] and "plus the screening's sampling" in said[0]
+    line = {"methods": {"none": {"seconds": {"weights": 0.0, "backward": 2.0}},
+                        "oar_g": {"seconds": {"weights": 3.0, "backward": 2.0}}}}
+    resumed = SimpleNamespace(lines=lambda kind: [line, line])
+    align_run.tell_cost(resumed, trainer, choices, settings, tell=said.append)
+    assert said[1] == ("oar align: 2 of 4 batches to measure, about 14 s here (7.0 s a batch over the 2 "
+                       "measured), plus any screening still needed")
+
+
 def test_parse_question_reads_back_every_generated_problem():
     from oar_attrib.world import generate_problems
     from oar_attrib.world.generator import parse_question
