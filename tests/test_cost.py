@@ -1,6 +1,7 @@
-"""The cost estimate (`oar_attrib.models.cost`): the work it counts is the tokens the methods
-pass through the model (counted by a hook on the model), its words name the faster choice only
-when a run is long, and `oar attribute` says it before the first trace is scored."""
+"""The cost estimate (`oar_attrib.methods.cost`, priced by `oar_attrib.models.cost`): the work
+it counts is the tokens the methods pass through the model (counted by a hook on the model),
+its words name the faster choice only when a run is long, and `oar attribute` says it before
+the first trace is scored."""
 import json
 
 import pytest
@@ -12,8 +13,8 @@ from oar_attrib.cli.choices import default_methods
 from oar_attrib.defaults import BUNDLED_METHODS, READING_METHODS
 from oar_attrib.inputs.encoding import encode_pairs
 from oar_attrib.methods import method_spec
-from oar_attrib.models.cost import (DecodeClock, Estimate, Speed, TraceShape, Work, duration, estimate_lines,
-                                    measure_speed, method_work)
+from oar_attrib.methods.cost import Estimate, TraceShape, estimate_lines, method_work
+from oar_attrib.models.cost import DecodeClock, Speed, Work, duration, measure_speed
 from oar_attrib.weights.settings import ReshapeSettings
 from oar_attrib.world import generate_problems
 

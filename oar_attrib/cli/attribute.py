@@ -31,7 +31,7 @@ from ..jsonl import iter_jsonl
 from . import outputs
 from ..commands import MAX_COUNT, add_dataclass_args, add_model_args, option
 from ..weights.settings import ReshapeSettings
-from .progress import lines_to_read, method_progress, progress_bar
+from .progress import lines_to_read, method_progress, progress_bar, tell_cost
 from .choices import (add_answer_format_arg, add_method_knobs, add_probe_arg, default_methods, method_name,
                       method_params_from)
 from .provenance import input_defaults
@@ -325,22 +325,6 @@ def _attribute_into(final: outputs.Output, source: Path, args, rank: int, world:
     if dist is not None:
         dist.destroy_process_group()
     return 2 if counts or not (written or done) else 0
-
-
-def tell_cost(model, pair, args, traces: int, tell=say, extra_forward: bool = False) -> None:
-    """Say what the command will do and how long it will take (`models.cost`: the work of
-    `args.methods` on `pair`, the first trace, at this machine's measured speed), naming the
-    reading set when it is at most half as long and a trace takes over a minute."""
-    from ..defaults import READING_METHODS
-    from ..models.cost import TraceShape, attribution_estimate, estimate_lines, measure_speed
-
-    params = method_params_from(args)
-    speed = measure_speed(model, TraceShape.of(pair).length)
-    estimate = attribution_estimate(model, pair, args.methods, params, traces, speed, extra_forward)
-    faster = None if set(args.methods) <= set(READING_METHODS) else attribution_estimate(
-        model, pair, READING_METHODS, params, traces, speed, extra_forward)
-    for line in estimate_lines("oar attribute", estimate, args.model or DEFAULT_MODEL, faster):
-        tell(line)
 
 
 def _told_cost(pairs, model, args, traces, tell):

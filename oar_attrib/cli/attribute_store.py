@@ -173,7 +173,7 @@ def _tell_cost(record, tokenizer, chat, model, args, traces: int) -> None:
     """`attribute.tell_cost` on the first trace to attribute (encoded as it will be), its
     token statistics' forward included."""
     from ..inputs.encoding import encode_pairs
-    from .attribute import tell_cost
+    from .progress import tell_cost
 
     prompt = record.to_attribution().prompt
     _, (pair,) = encode_pairs(tokenizer, [prompt], [record.response], answer_format=args.answer_format,

@@ -81,11 +81,12 @@ def fill_world(store, config: DemoConfig, status: Progress, *, model=None, stop=
 
 def tell_cost(stage: str, model, tokenizer, prompt, response: str, methods, traces: int, answer_format: str,
               sampling: float = 0.0, groups: int = 0) -> None:
-    """Say how long a stage's attribution will take here (`models.cost`, measured on `response`),
+    """Say how long a stage's attribution will take here (`methods.cost`, measured on `response`),
     plus `groups` groups still to sample at `sampling` seconds each; Ctrl-C stops it, the next
     `oar demo` resumes it."""
     from ..inputs.encoding import encode_pairs
-    from ..models.cost import attribution_estimate, duration
+    from ..methods.cost import attribution_estimate
+    from ..models.cost import duration
 
     _, (pair,) = encode_pairs(tokenizer, [prompt], [response], answer_format=answer_format)
     estimate = attribution_estimate(model, pair, methods, None, traces)

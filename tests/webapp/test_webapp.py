@@ -515,55 +515,6 @@ def test_demo_and_web_commands(tmp_path, monkeypatch, model_dir, capsys):
         busy.close()
 
 
-def test_ctrl_c_on_the_demo_exits_130_and_says_the_fill_resumes(tmp_path, monkeypatch, model_dir, capsys):
-    """Ctrl-C reaches the server and the fill (one process group): the fill ends where it is,
-    the command says so and that the next `oar demo` resumes it, and exits 130."""
-    import argparse
-
-    from oar_attrib.webapp import cli as web_cli
-    from oar_attrib.webapp import demo_fill
-
-    monkeypatch.setenv("OAR_CACHE_DIR", str(tmp_path / "cache"))
-    from oar_attrib.webapp.progress import Progress
-
-    def start_fill(path, config):  # a fill that got to trace 16 of 96 when the same Ctrl-C ended it
-        Progress.of_store(path).stage(demo_fill.WORLD_STAGE, state="running", done=16, total=96)
-        return type("Ended", (), {"poll": lambda self: 130})()
-
-    monkeypatch.setattr(demo_fill, "start_fill", start_fill)
-    monkeypatch.setattr(web_cli, "serve", lambda *a, **k: True)  # stopped by Ctrl-C
-    parser = argparse.ArgumentParser(prog="oar")
-    web_cli.add_web_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["demo", "--model", str(model_dir), "--n-problems", "2", "--samples", "2", "--no-real"])
-    assert args.func(args) == 130
-    err = capsys.readouterr().err
-    assert "it is filled in the background (the fill says how long" in err
-    assert ("oar demo: the background fill stopped (arithmetic world: 16/96 traces); the next `oar demo` "
-            "resumes it where it stopped") in err
-
-
-@pytest.mark.slow
-def test_the_demo_under_sigint_exits_130(tmp_path, model_dir):
-    import os
-    import signal
-    import subprocess
-    import sys
-
-    env = {**os.environ, "OAR_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
-    argv = [sys.executable, "-m", "oar_attrib.cli", "demo", "--model", str(model_dir), "--n-problems", "2",
-            "--samples", "2", "--methods", "entropy", "--no-real", "--port", "0"]
-    demo = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        line = demo.stdout.readline()  # the URL, once the app answers
-        assert line.startswith("oar-attrib web app: http://127.0.0.1:"), line + demo.stderr.read()
-        demo.send_signal(signal.SIGINT)
-        assert demo.wait(timeout=60) == 130
-    finally:
-        if demo.poll() is None:
-            demo.kill()
-
-
 def test_served_connections_send_without_nagle_delay():
     """The server's connections have TCP_NODELAY, as asyncio (and so uvicorn) sets it on the
     sockets `_listen` accepts: keep-alive responses go out at once, not after a delayed ACK."""
@@ -591,14 +542,3 @@ def test_served_connections_send_without_nagle_delay():
 
     assert asyncio.run(accepted_nodelay()) != 0
 
-
-def test_a_browser_test_fails_where_ci_requires_the_browser(monkeypatch):
-    """CI installs Chromium and sets OAR_REQUIRE_BROWSER=1: a missing browser then fails the
-    browser tests (the fixture fails) instead of skipping them; elsewhere they skip."""
-    import webtools
-
-    monkeypatch.setattr(webtools, "CHROMIUM", None)
-    monkeypatch.setattr(webtools, "REQUIRE_BROWSER", False)
-    assert webtools.needs_chromium().args == (True,)  # skipped
-    monkeypatch.setattr(webtools, "REQUIRE_BROWSER", True)
-    assert webtools.needs_chromium().args == (False,)  # runs, and the browser fixture fails it

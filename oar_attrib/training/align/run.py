@@ -399,13 +399,14 @@ def finished(store: AlignStore, settings: AlignSettings) -> bool:
 
 def tell_cost(store: AlignStore, trainer, methods: list[MethodChoice], settings: AlignSettings, tell=print) -> None:
     """Say before the first model call how long the batches still to measure take: from the
-    seconds the store's committed batches took (a resume), else from `models.cost` (each
+    seconds the store's committed batches took (a resume), else from `methods.cost` (each
     method's weights on a batch of full-length completions and its backward, at the model's
     measured speed: an upper bound, as completions end early). The screening's sampling comes
     on top; its bar counts it."""
     from oar_attrib.methods import method_spec
     from oar_attrib.methods.registry import knob_fields
-    from oar_attrib.models.cost import TraceShape, Work, duration, measure_speed, method_work
+    from oar_attrib.methods.cost import TraceShape, method_work
+    from oar_attrib.models.cost import Work, duration, measure_speed
     from oar_attrib.rollouts import prompt_ids
 
     done, left = store.lines("results"), settings.batches - len(store.lines("results"))
