@@ -65,7 +65,7 @@ def test_a_trace_without_an_answer_costs_the_span_methods_nothing(world):
     shape = TraceShape.of(pair)
     assert method_work("oar_p", shape) == Work() and method_work("oar_g", shape) == Work()
     assert method_work("entropy", shape).forward > 0  # it scores every response token
-    assert method_work("resample", shape) is None  # it samples text: no estimate
+    assert method_work("resample", shape) == Work()  # no step to resample
 
 
 def test_the_speed_is_measured_on_this_model():

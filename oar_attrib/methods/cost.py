@@ -13,7 +13,10 @@ last probe, `end`, the scored positions and the steps' first positions), as the 
     oar_g       end, then n_noise rows of end - P tokens with a backward
     ig          end + R, then n_steps rows of R tokens with a backward
     grail       P + R with a backward;  entropy  P + R with every token's logits (ENTROPY_HEAD)
-    random, none, ktae   nothing (no forward);  resample  no estimate (it samples text)
+    resample    2 n_samples continuations per step, ROLLOUTS_PER_CALL at a time, each its prefix
+                and up to end - (first step) + 16 new tokens decoded one step (a call) at a time
+                with every row's logits: an upper bound, as continuations end early
+    random, none, ktae   nothing (no forward); a plugin's method: no estimate
 
 Measured on SmolLM2-135M on a CPU (tests/test_cost.py holds the counts to the methods' own
 forwards on a tiny model): the counts are within 10% of the tokens the methods ran (hierarchical
@@ -33,6 +36,7 @@ ENTROPY_HEAD = 1.3  # every token's logits (the vocabulary projection): measured
 PADDING = 1.1  # copies batched into one forward are padded to the longest window (measured 1.03-1.09)
 COPIES_PER_FORWARD = 6  # perturbed copies the engine groups into one forward on a CPU (measured 5-6)
 DRAWS_PER_FORWARD = 3  # OAR-G's noise draws / IG's path points per forward with backward (measured)
+ROLLOUTS_PER_CALL = 64  # resample's continuations decoded together (its batch_size)
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,16 @@ def _hierarchical(shape: TraceShape, params: dict) -> Work:
             + Work(forward=share * tokens.forward, calls=math.ceil(share * tokens.calls)))
 
 
+def _resample(shape: TraceShape, params: dict) -> Work:
+    if not shape.steps:
+        return Work()
+    rollouts = 2 * int(params.get("n_samples", 8)) * len(shape.steps)
+    budget = shape.end - shape.steps[0] + 16
+    prefix = (shape.steps[0] + shape.end) / 2
+    return Work(forward=rollouts * (prefix + ENTROPY_HEAD * budget),
+                calls=math.ceil(rollouts / ROLLOUTS_PER_CALL) * budget)
+
+
 def _draws(rows: int, width: int) -> Work:
     return Work(backward=rows * width, calls=math.ceil(rows / DRAWS_PER_FORWARD))
 
@@ -96,6 +110,7 @@ WORK: dict[str, Callable[[TraceShape, dict], Work]] = {
     "ig": lambda s, p: Work(forward=s.end + s.response, calls=3) + _draws(int(p.get("n_steps", 32)), s.response),
     "grail": lambda s, p: Work(backward=s.length, calls=1),
     "entropy": lambda s, p: Work(forward=ENTROPY_HEAD * s.length, calls=1),
+    "resample": _resample,
     "random": lambda s, p: Work(),
     "none": lambda s, p: Work(),
     "ktae": lambda s, p: Work(),
