@@ -9,7 +9,9 @@ number is r + 1, r + 1 + n, ... and rank 0 merges the ranks' parts into `--out` 
 Exit status 0 when every line was attributed, 2 when some were skipped (or on bad arguments).
 Every output carries the settings record of the command (`command_record`); a rerun into an
 output made with other settings is refused, naming the flags that differ, before the model
-loads.
+loads. --methods left out is `oar_p oar_g` on the bundled model and the reading set on any
+other (`choices.default_methods`); before the first trace the command says how long the work
+will take here (`progress.tell_cost`).
 """
 from __future__ import annotations
 
