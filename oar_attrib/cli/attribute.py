@@ -405,11 +405,11 @@ def add_parser(sub) -> None:
     at = sub.add_parser(
         "attribute", help="token importances of prompt/response lines (a JSONL) into a JSONL or a run store "
                           "(*.db, for oar web), or of a stored run in place (--store S --run R); resumable",
-        description="Token importances of each prompt/response line of --input, written to --out (a JSONL, "
-                    "or a run store *.db that `oar web --store` reads) trace by trace; or of the traces of "
-                    "run --run of the store --store, in place (an `oar import`ed run, or one more method). "
-                    "Before the first trace it says how long the work will take here; a rerun resumes "
-                    "after what is written, and Ctrl-C keeps it.")
+        description="Token importances of each prompt/response line of --input, written to --out (a\n"
+                    "JSONL, or a run store *.db that `oar web --store` reads) trace by trace; or of the\n"
+                    "traces of run --run of the store --store, in place (an `oar import`ed run, or one\n"
+                    "more method). Before the first trace it says how long the work will take here; a\n"
+                    "rerun resumes after what is written, and Ctrl-C keeps it.")
     add_dataclass_args(at, AttributeFlags, ("model", "input", "store", "run", "out", "methods"))
     add_probe_arg(at)
     add_answer_format_arg(at, default=None, help_text="where the final answer is (default: the format "
