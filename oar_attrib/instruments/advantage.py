@@ -62,7 +62,8 @@ def run_advantage(settings: AdvantageRecall) -> int:
     from ..analysis.advantage_oracle import AdvantageSettings
     from ..analysis.advantage_recall import CACHE_CHECKS, advantage_recall
     from .cache import OracleCache
-    from ..cli.recall_advantage import bundled, default_methods, reading, text_report
+    from ..cli.recall_advantage import default_methods, reading, text_report
+    from ..models.catalogue import bundled
     from ..models import load_model
     from ..models.catalogue import answering
 
