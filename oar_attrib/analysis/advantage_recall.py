@@ -43,7 +43,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..attribution import analysis_params, attribute
-from ..defaults import PROBE, VIEW_STEP_POOL
+from ..defaults import ADVANTAGE_LABELS as LABELS, PROBE, VIEW_STEP_POOL
 from ..errors import InputError
 from ..inputs.grading import grade
 from ..inputs.steps import pool_steps
@@ -64,7 +64,6 @@ from .stats import CORRELATION
 from .step_recall import overlaps
 
 REWARD_RANGE = (0.0, 1.0)  # a graded reward's range: a cached continuation reward outside it is refused
-LABELS = ("all", "scored")  # which traces of an analysed group get the oracle (`advantage_recall`)
 
 
 def _numbers(values) -> bool:
