@@ -284,6 +284,8 @@ def t_power(size: float, n: int, level: float) -> float:
     from scipy import stats
     from statsmodels.stats.power import TTestPower
 
+    if n < 2:
+        return math.nan  # no t-test of one unit
     p = float(TTestPower().power(effect_size=size, nobs=n, alpha=level, alternative="two-sided"))
     if math.isfinite(p) or size <= 0:
         return p
@@ -294,7 +296,7 @@ def units_needed(sd: float, effect: float, alpha: float = 0.05, power: float = 0
                  minimum: int = 2) -> int | None:
     """Paired units (batches, seeds, traces) a two-sided t-test at alpha / family needs to
     detect `effect` with `power`, the paired differences' SD being `sd`: the fewest units, at
-    least `minimum`, whose `t_power` reaches it, found by doubling and bisection over whole
+    least `minimum` and 2, whose `t_power` reaches it, found by doubling and bisection over whole
     units (statsmodels' `solve_power` returns NaN where the answer is a few units, an effect of
     many SDs). None without spread or effect, or where the power cannot be computed."""
     if not (np.isfinite(sd) and sd > 0) or effect <= 0:
@@ -305,13 +307,13 @@ def units_needed(sd: float, effect: float, alpha: float = 0.05, power: float = 0
         p = t_power(size, n, level)
         return p >= power if math.isfinite(p) else None
 
-    low, high = minimum, minimum
+    low = high = max(minimum, 2)  # a t-test needs two units
     while not (found := reached(high)):
         if found is None or high > 1 << 40:
             return None
         low, high = high, 2 * high
-    if high == minimum:
-        return minimum
+    if high == low:
+        return high
     while high - low > 1:  # low: not reached, high: reached
         middle = (low + high) // 2
         found = reached(middle)
