@@ -89,10 +89,10 @@ def step_sentence(label: str, step: dict | None) -> str | None:
     if s_side and g_side == 0:
         text += f" (a pure rescaling by x{s['value']:.3f} gives x{s['value'] ** 2:.3f})"
     halves = step.get("half_pools") or {}
-    if halves and any(_side(halves[h]["signal_ratio"], 1.0) != s_side or _side(halves[h]["gain"], 1.0) != g_side
+    if halves and any((_side(halves[h]["signal_ratio"], 1.0), _side(halves[h]["gain"], 1.0)) != (s_side, g_side)
                       for h in ("a", "b")):
-        text += ("; not the same against both half pools' g* (gain " + ", ".join(_x(halves[h]["gain"]) for h in ("a", "b"))
-                 + "): read it as tentative")
+        gains = ", ".join(_x(halves[h]["gain"]) for h in ("a", "b"))
+        text += f"; not the same against both half pools' g* (gain against half a, half b: {gains}): tentative"
     return text + "."
 
 
@@ -112,12 +112,14 @@ def sign_sentence(label: str, m: dict, alpha: float) -> str | None:
     said = {part: f"{role[part]} ({SIGNS[part].split(' (')[0]}: {_sign_said(c)})" for part, c in parts.items()}
     if side["pos"] and side["neg"] and side["pos"] != side["neg"]:
         whole = m.get("delta_cos") or {}
-        net = ("the two cancel in the whole batch" if _resolved(whole) == 0
-               else "the whole batch keeps their sum") + f" ({whole.get('mean', float('nan')):+.4f})"
+        net = "the two cancel in the whole batch" if _resolved(whole) == 0 else "the whole batch nets them"
+        if whole.get("mean") is not None:
+            net += f" ({whole['mean']:+.4f})"
         helps, hurts = ("pos", "neg") if side["pos"] > 0 else ("neg", "pos")
         return f"{label}, by the sign of the advantage: it helps {said[helps]} and hurts {said[hurts]}; {net}."
     done = [f"{'better' if side[p] > 0 else 'worse'} than GRPO on {said[p]}" for p in SIGNS if side[p]]
-    rest = [f"not resolved on {role[p]} ({_said(parts[p])})" for p in SIGNS if not side[p] and parts[p].get("low") is not None]
+    rest = [f"not resolved on {role[p]} ({_said(parts[p])})" for p in SIGNS
+            if not side[p] and parts[p].get("low") is not None]
     return f"{label}, by the sign of the advantage: " + "; ".join(done + rest) + "."
 
 
