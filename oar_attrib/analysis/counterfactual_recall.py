@@ -42,7 +42,7 @@ from ..models.budget import CPU_BATCH_TOKENS
 from ..models.generation import generate
 from ..inputs.chat_template import chat_ids
 from ..inputs.grading import grade
-from ..jsonl import NotJSON, append_jsonl, check_log_path, iter_jsonl
+from ..jsonl import LogOwner, NotJSON, append_jsonl, check_log_path, iter_jsonl
 from ..methods import available_methods
 from ..inputs.spans import locate_answer
 from ..world.value_oracle import VALUE_SETS, parse_number, value_oracle
@@ -141,7 +141,12 @@ def record_prompt(record: dict):
 
 def encode_prompt_ids(tokenizer, prompt) -> list[int]:
     """The prompt's ids as `attribute` encodes it: a string goes through the chat template when
-    the tokenizer has one (as one user message), else as it is."""
+    the tokenizer has one (as one user message), else as it is; so does one user message (a
+    question row's, `record_prompt`) for a tokenizer without a template, as `oar generate`
+    asks such a model (`rollouts.format_prompt`)."""
+    if getattr(tokenizer, "chat_template", None) is None and isinstance(prompt, list) and len(prompt) == 1 \
+            and isinstance(prompt[0], dict) and prompt[0].get("role") == "user":
+        prompt = prompt[0].get("content")
     if isinstance(prompt, str) and getattr(tokenizer, "chat_template", None) is None:
         return tokenizer(prompt, add_special_tokens=False).input_ids
     if isinstance(prompt, str):
@@ -178,12 +183,19 @@ def _causal_pairs(value) -> bool:
         for p in value)
 
 
+# What a --cf-cache of this oracle starts with: its record line (`cli.recall.check_cache`), or an
+# entry (a cache made before record lines); another file is refused, left as it is (`jsonl.LogOwner`).
+CACHE_OWNER = LogOwner("a --cf-cache of oar recall data (its record line, then oracle entries)",
+                       lambda v: isinstance(v, dict) and (isinstance(v.get("record"), dict) or (
+                           isinstance(v.get("key"), str) and _causal_pairs(v.get("causal")))))
+
+
 def _read_cache(path: Path | None) -> dict[str, dict[int, bool]]:
     """The oracle results of the cache at `path` (checked before any compute: a link or a
     FIFO is refused, a line of the wrong shape is one InputError naming it)."""
     if path is None:
         return {}
-    check_log_path(path, "--cf-cache")
+    check_log_path(path, "--cf-cache", CACHE_OWNER)
     if not path.exists():
         return {}
     out = {}
@@ -235,7 +247,7 @@ def _counterfactual_set(model, tokenizer, trace, prompt, cf_positions: int, seed
     causal = _causal(model, tokenizer, trace, prompt_ids, cf_positions, seed, max_batch_tokens, known,
                      key, replacement)
     if fresh and cache is not None:
-        append_jsonl(cache, [{"key": key, "causal": sorted(causal.items())}], "--cf-cache")
+        append_jsonl(cache, [{"key": key, "causal": sorted(causal.items())}], "--cf-cache", owner=CACHE_OWNER)
     target = np.zeros(len(trace.token_ids), dtype=bool)
     tested = np.zeros_like(target)
     tested[list(causal)] = True

@@ -17,7 +17,6 @@ from ..analysis.recall_reading import graded_comparisons, paired_comparisons
 from ..analysis.sets import DEFAULT_SETS
 from ..analysis.verdicts import plain
 from ..commands import DefaultsHelpFormatter, add_dataclass_args, add_model_args
-from ..console import say
 from ..defaults import GRANULARITY
 from ..errors import InputError
 from .choices import add_method_knobs, budget_params, check_servable, method_params_from
@@ -86,19 +85,20 @@ def recall_record(args: argparse.Namespace) -> dict:
 def check_cache(args: argparse.Namespace) -> None:
     """Refuse a `--cf-cache` computed with another model or dtype (RecordMismatchError, before
     the model loads); give a cache without a record this command's."""
+    from ..analysis.counterfactual_recall import CACHE_OWNER
     from ..jsonl import append_jsonl, check_log_path, iter_jsonl
     from ..records.settings_record import check_resume
 
     if args.cf_cache is None:
         return
-    path, full = check_log_path(args.cf_cache, "--cf-cache"), recall_record(args)
+    path, full = check_log_path(args.cf_cache, "--cf-cache", CACHE_OWNER), recall_record(args)
     record = {k: full[k] for k in ("format", "model", "dtype", "version")}
     stored = next((v["record"] for _, v in (iter_jsonl(path) if path.is_file() else ())
                    if isinstance(v, dict) and isinstance(v.get("record"), dict)), None)
     if stored is not None:
         check_resume(f"--cf-cache {path}", stored, record, "pass a new --cf-cache")
         return
-    append_jsonl(path, [{"record": record}], "--cf-cache")  # readers skip lines without a key
+    append_jsonl(path, [{"record": record}], "--cf-cache", owner=CACHE_OWNER)  # readers skip lines without a key
 
 
 def world_model(args: argparse.Namespace):
@@ -171,9 +171,8 @@ def run_data(args: argparse.Namespace) -> int:
     sets = args.sets or list(known)
     other = [s for s in sets if s not in known]
     if other:
-        say(f"oar recall data: {args.data} is scored at token granularity on --sets {' '.join(known)} (the "
-            f"value oracle's sets need --data wordworld:<preset>), got --sets {' '.join(sets)}")
-        return 2
+        raise InputError(f"{args.data} is scored at token granularity on --sets {' '.join(known)} (the value "
+                         f"oracle's sets need --data wordworld:<preset>), got --sets {' '.join(sets)}")
     check_cache(args)
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
     report = counterfactual_recall(
@@ -267,13 +266,9 @@ RUNS = {"world": (run_world, "token recall on the arithmetic world's held-out pr
 
 
 def run(args: argparse.Namespace) -> int:
-    """Check the subcommand's settings (a count out of bounds: one line, before anything loads)
-    and run it."""
-    try:
-        settings_of(args)
-    except InputError as err:
-        say(f"oar recall: {err}")
-        return 2
+    """Check the subcommand's settings (a count out of bounds: one line `oar recall: error: ...`
+    from `run_command`, before anything loads) and run it."""
+    settings_of(args)
     return RUNS[args.recall_mode][0](args)
 
 

@@ -6,7 +6,6 @@ import argparse
 import json
 import math
 
-from ..console import say
 from .choices import method_params_from
 from .recall_settings import DEFAULT_GROUP
 
@@ -61,13 +60,9 @@ def run_advantage(args: argparse.Namespace) -> int:
     from .choices import budget_params
 
     size = args.group_samples or DEFAULT_GROUP
-    try:
-        settings = AdvantageSettings(n=args.continuations, temperature=args.temperature, seed=args.seed)
-        if size < 2:
-            raise InputError(f"--group-samples {size}: GRPO's advantage needs groups of at least 2 answers")
-    except InputError as err:
-        say(f"oar recall: {err}")
-        return 2
+    settings = AdvantageSettings(n=args.continuations, temperature=args.temperature, seed=args.seed)
+    if size < 2:  # one line `oar recall: error: ...` (`run_command`), as every refusal
+        raise InputError(f"--group-samples {size}: GRPO's advantage needs groups of at least 2 answers")
     # Up to CANDIDATES times the groups needed are candidates, sampled in order until enough of
     # them mix right and wrong answers (a model right 15% of the time mixes about half its groups).
     records = advantage_records(args, CANDIDATES * math.ceil(args.n / size))

@@ -248,7 +248,9 @@ def import_rollouts(store, read: Reader, *, name: str, model: str, tokenizer, co
                 flush()
         flush()
     except KeyboardInterrupt:
-        raise KeyboardInterrupt(f"interrupted; the {written} rows written to {store.path} are "
+        # Read back, not counted: the Ctrl-C may land after a batch's commit and before its count.
+        kept = 0 if run_id is None else len(store.trace_extras(run_id, "row"))
+        raise KeyboardInterrupt(f"interrupted; the {kept} rows of this run in {store.path} are "
                                 "kept, rerun the same command to resume") from None
     if run_id is None and not resumed:
         raise InputError(f"no usable rollout in {config.get('sources')}; every row was skipped")
