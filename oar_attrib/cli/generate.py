@@ -86,7 +86,7 @@ class Held:
         return self.groups[key]
 
 
-REMEDY = "rerun with those settings to add to them, or pass a new --out"
+_REMEDY = "rerun with those settings to add to them, or pass a new --out"
 
 
 def _is_answer(record) -> bool:
@@ -109,7 +109,7 @@ def answers_owner(out: Path, settings: dict):
     def first(value) -> bool:
         if not _is_answer(value):
             return False
-        check_resume(f"--out {out}", _sampling(value), settings, REMEDY)
+        check_resume(f"--out {out}", _sampling(value), settings, _REMEDY)
         return True
 
     return LogOwner("an answer file of oar generate", first)
@@ -134,7 +134,7 @@ def _held(out: Path, settings: dict) -> Held:
         theirs = _sampling(record)
         key = json.dumps(theirs, sort_keys=True)
         if key not in checked:
-            check_resume(f"--out {out}", theirs, settings, REMEDY)
+            check_resume(f"--out {out}", theirs, settings, _REMEDY)
             checked.add(key)
         key = question_key(record["prompt"], record["gold"])
         held.counts[key] += 1

@@ -120,7 +120,7 @@ def open_run(settings: AlignSettings, store_path: str | Path):
         trainer, _ = build_trainer(run, args, data_seed=settings.seed)
         gradients.check_trainer(trainer)
     except BaseException:
-        store.close()
+        store.close(discard=True)  # a folder made here for a run refused now is removed
         raise
     return store, trainer, methods
 

@@ -104,6 +104,7 @@ class AlignStore(AlignFolder):
         self._outputs: dict[int, dict] = {}
         self._vectors: dict[str, np.ndarray] = {}  # the reference vectors checked so far
         self._lock = None
+        self._made = False  # whether `open` made the folder (`close(discard=True)`)
 
     # ------------------------------------------------------------------ record and lock
 
@@ -112,25 +113,37 @@ class AlignStore(AlignFolder):
         difference is a RecordMismatchError naming the fields (as `spell` writes them)."""
         if self.path.exists() and not self.path.is_dir():
             raise AlignError(f"--store {self.path} is not a folder: pass a folder (new or of a run)")
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._lock = WriterLock(self.path, "--store")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = WriterLock(self.path, "--store")  # before the folder: a refused lock makes none
+        self._made = not self.path.exists()
         try:
+            self.path.mkdir(exist_ok=True)
             stored = self.record()
         except BaseException:
-            self.close()
+            self.close(discard=True)
             raise
         if stored is None:
             self.write_json(RECORD, record)
             return self
         fields = record_differences(stored, record)
         if fields:
-            self.close()
+            self.close(discard=True)
             err = RecordMismatchError(f"--store {self.path}", fields, stored, record,
                                       "pass another --store, or the settings it was made with")
             raise AlignError(err.line(spell)) from None
         return self
 
-    def close(self) -> None:
+    def close(self, discard: bool = False) -> None:
+        """Let go of the writer lock (deleting its file); with `discard`, a folder this open
+        made is removed again when it holds nothing but its record (a run refused before it
+        measured anything leaves no folder)."""
+        if discard and self._made:
+            self.file(RECORD).unlink(missing_ok=True)
+            try:
+                self.path.rmdir()
+            except OSError:  # something else is in it: kept
+                pass
+            self._made = False
         if self._lock is not None:
             self._lock.release()
             self._lock = None
