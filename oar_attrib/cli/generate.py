@@ -17,7 +17,9 @@ file or line it came from), the answers --out already holds are kept, never rewr
 and only the missing ones are asked (a higher --samples adds to each group, whose advantages
 are then recomputed); answers sampled with other settings are refused. Prompts longer than
 the model can take with --max-new-tokens are skipped before anything is generated; bad
-question lines are reported by number and skipped (exit status 2).
+question lines are reported by number and skipped (exit status 2). An --out that is not an
+answer file of `oar generate` is refused, left as it is (`answers_owner`); one writer at a
+time (`store.lock.WriterLock`, deleted on every exit but a kill).
 """
 from __future__ import annotations
 
