@@ -169,10 +169,10 @@ def _judge(read_at: Callable[[int, int], bytes], size: int, where: str, flag: st
                           f"written to it (it is left as it is): {remedy}")
 
 
-def check_log_path(path: str | Path, flag: str = "", owner: LogOwner | None = None) -> Path:
+def check_log_path(path: str | Path, flag: str = "", owner: LogOwner | None = OBJECTS) -> Path:
     """`path` as a Path when a log may be appended there: missing, or a regular file that is
-    not a link and (with `owner`) is empty or `owner`'s own (`LogOwner`); else OutputError in
-    one line naming it and what to do. Nothing is opened for writing."""
+    not a link and is empty or `owner`'s own (`LogOwner`; None: not judged); else OutputError
+    in one line naming it and what to do. Nothing is opened for writing."""
     path = Path(path)
     where = _where(path, flag)
     try:
@@ -227,7 +227,7 @@ class AppendLog:
     def __init__(self, path: str | Path, flag: str = "", *, owner: LogOwner = OBJECTS,
                  allow_nan: bool = True):
         self._fd = None
-        self.path, self.flag, self.allow_nan = check_log_path(path, flag), flag, allow_nan
+        self.path, self.flag, self.allow_nan = check_log_path(path, flag, None), flag, allow_nan
         where = _where(path, flag)
         flags = (os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
                  | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))

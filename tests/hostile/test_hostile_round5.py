@@ -48,11 +48,15 @@ def _argv(door: str, out: Path, inputs: dict) -> list:
                                   "--no-progress", "--n-boot", "200", "--store", out],
         "recall data --cf-cache": lambda: ["recall", "data", "--data", inputs["pairs"], "--n", "1",
                                            "--no-progress", "--cf-cache", out],
+        "recall graded --cf-cache": lambda: ["recall", "graded", "--n", "1", "--no-progress", "--cf-cache", out],
+        "recall advantage --cf-cache": lambda: ["recall", "advantage", "--n", "2", "--no-progress",
+                                                "--cf-cache", out],
     }[door]()
 
 
 OUT_NAMES = {"attribute --out x.jsonl": "x.jsonl", "attribute --out x.db": "x.db", "generate --out": "x.jsonl",
-             "import --out": "x.db", "align --store": "store", "recall data --cf-cache": "cache.jsonl"}
+             "import --out": "x.db", "align --store": "store", "recall data --cf-cache": "cache.jsonl",
+             "recall graded --cf-cache": "cache.jsonl", "recall advantage --cf-cache": "cache.jsonl"}
 
 # ------------------------------------------------------------------ family 1: the writer lock
 
@@ -165,17 +169,30 @@ FOREIGN = {
     "text lines": b"first note\nsecond note\n",
     "blank lines": b"\n\n",
 }
-APPEND_DOORS = ("attribute --out x.jsonl", "generate --out", "recall data --cf-cache")
+APPEND_DOORS = ("attribute --out x.jsonl", "generate --out", "recall data --cf-cache", "recall graded --cf-cache",
+                "recall advantage --cf-cache", "attribute --out x.db", "import --out")
+
+
+def _sqlite_of_another_program(path: Path) -> bytes:
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE notes (text TEXT)")
+        conn.execute("INSERT INTO notes VALUES ('mine')")
+    conn.close()
+    return path.read_bytes()
 
 
 @pytest.mark.parametrize("door", APPEND_DOORS)
-@pytest.mark.parametrize("case", list(FOREIGN))
+@pytest.mark.parametrize("case", [*FOREIGN, "another program's SQLite file"])
 def test_a_file_that_is_not_the_commands_own_is_refused_and_left_byte_for_byte(door, case, tmp_path, inputs,
                                                                                refused, no_model):
     out = tmp_path / OUT_NAMES[door]
-    out.write_bytes(FOREIGN[case])
-    refused(*_argv(door, out, inputs), words=(str(out), "left as it is"))
-    assert out.read_bytes() == FOREIGN[case] and list(tmp_path.glob("*.lock")) == []
+    if case in FOREIGN:
+        out.write_bytes(FOREIGN[case])
+    before = out.read_bytes() if case in FOREIGN else _sqlite_of_another_program(out)
+    refused(*_argv(door, out, inputs), words=(str(out),))
+    assert out.read_bytes() == before and list(tmp_path.glob("*.lock")) == []
 
 
 @pytest.fixture(scope="module")
@@ -199,6 +216,25 @@ def test_another_commands_output_is_refused_unchanged(door, other, outputs, tmp_
     out.write_bytes(outputs[other].read_bytes())
     refused(*_argv(door, out, inputs), words=("left as it is",))
     assert out.read_bytes() == outputs[other].read_bytes()
+
+
+def test_ctrl_c_keeps_the_written_lines_and_deletes_the_lock(outputs, tmp_path, oar, monkeypatch):
+    import oar_attrib.attribution as attribution
+
+    real, calls = attribution.attribute, []
+
+    def interrupted_at_the_second_batch(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(attribution, "attribute", interrupted_at_the_second_batch)
+    out = tmp_path / "out.jsonl"
+    code, err = oar(*_attribute(outputs["input"], out, "--methods", "entropy", "--batch-size", "1"))
+    assert code == 130 and err == [f"oar attribute: interrupted; 1 lines kept in {out}, rerun the same "
+                                   "command to resume"], err
+    assert _jsonl_lines(out) == [1] and not (tmp_path / "out.jsonl.lock").exists()
 
 
 def _lines(path: Path) -> list[str]:
