@@ -117,6 +117,24 @@ def answers_owner(out: Path, settings: dict):
     return LogOwner("an answer file of oar generate", first)
 
 
+def _not_an_answer(record, seen: dict, number: int) -> str | None:
+    """Why a line of --out is not an answer of `oar generate` (of another shape, with keys no
+    answer has, or an answer already on an earlier line: `seen`, (question, sample) -> line),
+    else None."""
+    from oar_attrib.rollouts import ANSWER_KEYS
+
+    if not _is_answer(record):
+        return "is not an answer line of oar generate"
+    extra = sorted(set(record) - ANSWER_KEYS)
+    if extra:
+        return f"holds keys no answer line of oar generate has ({', '.join(extra[:4])})"
+    key = (question_key(record["prompt"], record["gold"]), record.get("sample"))
+    if key in seen:
+        return f"repeats the answer on line {seen[key]} (the same question and sample)"
+    seen[key] = number
+    return None
+
+
 def _held(out: Path, settings: dict) -> Held:
     """What `out` holds, read without changing it (a last line a kill left unfinished is left
     out; the next append cuts it): InputError when a line is not an answer of `oar generate`,
@@ -126,13 +144,13 @@ def _held(out: Path, settings: dict) -> Held:
     from oar_attrib.jsonl import iter_jsonl
     from oar_attrib.records.settings_record import check_resume
 
-    held, checked = Held(), set()
+    held, checked, seen = Held(), set(), {}
     if not out.exists() or out.stat().st_size == 0:
         return held
     for number, record in iter_jsonl(out, whole_lines=True):
-        if not _is_answer(record):
-            raise InputError(f"--out {out}:{number} is not an answer line of oar generate; pass "
-                             "a new --out (the file is left as it is)")
+        why = _not_an_answer(record, seen, number)
+        if why:
+            raise InputError(f"--out {out}:{number} {why}; pass a new --out (the file is left as it is)")
         theirs = _sampling(record)
         key = json.dumps(theirs, sort_keys=True)
         if key not in checked:

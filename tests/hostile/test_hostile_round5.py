@@ -207,7 +207,8 @@ def outputs(tmp_path_factory, problems):
     questions.write_text(json.dumps({"question": "What is 1 + 2?", "answer": "3"}) + "\n")
     assert cli.main([str(a) for a in _argv("generate --out", folder / "answers.jsonl",
                                            {"questions": questions})]) == 0
-    return {"attribute": folder / "attributed.jsonl", "generate": folder / "answers.jsonl", "input": src}
+    return {"attribute": folder / "attributed.jsonl", "generate": folder / "answers.jsonl", "input": src,
+            "questions": questions}
 
 
 @pytest.mark.parametrize("door, other", [("attribute --out x.jsonl", "generate"), ("generate --out", "attribute")])
@@ -255,14 +256,33 @@ RESUMED = {
 }
 
 
-@pytest.mark.parametrize("case", list(RESUMED))
-def test_a_resumed_output_with_nonsense_lines_is_refused_unchanged(case, outputs, tmp_path, refused, no_model):
-    edit, words = RESUMED[case]
+GENERATED = {
+    "a repeated line": (lambda lines: lines + lines[:1], "repeats the answer on line 1"),
+    "a line with extra keys": (lambda lines: lines[:1] + [_with_extra_key(lines[1])] + lines[2:], "injected"),
+}
+
+
+@pytest.mark.parametrize("door, case", [*(("attribute", c) for c in RESUMED), *(("generate", c) for c in GENERATED)])
+def test_a_resumed_output_with_nonsense_lines_is_refused_unchanged(door, case, outputs, tmp_path, refused,
+                                                                   no_model):
+    edit, words = (RESUMED if door == "attribute" else GENERATED)[case]
     out = tmp_path / "resumed.jsonl"
-    out.write_text("".join(edit(_lines(outputs["attribute"]))), encoding="utf-8")
+    out.write_text("".join(edit(_lines(outputs[door]))), encoding="utf-8")
     before = out.read_bytes()
-    refused(*_attribute(outputs["input"], out, "--methods", "entropy"), words=(words, "left as it is"))
+    argv = (_attribute(outputs["input"], out, "--methods", "entropy") if door == "attribute"
+            else _argv("generate --out", out, {"questions": outputs["questions"]}))
+    refused(*argv, words=(words, "left as it is"))
     assert out.read_bytes() == before and not (tmp_path / "resumed.jsonl.lock").exists()
+
+
+def test_every_key_of_an_output_line_is_one_its_resume_knows(outputs):
+    from oar_attrib.cli.outputs import line_keys
+    from oar_attrib.rollouts import ANSWER_KEYS
+
+    for line in _lines(outputs["attribute"]):
+        assert set(json.loads(line)) <= line_keys()
+    for line in _lines(outputs["generate"]):
+        assert set(json.loads(line)) == ANSWER_KEYS
 
 
 def test_an_own_output_cut_by_a_kill_still_resumes(outputs, tmp_path, oar):
