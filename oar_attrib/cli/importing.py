@@ -147,8 +147,8 @@ def run(args: argparse.Namespace) -> int:
             "'role: content' lines; pass --model with the policy's checkpoint (or keep its "
             "tokenizer in the run folder) for its own"))
     name = settings.name or f"{settings.stack} {Path(settings.sources[0]).name}"
-    fresh = not out.exists()
     with WriterLock(out, "--out"):
+        fresh = not out.exists()
         try:
             with Store(out) as store:
                 summary = import_rollouts(store, read, name=name, model=model, tokenizer=tokenizer,
@@ -168,13 +168,16 @@ def run(args: argparse.Namespace) -> int:
 def _discard_if_empty(out: Path) -> None:
     """Delete the store this import made when it holds no run (every row refused, or a Ctrl-C
     before the first batch): a refused command leaves no file behind."""
-    from ..store import Store
+    from ..store import Store, StoreError
 
     if not out.exists():
         return
-    with Store(out, readonly=True) as store:
-        if store.runs():
-            return
+    try:
+        with Store(out, readonly=True) as store:
+            if store.runs():
+                return
+    except StoreError:  # made here, and not yet a store (its schema was cut short)
+        pass
     for path in (out, Path(f"{out}-wal"), Path(f"{out}-shm")):
         path.unlink(missing_ok=True)
 

@@ -20,9 +20,10 @@ output at the end, in line order and without duplicates, and deletes them.
 
 One writer per output: opening one takes its writer lock (`store.lock`, a `<out>.lock` file
 beside it, deleted when the output is closed, on any exit but a kill); a second writer is
-refused with the first one's pid, and the lock of a killed writer is free at once. A store is judged read-only before anything is written, so another
-application's SQLite file is refused unchanged. A full disk or a read-only place ends the run
-with one line; every batch written before is kept, and a rerun resumes.
+refused with the first one's pid, and the lock of a killed writer is free at once. A store is
+judged read-only before anything is written, so another application's SQLite file is refused
+unchanged. A full disk or a read-only place ends the run with one line; every batch written
+before is kept, and a rerun resumes.
 """
 from __future__ import annotations
 
@@ -84,7 +85,7 @@ def read_records(path: Path) -> Iterable[dict]:
 
 JSONL_REMEDY = "pass a new --out (a JSONL holds the results of one set of settings)"
 STORE_REMEDY = "pass a new --out, or --force-new-run to start a new run in it"
-LEFT = "pass a new --out (the file is left as it is)"
+_LEFT = "pass a new --out (the file is left as it is)"
 
 
 def _is_line(value) -> bool:
@@ -128,13 +129,13 @@ def held_lines(path: Path, settings: dict) -> set[int]:
         where = f"--out {path}:{number}"
         if not _is_line(value):
             raise OutputError(f"{where} is not a line of oar attribute (an object with its input line and "
-                              f"settings record); {LEFT}")
+                              f"settings record); {_LEFT}")
         extra = sorted(set(value) - line_keys())
         if extra:
-            raise OutputError(f"{where} holds keys no line of oar attribute has ({', '.join(extra[:4])}); {LEFT}")
+            raise OutputError(f"{where} holds keys no line of oar attribute has ({', '.join(extra[:4])}); {_LEFT}")
         if value["line"] in done:
             raise OutputError(f"{where} repeats input line {value['line']} (already on line "
-                              f"{done[value['line']]}); {LEFT}")
+                              f"{done[value['line']]}); {_LEFT}")
         key = json.dumps(value["params"], sort_keys=True)
         if key not in checked:
             check_resume(f"--out {path}", stored_record(value), settings, JSONL_REMEDY)

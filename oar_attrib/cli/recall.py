@@ -82,9 +82,11 @@ def recall_record(args: argparse.Namespace) -> dict:
                            recall=recall_knobs(args))
 
 
-def check_cache(args: argparse.Namespace) -> None:
-    """Refuse a `--cf-cache` computed with another model or dtype (RecordMismatchError, before
-    the model loads); give a cache without a record this command's."""
+def check_cache(args: argparse.Namespace, write: bool = True) -> None:
+    """Refuse a `--cf-cache` computed with another model or dtype, or not a cache of this
+    oracle (RecordMismatchError, OutputError; before the model loads); with `write` (once the
+    model has loaded: a refused model leaves no file), give a cache without a record this
+    command's."""
     from ..analysis.counterfactual_recall import CACHE_OWNER
     from ..jsonl import append_jsonl, check_log_path, iter_jsonl
     from ..records.settings_record import check_resume
@@ -97,8 +99,8 @@ def check_cache(args: argparse.Namespace) -> None:
                    if isinstance(v, dict) and isinstance(v.get("record"), dict)), None)
     if stored is not None:
         check_resume(f"--cf-cache {path}", stored, record, "pass a new --cf-cache")
-        return
-    append_jsonl(path, [{"record": record}], "--cf-cache", owner=CACHE_OWNER)  # readers skip lines without a key
+    elif write:
+        append_jsonl(path, [{"record": record}], "--cf-cache", owner=CACHE_OWNER)  # readers skip lines without a key
 
 
 def world_model(args: argparse.Namespace):
@@ -173,8 +175,9 @@ def run_data(args: argparse.Namespace) -> int:
     if other:
         raise InputError(f"{args.data} is scored at token granularity on --sets {' '.join(known)} (the value "
                          f"oracle's sets need --data wordworld:<preset>), got --sets {' '.join(sets)}")
-    check_cache(args)
+    check_cache(args, write=False)
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
+    check_cache(args)
     report = counterfactual_recall(
         model, tokenizer, records, methods=args.methods, probe=args.probe, seed=args.seed,
         cf_positions=args.cf_positions, max_new_tokens=args.max_new_tokens,

@@ -144,7 +144,8 @@ def test_a_lock_is_deleted_when_let_go_and_a_stale_handle_is_never_a_second_lock
 
 def test_clean_runs_leave_no_lock_and_a_refused_model_leaves_no_file(tmp_path, inputs, oar):
     """The lock is deleted on a clean exit (attribute into a JSONL and a store, generate,
-    import), and a model refused after --out was opened leaves neither --out nor its lock."""
+    import), and a model refused after --out was opened leaves neither --out (nor a cache
+    holding only a record of the refused model) nor its lock."""
     for door in ("attribute --out x.jsonl", "attribute --out x.db", "generate --out", "import --out"):
         out = tmp_path / door.replace(" ", "_").replace("-", "") / OUT_NAMES[door]
         out.parent.mkdir()
@@ -153,7 +154,7 @@ def test_clean_runs_leave_no_lock_and_a_refused_model_leaves_no_file(tmp_path, i
     folder = _checkpoint(tmp_path, "many-heads")
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "num_attention_heads": 10 ** 9}))
-    for door in ("attribute --out x.jsonl", "attribute --out x.db", "generate --out"):
+    for door in ("attribute --out x.jsonl", "attribute --out x.db", "generate --out", "recall data --cf-cache"):
         out = tmp_path / "refused" / OUT_NAMES[door]
         out.parent.mkdir(exist_ok=True)
         code, lines = oar(*_argv(door, out, inputs), "--model", folder)
