@@ -113,6 +113,21 @@ def test_a_lock_path_that_is_not_a_lock_file_is_refused_and_left_as_it_is(door, 
     assert not out.exists() and not victim.with_name("nothing-here").exists()
 
 
+@pytest.mark.parametrize("case", ["a symbolic link", "a FIFO", "another file"])
+def test_attribute_in_place_shares_the_lock_rule(case, tmp_path, refused):
+    from hostile_helpers import _demo_store
+
+    db = _demo_store(tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"precious\n")
+    lock = tmp_path / "web.db.lock"
+    LOCKS[case][0](lock, victim)
+    before = db.read_bytes(), _kind(lock)
+    refused("attribute", "--store", db, "--run", 1, "--methods", "entropy", "--no-progress",
+            words=("lock file", LOCKS[case][1]))
+    assert (db.read_bytes(), _kind(lock)) == before and victim.read_bytes() == b"precious\n"
+
+
 def test_a_lock_is_deleted_when_let_go_and_a_stale_handle_is_never_a_second_lock(tmp_path, monkeypatch):
     """The race that deleting a lock file opens: a writer that opened the file just before its
     holder deleted it must not hold a lock on the deleted file while a third holds the new one."""
