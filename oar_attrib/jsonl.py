@@ -7,21 +7,29 @@ lone surrogate (`"\\ud800"`, which no UTF-8 file or database can store) is yield
 `NotJSON` message with its `kind`, numbered by its line in the file. A UTF-8 byte order mark
 at the start of the file is accepted.
 
-`AppendLog` is the project's only way to append to a file: it refuses a path that is a link
-(never written through into what it points to) or not a regular file (a FIFO, a folder, a
-device), with one line naming the path and what to do, before anything is written; on open it
-cuts a last line that a kill left without its newline (it was never a whole record), so the
-next append starts on a line of its own; each `write` is one UTF-8 write of whole lines,
-flushed and fsynced. `iter_jsonl(..., whole_lines=True)` reads the complete lines only, so a
-reader never takes a line still being written for a record.
+`AppendLog` is the project's only way to append to a file, and it appends only to a file that
+is its writer's own. It refuses a path that is a link (never written through into what it
+points to) or not a regular file (a FIFO, a folder, a device); and a file that is not empty
+must be the writer's own output: its first line a whole line that its `LogOwner` takes (an
+`oar attribute` record with this command's settings record, an `oar generate` answer, a
+cache's record line; `OBJECTS`, a JSON object, where a caller says nothing more). Anything
+else (a one-line `json.dump` file with no newline, a file of another program, an output of
+other settings) is refused in one line naming the path and what to do, and left byte for
+byte. `check_log_path` makes the same judgement without opening anything for writing, so a
+command refuses before its model loads. Only then does `AppendLog` cut a last line that a kill
+left without its newline (it was never a whole record), so the next append starts on a line
+of its own; each `write` is one UTF-8 write of whole lines, flushed and fsynced (a write that
+fails half way takes back its own bytes). `iter_jsonl(..., whole_lines=True)` reads the
+complete lines only, so a reader never takes a line still being written for a record.
 """
 from __future__ import annotations
 
 import json
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from .errors import OutputError
 from .files import not_regular, open_regular
@@ -111,11 +119,62 @@ def iter_jsonl(path: str | Path, *, max_bytes: int = MAX_LINE_BYTES,
 # ---------------------------------------------------------------------------- the append-only log
 
 
-def check_log_path(path: str | Path, flag: str = "") -> Path:
+@dataclass(frozen=True)
+class LogOwner:
+    """Whose log a file is. `what` names the writer's output in messages (`an oar attribute
+    output`); `first(value)` says whether a parsed first line is one of its own, and may raise
+    its own OARError for a line that is its own but made with other settings (a
+    RecordMismatchError naming the fields)."""
+
+    what: str
+    first: Callable[[Any], bool]
+
+
+OBJECTS = LogOwner("a JSON Lines log of oar-attrib", lambda value: isinstance(value, dict))
+
+
+def _where(path, flag: str) -> str:
+    return f"{flag} {path}" if flag else str(path)
+
+
+def _first_line(read_at: Callable[[int, int], bytes], size: int) -> bytes | None:
+    """The first line of a file of `size` bytes (with its newline), None when it has none
+    within `MAX_LINE_BYTES`; `read_at(n, offset)` reads n bytes."""
+    held, offset = b"", 0
+    while offset < min(size, MAX_LINE_BYTES + 1):
+        block = read_at(min(1 << 16, size - offset), offset)
+        if not block:
+            break
+        cut = block.find(b"\n")
+        if cut >= 0:
+            return held + block[:cut + 1]
+        held, offset = held + block, offset + len(block)
+    return None
+
+
+def _judge(read_at: Callable[[int, int], bytes], size: int, where: str, flag: str,
+           owner: LogOwner) -> None:
+    """OutputError (one line; the file is not touched) unless a file of `size` bytes is empty
+    or its first line is a whole line that `owner` takes (module docstring)."""
+    if size == 0:
+        return
+    remedy = f"pass a new {flag}" if flag else "pass another path"
+    line = _first_line(read_at, size)
+    if line is None:
+        raise OutputError(f"{where} holds no whole line ({size} bytes and no newline), so it is not "
+                          f"{owner.what}; nothing is written to it (it is left as it is): {remedy}")
+    value = parse_line(line[len(_BOM):] if line.startswith(_BOM) else line, first=True)
+    if isinstance(value, NotJSON) or not owner.first(value):
+        raise OutputError(f"{where} is not {owner.what} (its first line is not one); nothing is "
+                          f"written to it (it is left as it is): {remedy}")
+
+
+def check_log_path(path: str | Path, flag: str = "", owner: LogOwner | None = OBJECTS) -> Path:
     """`path` as a Path when a log may be appended there: missing, or a regular file that is
-    not a link; else OutputError in one line naming it and what to do. Nothing is opened."""
+    not a link and is empty or `owner`'s own (`LogOwner`; None: not judged); else OutputError
+    in one line naming it and what to do. Nothing is opened for writing."""
     path = Path(path)
-    where = f"{flag} {path}" if flag else str(path)
+    where = _where(path, flag)
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
@@ -128,6 +187,10 @@ def check_log_path(path: str | Path, flag: str = "") -> Path:
     kind = not_regular(mode)
     if kind is not None:
         raise OutputError(f"{where} is {kind}, not a regular file; pass a file path")
+    if owner is not None:
+        with open_regular(path, flag) as handle:
+            fd = handle.fileno()
+            _judge(lambda n, at: os.pread(fd, n, at), os.fstat(fd).st_size, where, flag, owner)
     return path
 
 
@@ -156,14 +219,16 @@ def _line(record: Any, allow_nan: bool) -> bytes:
 
 
 class AppendLog:
-    """An append-only JSON Lines file, open for appending (module docstring). `flag` names
-    the path in messages (`--out`); `allow_nan=False` refuses NaN and infinities (ValueError)
-    where a reader needs strict JSON. A context manager; `close` is idempotent."""
+    """An append-only JSON Lines file of `owner`'s (`LogOwner`), open for appending (module
+    docstring). `flag` names the path in messages (`--out`); `allow_nan=False` refuses NaN and
+    infinities (ValueError) where a reader needs strict JSON. A context manager; `close` is
+    idempotent."""
 
-    def __init__(self, path: str | Path, flag: str = "", *, allow_nan: bool = True):
+    def __init__(self, path: str | Path, flag: str = "", *, owner: LogOwner = OBJECTS,
+                 allow_nan: bool = True):
         self._fd = None
-        self.path, self.flag, self.allow_nan = check_log_path(path, flag), flag, allow_nan
-        where = f"{flag} {path}" if flag else str(path)
+        self.path, self.flag, self.allow_nan = check_log_path(path, flag, None), flag, allow_nan
+        where = _where(path, flag)
         flags = (os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
                  | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
         try:
@@ -171,24 +236,35 @@ class AppendLog:
         except OSError as err:  # a link or FIFO swapped in since the check: ELOOP, ENXIO
             raise OutputError(f"{where} cannot be appended to ({err.strerror}); pass a regular "
                               "file in a folder you can write") from None
-        kind = not_regular(os.fstat(self._fd).st_mode)
-        if kind is not None:
-            os.close(self._fd)
-            raise OutputError(f"{where} is {kind}, not a regular file; pass a file path")
-        os.set_blocking(self._fd, True)
         try:
+            kind = not_regular(os.fstat(self._fd).st_mode)
+            if kind is not None:
+                raise OutputError(f"{where} is {kind}, not a regular file; pass a file path")
+            os.set_blocking(self._fd, True)
+            fd = self._fd
+            _judge(lambda n, at: os.pread(fd, n, at), os.fstat(fd).st_size, where, flag, owner)
             _cut_partial_tail(self._fd)
         except BaseException:
             self.close()
             raise
 
     def write(self, records: Iterable[Any]) -> None:
-        """Append one line per record, in one write, flushed and fsynced."""
+        """Append one line per record, in one write, flushed and fsynced. A write that fails
+        part way (a full disk) takes back the bytes it wrote, where nothing was appended since."""
         data = b"".join(_line(r, self.allow_nan) for r in records)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view):]
-        os.fsync(self._fd)
+        start, view = os.fstat(self._fd).st_size, memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self._fd, view):]
+            os.fsync(self._fd)
+        except BaseException:
+            written = len(data) - len(view)
+            try:
+                if written and os.fstat(self._fd).st_size == start + written:
+                    os.ftruncate(self._fd, start)
+            except OSError:
+                pass  # the cut line is dropped on the next open instead
+            raise
 
     def close(self) -> None:
         if self._fd is not None:
@@ -202,7 +278,8 @@ class AppendLog:
         self.close()
 
 
-def append_jsonl(path: str | Path, records: Iterable[Any], flag: str = "", *, allow_nan: bool = True) -> None:
-    """Append `records` to the log at `path` (`AppendLog`: opened, written, closed)."""
-    with AppendLog(path, flag, allow_nan=allow_nan) as log:
+def append_jsonl(path: str | Path, records: Iterable[Any], flag: str = "", *, owner: LogOwner = OBJECTS,
+                 allow_nan: bool = True) -> None:
+    """Append `records` to `owner`'s log at `path` (`AppendLog`: opened, written, closed)."""
+    with AppendLog(path, flag, owner=owner, allow_nan=allow_nan) as log:
         log.write(records)

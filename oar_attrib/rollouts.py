@@ -152,6 +152,12 @@ def decode_answers(model, tokenizer, chunk: Sequence[tuple[list[int], Question]]
     return [out[i * samples:(i + 1) * samples] for i in range(len(chunk))]
 
 
+# Every key an answer line of `oar generate` holds: `graded_group`'s, and the `sampling` record
+# the command adds (a resumed --out whose line holds another is refused, `cli.generate`).
+ANSWER_KEYS = frozenset({"prompt", "response", "gold", "reward", "correct", "answer", "why", "group", "sample",
+                         "greedy", "tokens", "source", "advantage", "sampling"})
+
+
 def graded_group(question: Question, answers: Sequence[tuple[str, int, bool]], answer_format: str,
                  greedy: bool = False, first: int = 0) -> list[dict]:
     """The records of one question's answers ((text, tokens, cut off) each): graded, with

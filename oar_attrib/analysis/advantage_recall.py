@@ -322,7 +322,7 @@ def advantage_recall(model, tokenizer, records: list[dict], *, n: int, methods=N
     methods = list(methods or available_methods())
     run = _Run(model, tokenizer, cache if isinstance(cache, OracleCache) else advantage_cache(cache),
                settings, progress)
-    prompts = [record_prompt(r) for r in records]
+    prompts = [record_prompt(r, tokenizer) for r in records]
     prompt_ids = [encode_prompt_ids(tokenizer, p) for p in prompts]
     rewards_of = [reward_function(r) for r in records]
     texts, rewards = _sample_groups(run, prompt_ids, rewards_of, math.ceil(n / group_size), group_size,

@@ -13,8 +13,9 @@ Torch-free: the writer (`training.align.store`), the statistics (`analysis.align
 app read and write the folder through it, and no other module joins its file names. Every read
 is checked: a file that is not what the writer writes (cut short, another type, a number
 written as text) is an `AlignFolderError`, one line naming the file, the line and what to do,
-and nothing is changed. A JSON Lines file's last line cut by a kill is passed over (the writer
-measures that batch again on resume).
+and nothing is changed. A JSON Lines file's last line cut by a kill (no newline) is passed over
+(the writer measures that batch again on resume); any whole line that cannot be read (not
+JSON, nested too deeply) is refused, the last one too.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..files import write_file
-from ..jsonl import NotJSON, append_jsonl, iter_jsonl
+from ..jsonl import LogOwner, NotJSON, append_jsonl, iter_jsonl
 from ..records.settings_record import RECORD_FILE
 
 RECORD = RECORD_FILE  # settings_record.json, as beside a training run
@@ -45,7 +46,18 @@ DAMAGED = "restore it from where it was committed or exported, or measure into a
 
 
 class AlignFolderError(InputError):
-    """A file of an align result folder that is not what `oar align` writes."""
+    """A file of an align result folder that is not what `oar align` writes: `file` (its name
+    in the folder), `line` and `why` say which and what is wrong, so that a reader may name
+    the folder its own way (`said`: the web app by the result's name, not its path)."""
+
+    def __init__(self, folder: Path, file: str, why: str, line: int | None = None):
+        self.folder, self.file, self.why, self.line = folder, file, why, line
+        super().__init__(self.said(str(folder)))
+
+    def said(self, folder: str) -> str:
+        """The one line, the folder named `folder`."""
+        where = f"{folder}/{self.file}" + (f" line {self.line}" if self.line is not None else "")
+        return f"{where}: {self.why}; {DAMAGED}"
 
 
 def _number(value) -> bool:
@@ -78,8 +90,7 @@ class AlignFolder:
         return self.record_file().is_file() and self.file(REFERENCE_JSON).is_file()
 
     def _bad(self, name: str, why: str, line: int | None = None) -> AlignFolderError:
-        where = f"{self.file(name)}" + (f" line {line}" if line is not None else "")
-        return AlignFolderError(f"{where}: {why}; {DAMAGED}")
+        return AlignFolderError(self.path, name, why, line)
 
     # ------------------------------------------------------------------ checked reads
 
@@ -111,13 +122,12 @@ class AlignFolder:
             return []
         if not path.is_file():
             raise self._bad(name, "is not a file")
-        rows = list(iter_jsonl(path))
         out = []
-        for k, (number, value) in enumerate(rows):
+        # A last line a kill cut short has no newline: passed over. Every whole line is judged,
+        # the last one too (a line nested too deeply to read is not a cut line).
+        for number, value in iter_jsonl(path, whole_lines=True):
             if isinstance(value, NotJSON):
-                if k == len(rows) - 1:  # a last line a kill cut short: passed over
-                    break
-                raise self._bad(name, "is not JSON", number)
+                raise self._bad(name, f"is not JSON ({value})", number)
             why = "is not a JSON object" if not isinstance(value, dict) else check(value)
             if why:
                 raise self._bad(name, why, number)
@@ -162,10 +172,13 @@ class AlignFolder:
         write_file(path, json.dumps(value, indent=1, ensure_ascii=False))
 
     def append(self, name: str, lines: list[dict]) -> None:
-        """Append lines to one of the folder's JSON Lines files (the project's one append-only log)."""
+        """Append lines to one of the folder's JSON Lines files (the project's one append-only
+        log), which must be the folder's own: its first line one that the file's check takes."""
         path = self.file(name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        append_jsonl(path, lines)
+        check = _LINE_CHECKS[name]
+        append_jsonl(path, lines, owner=LogOwner(f"the {name} of an oar align folder",
+                                                 lambda v: isinstance(v, dict) and check(v) is None))
 
     def export(self, dest: str | Path) -> list[Path]:
         """Copy the `RESULT_FILES` that exist into the folder `dest` (made if needed)."""
@@ -260,3 +273,6 @@ def _result_problem(line: dict) -> str | None:
         if not isinstance(seconds, dict) or not all(_number(v) for v in seconds.values()):
             return f"method {label!r} seconds are not numbers"
     return None
+
+
+_LINE_CHECKS = {SCREEN: _screen_problem, POOL: _pool_problem, RESULTS: _result_problem}

@@ -131,13 +131,16 @@ def answer_key(text: str) -> str | None:
     return repr(number) if number is not None else value.strip()
 
 
-def record_prompt(record: dict):
-    """The prompt of a record: its `prompt`, else its question in a chat message asking for
-    "The answer is N." (`INSTRUCTION`)."""
+def record_prompt(record: dict, tokenizer=None):
+    """The prompt of a record: its `prompt`, else its question asking for "The answer is N."
+    (`INSTRUCTION`): a chat message, or the plain text for a `tokenizer` without a chat
+    template (as `rollouts.format_prompt` asks such a model)."""
     if "prompt" in record:
         return record["prompt"]
-    question = record.get("question", record.get("problem"))
-    return [{"role": "user", "content": INSTRUCTION.format(question=question)}]
+    text = INSTRUCTION.format(question=record.get("question", record.get("problem")))
+    if tokenizer is not None and getattr(tokenizer, "chat_template", None) is None:
+        return text
+    return [{"role": "user", "content": text}]
 
 
 def encode_prompt_ids(tokenizer, prompt) -> list[int]:
@@ -156,7 +159,7 @@ def model_traces(model, tokenizer, records: list[dict], max_new_tokens: int,
     texts = [r.get("response") for r in records]
     todo = [i for i, t in enumerate(texts) if t is None]
     if todo:
-        prompts = [tokenizer.decode(encode_prompt_ids(tokenizer, record_prompt(records[i]))) for i in todo]
+        prompts = [tokenizer.decode(encode_prompt_ids(tokenizer, record_prompt(records[i], tokenizer))) for i in todo]
         ids = generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=8, progress=progress)
         for i, row in zip(todo, ids):
             texts[i] = tokenizer.decode(row, skip_special_tokens=True)
@@ -266,7 +269,7 @@ def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None
     cache = cache if isinstance(cache, OracleCache) else causal_cache(cache)
     known = _read_cache(cache)
     texts = model_traces(model, tokenizer, records, max_new_tokens, progress)
-    prompts = [record_prompt(r) for r in records]
+    prompts = [record_prompt(r, tokenizer) for r in records]
     traces = attribute(model, tokenizer, prompts, texts, methods, ReshapeSettings(probe=probe, seed=seed),
                        progress=progress, method_params=method_params)
     correct = [None if "answer" not in r else grade(t, r["answer"]).correct for r, t in zip(records, texts)]

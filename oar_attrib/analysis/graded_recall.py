@@ -292,7 +292,7 @@ def graded_recall(model, tokenizer, records: list[dict], *, methods=None, probe:
                          "have: pass --group-samples G (answers sampled per problem), or leave it out")
     cache = cache if isinstance(cache, OracleCache) else graded_cache(cache)
     run = _Run(model, tokenizer, cache, settings, progress)
-    prompts = [record_prompt(r) for r in records]
+    prompts = [record_prompt(r, tokenizer) for r in records]
     prompt_ids = [encode_prompt_ids(tokenizer, p) for p in prompts]
     texts = [r.get("response") for r in records]
     if any(t is None for t in texts):

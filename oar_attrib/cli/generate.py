@@ -18,7 +18,9 @@ file or line it came from), the answers --out already holds are kept, never rewr
 and only the missing ones are asked (a higher --samples adds to each group, whose advantages
 are then recomputed); answers sampled with other settings are refused. Prompts longer than
 the model can take with --max-new-tokens are skipped before anything is generated; bad
-question lines are reported by number and skipped (exit status 2).
+question lines are reported by number and skipped (exit status 2). An --out that is not an
+answer file of `oar generate` is refused, left as it is (`answers_owner`); one writer at a
+time (`store.lock.WriterLock`, deleted on every exit but a kill).
 """
 from __future__ import annotations
 
@@ -89,31 +91,73 @@ class Held:
         return self.groups[key]
 
 
-def _held(out: Path, settings: dict) -> Held:
-    """What `out` holds (after cutting a last line a kill left unfinished); InputError when a
-    line is not an answer of `oar generate`, RecordMismatchError when it was sampled with
-    other settings or by another model (its weights: a moved folder is the same model)."""
-    from oar_attrib.files import drop_partial_tail
-    from oar_attrib.errors import InputError
-    from oar_attrib.jsonl import NotJSON, iter_jsonl
+_REMEDY = "rerun with those settings to add to them, or pass a new --out"
+
+
+def _is_answer(record) -> bool:
+    return isinstance(record, dict) and {"prompt", "gold", "group"} <= set(record) and isinstance(
+        record.get("sampling"), dict)
+
+
+def _sampling(record: dict) -> dict:
+    """An answer's sampling record (one written before the model carried its hash: by name)."""
+    theirs = record["sampling"]
+    return {**theirs, "model": {"name": theirs["model"]}} if isinstance(theirs.get("model"), str) else theirs
+
+
+def answers_owner(out: Path, settings: dict):
+    """The `jsonl.LogOwner` of an `oar generate` --out sampled with `settings`: a first line
+    that is not an answer is not its own; one sampled otherwise is a RecordMismatchError."""
+    from oar_attrib.jsonl import LogOwner
     from oar_attrib.records.settings_record import check_resume
 
-    held, checked = Held(), set()
+    def first(value) -> bool:
+        if not _is_answer(value):
+            return False
+        check_resume(f"--out {out}", _sampling(value), settings, _REMEDY)
+        return True
+
+    return LogOwner("an answer file of oar generate", first)
+
+
+def _not_an_answer(record, seen: dict, number: int) -> str | None:
+    """Why a line of --out is not an answer of `oar generate` (of another shape, with keys no
+    answer has, or an answer already on an earlier line: `seen`, (question, sample) -> line),
+    else None."""
+    from oar_attrib.rollouts import ANSWER_KEYS
+
+    if not _is_answer(record):
+        return "is not an answer line of oar generate"
+    extra = sorted(set(record) - ANSWER_KEYS)
+    if extra:
+        return f"holds keys no answer line of oar generate has ({', '.join(extra[:4])})"
+    key = (question_key(record["prompt"], record["gold"]), record.get("sample"))
+    if key in seen:
+        return f"repeats the answer on line {seen[key]} (the same question and sample)"
+    seen[key] = number
+    return None
+
+
+def _held(out: Path, settings: dict) -> Held:
+    """What `out` holds, read without changing it (a last line a kill left unfinished is left
+    out; the next append cuts it): InputError when a line is not an answer of `oar generate`,
+    RecordMismatchError when it was sampled with other settings or by another model (its
+    weights: a moved folder is the same model)."""
+    from oar_attrib.errors import InputError
+    from oar_attrib.jsonl import iter_jsonl
+    from oar_attrib.records.settings_record import check_resume
+
+    held, checked, seen = Held(), set(), {}
     if not out.exists() or out.stat().st_size == 0:
         return held
-    drop_partial_tail(out)
-    for number, record in iter_jsonl(out):
-        if isinstance(record, NotJSON) or not isinstance(record, dict) or not {
-                "prompt", "gold", "group"} <= set(record) or not isinstance(record.get("sampling"), dict):
-            raise InputError(f"--out {out}:{number} is not an answer line of oar generate; pass "
-                             "a new --out (the file is left as it is)")
-        theirs = record["sampling"]
-        if isinstance(theirs.get("model"), str):  # written before the model carried its hash
-            theirs = {**theirs, "model": {"name": theirs["model"]}}
+    for number, record in iter_jsonl(out, whole_lines=True):
+        why = _not_an_answer(record, seen, number)
+        if why:
+            raise InputError(f"--out {out}:{number} {why}; pass a new --out (the file is left as it is)")
+        theirs = _sampling(record)
         key = json.dumps(theirs, sort_keys=True)
         if key not in checked:
-            check_resume(f"--out {out}", theirs, settings,
-                         "rerun with those settings to add to them, or pass a new --out")
+            check_resume(f"--out {out}", theirs, settings, _REMEDY)
             checked.add(key)
         key = question_key(record["prompt"], record["gold"])
         held.counts[key] += 1
@@ -272,7 +316,7 @@ def _answer(model, tokenizer, todo: dict, options: GenerateSettings, settings, o
     record, limit = settings.record(), position_limit(tokenizer, model)
     tally = Tally()
     try:
-        with AppendLog(out, "--out") as handle, \
+        with AppendLog(out, "--out", owner=answers_owner(out, record)) as handle, \
                 tqdm(total=sum(len(q) * (options.samples - have) for have, q in todo.items()),
                      desc="generate", unit="answer", disable=options.no_progress) as bar:
             above_bar = lambda line: bar.write(terminal_safe(line), file=sys.stderr)  # noqa: E731
@@ -359,12 +403,11 @@ def model_defaults(args) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from oar_attrib.console import say
     from oar_attrib.errors import InputError
     from oar_attrib.files import check_file, check_writable
     from oar_attrib.jsonl import check_log_path
-    from oar_attrib.models import load_model
-    from oar_attrib.rollouts import SamplingSettings, read_questions
+    from oar_attrib.rollouts import SamplingSettings
+    from oar_attrib.store.lock import WriterLock
 
     said = model_defaults(args)
     options = dataclass_from_args(GenerateSettings, args)
@@ -379,7 +422,17 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--out {out}: oar generate writes JSONL; attribute it into a store with "
                          f"oar attribute --input {out.with_suffix('.jsonl')} --out {out}")
     check_writable(out)
-    check_log_path(out, "--out")
+    check_log_path(out, "--out", answers_owner(out, settings.record()))  # read-only, before the lock
+    with WriterLock(out, "--out"):  # deleted on every exit but a kill
+        return _generate_into(out, data, options, settings, said)
+
+
+def _generate_into(out: Path, data: Path, options: GenerateSettings, settings, said: str | None) -> int:
+    """`oar generate` once its flags and --out are checked and its writer lock is held."""
+    from oar_attrib.console import say
+    from oar_attrib.models import load_model
+    from oar_attrib.rollouts import read_questions
+
     held = _held(out, settings.record())
     if said:  # once every refusal has had its say
         say(said)

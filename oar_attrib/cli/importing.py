@@ -147,15 +147,40 @@ def run(args: argparse.Namespace) -> int:
             "'role: content' lines; pass --model with the policy's checkpoint (or keep its "
             "tokenizer in the run folder) for its own"))
     name = settings.name or f"{settings.stack} {Path(settings.sources[0]).name}"
-    with WriterLock(out, "--out"), Store(out) as store:
-        summary = import_rollouts(store, read, name=name, model=model, tokenizer=tokenizer,
-                                  config=config, answer_format=settings.answer_format,
-                                  correct_threshold=settings.correct_threshold,
-                                  batch=settings.batch_size, limits=limits, report=say)
-        summarise(store, summary.run_id)
-        signal = signal_line(store_signal(store, summary.run_id), Knobs() if settings.stack == "jsonl" else RL_RUN)
+    with WriterLock(out, "--out"):
+        fresh = not out.exists()
+        try:
+            with Store(out) as store:
+                summary = import_rollouts(store, read, name=name, model=model, tokenizer=tokenizer,
+                                          config=config, answer_format=settings.answer_format,
+                                          correct_threshold=settings.correct_threshold,
+                                          batch=settings.batch_size, limits=limits, report=say)
+                summarise(store, summary.run_id)
+                signal = signal_line(store_signal(store, summary.run_id),
+                                     Knobs() if settings.stack == "jsonl" else RL_RUN)
+        except BaseException:
+            if fresh:
+                _discard_if_empty(out)
+            raise
     _report(out, summary, left_out, signal, settings.sources if settings.stack == "trl" else ())
     return 2 if summary.skipped or left_out else 0
+
+
+def _discard_if_empty(out: Path) -> None:
+    """Delete the store this import made when it holds no run (every row refused, or a Ctrl-C
+    before the first batch): a refused command leaves no file behind."""
+    from ..store import Store, StoreError
+
+    if not out.exists():
+        return
+    try:
+        with Store(out, readonly=True) as store:
+            if store.runs():
+                return
+    except StoreError:  # made here, and not yet a store (its schema was cut short)
+        pass
+    for path in (out, Path(f"{out}-wal"), Path(f"{out}-shm")):
+        path.unlink(missing_ok=True)
 
 
 def _report(out: Path, summary, left_out: list[str], signal: str | None, sources=()) -> None:

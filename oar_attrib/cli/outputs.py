@@ -5,25 +5,31 @@ Every record is `{"line": n, **TraceAttribution.to_dict()}` (n the input file's 
 line carries the settings record of what made it (`records.settings_record`, the trace's
 `params`). A JSONL output is appended to and flushed after each batch; a store output commits
 each batch in one transaction, in a run whose config is the record. Opening an output checks
-it (before any model loads): a record that differs from the one it holds is refused with one
-line (`RecordMismatchError`) and nothing is written; otherwise it reads the line numbers it
-already holds, so a rerun skips them; a JSONL line cut short by a kill is dropped. A JSONL
-holds one run's settings, so a changed setting needs a new `--out`; a store takes a new run
-with `--force-new-run`.
+it (before any model loads), read-only: a JSONL that is not an `oar attribute` output (a file
+of another program; a line of another shape, with keys no line has, or repeating an input
+line) is refused with one line and left byte for byte, and so is one whose record differs
+from this command's (`RecordMismatchError`); otherwise it reads the line numbers it already
+holds, so a rerun skips them. Nothing is created or changed before the first write (then a
+JSONL line cut short by a kill is dropped), so a command refused after its output was opened
+(a model that does not load) leaves no file. A JSONL holds one run's settings, so a changed
+setting needs a new `--out`; a store takes a new run with `--force-new-run`.
 
 Several processes (`torchrun`, `accelerate launch`) each write a part file next to the output,
 `<out>.rank<r>-of-<n>.part` (JSONL, resumable the same way); rank 0 merges the parts into the
 output at the end, in line order and without duplicates, and deletes them.
 
 One writer per output: opening one takes its writer lock (`store.lock`, a `<out>.lock` file
-beside it); a second writer is refused with the first one's pid, and the lock of a killed
-writer is free at once. A store is judged read-only before anything is written, so another
-application's SQLite file is refused unchanged. A full disk or a read-only place ends the run
-with one line; every batch written before is kept, and a rerun resumes.
+beside it, deleted when the output is closed, on any exit but a kill); a second writer is
+refused with the first one's pid, and the lock of a killed writer is free at once. A store is
+judged read-only before anything is written, so another application's SQLite file is refused
+unchanged. A full disk or a read-only place ends the run with one line; every batch written
+before is kept, and a rerun resumes.
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
+import functools
 import json
 from pathlib import Path
 from typing import Iterable, Iterator, Protocol
@@ -31,7 +37,7 @@ from typing import Iterable, Iterator, Protocol
 from ..commands import Interrupted, interrupted  # noqa: F401  (used through this module too)
 from ..errors import OARError, OutputError
 from ..files import check_writable, drop_partial_tail  # noqa: F401  (used through this module too)
-from ..jsonl import AppendLog, iter_jsonl, parse_line
+from ..jsonl import AppendLog, LogOwner, check_log_path, iter_jsonl, parse_line
 from ..records.settings_record import check_resume, record_differences, stored_record
 
 
@@ -68,7 +74,10 @@ def _complete_lines(path: Path, known: int) -> int:
 
 
 def read_records(path: Path) -> Iterable[dict]:
-    """The complete records of an output or part file (other lines are not records)."""
+    """The complete records of an output or part file (other lines are not records); none
+    when the file is not there (an output is made at its first write)."""
+    if not Path(path).exists():
+        return
     for _, record in iter_jsonl(path):
         if isinstance(record, dict) and isinstance(record.get("line"), int):
             yield record
@@ -76,32 +85,88 @@ def read_records(path: Path) -> Iterable[dict]:
 
 JSONL_REMEDY = "pass a new --out (a JSONL holds the results of one set of settings)"
 STORE_REMEDY = "pass a new --out, or --force-new-run to start a new run in it"
+_LEFT = "pass a new --out (the file is left as it is)"
+
+
+def _is_line(value) -> bool:
+    """Whether a parsed line has the shape of an `oar attribute` line: an object with its
+    input line number (a count from 1) and the trace's settings record (`params`)."""
+    return (isinstance(value, dict) and type(value.get("line")) is int and value["line"] >= 1
+            and isinstance(value.get("params"), dict) and isinstance(value.get("response"), str))
+
+
+@functools.lru_cache(maxsize=1)
+def line_keys() -> frozenset:
+    """Every key an `oar attribute` line may hold: its input line, the trace's own
+    (`TraceAttribution`) and the input's labels (`_LABELS`)."""
+    from ..records.traces import TraceAttribution
+
+    return frozenset({*_LABELS, *(f.name for f in dataclasses.fields(TraceAttribution))})
+
+
+def attribute_owner(path: Path, settings: dict) -> LogOwner:
+    """The `LogOwner` of an `oar attribute` JSONL made with `settings`: a first line of
+    another shape is not its own; one of other settings is a RecordMismatchError."""
+    def first(value) -> bool:
+        if not _is_line(value):
+            return False
+        check_resume(f"--out {path}", stored_record(value), settings, JSONL_REMEDY)
+        return True
+
+    return LogOwner("an output of oar attribute (one attributed input line per line)", first)
+
+
+def held_lines(path: Path, settings: dict) -> set[int]:
+    """The input line numbers an `oar attribute` JSONL holds, read without changing it; every
+    whole line checked (a last line cut by a kill is left out): an OutputError for a line that
+    is not one of its records, holds keys none has, or repeats an input line, and a
+    RecordMismatchError for one made with other settings."""
+    done: dict[int, int] = {}
+    checked: set[str] = set()
+    if not path.exists():
+        return set()
+    for number, value in iter_jsonl(path, whole_lines=True):
+        where = f"--out {path}:{number}"
+        if not _is_line(value):
+            raise OutputError(f"{where} is not a line of oar attribute (an object with its input line and "
+                              f"settings record); {_LEFT}")
+        extra = sorted(set(value) - line_keys())
+        if extra:
+            raise OutputError(f"{where} holds keys no line of oar attribute has ({', '.join(extra[:4])}); {_LEFT}")
+        if value["line"] in done:
+            raise OutputError(f"{where} repeats input line {value['line']} (already on line "
+                              f"{done[value['line']]}); {_LEFT}")
+        key = json.dumps(value["params"], sort_keys=True)
+        if key not in checked:
+            check_resume(f"--out {path}", stored_record(value), settings, JSONL_REMEDY)
+            checked.add(key)
+        done[value["line"]] = number
+    return set(done)
 
 
 class JsonlOutput:
     """Appends records to a JSON Lines file, flushed and synced per batch; holds the file's
     writer lock (unless `lock` is false) until closed. `record`: the settings record of what
-    is written; a file whose first record carries another is refused (`check_resume`)."""
+    is written; a file that is not an `oar attribute` output of that record is refused, left
+    as it is (`attribute_owner`, `held_lines`). Nothing is created or changed before the
+    first write: a command refused after the output was opened leaves no file."""
 
     def __init__(self, path: str | Path, record: dict, lock: bool = True):
         from ..store.lock import WriterLock  # here: `oar --help` builds this command without the store
 
-        self.path, settings = Path(path), record
+        self.path, self.record = Path(path), record
         check_writable(self.path)
+        self._owner = attribute_owner(self.path, record)
+        check_log_path(self.path, "--out", self._owner)  # before the lock: a foreign file makes none
         self._lock = WriterLock(self.path, "--out") if lock else None
-        self.done: set[int] = set()
         self._log = None
         try:
-            self._log = AppendLog(self.path, "--out")  # a line a kill cut short is dropped
-            for record in read_records(self.path):
-                if not self.done:
-                    check_resume(f"--out {self.path}", stored_record(record), settings, JSONL_REMEDY)
-                self.done.add(record["line"])
+            self.done: set[int] = held_lines(self.path, record)
         except OSError as err:
             self._release()
             if isinstance(err, OARError):
                 raise
-            raise OutputError(f"--out {self.path} cannot be written ({err.strerror}); pass a "
+            raise OutputError(f"--out {self.path} cannot be read ({err.strerror}); pass a "
                               "path in a folder you can write") from None
         except BaseException:
             self._release()
@@ -109,7 +174,11 @@ class JsonlOutput:
 
     def write(self, records: list[dict]) -> None:
         try:
+            if self._log is None:  # made (or a line a kill cut short dropped) at the first write
+                self._log = AppendLog(self.path, "--out", owner=self._owner)
             self._log.write(records)
+        except OARError:
+            raise
         except OSError as err:  # a line cut short here is dropped when the run is resumed
             raise _write_failed(self.path, err, _complete_lines(self.path, len(self.done))) from None
         self.done.update(r["line"] for r in records)
@@ -123,6 +192,7 @@ class JsonlOutput:
     def _release(self) -> None:
         if self._log is not None:
             self._log.close()
+            self._log = None
         if self._lock is not None:
             self._lock.release()
 
@@ -155,15 +225,19 @@ class StoreOutput:
 
         self.path = Path(path)
         check_writable(self.path)
-        identify(self.path)  # read-only: a newer schema or another program's file fails unchanged
+        # Read-only: a newer schema or another program's file fails unchanged; a store that is
+        # not there yet (or an empty file) is made at the first write, so a refusal makes none.
+        made = identify(self.path) > 0
         self._lock = WriterLock(self.path, "--out") if lock else None
+        self.store = None
         try:
-            self.store = Store(self.path)
             self.name, self.model, self.config = name, model, config
-            self.run_id = None if force_new else self._same_job(config)
+            if made:
+                self.store = Store(self.path)
+            self.run_id = None if force_new or not made else self._same_job(config)
             self.done = set() if self.run_id is None else set(self._lines(self.run_id))
         except BaseException:
-            self._release()
+            self.close(finish=False)
             raise
 
     def _same_job(self, config: dict) -> int | None:
@@ -186,6 +260,10 @@ class StoreOutput:
     def write(self, records: list[dict]) -> None:
         if not records:
             return
+        if self.store is None:
+            from ..store import Store
+
+            self.store = Store(self.path)
         if self.run_id is None:
             self.run_id = self.store.add_run(self.name, model=self.model, config=self.config)
         from ..store.core import UNKNOWN
@@ -207,7 +285,8 @@ class StoreOutput:
 
                 summarise(self.store, self.run_id)
         finally:
-            self.store.close()
+            if self.store is not None:
+                self.store.close()
             self._release()
 
     def _release(self) -> None:

@@ -248,11 +248,18 @@ def import_rollouts(store, read: Reader, *, name: str, model: str, tokenizer, co
                 flush()
         flush()
     except KeyboardInterrupt:
-        raise KeyboardInterrupt(f"interrupted; the {written} rows written to {store.path} are "
-                                "kept, rerun the same command to resume") from None
+        raise _interrupted(store, run_id) from None
     if run_id is None and not resumed:
         raise InputError(f"no usable rollout in {config.get('sources')}; every row was skipped")
     return ImportSummary(run_id, written, resumed, skipped, recomputed)
+
+
+def _interrupted(store, run_id: int | None) -> KeyboardInterrupt:
+    """The Ctrl-C of an import, saying the rows its run holds: read back, not counted (the
+    Ctrl-C may land after a batch's commit and before its count)."""
+    kept = 0 if run_id is None else len(store.trace_extras(run_id, "row"))
+    return KeyboardInterrupt(f"interrupted; the {kept} rows of this run in {store.path} are kept, "
+                             "rerun the same command to resume")
 
 
 def consecutive_groups(items: Iterable[Rollout]) -> Iterator[Rollout]:

@@ -251,7 +251,7 @@ def _traces(settings: InterventionRecall, records: list[dict], model, tokenizer,
     from ..analysis.graded_recall import _Run, _answers
     from ..models.catalogue import answering
 
-    prompts = [encode_prompt_ids(tokenizer, record_prompt(r)) for r in records]
+    prompts = [encode_prompt_ids(tokenizer, record_prompt(r, tokenizer)) for r in records]
     world = settings.data is None
     if world:
         texts = [r["problem"].solution for r in records]

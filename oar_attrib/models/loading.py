@@ -41,11 +41,72 @@ def resolve(name_or_path: str | Path) -> Path:
     return path
 
 
+# The largest sizes a config.json may ask for (several times those of the largest open models),
+# checked on the file's own JSON before transformers reads it or builds anything: 10**9 heads,
+# 10**7 layers or a negative hidden_size is one line, never a hang, a traceback or an allocation.
+CONFIG_BOUNDS = {
+    "vocab_size": 1 << 22, "hidden_size": 1 << 16, "intermediate_size": 1 << 20, "head_dim": 1 << 12,
+    "num_hidden_layers": 1 << 10, "num_attention_heads": 1 << 10, "num_key_value_heads": 1 << 10,
+    "max_position_embeddings": 1 << 24, "num_experts": 1 << 12, "num_local_experts": 1 << 12,
+    # the GPT-2 family's names
+    "n_embd": 1 << 16, "n_inner": 1 << 20, "n_layer": 1 << 10, "n_head": 1 << 10, "n_positions": 1 << 24,
+}
+_NESTED = ("text_config", "decoder", "language_config")  # a multimodal config's language model
+
+
+def config_problem(config: dict) -> str | None:
+    """What is wrong with a config's sizes (`CONFIG_BOUNDS`: each an integer from 1 to its
+    bound; the heads dividing the hidden size and into the key-value heads), or None."""
+    for key, bound in CONFIG_BOUNDS.items():
+        value = config.get(key)
+        values = value if isinstance(value, list) else [value]  # a per-layer list: each one
+        if value is not None and not all(type(v) is int and 1 <= v <= bound for v in values):
+            return f"{key} is {repr(value)[:40]}, not a size from 1 to {bound}"
+    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+    if hidden and heads and config.get("head_dim") is None and hidden % heads:
+        return f"hidden_size {hidden} is not a multiple of num_attention_heads {heads}"
+    kv = config.get("num_key_value_heads")
+    if heads and kv and heads % kv:
+        return f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}"
+    return next((why for key in _NESTED if isinstance(config.get(key), dict)
+                 for why in [config_problem(config[key])] if why), None)
+
+
+def _mend(name_or_path) -> str:
+    """How to mend a damaged model folder: a converted one is rebuilt, a checkpoint saved again."""
+    from .catalogue import CATALOGUE, rebuild_command
+
+    if str(name_or_path) in CATALOGUE or Path(str(name_or_path)).suffix == ".gguf":
+        return f"rebuild it with `{rebuild_command(name_or_path)}`"
+    return "copy or save the checkpoint again"
+
+
+def read_config(name_or_path, path: Path):
+    """The config of the model folder `path`, its sizes bounded (`config_problem`) on the
+    file's JSON before transformers reads it; one ModelLoadError otherwise (`_read`)."""
+    import json
+
+    file = path / "config.json"
+    try:
+        raw = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        raw = None  # `_read` names the damage
+    why = config_problem(raw) if isinstance(raw, dict) else None
+    if why:
+        raise ModelLoadError(f"{file}: {why}; fix config.json to the checkpoint's sizes, or {_mend(name_or_path)}")
+    return _read(name_or_path, path, "config.json", AutoConfig)
+
+
 def check_weights(path: Path, config) -> None:
     """ModelLoadError when a safetensors file is damaged or holds tensors of other shapes than
-    `config` builds (e.g. a vocab_size that differs from the embedding's rows). Reads only the
-    files' headers and builds the model on the meta device (no memory)."""
+    `config` builds (e.g. a vocab_size that differs from the embedding's rows), or when the
+    config's sizes are out of bounds (`config_problem`). Reads only the files' headers and
+    builds the model on the meta device (no memory)."""
     from safetensors import SafetensorError, safe_open
+
+    why = config_problem(config.to_dict())
+    if why:
+        raise ModelLoadError(f"{path}/config.json: {why}; fix config.json to the checkpoint's sizes")
 
     held = {}
     for file in sorted(path.glob("*.safetensors")):
@@ -107,17 +168,12 @@ def check_device(device: str | None) -> torch.device | None:
 def _read(name_or_path, path: Path, what: str, auto):
     """`auto.from_pretrained(path)` (AutoConfig, AutoTokenizer), or one ModelLoadError naming
     the folder, the damaged file and how to mend it (a converted model: the rebuild command)."""
-    from .catalogue import CATALOGUE, rebuild_command
-
     try:
         return auto.from_pretrained(path, local_files_only=True)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RuntimeError) as err:
+    except Exception as err:  # noqa: BLE001 - whatever transformers or its validators raise on a bad file
         why = " ".join(str(err).split())[:200]
-        mend = (f"rebuild it with `{rebuild_command(name_or_path)}`"
-                if str(name_or_path) in CATALOGUE or Path(str(name_or_path)).suffix == ".gguf"
-                else "copy or save the checkpoint again")
         raise ModelLoadError(f"{path}: the {what} cannot be read ({type(err).__name__}: {why}); "
-                             f"{mend}") from None
+                             f"{_mend(name_or_path)}") from None
 
 
 def load_tokenizer(name_or_path: str | Path):
@@ -130,7 +186,7 @@ def load_tokenizer(name_or_path: str | Path):
         config = None
     else:
         path = resolve(name_or_path)
-        config = _read(name_or_path, path, "config.json", AutoConfig)
+        config = read_config(name_or_path, path)
     return _padded(_read(name_or_path, path, "tokenizer files", AutoTokenizer)), config
 
 
@@ -155,7 +211,7 @@ def load_model(name_or_path: str | Path = "arith-tiny", device: str | None = Non
     check_device(device)
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
-    config = _read(name_or_path, path, "config.json", AutoConfig)
+    config = read_config(name_or_path, path)
     check_weights(path, config)
     tokenizer = _read(name_or_path, path, "tokenizer files", AutoTokenizer)
     model = AutoModelForCausalLM.from_pretrained(

@@ -21,10 +21,15 @@ from transformers import TrainerCallback
 
 from oar_attrib.models.generation import continue_rows
 from oar_attrib.inputs.chat_template import chat_ids
-from oar_attrib.jsonl import append_jsonl
+from oar_attrib.jsonl import LogOwner, append_jsonl
 from oar_attrib.world.evaluation import evaluate_world
 
 from .trl_private import metrics
+
+
+# eval_curve.jsonl: one evaluation a line (a file there that is not one is refused, left as it is).
+CURVE = LogOwner("an evaluation curve of oar train (a step and its accuracy a line)",
+                 lambda v: isinstance(v, dict) and type(v.get("step")) is int and "accuracy" in v)
 
 
 class AccuracyCallback(TrainerCallback):
@@ -51,7 +56,7 @@ class AccuracyCallback(TrainerCallback):
             result = self.evaluate(model)
         row = {"step": state.global_step, **result, "seconds": round(time.perf_counter() - start, 2)}
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        append_jsonl(self.path, [row])
+        append_jsonl(self.path, [row], owner=CURVE)
         shown = ", ".join(f"{k} {v:.3f}" for k, v in result.items() if k.startswith("accuracy"))
         print(f"[eval] step {state.global_step}: {shown}", flush=True)
         if self.trainer is not None:

@@ -12,11 +12,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from oar_attrib.jsonl import append_jsonl
+from oar_attrib.jsonl import LogOwner, append_jsonl
 from oar_attrib.methods import method_spec
 from oar_attrib.records.traces import build_trace
 
 from .reshaping import TokenWeights
+
+# A JSON Lines run store: one trace record a line (another file there is refused, left as it is).
+RECORDS = LogOwner("a JSON Lines run store of oar train (one trace record a line)",
+                   lambda v: isinstance(v, dict) and isinstance(v.get("params"), dict) and "step" in v)
+
 
 def world_oracle(problem_json: str, text: str) -> dict:
     """Oracle character spans of a generated trace of a world problem, per oracle set."""
@@ -88,7 +93,7 @@ class RunStoreHook:
         if self.path.suffix == ".db":
             self._write_store(records)
         else:
-            append_jsonl(self.path, records)
+            append_jsonl(self.path, records, owner=RECORDS)
         return records
 
     def _write_store(self, records: list[dict]) -> None:

@@ -35,3 +35,10 @@ class ModelLoadingError(NoModelError):
     """Live attribution asked while the model is still loading."""
 
     retry_after = 5
+
+
+class DamagedResultError(WebError):
+    """A result folder the app was given (`--align`) whose files are not what their writer
+    writes; the message names it by its name, never by the server's path."""
+
+    status = 422

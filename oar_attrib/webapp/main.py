@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from oar_attrib import __version__
+from oar_attrib.console import terminal_safe
 from oar_attrib.errors import OARError
 from oar_attrib.records.export import isolated_text, visible_text
 from oar_attrib.models import check_pair
@@ -91,10 +92,12 @@ def _error(request: Request, status: int, message: str, headers=None):
 
 
 def _printable(value):
-    """An int, or text with any lone surrogate replaced (they cannot be encoded)."""
+    """An int, or text safe to show and to copy into a terminal: every control or format
+    character (ESC, BEL, a bidi override) and lone surrogate as its escape
+    (`console.terminal_safe`), as the command line shows the same messages."""
     if isinstance(value, int):
         return value
-    return str(value).encode("utf-8", "replace").decode("utf-8")
+    return terminal_safe(value)
 
 
 def _add_handlers(app: FastAPI) -> None:

@@ -261,10 +261,8 @@ def test_a_broken_checkpoint_is_one_line_on_the_cli(tmp_path, problems, damage, 
     damage(folder)
     src = _write_input(tmp_path / "in.jsonl", problems[:1])
     out = tmp_path / "out.jsonl"
-    out.write_text(json.dumps({"line": 99, "scores": {"oar_p": []}, "probe": "as_mean"}) + "\n")
-    before = out.read_bytes()
     _one_line_error([*_attribute(src, out), "--model", str(folder)], capsys, *words)
-    assert out.read_bytes() == before
+    assert not out.exists() and not (tmp_path / "out.jsonl.lock").exists()  # refused after --out was opened
 
 
 @pytest.mark.parametrize("device, words", [("bogus", "unknown device 'bogus'"),
@@ -357,7 +355,8 @@ def test_parts_merge_in_line_order_once_even_when_resumed_out_of_order(tmp_path)
     from oar_attrib.cli import outputs
 
     out = tmp_path / "out.jsonl"
-    record = lambda n: {"line": n, "scores": {"oar_p": [float(n)]}, "probe": "as_mean"}  # noqa: E731
+    record = lambda n: {"line": n, "response": "", "params": {}, "scores": {"oar_p": [float(n)]},  # noqa: E731
+                        "probe": "as_mean"}
     out.write_text(json.dumps(record(1)) + "\n")
     parts = {(0, 2): [5, 3, 1], (1, 2): [4, 2, 6], (0, 3): [2, 7]}  # resumed parts, a leftover
     for (rank, world), lines in parts.items():

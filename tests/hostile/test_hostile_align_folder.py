@@ -133,3 +133,138 @@ def test_a_finished_folder_whose_last_result_line_was_cut_measures_that_batch_ag
     assert (copy / "mean_gradients.json").read_bytes() == sums  # the running sums held the batch already
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["batches"] == summary["planned_batches"] == 3 and "blinded" not in summary
+
+
+# ------------------------------------------------------------------ round 5: what a resume reads back
+
+
+def _fingerprint_only(folder):
+    """g* zeroed everywhere but the coordinates reference.json fingerprints."""
+    import numpy as np
+
+    path = folder / "reference" / "gstar.npy"
+    star = np.load(path)
+    keep = [int(k) for k in json.loads((folder / "reference" / "reference.json").read_text())["fingerprint"]]
+    zeroed = np.zeros_like(star)
+    zeroed[keep] = star[keep]
+    np.save(path, zeroed)
+
+
+def _rewrite_gstar(make):
+    import numpy as np
+
+    def damage(folder):
+        path = folder / "reference" / "gstar.npy"
+        np.save(path, make(np.load(path)), allow_pickle=True)
+    return damage
+
+
+def _unprinted(damage):
+    def both(folder):
+        (folder / "reference" / "vectors.json").unlink()  # a store made before the prints were kept
+        damage(folder)
+    return both
+
+
+GSTAR = {
+    "a wrong shape": (_rewrite_gstar(lambda v: v[:10]), "shape (10,)"),
+    "cut short": (lambda f: _cut(f / "reference" / "gstar.npy", 200), "cannot be read"),
+    "an object array": (_rewrite_gstar(lambda v: __import__("numpy").array([object(), 1.0], dtype=object)),
+                        "cannot be read"),
+    "all NaN": (_rewrite_gstar(lambda v: v * float("nan")), "NaN"),
+    "float64": (_rewrite_gstar(lambda v: v.astype("float64")), "float64"),
+    "zeroed outside the fingerprint": (_fingerprint_only, "sha256"),
+    "an old store's, zeroed outside the fingerprint": (_unprinted(_fingerprint_only), "reference.json"),
+}
+
+
+def _unfinished(store, tmp_path):
+    """A copy of the finished store whose last batch was lost (a resume measures it again)."""
+    copy = tmp_path / "copy"
+    shutil.copytree(store, copy)
+    lines = (copy / "results.jsonl").read_text().splitlines(keepends=True)
+    (copy / "results.jsonl").write_text("".join(lines[:-1]))
+    return copy
+
+
+@pytest.mark.parametrize("case", list(GSTAR))
+def test_a_replaced_or_damaged_gstar_is_refused_on_resume_and_the_folder_left_as_it_is(store, tmp_path,
+                                                                                       capsys, case):
+    copy = _unfinished(store, tmp_path)
+    damage, words = GSTAR[case]
+    damage(copy)
+    before = _snapshot(copy)
+    capsys.readouterr()
+    assert align_cli.main(BAR + ["--store", str(copy)]) == 2
+    err = [x for x in capsys.readouterr().err.splitlines() if x.strip() and "Loading weights" not in x]
+    assert len(err) == 1 and "reference/gstar.npy" in err[0] and words in err[0], err
+    assert "delete reference/gstar*.npy" in err[0] and "Traceback" not in err[0]
+    assert _snapshot(copy) == before and not (tmp_path / "copy.lock").exists()
+
+
+def test_an_old_store_with_a_sound_gstar_resumes_and_records_its_prints(store, tmp_path, capsys):
+    copy = _unfinished(store, tmp_path)
+    prints = json.loads((copy / "reference" / "vectors.json").read_text())
+    (copy / "reference" / "vectors.json").unlink()
+    assert align_cli.main(BAR + ["--store", str(copy), "--json"]) == 0
+    assert json.loads((copy / "reference" / "vectors.json").read_text()) == prints
+    assert len((copy / "results.jsonl").read_text().splitlines()) == 3
+
+
+def test_a_deeply_nested_last_result_line_does_not_pass_report(store, tmp_path, capsys):
+    copy = tmp_path / "copy"
+    shutil.copytree(store, copy)
+    with open(copy / "results.jsonl", "a") as handle:
+        handle.write("[" * 100_000 + "]" * 100_000 + "\n")
+    before = _snapshot(copy)
+    capsys.readouterr()
+    assert align_cli.main(["--store", str(copy), "--report"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "results.jsonl line 4" in err[0] and "nested too deeply" in err[0], err
+    assert _snapshot(copy) == before
+
+
+def test_the_error_page_of_a_bad_folder_is_safe_for_a_terminal_and_names_no_path(store, tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    copy = root / "evil"
+    shutil.copytree(store, copy)
+
+    def evil_label(line):
+        line["methods"]["n\x1b]0;owned\x07one"] = line["methods"].pop("none")
+        line["methods"]["n\x1b]0;owned\x07one"]["all"]["dot_star"] = "0.5"
+    _edit_line(copy / "results.jsonl", 0, evil_label)
+    db = tmp_path / "empty.db"
+    Store(db).close()
+    with TestClient(create_app(db, settings=WebSettings(align_results=(str(root),))),
+                    base_url="http://127.0.0.1") as client:
+        for url in ("/align/evil", "/api/align/evil"):
+            page = client.get(url)
+            text = page.json()["detail"] if url.startswith("/api") else page.text
+            assert page.status_code == 422 and "results.jsonl line 1" in text, (url, text)
+            assert "\x1b" not in text and "\x07" not in text and "\\x1b" in text, url
+            assert str(tmp_path) not in text and "align result evil/results.jsonl" in text, url
+
+
+@pytest.mark.parametrize("export, words", [
+    ("{store}/sub", "inside the align store"),
+    ("{other}/sub", "inside the align store"),
+    ("", "--export is empty"),
+    (" ", "--export is empty"),
+])
+def test_export_is_never_inside_a_store_nor_empty(store, tmp_path, capsys, export, words):
+    other = tmp_path / "other"
+    shutil.copytree(store, other)
+    before = _snapshot(store), _snapshot(other)
+    target = export.format(store=store, other=other)
+    capsys.readouterr()
+    assert align_cli.main(["--store", str(store), "--report", "--export", target]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
+    assert (_snapshot(store), _snapshot(other)) == before
+
+
+def test_an_empty_summary_path_is_refused_not_ignored(store, capsys):
+    capsys.readouterr()
+    assert align_cli.main(["--store", str(store), "--report", "--summary", ""]) == 2
+    assert "--summary is empty" in capsys.readouterr().err

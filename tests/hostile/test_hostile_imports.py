@@ -215,7 +215,7 @@ def test_ctrl_c_in_an_import_of_two_runs_resumes_each_source_exactly(tmp_path, c
 
     monkeypatch.setattr(Store, "add_traces", interrupted_on_the_third_batch)
     code, err = _import(capsys, *argv)
-    assert code == 130 and err == [f"oar import: interrupted; the 10 rows written to "
+    assert code == 130 and err == [f"oar import: interrupted; the 10 rows of this run in "
                                    f"{tmp_path / 'runs.db'} are kept, rerun the same command to resume"]
     monkeypatch.setattr(Store, "add_traces", real)
     code, err = _import(capsys, *argv)

@@ -161,10 +161,7 @@ def test_a_template_that_hangs_or_eats_memory_is_refused_in_one_line(tmp_path, c
                       "--model", str(model)], capsys, f"oar import: error: the chat template of {model}",
                      words)
     assert time.monotonic() - started < 60 and "fix" in line
-    from oar_attrib.store import Store
-
-    with Store(tmp_path / "r.db", readonly=True) as store:
-        assert store.runs() == []  # nothing written
+    assert not (tmp_path / "r.db").exists() and not (tmp_path / "r.db.lock").exists()  # nothing written
 
 
 @pytest.mark.parametrize("template, words", [

@@ -15,7 +15,7 @@ WANT=${1:-40}
 METHODS="oar_p oar_p_step oar_p_hier oar_g grail entropy ig ktae random"
 for n in $(seq 8 8 120); do
   $OAR recall advantage --model smollm2-135m --data wordworld:tiny --n $n \
-      --group-samples 4 --continuations 16 --temperature 0.7 --max-new-tokens 128 --min-steps 5 \
+      --group-samples 4 --continuations 16 --temperature 0.7 --max-new-tokens 128 --min-steps 5 --label scored \
       --methods $METHODS --oar-g-n-noise 8 --cf-cache $OUT/words-cache.jsonl --json > $OUT/words.json.part
   mv $OUT/words.json.part $OUT/words.json
   scored=$($PYTHON -c "import json, sys; print(json.load(open(sys.argv[1]))['n_scored'])" $OUT/words.json)

@@ -144,16 +144,31 @@ def _kind(path: Path) -> str | None:
     return not_regular(mode) or "a regular file"
 
 
+def _store_above(path: Path, store: Path) -> Path | None:
+    """The align store that `path` lies inside (`store`, made or not, or any folder above
+    `path` that holds an align settings record), else None."""
+    from oar_attrib.analysis.align_folder import AlignFolder
+
+    target = path.resolve()
+    if target.is_relative_to(store.resolve()):
+        return store
+    return next((p for p in target.parents if AlignFolder(p).has_record()), None)
+
+
 def check_paths(args: argparse.Namespace, store: Path) -> None:
     """AlignError, before anything is read or written, for a --store that is not a folder, a
     --summary that is not a file path and an --export that would overwrite: a file, the store
-    itself, or a folder that already holds files (another run's results are never replaced)."""
+    itself or a folder inside a store, a folder that already holds files (another run's results
+    are never replaced), or an empty --export or --summary (never silently ignored)."""
     kind = _kind(store)
     if kind not in (None, "a folder"):
         raise AlignError(f"--store {store} is {kind}, not a folder; pass the folder of an align run "
                          "(or a new path to start one)")
     if args.report and kind is None:
         raise AlignError(f"--store {store} does not exist; pass the folder of an align run to report")
+    for flag, value in (("--summary", args.summary), ("--export", args.export)):
+        if value is not None and not value.strip():
+            raise AlignError(f"{flag} is empty; pass a path, or leave {flag} out")
     kind = _kind(Path(args.summary)) if args.summary else None
     if kind not in (None, "a regular file"):
         raise AlignError(f"--summary {args.summary} is {kind}; pass a file path")
@@ -163,8 +178,12 @@ def check_paths(args: argparse.Namespace, store: Path) -> None:
     if not args.export:
         return
     export, kind = Path(args.export), _kind(Path(args.export))
-    if kind == "a folder" and store.exists() and export.resolve() == store.resolve():
+    if export.resolve() == store.resolve():
         raise AlignError(f"--export {export} is the store itself; pass another folder")
+    holder = _store_above(export, store)
+    if holder is not None:
+        raise AlignError(f"--export {export} is inside the align store {holder} (a store's files are "
+                         "never mixed with a copy); pass a folder outside it")
     if kind not in (None, "a folder"):
         raise AlignError(f"--export {export} is {kind}, not a folder; pass a new folder")
     if kind == "a folder" and any(export.iterdir()):

@@ -121,7 +121,7 @@ def open_run(settings: AlignSettings, store_path: str | Path):
         trainer, _ = build_trainer(run, args, data_seed=settings.seed)
         gradients.check_trainer(trainer)
     except BaseException:
-        store.close()
+        store.close(discard=True)  # a folder made here for a run refused now is removed
         raise
     return store, trainer, methods
 
@@ -209,8 +209,10 @@ def reference(store: AlignStore, trainer, layout_: ParamLayout, screen: Screen, 
     against the committed pool lines and g*'s fingerprint before going on."""
     found = store.reference()
     if found is not None and all(store.has_vector(name) for name in STARS):
+        check_reference(store, layout_.size, found)
         return found
     if found is not None and store.has_vector("gstar") and _halves_from_sums(store, found, layout_.size):
+        check_reference(store, layout_.size, found)
         return found  # a store made before the half pools' vectors were kept
     per, n = settings.batch_prompts, settings.pool_batches
     sums = store.sums("reference", layout_.size)
@@ -241,9 +243,8 @@ def reference(store: AlignStore, trainer, layout_: ParamLayout, screen: Screen, 
     info = reference_info(star, a, b, counts, store.lines("pool"))
     if found is not None:
         check_fingerprint(found, info, store.path)
-    store.write_vector("gstar", star)
-    for h in HALVES:
-        store.write_vector(f"gstar_{h}", np.asarray(sums[h].read(counts[h]), dtype=np.float32) / counts[h])
+    store.write_vectors({"gstar": star, **{f"gstar_{h}": np.asarray(sums[h].read(counts[h]), dtype=np.float32)
+                                          / counts[h] for h in HALVES}})
     if found is None:
         store.write_json(REFERENCE_JSON, info)
     return found or info
@@ -255,9 +256,45 @@ def _halves_from_sums(store: AlignStore, found: dict, size: int) -> bool:
     if not all(isinstance(counts.get(h), int) and counts[h] > 0 and sums[h].path(counts[h]).is_file()
                for h in HALVES):
         return False
-    for h in HALVES:
-        store.write_vector(f"gstar_{h}", np.asarray(sums[h].read(counts[h]), dtype=np.float32) / counts[h])
+    store.write_vectors({f"gstar_{h}": np.asarray(sums[h].read(counts[h]), dtype=np.float32) / counts[h]
+                         for h in HALVES})
     return True
+
+
+def check_reference(store: AlignStore, size: int, found: dict) -> None:
+    """AlignError (one line; nothing changed) unless g* and its halves read back sound
+    (`AlignStore.vector`: shape, dtype, finite, the sha256 recorded when written). A vector
+    with no recorded print (a store made before prints were kept) is judged by reference.json
+    instead (`_unlike_reference`) and then printed."""
+    unprinted = [name for name in STARS if not store.printed(name)]
+    vectors = {name: store.vector(name, size) for name in STARS}
+    for name in unprinted:
+        why = _unlike_reference(name, vectors[name], found)
+        if why:
+            raise store.bad_vector(name, why)
+    if unprinted:
+        store.record_prints(unprinted)
+
+
+def _unlike_reference(name: str, vector, found: dict) -> str | None:
+    """How a reference vector differs from what reference.json says of it (g*: its squared
+    norm, L1 norm and fingerprint coordinates; a half's mean: its squared norm), or None."""
+    checks = []
+    if name == "gstar":
+        checks = [("||g*||^2", found["sq"], dot64(vector, vector)), ("||g*||_1", found["l1"], _l1(vector))]
+        prints = found.get("fingerprint") if isinstance(found.get("fingerprint"), dict) else {}
+        scale = max((abs(v) for v in prints.values() if isinstance(v, (int, float))), default=0.0)
+        for key, value in prints.items():
+            if not (key.isdigit() and int(key) < len(vector) and isinstance(value, (int, float))
+                    and _close(float(vector[int(key)]), value, scale)):
+                return f"differs from reference/reference.json at its fingerprint coordinate {key}"
+    elif isinstance(found.get("halves_sq"), dict):
+        half = name.removeprefix("gstar_")
+        checks = [(f"the squared norm of half {half}", found["halves_sq"][half], dot64(vector, vector))]
+    for what, stored, here in checks:
+        if not _close(here, stored, abs(stored)):
+            return f"has {what} {here:.6g} where reference/reference.json says {stored:.6g}"
+    return None
 
 
 STARS = ("gstar", "gstar_a", "gstar_b")  # g* and its two half pools' means
@@ -324,8 +361,8 @@ def measure(store: AlignStore, trainer, layout_: ParamLayout, methods: list[Meth
     """Every method's endpoint sums and running sums on every training batch not yet committed
     (its groups screened when it comes)."""
     per, first = settings.batch_prompts, settings.pool_batches * settings.batch_prompts
-    star = store.vector("gstar")
-    halves = {h: store.vector(f"gstar_{h}") for h in HALVES}
+    star = store.vector("gstar", layout_.size)
+    halves = {h: store.vector(f"gstar_{h}", layout_.size) for h in HALVES}
     base = gradients.base_settings(trainer)
     sums = [store.sums(str(i), layout_.size) for i in range(len(methods))] if settings.mean_gradients else []
     lines = store.lines("results")
@@ -373,7 +410,7 @@ def mean_gradients(store: AlignStore, methods: list[MethodChoice], size: int, pr
     found = store.mean_gradients()
     if found is not None and found.get("halves") == counts:
         return found
-    star = store.vector("gstar")
+    star = store.vector("gstar", size)
     grpo = store.sums("0", size)
     ga, gb = (grpo[h].read(counts[h]) for h in HALVES)
     out = {"halves": counts, "methods": {}}

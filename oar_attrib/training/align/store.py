@@ -7,7 +7,8 @@ reads) with what a measuring run keeps beside them:
     reference/           the pool's running sums (a-N.npy, b-N.npy), pool.jsonl (one line per
                          pool batch: its groups, ||g||^2), gstar.npy and the half pools'
                          gstar_a.npy, gstar_b.npy, reference.json (g*'s norms, split-half
-                         cosine, fingerprint)
+                         cosine, fingerprint), vectors.json (each vector's shape, dtype and
+                         sha256, checked whenever a vector is read back)
     accum/<i>/           method i's running sums of its batch gradients, by batch parity
 
 Commit order (what makes a kill harmless): a screening call's output file is renamed into place
@@ -19,6 +20,8 @@ writer at a time (`store.lock.WriterLock`: the lock file `<folder>.lock` beside 
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +35,7 @@ from oar_attrib.analysis.align_folder import (
     SCREEN,
     AlignFolder,
 )
-from oar_attrib.files import drop_partial_tail, replacing
+from oar_attrib.files import drop_partial_tail, feed_file, replacing
 from oar_attrib.records.settings_record import RecordMismatchError, record_differences
 from oar_attrib.store.lock import WriterLock
 
@@ -97,7 +100,9 @@ class AlignStore(AlignFolder):
     def __init__(self, path: str | Path):
         super().__init__(path)
         self._outputs: dict[int, dict] = {}
+        self._vectors: dict[str, np.ndarray] = {}  # the reference vectors checked so far
         self._lock = None
+        self._made = False  # whether `open` made the folder (`close(discard=True)`)
 
     # ------------------------------------------------------------------ record and lock
 
@@ -106,25 +111,37 @@ class AlignStore(AlignFolder):
         difference is a RecordMismatchError naming the fields (as `spell` writes them)."""
         if self.path.exists() and not self.path.is_dir():
             raise AlignError(f"--store {self.path} is not a folder: pass a folder (new or of a run)")
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._lock = WriterLock(self.path, "--store")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = WriterLock(self.path, "--store")  # before the folder: a refused lock makes none
+        self._made = not self.path.exists()
         try:
+            self.path.mkdir(exist_ok=True)
             stored = self.record()
         except BaseException:
-            self.close()
+            self.close(discard=True)
             raise
         if stored is None:
             self.write_json(RECORD, record)
             return self
         fields = record_differences(stored, record)
         if fields:
-            self.close()
+            self.close(discard=True)
             err = RecordMismatchError(f"--store {self.path}", fields, stored, record,
                                       "pass another --store, or the settings it was made with")
             raise AlignError(err.line(spell)) from None
         return self
 
-    def close(self) -> None:
+    def close(self, discard: bool = False) -> None:
+        """Let go of the writer lock (deleting its file); with `discard`, a folder this open
+        made is removed again when it holds nothing but its record (a run refused before it
+        measured anything leaves no folder)."""
+        if discard and self._made:
+            self.file(RECORD).unlink(missing_ok=True)
+            try:
+                self.path.rmdir()
+            except OSError:  # something else is in it: kept
+                pass
+            self._made = False
         if self._lock is not None:
             self._lock.release()
             self._lock = None
@@ -175,16 +192,81 @@ class AlignStore(AlignFolder):
     def commit(self, kind: str, line: dict) -> None:
         self.append(POOL if kind == "pool" else RESULTS, [line])
 
-    def vector(self, name: str) -> np.ndarray:
-        """A (D,) vector of the reference (`gstar`, `gstar_a`, `gstar_b`) as a read-only memmap."""
-        return np.load(self.path / "reference" / f"{name}.npy", mmap_mode="r")
+    def vector_file(self, name: str) -> Path:
+        return self.path / "reference" / f"{name}.npy"
+
+    def vector(self, name: str, size: int) -> np.ndarray:
+        """A (D,) float32 vector of the reference (`gstar`, `gstar_a`, `gstar_b`) as a
+        read-only memmap, checked as read back (once per open): an array of `size` float32
+        values, every one finite, whose file has the sha256 `PRINTS` recorded when it was
+        written (a store made before prints were kept has none: `printed` says so, and
+        `run.check_reference` judges it by reference.json). Anything else is an AlignError,
+        one line naming the file and what to do, and nothing is changed."""
+        if name in self._vectors:
+            return self._vectors[name]
+        path = self.vector_file(name)
+        try:
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError, EOFError) as err:  # cut, not .npy, an object array
+            raise self.bad_vector(name, f"cannot be read as a float32 array ({type(err).__name__})") from None
+        if array.dtype != np.float32 or array.shape != (size,):
+            raise self.bad_vector(name, f"is a {array.dtype} array of shape {array.shape}, not the float32 "
+                                         f"vector of {size} values of this model's gradient")
+        if not all(np.isfinite(array[i:i + CHUNK]).all() for i in range(0, size, CHUNK)):
+            raise self.bad_vector(name, "holds NaN or infinite values")
+        recorded = self._prints().get(name)
+        if recorded is not None and recorded != _print(path):
+            raise self.bad_vector(name, f"is not the vector this store wrote (its sha256 differs from {PRINTS})")
+        self._vectors[name] = array
+        return array
+
+    def printed(self, name: str) -> bool:
+        """Whether `PRINTS` holds the print of vector `name` (stores made before it: not)."""
+        return name in self._prints()
+
+    def bad_vector(self, name: str, why: str) -> AlignError:
+        return AlignError(f"--store {self.path}: reference/{name}.npy {why}; the folder is left as it is: "
+                          "delete reference/gstar*.npy and rerun to have them recomputed from the seeds and "
+                          "checked against reference/reference.json, or start a new --store")
+
+    def _prints(self) -> dict:
+        path = self.file(PRINTS)
+        try:
+            found = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        except (OSError, UnicodeDecodeError, ValueError):
+            raise AlignError(f"--store {self.path}: {PRINTS} is not JSON; delete it (the vectors are then "
+                             "judged by reference/reference.json) or start a new --store") from None
+        return found if isinstance(found, dict) else {}
 
     def has_vector(self, name: str) -> bool:
-        return (self.path / "reference" / f"{name}.npy").is_file()
+        return self.vector_file(name).is_file()
 
-    def write_vector(self, name: str, vector: np.ndarray) -> None:
-        with replacing(self.path / "reference" / f"{name}.npy") as tmp, open(tmp, "wb") as handle:
-            np.save(handle, vector.astype(np.float32))
+    def write_vectors(self, vectors: dict[str, np.ndarray]) -> None:
+        """Write reference vectors (float32) and record their prints: the old prints of those
+        names are dropped first and the new ones recorded last, so a kill in between leaves a
+        vector with no print (judged by reference.json), never one with another's."""
+        prints = {k: v for k, v in self._prints().items() if k not in vectors}
+        self.write_json(PRINTS, prints)
+        for name, vector in vectors.items():
+            with replacing(self.vector_file(name)) as tmp, open(tmp, "wb") as handle:
+                np.save(handle, np.asarray(vector, dtype=np.float32))
+            self._vectors.pop(name, None)
+            prints[name] = _print(self.vector_file(name))
+        self.write_json(PRINTS, prints)
+
+    def record_prints(self, names) -> None:
+        """Record the prints of vectors judged sound another way (a store made before prints)."""
+        self.write_json(PRINTS, {**self._prints(), **{n: _print(self.vector_file(n)) for n in names}})
+
+
+PRINTS = "reference/vectors.json"  # the store's own: each reference vector's shape, dtype and sha256
+
+
+def _print(path: Path) -> dict:
+    """The print of an .npy vector file: its shape, dtype and the sha256 of all its bytes."""
+    array = np.load(path, mmap_mode="r", allow_pickle=False)
+    return {"shape": list(array.shape), "dtype": str(array.dtype),
+            "sha256": feed_file(hashlib.sha256(), path).hexdigest()}
 
 
 def export(store: str | Path, dest: str | Path) -> list[Path]:

@@ -9,10 +9,11 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import HTMLResponse
 
 from oar_attrib.analysis.align import cpu_seconds
-from oar_attrib.analysis.align_folder import MEAN_GRADIENTS, REFERENCE_JSON, RESULTS, AlignFolder
+from oar_attrib.analysis.align_folder import MEAN_GRADIENTS, REFERENCE_JSON, RESULTS, AlignFolder, AlignFolderError
 from oar_attrib.store import NotFoundError
 
 from ..deps import SettingsDep, TemplatesDep
+from ..errors import DamagedResultError
 
 router = APIRouter(tags=["align"])
 AlignName = Annotated[str, Path(min_length=1, max_length=200, description="name of an align result folder")]
@@ -48,7 +49,10 @@ def summary_of(settings, name: str) -> dict:
     folder = results(settings.align_results).get(name)
     if folder is None:
         raise NotFoundError(f"no align result named {name!r}")
-    return _summary(str(folder), _stamp(folder))
+    try:
+        return _summary(str(folder), _stamp(folder))
+    except AlignFolderError as err:  # named by the result's name: the server's paths stay its own
+        raise DamagedResultError(err.said(f"align result {name}")) from None
 
 
 @router.get("/api/align", summary="The names of the align results the app shows")
