@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from oar_attrib.analysis.advantage_oracle import REGENERATION_MARGIN, prefix_chunks  # noqa: E402
+from oar_attrib.instruments.advantage.oracle import REGENERATION_MARGIN, prefix_chunks  # noqa: E402
 from oar_attrib.models.generation import continue_groups, cut_at_stop, sample_prefixes  # noqa: E402
 from bench_generate import useful_flops  # noqa: E402
 from bench_oar_p import PAD_ID, SHAPES, build_model, matrix_rate  # noqa: E402

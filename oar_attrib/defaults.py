@@ -53,7 +53,7 @@ NO_METHOD = "none"
 # The sampled oracles' sizes, one default each for the API and `oar recall`: the graded oracle's
 # replacements per tested position and tested positions per trace (`graded_oracle.
 # GradedSettings`), the advantage oracle's continuations per step boundary
-# (`advantage_oracle.AdvantageSettings`).
+# (`instruments.advantage.oracle.AdvantageSettings`).
 GRADED_K = 8
 GRADED_POSITIONS = 32
 ADVANTAGE_CONTINUATIONS = 16

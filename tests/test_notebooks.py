@@ -419,8 +419,8 @@ def test_09_advantage_oracle_recomputes_every_figure_from_the_report_rows(bundle
     scores and dV of every trace, the credit agreement from the groups, and the label's
     reliability from the two halves of dV; each equals the figure the command printed (the
     notebook asserts it too), each interval holds its mean; a JSON that is no report is passed over."""
-    from oar_attrib.analysis.advantage_oracle import AdvantageSettings
-    from oar_attrib.analysis.advantage_recall import advantage_recall
+    from oar_attrib.instruments.advantage.oracle import AdvantageSettings
+    from oar_attrib.instruments.advantage.recall import advantage_recall
     from oar_attrib.world import generate_problems
 
     model, tok = bundled

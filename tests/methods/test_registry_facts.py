@@ -17,7 +17,7 @@ def test_every_registered_method_declares_facts_from_the_allowed_values():
 
 def test_the_lists_once_kept_apart_are_the_registrys_facts():
     assert step_methods() == ["oar_p_step", "resample"]
-    # measured on arith-tiny: under a second a trace (recall_advantage.default_methods)
+    # measured on arith-tiny: under a second a trace (instruments.advantage.text.default_methods)
     assert set(cheap_methods()) & set(available_methods(grouped=True)) == {
         "entropy", "grail", "ktae", "oar_g", "oar_p_step", "random"}
     assert default_methods("reading") == ["oar_g", "oar_p_hier", "entropy"]

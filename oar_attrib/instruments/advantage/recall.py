@@ -10,7 +10,7 @@ least `min_steps` steps (the family). `label="scored"` gives the oracle to the f
 first SmolLM2 run's rule: a group with one such trace has no credit agreement).
 
 What is measured, per method and per reference ranking (`earliest_first`, `longest_first`), is
-`advantage_metrics`': the within-trace Spearman correlation of the mean of the method's weights
+`metrics`': the within-trace Spearman correlation of the mean of the method's weights
 over each step (what training applies) with the signed label sign(A_i) * dV (primary: the
 target of a multiplicative reshaping) and with |dV|; the same with step length and position
 held fixed (a within-trace rank regression, standard errors clustered by trace); the label's
@@ -42,28 +42,27 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..attribution import analysis_params, attribute
-from ..defaults import PROBE, VIEW_STEP_POOL
-from ..errors import InputError
-from ..inputs.grading import grade
-from ..inputs.steps import pool_steps
-from ..methods import available_methods, ranking_scores
-from ..records.record import json_safe
-from ..records.settings_record import model_dtype, model_identity, settings_record
-from ..rollouts import decode_answers, group_advantages
-from ..weights.metrics import random_recall, recall_at_k
-from ..weights.settings import ReshapeSettings
-from .advantage_oracle import (AdvantageSettings, AdvantageTrace, Boundaries, advantage_oracle, prefix_seed,
-                               split_half)
-from .counterfactual_recall import encode_prompt_ids, record_prompt
-from .advantage_metrics import (EARLIEST, GRPO, GROUP_METRICS, LONGEST, POOLING, REFERENCES, TRACE_METRICS, TARGETS,
-                               credit_metrics, estimate, label_ceiling, partials, trace_metrics)
-from ..instruments.cache import OracleCache, cache_key
-from .sets import ADVANTAGE
-from .stats import CORRELATION
-from .step_recall import overlaps
+from ...attribution import analysis_params, attribute
+from ...defaults import PROBE, VIEW_STEP_POOL
+from ...errors import InputError
+from ...inputs.grading import grade
+from ...inputs.steps import pool_steps
+from ...methods import available_methods, ranking_scores
+from ...records.record import json_safe
+from ...records.settings_record import model_dtype, model_identity, settings_record
+from ...rollouts import decode_answers, group_advantages
+from ...weights.metrics import random_recall, recall_at_k
+from ...weights.settings import ReshapeSettings
+from .oracle import AdvantageSettings, AdvantageTrace, Boundaries, advantage_oracle, prefix_seed, split_half
+from ...analysis.counterfactual_recall import encode_prompt_ids, record_prompt
+from .metrics import (EARLIEST, GRPO, GROUP_METRICS, LONGEST, POOLING, REFERENCES, TRACE_METRICS, TARGETS,
+                      credit_metrics, estimate, label_ceiling, partials, trace_metrics)
+from ..cache import OracleCache, cache_key
+from ...analysis.sets import ADVANTAGE
+from ...analysis.stats import CORRELATION
+from ...analysis.step_recall import overlaps
 
-REWARDS = (0.0, 1.0)  # the range of a graded reward: a cached continuation reward outside it is refused
+REWARD_RANGE = (0.0, 1.0)  # the range of a graded reward: a cached continuation reward outside it is refused
 
 
 def _numbers(values) -> bool:
@@ -74,7 +73,7 @@ def _numbers(values) -> bool:
 # The advantage oracle's kinds in the shared cache (`OracleCache(checks=...)`): anything else is refused.
 def _rewards(values) -> bool:
     return _numbers(values) and bool(values) and None not in values and all(
-        REWARDS[0] <= v <= REWARDS[1] for v in values)
+        REWARD_RANGE[0] <= v <= REWARD_RANGE[1] for v in values)
 
 
 # The advantage oracle's kinds in the shared cache (`OracleCache(checks=...)`): anything else is
@@ -89,7 +88,7 @@ CACHE_CHECKS = {
                         and all(_numbers(v) for v in t["step_scores"].values())
                         and all(_numbers(v) for v in t.get("step_weights", {}).values())
                         and all(_numbers(v) for v in t["token_advantages"].values()) for t in e["traces"])),
-    "prefix": (f"a non-empty list of rewards in [{REWARDS[0]:g}, {REWARDS[1]:g}]", lambda e: _rewards(e.get("rewards"))),
+    "prefix": (f"a non-empty list of rewards in [{REWARD_RANGE[0]:g}, {REWARD_RANGE[1]:g}]", lambda e: _rewards(e.get("rewards"))),
 }
 
 
@@ -314,7 +313,7 @@ def advantage_recall(model, tokenizer, records: list[dict], *, n: int, methods=N
     steps (the others keep their place in their group's advantages; counted in `skipped`)."""
     if group_size < 2:
         raise InputError(f"group_size={group_size}: GRPO's advantage needs groups of at least 2 answers")
-    from ..instruments.advantage import LABELS
+    from . import LABELS
 
     if label not in LABELS:
         raise InputError(f"label={label!r}: one of {', '.join(LABELS)}")
@@ -361,7 +360,7 @@ def _trace_row(row: dict, oracle: AdvantageTrace, record: dict, text: str, metho
                family: bool) -> dict:
     """A labelled trace's row: its reward, advantage, V and dV, step lengths, each method's mean
     step weights and each reference's scores (`step_scores`), the within-trace metrics
-    (`advantage_metrics.trace_metrics`), seconds, the label's halves, and on the arithmetic
+    (`metrics.trace_metrics`), seconds, the label's halves, and on the arithmetic
     world the positive control; `family`: whether the within-trace figures read it."""
     dv = oracle.dv()
     lengths = [b - a for a, b in row["steps"]]

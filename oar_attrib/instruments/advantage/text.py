@@ -10,7 +10,7 @@ def default_methods(model: str) -> list[str]:
     hierarchical OAR-P and IG take 1.1-1.9 s), so that the quick look takes seconds; else every
     reading method: the registered ones but the analysis-only resampling (a second Monte-Carlo
     oracle, as costly as this one), the grouped ones (KTAE) included."""
-    from ..methods import available_methods, cheap_methods, method_spec
+    from ...methods import available_methods, cheap_methods, method_spec
 
     every = [m for m in available_methods(grouped=True) if not method_spec(m).analysis_only]
     return [m for m in every if m in cheap_methods()] if bundled(model) else every
@@ -18,7 +18,7 @@ def default_methods(model: str) -> list[str]:
 
 def bundled(model: str) -> bool:
     """Whether `model` names a model bundled with the package (arith-tiny: 1.1M parameters)."""
-    from ..models.catalogue import CATALOGUE
+    from ...models.catalogue import CATALOGUE
 
     entry = CATALOGUE.get(str(model))
     return entry is not None and entry.bundled
@@ -38,7 +38,7 @@ def _cell(stats: dict | None) -> str:
 
 
 def _p(stats: dict, key: str = "p_holm", missing: str = "") -> str:
-    from ..analysis.stats import format_p
+    from ...analysis.stats import format_p
 
     if not stats or stats.get(key) is None or stats.get("too_few"):
         return missing
@@ -104,7 +104,7 @@ def comparisons(report) -> list:
     random ranking's 0, and its credit agreement (already its correlation minus GRPO's) against
     GRPO, each resolved only where its Holm-adjusted p across the methods is below 0.05 and
     its units (traces, groups) reach `stats.MIN_UNITS`."""
-    from ..analysis.verdicts import Comparison
+    from ...analysis.verdicts import Comparison
 
     out = []
     for method, s in report.methods.items():
@@ -122,10 +122,10 @@ def reading(report) -> list[str]:
     """The report in words (`verdicts.reading`): the label's ceiling, a verdict per method and
     figure, the caveats (few traces, a low ceiling, a positive control that does not beat
     random, a label that follows length), what to run next."""
-    from ..analysis.advantage_metrics import LONGEST
-    from ..analysis.stats import MIN_UNITS
-    from ..analysis.verdicts import caveats
-    from ..analysis.verdicts import reading as in_words
+    from .metrics import LONGEST
+    from ...analysis.stats import MIN_UNITS
+    from ...analysis.verdicts import caveats
+    from ...analysis.verdicts import reading as in_words
 
     if not report.methods or report.n_scored == 0:
         return ["Reading: no trace was scored; run with more --n or check the answers' steps."]

@@ -1,6 +1,7 @@
 """`oar recall advantage`: every method against the Monte-Carlo advantage oracle, registered
 through the thinnest adapter: its settings object, built by the parser, handed to
-`analysis.advantage_recall` (whose report and reading are `cli.recall_advantage`'s).
+`recall.advantage_recall` (the oracle is `oracle`, the figures `metrics`, the report and its
+reading in words `text`).
 
 A `--shard K/N` samples every candidate group (cached, each seeded by its key, so every shard
 samples the same texts), chooses the groups an unsharded run analyses, and analyses the chosen
@@ -11,12 +12,12 @@ import json
 import math
 from dataclasses import dataclass
 
-from ..commands import MAX_COUNT, option
-from ..defaults import ADVANTAGE_CONTINUATIONS
-from ..errors import InputError
-from .base import register_instrument
-from .data import open_cache
-from .graded import SampledRecall, sampled_records
+from ...commands import MAX_COUNT, option
+from ...defaults import ADVANTAGE_CONTINUATIONS
+from ...errors import InputError
+from ..base import register_instrument
+from ..data import open_cache
+from ..graded import SampledRecall, sampled_records
 
 LABELS = ("all", "scored")  # which traces of an analysed group get the oracle (`advantage_recall`)
 
@@ -59,12 +60,12 @@ class AdvantageRecall(SampledRecall):
 
 @register_instrument("advantage", AdvantageRecall, "the Monte-Carlo advantage oracle (dV per step, credit agreement)")
 def run_advantage(settings: AdvantageRecall) -> int:
-    from ..analysis.advantage_oracle import AdvantageSettings
-    from ..analysis.advantage_recall import CACHE_CHECKS, advantage_recall
-    from .cache import OracleCache
-    from ..cli.recall_advantage import bundled, default_methods, reading, text_report
-    from ..models import load_model
-    from ..models.catalogue import answering
+    from .oracle import AdvantageSettings
+    from .recall import CACHE_CHECKS, advantage_recall
+    from ..cache import OracleCache
+    from .text import bundled, default_methods, reading, text_report
+    from ...models import load_model
+    from ...models.catalogue import answering
 
     oracle = AdvantageSettings(n=settings.continuations, temperature=settings.temperature, seed=settings.seed)
     if settings.size < 2:
@@ -103,7 +104,7 @@ def advantage_record(settings: AdvantageRecall, methods: list[str]) -> dict:
     so a committed report names what made it."""
     from dataclasses import replace
 
-    from .text import recall_record
+    from ..text import recall_record
 
     own = ("data", "preset", "group_samples", "continuations", "temperature", "min_steps", "label", "max_new_tokens")
     return {**recall_record(replace(settings, methods=tuple(methods)), "advantage"),
@@ -114,8 +115,8 @@ def shard_groups(model, tokenizer, records, settings: AdvantageRecall, cache, or
     """(records of this shard's groups, the traces they hold): the groups an unsharded run
     chooses (`choose_groups`, over every candidate group sampled), those of index
     i % N == K - 1 in that order."""
-    from ..analysis import advantage_recall as adv
-    from ..analysis.counterfactual_recall import encode_prompt_ids, record_prompt
+    from . import recall as adv
+    from ...analysis.counterfactual_recall import encode_prompt_ids, record_prompt
 
     run = adv._Run(model, tokenizer, cache, oracle, settings.progress)
     prompt_ids = [encode_prompt_ids(tokenizer, record_prompt(r)) for r in records]

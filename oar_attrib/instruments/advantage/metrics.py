@@ -38,10 +38,10 @@ import math
 
 import numpy as np
 
-from ..records.record import json_safe
-from ..weights.metrics import spearman
-from .stats import (CORRELATION, clustered_slope, count_undefined, holm, t_interval, t_test_p, too_few,
-                    within_ranks)
+from ...records.record import json_safe
+from ...weights.metrics import spearman
+from ...analysis.stats import (CORRELATION, clustered_slope, count_undefined, holm, t_interval, t_test_p,
+                               too_few, within_ranks)
 
 TARGETS = ("signed", "absolute")
 EARLIEST, LONGEST = "earliest_first", "longest_first"  # the reference rankings (module docstring)

@@ -37,9 +37,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..errors import InputError
-from ..models.generation import sample_prefixes, stop_ids
-from .counterfactual_recall import REGENERATION_MARGIN
+from ...errors import InputError
+from ...models.generation import sample_prefixes, stop_ids
+from ...analysis.counterfactual_recall import REGENERATION_MARGIN
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ def prefix_chunks(model, widths: list[int], n: int) -> list[list[int]]:
     in chunks decoded together: as many as keep their rows' KV caches (n rows each, every row at
     the chunk's widest) within the memory bound of one pass (`models.budget.memory_bound`), at
     least one a chunk."""
-    from ..models.budget import Shape, memory_bound
+    from ...models.budget import Shape, memory_bound
 
     per_token = Shape.of(model).cache()
     widest = max(widths, default=1)

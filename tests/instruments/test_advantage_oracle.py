@@ -9,11 +9,12 @@ import math
 import numpy as np
 import pytest
 
-from oar_attrib.analysis.advantage_oracle import (AdvantageSettings, AdvantageTrace, Boundaries, advantage_oracle,
-                                                  prefix_chunks, split_half)
-from oar_attrib.analysis.advantage_metrics import (EARLIEST, LONGEST, credit_metrics, estimate, label_ceiling, partial,
-                                                   trace_metrics)
-from oar_attrib.analysis.advantage_recall import advantage_cache, advantage_recall, choose_groups, step_weights, summarise
+from oar_attrib.instruments.advantage.oracle import (AdvantageSettings, AdvantageTrace, Boundaries,
+                                                     advantage_oracle, prefix_chunks, split_half)
+from oar_attrib.instruments.advantage.metrics import (EARLIEST, LONGEST, credit_metrics, estimate, label_ceiling,
+                                                      partial, trace_metrics)
+from oar_attrib.instruments.advantage.recall import (advantage_cache, advantage_recall, choose_groups, step_weights,
+                                                     summarise)
 from oar_attrib.analysis.stats import holm, t_interval, t_test_p
 from oar_attrib.attribution import attribute
 from oar_attrib.errors import InputError
@@ -256,7 +257,7 @@ def test_mixed_groups_are_chosen_first():
 def test_groups_are_sampled_until_enough_mix_right_and_wrong(monkeypatch):
     """Candidates are sampled in order and no further than needed: with 2 mixed groups wanted,
     sampling stops at the second mixed one; with too few mixed, every candidate is sampled."""
-    from oar_attrib.analysis import advantage_recall as module
+    from oar_attrib.instruments.advantage import recall as module
 
     answers = {1: ["1", "1"], 2: ["1", "0"], 3: ["0", "0"], 4: ["0", "1"], 5: ["1", "0"]}
     sampled = []
