@@ -74,7 +74,7 @@ class Setup:
 def real_trace(model, tokenizer, model_name: str, seed: int) -> tuple[list[int], list[int], list[int]]:
     """A held-out problem's prompt ids, the model's greedy answer's ids and its boundaries (the
     prompt, then the end of every step but the last), for a catalogue model."""
-    from oar_attrib.analysis.counterfactual_recall import data_records, encode_prompt_ids, record_prompt
+    from oar_attrib.instruments.data.recall import data_records, encode_prompt_ids, record_prompt
     from oar_attrib.attribution import attribute
     from oar_attrib.rollouts import decode_answers
     from oar_attrib.world import generate_problems

@@ -51,8 +51,8 @@ DEFAULT_MODEL = "arith-tiny"
 NO_METHOD = "none"
 
 # The sampled oracles' sizes, one default each for the API and `oar recall`: the graded oracle's
-# replacements per tested position and tested positions per trace (`graded_oracle.
-# GradedSettings`), the advantage oracle's continuations per step boundary
+# replacements per tested position and tested positions per trace (`instruments.graded.
+# oracle.GradedSettings`), the advantage oracle's continuations per step boundary
 # (`instruments.advantage.oracle.AdvantageSettings`).
 GRADED_K = 8
 GRADED_POSITIONS = 32

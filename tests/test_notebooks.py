@@ -367,8 +367,8 @@ def test_08_graded_oracle_recomputes_the_printed_means_from_the_per_trace_rows(b
     (position held fixed) and Spearman with earliness from the per-trace rows of `oar recall
     --sets graded --json`'s output: the means equal the printed ones, each bootstrap interval
     holds its mean; a file without per-trace rows is passed over."""
-    from oar_attrib.analysis.graded_oracle import GradedSettings
-    from oar_attrib.analysis.graded_recall import graded_recall
+    from oar_attrib.instruments.graded.oracle import GradedSettings
+    from oar_attrib.instruments.graded.recall import graded_recall
     from oar_attrib.world import generate_problems
 
     model, tok = bundled

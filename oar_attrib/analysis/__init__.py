@@ -1,2 +1,3 @@
-"""Analysis of attributions: oracle recall with intervals, the counterfactual oracle, and the
-figures. Reads the pipeline's results; the pipeline never imports it."""
+"""Analysis of attributions and runs: the statistics every report uses, readings in words,
+verdicts, figures, and the run and experiment reports. The instruments that measure
+(`instruments`) report through it; the pipeline never imports it."""

@@ -25,7 +25,7 @@ and ``twice`` for 2. A number inside a larger one is not a mention (``12`` in ``
 Values are >= 2, so ``one`` (a pronoun as often as a number) never names a quantity.
 
 `ValueOracle` has the attributes recall reads of the arithmetic world's `Oracle` (a tuple of
-character spans per set and `complete`), so `analysis.recall.trace_recall(trace, oracle,
+character spans per set and `complete`), so `instruments.world.recall.trace_recall(trace, oracle,
 sets=VALUE_SETS)` scores methods against it unchanged; `to_token_sets(offsets)` gives the token
 indices of each set.
 """

@@ -113,7 +113,7 @@ def test_an_oracle_cache_has_one_writer_at_a_time(tmp_path):
 
 
 def test_a_cache_of_another_model_is_refused_where_the_instrument_checks_records(tmp_path):
-    from oar_attrib.analysis.counterfactual_recall import causal_cache
+    from oar_attrib.instruments.data.recall import causal_cache
     from oar_attrib.records.settings_record import RecordMismatchError
 
     record = {"format": 1, "model": {"name": "a", "weights_sha256": "1"}, "dtype": "float32"}

@@ -116,7 +116,7 @@ def shard_groups(model, tokenizer, records, settings: AdvantageRecall, cache, or
     chooses (`choose_groups`, over every candidate group sampled), those of index
     i % N == K - 1 in that order."""
     from . import recall as adv
-    from ...analysis.counterfactual_recall import encode_prompt_ids, record_prompt
+    from ..data.recall import encode_prompt_ids, record_prompt
 
     run = adv._Run(model, tokenizer, cache, oracle, settings.progress)
     prompt_ids = [encode_prompt_ids(tokenizer, record_prompt(r)) for r in records]

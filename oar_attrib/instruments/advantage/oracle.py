@@ -39,7 +39,7 @@ import numpy as np
 
 from ...errors import InputError
 from ...models.generation import sample_prefixes, stop_ids
-from ...analysis.counterfactual_recall import REGENERATION_MARGIN
+from ..data.recall import REGENERATION_MARGIN
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ target of a multiplicative reshaping) and with |dV|; the same with step length a
 held fixed (a within-trace rank regression, standard errors clustered by trace); the label's
 ceiling; and per group the credit agreement. Holm runs across the methods; each reference is a
 family of its own. On the arithmetic world the positive control asks whether |dV| ranks the
-world's causal steps (`step_recall.step_sets`: `chain`, every step on the answer's dependency
+world's causal steps (`steps.recall.step_sets`: `chain`, every step on the answer's dependency
 path, and `direct`) first: their recall@|set| among the steps ranked by |dV|
 (`oar recall intervention` is the control that makes a step matter).
 
@@ -54,13 +54,13 @@ from ...rollouts import decode_answers, group_advantages
 from ...weights.metrics import random_recall, recall_at_k
 from ...weights.settings import ReshapeSettings
 from .oracle import AdvantageSettings, AdvantageTrace, Boundaries, advantage_oracle, prefix_seed, split_half
-from ...analysis.counterfactual_recall import encode_prompt_ids, record_prompt
+from ..data.recall import encode_prompt_ids, record_prompt
 from .metrics import (EARLIEST, GRPO, GROUP_METRICS, LONGEST, POOLING, REFERENCES, TRACE_METRICS, TARGETS,
                       credit_metrics, estimate, label_ceiling, partials, trace_metrics)
 from ..cache import OracleCache, cache_key
 from ...analysis.sets import ADVANTAGE
 from ...analysis.stats import CORRELATION
-from ...analysis.step_recall import overlaps
+from ..steps.recall import overlaps
 
 REWARD_RANGE = (0.0, 1.0)  # the range of a graded reward: a cached continuation reward outside it is refused
 
@@ -262,7 +262,7 @@ def _oracle(run: _Run, ids, row: dict, reward_of, reward: float) -> AdvantageTra
 
 def control_recall(dv: np.ndarray, step_chars: list, oracle) -> dict[str, float]:
     """The positive control of one arithmetic-world trace: recall@|set| of the `chain` and
-    `direct` steps (`step_recall.step_sets`'s overlap rule) among its steps ranked by |dV|,
+    `direct` steps (`steps.recall.step_sets`'s overlap rule) among its steps ranked by |dV|,
     and a random ranking's expectation of each."""
     everything = np.ones(len(dv), dtype=bool)
     out = {}

@@ -21,8 +21,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..errors import InputError, TokenizerError
-from ..models.generation import continue_rows, cut_at_stop, stop_ids
+from ...errors import InputError, TokenizerError
+from ...models.generation import continue_rows, cut_at_stop, stop_ids
 
 
 def _ids(x, name: str) -> list[int]:

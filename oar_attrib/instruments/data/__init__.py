@@ -1,5 +1,5 @@
 """`oar recall data`: any model's own counterfactual oracle on its greedy answers to a JSONL data
-set, and the value oracle's sets on the word-problem world (`analysis.counterfactual_recall`).
+set, and the value oracle's sets on the word-problem world (`recall`; the oracle is `oracle`).
 Resumable through `--cf-cache`, whose record (the model and dtype) refuses another model's
 cache before the model loads."""
 from __future__ import annotations
@@ -8,13 +8,13 @@ import json
 import shlex
 from dataclasses import dataclass
 
-from ..analysis.sets import COUNTERFACTUAL
-from ..commands import MAX_COUNT, option
-from ..defaults import RECALL_MAX_NEW_TOKENS
-from ..errors import InputError
-from ..world import VALUE_SETS
-from .base import InstrumentSettings, need_cache, register_instrument
-from .world import CounterfactualRecall
+from ...analysis.sets import COUNTERFACTUAL
+from ...commands import MAX_COUNT, option
+from ...defaults import RECALL_MAX_NEW_TOKENS
+from ...errors import InputError
+from ...world import VALUE_SETS
+from ..base import InstrumentSettings, need_cache, register_instrument
+from ..world import CounterfactualRecall
 
 
 DATA_SETS = (COUNTERFACTUAL,) + VALUE_SETS  # the sets `data` scores (the value oracle's on wordworld only)
@@ -40,8 +40,8 @@ class DataRecall(CounterfactualRecall):
 def open_cache(settings: InstrumentSettings, name: str, opener):
     """The instrument's cache (`opener(path, record=, shard=)`), the shard's own file under
     `--shard`, read and checked before the model loads."""
-    from .shard import shard_path
-    from .text import cache_record
+    from ..shard import shard_path
+    from ..text import cache_record
 
     need_cache(settings)
     path = shard_path(settings.cf_cache, settings.shard)
@@ -53,9 +53,9 @@ def open_cache(settings: InstrumentSettings, name: str, opener):
 def run_data(settings: DataRecall) -> int:
     """Counterfactual recall of every method on the model's own traces of a data set (and
     value-oracle recall on the word-problem world); a `--shard` scores its share of the records."""
-    from ..analysis.counterfactual_recall import causal_cache, counterfactual_recall, data_records, data_sets
-    from ..models import load_model
-    from ..models.budget import CPU_BATCH_TOKENS
+    from .recall import causal_cache, counterfactual_recall, data_records, data_sets
+    from ...models import load_model
+    from ...models.budget import CPU_BATCH_TOKENS
 
     records = data_records(settings.data, settings.n, settings.seed)
     known = data_sets(records)
@@ -77,9 +77,9 @@ def run_data(settings: DataRecall) -> int:
 
 
 def print_data(report, settings: DataRecall, sets: list[str]) -> None:
-    from ..analysis.recall_reading import paired_comparisons
-    from ..analysis.verdicts import plain
-    from .text import part_table, print_reading, recall_record, stats_table
+    from ...analysis.recall_reading import paired_comparisons
+    from ...analysis.verdicts import plain
+    from ..text import part_table, print_reading, recall_record, stats_table
 
     if settings.json:
         print(json.dumps({**report.as_dict(), "record": recall_record(settings, "data")}))

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from oar_attrib import cli
-from oar_attrib.analysis import recall
+from oar_attrib.instruments.world import recall
 from oar_attrib.analysis.recall_reading import paired_comparisons
 from oar_attrib.analysis.verdicts import verdict
 from oar_attrib.world import extract_answer, generate_problems
@@ -77,7 +77,7 @@ def test_summary_json_keeps_its_keys(report):
 def test_both_reports_give_their_own_summary_keys_in_order_and_no_trace_data():
     """Token and step reports share their summary fields (`analysis.report.RecallSummary`):
     each `as_dict` is exactly its JSON's keys, in order, whatever per-trace data it holds."""
-    from oar_attrib.analysis.step_recall import StepRecallReport
+    from oar_attrib.instruments.steps.recall import StepRecallReport
 
     shared = {"methods": {"m": 1}, "random": {"r": 2}, "n": 5, "n_scored": 4, "accuracy": 0.25,
               "skipped": {"no_answer_span": 1}}

@@ -29,19 +29,19 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..attribution import TraceAttribution, attribute
-from ..defaults import PROBE, VIEW_STEP_POOL
-from ..errors import InputError
-from ..models.generation import generate
-from ..inputs.encoding import encode_pairs
-from ..inputs.steps import STEP_POOLS, pool_steps
-from ..methods import available_methods
-from ..methods.resample import resample_steps
-from ..weights.metrics import random_recall, recall_at_k
-from ..weights.settings import ReshapeSettings
-from ..world import Oracle, generate_problems, shift_result
-from .report import RecallSummary
-from .stats import mean_ci
+from ...attribution import TraceAttribution, attribute
+from ...defaults import PROBE, VIEW_STEP_POOL
+from ...errors import InputError
+from ...models.generation import generate
+from ...inputs.encoding import encode_pairs
+from ...inputs.steps import STEP_POOLS, pool_steps
+from ...methods import available_methods
+from ...methods.resample import resample_steps
+from ...weights.metrics import random_recall, recall_at_k
+from ...weights.settings import ReshapeSettings
+from ...world import Oracle, generate_problems, shift_result
+from ...analysis.report import RecallSummary
+from ...analysis.stats import mean_ci
 
 STEP_SETS = ("direct", "upstream", "distractor")
 STEP_METRICS = ("direct", "upstream")

@@ -1,4 +1,4 @@
-"""The counterfactual oracle on a real model and data set (`analysis.counterfactual_recall`,
+"""The counterfactual oracle on a real model and data set (`instruments.data.recall`,
 `oar recall --data`): the batched oracle equals a one-row-at-a-time reference on SmolLM2,
 recall is computed for every method beside the random expectation and resumes from its cache,
 and bad input is one line before any model loads."""
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from oar_attrib.analysis import counterfactual_recall as cfr
-from oar_attrib.analysis.counterfactual import choose_positions, counterfactual_oracle
+from oar_attrib.instruments.data import recall as cfr
+from oar_attrib.instruments.data.oracle import choose_positions, counterfactual_oracle
 from oar_attrib.errors import InputError
 from oar_attrib.models.generation import stop_ids
 
@@ -97,7 +97,7 @@ def test_bad_data_is_one_line_before_any_model_loads(tmp_path, capsys):
     with pytest.raises(InputError, match=r"bad.jsonl:2: needs `question`"):
         cfr.read_records(bad)
     assert len(cfr.read_records(bad, n=1)) == 1
-    assert main(["recall", "--data", str(tmp_path / "missing.jsonl"), "--model", "no-such-model"]) == 2
+    assert main(["recall", "data", "--data", str(tmp_path / "missing.jsonl"), "--model", "no-such-model"]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert main(["recall", "data", "--data", str(bad), "--n", "1", "--sets", "direct", "--model", "no-such-model"]) == 2
     err = capsys.readouterr().err

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from oar_attrib.analysis.counterfactual_recall import answer_key
-from oar_attrib.analysis.graded_oracle import GradedSettings, GradedTrace, draw_replacements, graded_oracle
-from oar_attrib.analysis.graded_recall import EARLIEST, graded_recall, pooled, tercile_auc, trace_metrics
+from oar_attrib.instruments.data.recall import answer_key
+from oar_attrib.instruments.graded.oracle import GradedSettings, GradedTrace, draw_replacements, graded_oracle
+from oar_attrib.instruments.graded.recall import EARLIEST, graded_recall, pooled, tercile_auc, trace_metrics
 from oar_attrib.errors import InputError
 from oar_attrib.models.generation import generate
 from oar_attrib.inputs.grading import grade

@@ -1,5 +1,5 @@
 """Graded counterfactual recall: does a method's score order a trace's tokens by how often
-replacing them changes the model's answer (METHOD.md 8, `graded_oracle`)?
+replacing them changes the model's answer (METHOD.md 8, `oracle`)?
 
 Per trace, over its tested positions: the Spearman correlation between the method's scores
 (`ranking_scores`: a signed method's magnitude) and the flip rates, and the AUC of the top
@@ -43,23 +43,23 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..attribution import analysis_params, attribute
-from ..defaults import PROBE
-from ..errors import InputError
-from ..inputs.grading import grade
-from ..instruments.cache import OracleCache, cache_key
-from ..methods import available_methods, method_spec, ranking_scores
-from ..models.budget import CPU_BATCH_TOKENS
-from ..records.record import json_safe
-from ..records.settings_record import model_dtype, model_identity, settings_record
-from ..rollouts import decode_answers
-from ..weights.metrics import partial_spearman, spearman
-from ..weights.settings import ReshapeSettings
-from .counterfactual_recall import answer_key, encode_prompt_ids, record_prompt
-from .graded_oracle import DecodeStats, GradedSettings, GradedTrace, graded_oracle
-from .report import RecallSummary
-from .sets import GRADED
-from .stats import auc_or_none, count_undefined, mean_ci
+from ...attribution import analysis_params, attribute
+from ...defaults import PROBE
+from ...errors import InputError
+from ...inputs.grading import grade
+from ..cache import OracleCache, cache_key
+from ...methods import available_methods, method_spec, ranking_scores
+from ...models.budget import CPU_BATCH_TOKENS
+from ...records.record import json_safe
+from ...records.settings_record import model_dtype, model_identity, settings_record
+from ...rollouts import decode_answers
+from ...weights.metrics import partial_spearman, spearman
+from ...weights.settings import ReshapeSettings
+from ..data.recall import answer_key, encode_prompt_ids, record_prompt
+from .oracle import DecodeStats, GradedSettings, GradedTrace, graded_oracle
+from ...analysis.report import RecallSummary
+from ...analysis.sets import GRADED
+from ...analysis.stats import auc_or_none, count_undefined, mean_ci
 
 METRICS = ("spearman", "auc", "partial_spearman", "position_spearman")
 RANDOM_RANKING = {"spearman": 0.0, "auc": 0.5, "partial_spearman": 0.0, "position_spearman": 0.0}  # a random ranking's
@@ -281,7 +281,7 @@ def graded_recall(model, tokenizer, records: list[dict], *, methods=None, probe:
                   method_params: dict | None = None, group_samples: int = 0,
                   answer_of: Callable[[str], str | None] = answer_key, progress: bool = False) -> GradedReport:
     """Graded recall of every method against the model's own graded oracle on `records`
-    (module docstring; records as `counterfactual_recall.data_records` gives them: a question
+    (module docstring; records as `data.recall.data_records` gives them: a question
     and its gold answer, or a `prompt`). The model's identity (`records.settings_record.
     model_identity`: its name and its weights' hash) and dtype key the cache with everything
     else that made each entry. `answer_of`: response text -> comparable answer."""

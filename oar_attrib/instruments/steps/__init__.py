@@ -1,16 +1,16 @@
 """`oar recall steps`: every method's scores pooled per step on the arithmetic world, recall of
 the `direct` steps and the AUC of ranking an `upstream` step above a distractor
-(`analysis.step_recall`)."""
+(`recall`)."""
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 
-from ..commands import MAX_COUNT, option
-from ..defaults import RESAMPLE_SAMPLES, VIEW_STEP_POOL
-from ..inputs.steps import STEP_POOLS
-from .base import InstrumentSettings, register_instrument
-from .world import world_model
+from ...commands import MAX_COUNT, option
+from ...defaults import RESAMPLE_SAMPLES, VIEW_STEP_POOL
+from ...inputs.steps import STEP_POOLS
+from ..base import InstrumentSettings, register_instrument
+from ..world import world_model
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,9 +33,9 @@ class StepRecall(InstrumentSettings):
                      own_knobs=("resample",))
 def run_steps(settings: StepRecall) -> int:
     """Direct-step recall and upstream AUC per method; a `--shard` scores its share of the problems."""
-    from ..analysis.recall_reading import paired_comparisons
-    from ..analysis.step_recall import STEP_METRICS, step_recall
-    from .text import print_reading, recall_record, stats_cell, stats_table
+    from ...analysis.recall_reading import paired_comparisons
+    from .recall import STEP_METRICS, step_recall
+    from ..text import print_reading, recall_record, stats_cell, stats_table
 
     model, tokenizer = world_model(settings)
     report = step_recall(model, tokenizer, n=settings.n, seed=settings.seed, preset=settings.preset or "upstream",

@@ -5,7 +5,7 @@ Each record is a question (`question` or `problem`, with an optional gold `answe
 model answers greedily through its chat template (asked to end with "The answer is N."), or a
 finished trace (`prompt` and `response`). Every method attributes the trace; then each tested
 position t of its scored reasoning is replaced (by the pad token, or `replacement`), the rest regenerated greedily
-(`counterfactual.counterfactual_oracle`: left-padded batches, KV cache), and t is causal when
+(`oracle.counterfactual_oracle`: left-padded batches, KV cache), and t is causal when
 the final answer read by `spans.locate_answer` changes (a number compared by value: `$1,200`
 and `1200` agree) or disappears. Recall@|O| of each method among the tested positions, with
 the random-ranking expectation beside it and 95% bootstrap intervals over traces; also apart
@@ -34,24 +34,24 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..defaults import PROBE
-from ..attribution import attribute
-from ..errors import InputError
-from ..files import check_file
-from ..models.budget import CPU_BATCH_TOKENS
-from ..models.generation import generate
-from ..inputs.chat_template import chat_ids
-from ..inputs.grading import grade
-from ..instruments.cache import CAUSAL_CHECKS, LEGACY_KIND, OracleCache
-from ..jsonl import NotJSON, iter_jsonl
-from ..methods import available_methods
-from ..inputs.spans import locate_answer
-from ..world.value_oracle import VALUE_SETS, parse_number, value_oracle
-from ..world.words import WordProblem, generate_word_problems
-from .counterfactual import check_replacement, counterfactual_oracle
-from .recall import RecallReport, summarise, trace_recall
-from .sets import COUNTERFACTUAL
-from ..weights.settings import ReshapeSettings
+from ...defaults import PROBE
+from ...attribution import attribute
+from ...errors import InputError
+from ...files import check_file
+from ...models.budget import CPU_BATCH_TOKENS
+from ...models.generation import generate
+from ...inputs.chat_template import chat_ids
+from ...inputs.grading import grade
+from ..cache import CAUSAL_CHECKS, LEGACY_KIND, OracleCache
+from ...jsonl import NotJSON, iter_jsonl
+from ...methods import available_methods
+from ...inputs.spans import locate_answer
+from ...world.value_oracle import VALUE_SETS, parse_number, value_oracle
+from ...world.words import WordProblem, generate_word_problems
+from .oracle import check_replacement, counterfactual_oracle
+from ..world.recall import RecallReport, summarise, trace_recall
+from ...analysis.sets import COUNTERFACTUAL
+from ...weights.settings import ReshapeSettings
 
 # The instruction of the `answer_is` prompt template (training.data, which the core does not import).
 INSTRUCTION = "{question}\nPlease reason step by step, and end with a final line 'The answer is <answer>.'"
@@ -251,7 +251,7 @@ def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None
     """Recall@|O| of every method against the model's own counterfactual oracle on `records`
     (module docstring), and against the value oracle's `sets` on word-problem records.
     `model_name` keys the cache (with the trace's ids, cf_positions, seed and the oracle's
-    `replacement`: "pad", "resample" or a token id, `counterfactual`)."""
+    `replacement`: "pad", "resample" or a token id, `oracle`)."""
     if cf_positions < 1 or max_new_tokens < 1 or max_batch_tokens < 1:
         raise InputError(f"cf_positions={cf_positions}, max_new_tokens={max_new_tokens} and "
                          f"max_batch_tokens={max_batch_tokens} must be >= 1")

@@ -17,20 +17,20 @@ from dataclasses import KW_ONLY, dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..attribution import TraceAttribution, attribute
-from ..defaults import PROBE
-from ..errors import InputError
-from ..inputs.segments import span_mask
-from ..methods import available_methods, ranking_scores
-from ..models.generation import generate
-from ..weights.metrics import average_precision, random_recall, recall_at_k
-from ..weights.settings import ReshapeSettings
-from ..world import Oracle, Problem, extract_answer, generate_problems
-from .counterfactual import counterfactual_oracle
-from .recall_reading import EXPECTED
-from .report import RecallSummary
-from .sets import COUNTERFACTUAL, DEFAULT_SETS, RECALL_SETS
-from .stats import mean_ci
+from ...attribution import TraceAttribution, attribute
+from ...defaults import PROBE
+from ...errors import InputError
+from ...inputs.segments import span_mask
+from ...methods import available_methods, ranking_scores
+from ...models.generation import generate
+from ...weights.metrics import average_precision, random_recall, recall_at_k
+from ...weights.settings import ReshapeSettings
+from ...world import Oracle, Problem, extract_answer, generate_problems
+from ..data.oracle import counterfactual_oracle
+from ...analysis.recall_reading import EXPECTED
+from ...analysis.report import RecallSummary
+from ...analysis.sets import COUNTERFACTUAL, DEFAULT_SETS, RECALL_SETS
+from ...analysis.stats import mean_ci
 
 
 
@@ -75,7 +75,7 @@ def counterfactual_masks(model, tokenizer, problem: Problem, trace: TraceAttribu
                          max_positions: int = 64, seed: int = 0,
                          replacement="pad") -> tuple[np.ndarray, np.ndarray]:
     """(target, tested): (T,) bool masks of the trace's scored positions whose replacement (by
-    the pad token, or `replacement`: `counterfactual.counterfactual_oracle`) changes the
+    the pad token, or `replacement`: `data.oracle.counterfactual_oracle`) changes the
     greedily regenerated answer, and of the positions tested (at most
     `max_positions`, spread evenly by `choose_positions`)."""
     positions = [t for t, s in enumerate(trace.scored) if s]
@@ -161,7 +161,7 @@ def oracle_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "
     result and every value is one digit, so every `direct` token is the only carrier of a value
     the answer needs). `counterfactual` is the model's own oracle (module docstring), tested on
     up to `cf_positions` scored positions per trace, one greedy regeneration each, a position
-    replaced by `replacement` ("pad" or "resample", `counterfactual`). Traces
+    replaced by `replacement` ("pad" or "resample", `data.oracle`). Traces
     without an answer span or without both final quantities are skipped and counted in
     `skipped`. The report keeps the problems, texts, traces and per-trace recall
     (`RecallReport.to_frame`) for a closer look. `shard` (`instruments.shard.Shard`): score

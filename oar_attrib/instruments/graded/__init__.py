@@ -1,16 +1,16 @@
 """`oar recall graded`: each method's Spearman and tercile AUC against the graded oracle's flip
-rates, K replacements per tested position (`analysis.graded_oracle`, `analysis.graded_recall`),
+rates, K replacements per tested position (`oracle`, `recall`),
 resumable through `--cf-cache` (answers, scores, KTAE's groups, oracles)."""
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 
-from ..commands import MAX_COUNT, option
-from ..defaults import GRADED_K, GRADED_POSITIONS
-from .base import InstrumentSettings, register_instrument
-from ..defaults import RECALL_MAX_NEW_TOKENS
-from .data import open_cache
+from ...commands import MAX_COUNT, option
+from ...defaults import GRADED_K, GRADED_POSITIONS
+from ..base import InstrumentSettings, register_instrument
+from ...defaults import RECALL_MAX_NEW_TOKENS
+from ..data import open_cache
 
 GRADED_GROUP = "the graded oracle"
 
@@ -50,9 +50,9 @@ def sampled_records(settings: SampledRecall, n: int, world_problems: bool = Fals
     """The records a sampled oracle scores: `--data`'s, or n held-out arithmetic-world problems
     (their prompt and gold answer, and with `world_problems` the problem, whose reward grades
     and whose structural oracle is the advantage oracle's positive control)."""
-    from ..analysis.counterfactual_recall import data_records
-    from ..cli.choices import check_servable
-    from ..world import generate_problems
+    from ..data.recall import data_records
+    from ...cli.choices import check_servable
+    from ...world import generate_problems
 
     if settings.data is not None:
         return data_records(settings.data, n, settings.seed)
@@ -64,10 +64,10 @@ def sampled_records(settings: SampledRecall, n: int, world_problems: bool = Fals
 @register_instrument("graded", GradedRecall, "the graded counterfactual oracle (flip rates per tested position)")
 def run_graded(settings: GradedRecall) -> int:
     """Graded recall of every method; a `--shard` scores its share of the records."""
-    from ..analysis.graded_oracle import GradedSettings
-    from ..analysis.graded_recall import graded_cache, graded_recall
-    from ..models import load_model
-    from ..models.budget import CPU_BATCH_TOKENS
+    from .oracle import GradedSettings
+    from .recall import graded_cache, graded_recall
+    from ...models import load_model
+    from ...models.budget import CPU_BATCH_TOKENS
 
     records = sampled_records(settings, settings.n)
     records = settings.shard.take(records) if settings.shard else records
@@ -88,10 +88,10 @@ def run_graded(settings: GradedRecall) -> int:
 
 def graded_text(report) -> list[str]:
     """The text report: counts, the oracle and its work, the table and the reading in words."""
-    from ..analysis.graded_recall import RANDOM_RANKING
-    from ..analysis.recall_reading import graded_comparisons
-    from ..analysis.verdicts import plain
-    from .text import RANDOM_EXPECTED, reading_lines, stats_cell
+    from .recall import RANDOM_RANKING
+    from ...analysis.recall_reading import graded_comparisons
+    from ...analysis.verdicts import plain
+    from ..text import RANDOM_EXPECTED, reading_lines, stats_cell
 
     accuracy = "n/a (no gold answers)" if report.accuracy is None else f"{report.accuracy:.3f}"
     lines = [f"n={report.n} scored={report.n_scored} accuracy={accuracy} skipped: {plain(report.skipped)}",

@@ -1,6 +1,6 @@
 """The graded counterfactual oracle: how often does replacing a token change the answer?
 
-The binary oracle (`counterfactual`) asks of each tested position t whether ONE replacement
+The binary oracle (`data.oracle`) asks of each tested position t whether ONE replacement
 followed by greedy regeneration changes the final answer; on a real model most positions are
 then "causal" (84% of tested GSM8K positions on SmolLM2), so every method's recall sits at the
 random level. The graded oracle asks it K times: K replacement tokens v_1..v_K are drawn from
@@ -19,7 +19,7 @@ the clean prefix cropped to its length and left-padded to the group's longest (t
 `generate` gives left-padded rows), so no prefix is recomputed. Rows are grouped, positions in
 order, so that a group holds at most `max_batch_tokens` tokens (rows x (longest prefix + the
 regeneration)). A model whose cache is not a plain key/value cache (a sliding window that drops
-keys) regenerates whole rows instead (`counterfactual`'s path). `DecodeStats` counts the rows,
+keys) regenerates whole rows instead (`data.oracle`'s path). `DecodeStats` counts the rows,
 their prefix lengths and new tokens, and the seconds: what `bench/bench_graded_oracle.py` turns
 into throughput against the FLOP limit of the decoding work.
 """
@@ -32,13 +32,13 @@ from typing import Callable, Sequence
 import torch
 from transformers import DynamicCache
 
-from ..defaults import GRADED_K, GRADED_POSITIONS
-from ..errors import InputError
-from ..models.budget import CPU_BATCH_TOKENS
-from ..models.generation import continue_rows, cut_at_stop, left_pad, stop_ids
-from ..models.lm import cache_of, eval_mode, plain_kv, with_cache
-from .counterfactual import choose_positions
-from .counterfactual_recall import REGENERATION_MARGIN  # tokens beyond what is left of the response
+from ...defaults import GRADED_K, GRADED_POSITIONS
+from ...errors import InputError
+from ...models.budget import CPU_BATCH_TOKENS
+from ...models.generation import continue_rows, cut_at_stop, left_pad, stop_ids
+from ...models.lm import cache_of, eval_mode, plain_kv, with_cache
+from ..data.oracle import choose_positions
+from ..data.recall import REGENERATION_MARGIN  # tokens beyond what is left of the response
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class GradedSettings:
     k: int = field(default=GRADED_K, metadata={"help": "Replacement tokens drawn per tested position (the "
                                                 "flip rate's denominator)."})
     positions: int = field(default=GRADED_POSITIONS, metadata={"help": "Scored positions tested per trace, spread "
-                                                         "over it (`counterfactual.choose_positions`)."})
+                                                         "over it (`data.oracle.choose_positions`)."})
     seed: int = field(default=0, metadata={"help": "Seed of the tested positions and the draws."})
     margin: int = field(default=REGENERATION_MARGIN, metadata={
         "help": "Tokens a regeneration may write beyond the rest of the original response."})

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from oar_attrib.analysis.counterfactual import choose_positions, counterfactual_oracle, resampled_tokens
+from oar_attrib.instruments.data.oracle import choose_positions, counterfactual_oracle, resampled_tokens
 from oar_attrib.errors import InputError
 from oar_attrib.models import random_qwen2
 
@@ -140,7 +140,7 @@ def test_the_oracle_cache_keys_on_the_replacement():
     import hashlib
     import json
 
-    from oar_attrib.analysis.counterfactual_recall import _cache_key
+    from oar_attrib.instruments.data.recall import _cache_key
 
     old = hashlib.sha256(json.dumps(["m", [1, 2], [3, 4], 8, 0]).encode()).hexdigest()[:24]
     assert _cache_key("m", [1, 2], [3, 4], 8, 0) == old  # caches written before the knob

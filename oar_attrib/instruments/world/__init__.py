@@ -1,16 +1,16 @@
 """`oar recall world`: token recall of every method on the arithmetic world's held-out problems
 against its oracle sets (`direct`, `chain`, ...) and the model's own counterfactual oracle
-(`analysis.recall`, `analysis.counterfactual`)."""
+(`recall`, `data.oracle`)."""
 from __future__ import annotations
 
 import dataclasses
 import json
 from dataclasses import dataclass
 
-from ..analysis.sets import DEFAULT_SETS, RECALL_SETS
-from ..commands import MAX_COUNT, option
-from ..defaults import CF_POSITIONS, REPLACEMENT
-from .base import InstrumentSettings, register_instrument
+from ...analysis.sets import DEFAULT_SETS, RECALL_SETS
+from ...commands import MAX_COUNT, option
+from ...defaults import CF_POSITIONS, REPLACEMENT
+from ..base import InstrumentSettings, register_instrument
 
 COUNTERFACTUAL_GROUP = "the counterfactual oracle (--sets counterfactual)"
 
@@ -22,7 +22,7 @@ class CounterfactualRecall(InstrumentSettings):
     cf_positions: int = option(CF_POSITIONS, "counterfactual set: scored positions tested per trace (one greedy "
                                    "regeneration each; more are thinned to this many, spread over the trace)",
                                group=COUNTERFACTUAL_GROUP, bounds=(1, MAX_COUNT))
-    # The choices are `analysis.counterfactual.REPLACEMENTS`, which imports torch: not at parse time.
+    # The choices are `data.oracle.REPLACEMENTS`, which imports torch: not at parse time.
     replace: str = option(REPLACEMENT, "counterfactual set: what replaces a tested token, the pad token or a token "
                                  "drawn from the model at that position (not the original, seeded); on chat "
                                  "models whose pad is the end-of-turn token, pad ends the turn",
@@ -44,8 +44,8 @@ class WorldRecall(CounterfactualRecall):
 def world_model(settings: InstrumentSettings):
     """The model and tokenizer of `world` and `steps`, an arithmetic-world model's (checked
     before its weights load)."""
-    from ..cli.choices import check_servable
-    from ..models import load_model
+    from ...cli.choices import check_servable
+    from ...models import load_model
 
     check_servable(settings.model)
     return load_model(settings.model, device=settings.device, dtype=settings.dtype)
@@ -55,9 +55,9 @@ def world_model(settings: InstrumentSettings):
 def run_world(settings: WorldRecall) -> int:
     """Recall@|O| of every method against the arithmetic world's oracle sets (and the model's
     own counterfactual oracle); a `--shard` scores its share of the problems."""
-    from ..analysis.recall import oracle_recall
-    from ..analysis.recall_reading import paired_comparisons
-    from .text import print_reading, recall_record, stats_table
+    from .recall import oracle_recall
+    from ...analysis.recall_reading import paired_comparisons
+    from ..text import print_reading, recall_record, stats_table
 
     settings = dataclasses.replace(settings, sets=settings.sets or tuple(DEFAULT_SETS))
     model, tokenizer = world_model(settings)
