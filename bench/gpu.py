@@ -8,6 +8,7 @@ Run through `bench/gpu.sh` (docs/benchmarks.md, "One prepared GPU run"):
     bash bench/gpu.sh --dry-run        # here: arguments, every bench script and flag, the file plan
     bash bench/gpu.sh --stash          # there, call 1: keeps part 1 of the model outside the tree
     bash bench/gpu.sh [--out PATH]     # there, call 2: the stages; the JSON to $OUT/gpu.json or PATH
+    bash bench/gpu.sh --stages verl_step   # there, a call of its own: one oar_sync step of verl
 
 The GPU machine has no network and takes at most 64 MiB of files per call, the working tree
 included. What it lacks is carried: the wheels of the packages its image does not hold
@@ -48,7 +49,7 @@ WHEELS_ESTIMATE = 3 * 2**20  # about: the plan's estimate before --prepare fetch
 WHEELS = ("trl", "datasets", "dill", "multiprocess", "captum", "math-verify",
           "latex2sympy2_extended", "antlr4-python3-runtime", "gguf")
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
-TOTAL_S = 500  # all stages together; bench/gpu.sh's setup and the JSON take the rest of 9 minutes
+TOTAL_S = 500  # the stages of one call; bench/gpu.sh's setup and the JSON take the rest of 9 minutes
 STASH = Path(os.environ.get("OAR_GPU_STASH", "/tmp/oar-gpu-stash"))  # part 1 between the calls
 WORK = Path(os.environ.get("OAR_GPU_WORK", "/tmp/oar-gpu"))  # scratch of the stages there
 
@@ -112,8 +113,27 @@ def stages(args) -> list[Stage]:
                   f"oar align on the real {MODEL}, the word-problem world, 2 prompts x 8 "
                   "completions of <= 256 tokens per batch",
                   flags=[f for f in align if f.startswith("--")], result_file=WORK / "align.json")]
-    assert sum(s.limit_s for s in out) <= TOTAL_S
+    verl = ["--work", str(WORK / "verl"), "--json", str(WORK / "verl_step.json")]
+    out.append(Stage("verl_step", 300, [py, "bench/bench_verl_step.py", *verl],
+                     "one oar_sync step of verl (step OAR-P, as_joint) on arith-tiny with verl's vllm "
+                     "rollout: 8 prompts x 4 responses of <= 48 tokens, its oar/* metrics and the import "
+                     "of its dumps (needs verl[verl-core] and vllm in the image: else it says what is missing)",
+                     flags=[f for f in verl if f.startswith("--")], result_file=WORK / "verl_step.json"))
     return out
+
+
+# The stages a run takes unless --stages names others: the five that fit one call's 9 minutes
+# together. verl_step (Ray, vllm's start, FSDP) takes a call of its own: --stages verl_step.
+DEFAULT_STAGES = ("oar_p_steps", "advantage", "train_step", "model", "align")
+
+
+def selected(args) -> list[Stage]:
+    """The stages `--stages` names, in plan order; their limits fit TOTAL_S."""
+    chosen = [s for s in stages(args) if s.name in args.stages]
+    if sum(s.limit_s for s in chosen) > TOTAL_S:
+        raise PlanError(f"the stages {', '.join(args.stages)} need {sum(s.limit_s for s in chosen)} s, more than "
+                        f"one call's {TOTAL_S} s: run them in two calls")
+    return chosen
 
 
 # ---- the file plan ---------------------------------------------------------------------------
@@ -267,11 +287,14 @@ def check_stages(plan_stages: list[Stage]) -> list[str]:
 
 def dry_run(args) -> int:
     plan_stages = stages(args)
+    selected(args)  # the chosen stages fit one call
     for stage in plan_stages:
         print(f"plan: stage {stage.name} limit {stage.limit_s} s: {stage.what}")
         print(f"      {' '.join(['python', *stage.argv[1:]])}")
     total = sum(s.limit_s for s in plan_stages)
-    print(f"plan: stages' limits total {total} s of {TOTAL_S} s (9 minutes with setup and the JSON)")
+    chosen = sum(st.limit_s for st in plan_stages if st.name in args.stages)
+    print(f"plan: stages' limits total {total} s; this run's ({', '.join(args.stages)}) {chosen} s of "
+          f"{TOTAL_S} s (9 minutes with setup and the JSON)")
     print(f"plan: JSON to {args.out or '$OUT/gpu.json'}")
     plan = file_plan()
     print_plan(plan)
@@ -371,7 +394,8 @@ def installed(name):
 
 cuda = torch.cuda.is_available()
 gpu = torch.cuda.get_device_properties(0) if cuda else None
-names = ["transformers", "trl", "accelerate", "datasets", "captum", "gguf", "tokenizers", "math-verify"]
+names = ["transformers", "trl", "accelerate", "datasets", "captum", "gguf", "tokenizers", "math-verify",
+         "verl", "TransferQueue", "ray", "vllm", "sglang"]
 print(json.dumps({"cuda": cuda, "gpu": gpu and gpu.name, "gpu_memory_gib": gpu and gpu.total_memory / 2**30,
                   "torch": torch.__version__, "torch_cuda": torch.version.cuda,
                   "python": platform.python_version(), "packages": {n: installed(n) for n in names}}))
@@ -416,9 +440,9 @@ def run(args) -> int:
     report["stages"] = {}
     if not report["device"].get("cuda"):
         report["error"] = "no CUDA device: bench/gpu.sh runs on a GPU machine (here: --dry-run)"
-    for stage in stages(args) if "error" not in report else []:
+    for stage in selected(args) if "error" not in report else []:
         left = deadline - time.perf_counter()
-        if stage.name == "align" and report["stages"]["model"]["status"] != "ok":
+        if stage.name == "align" and report["stages"].get("model", {}).get("status") != "ok":
             report["stages"]["align"] = {"status": "skipped", "error": "the model stage failed"}
         elif left < 10:
             report["stages"][stage.name] = {"status": "skipped", "error": "no time left"}
@@ -451,7 +475,13 @@ def main(argv=None) -> int:
     parser.add_argument("--train-tokens", type=int, default=512, help="completion tokens of a train step")
     parser.add_argument("--align-batches", type=int, default=6, help="oar align's training batches")
     parser.add_argument("--align-pool", type=int, default=4, help="oar align's pool batches (>= 2)")
+    parser.add_argument("--stages", type=lambda text: tuple(text.split(",")), default=DEFAULT_STAGES,
+                        help=f"comma-separated stages to run (default: {','.join(DEFAULT_STAGES)}; "
+                             "verl_step alone in a call of its own)")
     args = parser.parse_args(argv)
+    known = [s.name for s in stages(args)]
+    if set(args.stages) - set(known):
+        parser.error(f"--stages names {', '.join(sorted(set(args.stages) - set(known)))}; known: {', '.join(known)}")
     if min(args.train_steps, args.train_tokens, args.align_batches) < 1 or args.align_pool < 2:
         parser.error("--train-steps, --train-tokens and --align-batches must be >= 1, --align-pool >= 2")
     there = not (args.prepare or args.dry_run or args.stash or args.join)  # the run itself

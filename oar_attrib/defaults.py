@@ -66,6 +66,13 @@ RECALL_MAX_NEW_TOKENS = 256
 RESAMPLE_SAMPLES = 8
 
 
+# Reshaped GRPO on verl (`training.verl`): the one method of the paper's OAR-P family that runs
+# where verl's policy is, through its actor's per-token log-probabilities, with the one probe
+# those give (the answer tokens' own log-probabilities; `lt` and `as_mean` need whole
+# distributions, which the actor does not return).
+VERL_METHOD = "oar_p_step"
+VERL_PROBE = "as_joint"
+
 # ------------------------------------------------------------------ the one field helper
 # Every settings field of the package is made here (`option`): its default, its help text, how
 # its flag is spelled and parsed, and its bounds, which the parser's check

@@ -20,6 +20,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "train": ("trl", "datasets", "accelerate"),
     "gguf": ("gguf",),
     "figures": ("matplotlib",),
+    "verl": ("verl",),
 }
 
 

@@ -41,8 +41,9 @@ def test_dry_run_prints_the_plan_and_passes():
     assert out.strip().splitlines()[-1] == "dry-run: ok"
     limits = {m[0]: int(m[1]) for m in re.findall(r"^plan: stage (\w+) limit (\d+) s", out, re.M)}
     assert {"oar_p_steps", "train_step"} <= set(limits)
-    assert list(limits) == ["oar_p_steps", "advantage", "train_step", "model", "align"]
-    assert sum(limits.values()) <= 9 * 60 - 40  # setup and the JSON fit in what is left
+    assert list(limits) == ["oar_p_steps", "advantage", "train_step", "model", "align", "verl_step"]
+    assert sum(v for k, v in limits.items() if k != "verl_step") <= 9 * 60 - 40  # setup and the JSON fit
+    assert limits["verl_step"] <= 9 * 60 - 40  # a call of its own
     assert "bench/bench_steps.py --models qwen2-0.5b --lengths 2048" in out
     assert "bench/bench_train_step.py --no-cpu" in out
     assert ("bench/bench_advantage.py --model qwen2-0.5b --device cuda --dtype bfloat16 --samples 16 "
@@ -53,6 +54,34 @@ def test_dry_run_prints_the_plan_and_passes():
     for _, carry, carried, total, verdict in calls:
         assert json.loads(carry) and verdict == "<=" and float(total) <= 64.0
         assert float(carried) > 40  # each call carries about half of the 93.8 MiB model
+
+
+def test_the_verl_stage_is_planned_alone_and_its_flags_exist():
+    gpu = gpu_module()
+    args = gpu.main.__globals__["argparse"].Namespace(train_steps=2, train_tokens=512, align_batches=6,
+                                                       align_pool=4, stages=("verl_step",))
+    (stage,) = gpu.selected(args)
+    assert stage.name == "verl_step" and stage.argv[1] == "bench/bench_verl_step.py"
+    assert gpu.check_stages([stage]) == []  # its script's --help names --work and --json
+    args.stages = gpu.DEFAULT_STAGES + ("verl_step",)
+    with pytest.raises(gpu.PlanError, match=r"more than one call's 500 s: run them in two calls"):
+        gpu.selected(args)
+    done = gpu_sh("--dry-run", "--stages", "verl_step,nope")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--stages names nope; known: " in done.stderr
+
+
+def test_the_verl_stage_without_verl_says_what_is_missing(tmp_path):
+    """On a machine without verl's stack the stage stops at once with a result, not a trace."""
+    from importlib.metadata import distributions
+
+    if any(d.metadata["Name"] == "verl" for d in distributions()):
+        pytest.skip("this checks the machine without verl (the default environment)")
+    done = subprocess.run([sys.executable, "bench/bench_verl_step.py", "--work", str(tmp_path / "w"), "--json",
+                           str(tmp_path / "r.json")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["ran"] is False and result["missing"][:2] == ["verl", "transfer_queue"]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == result and not (tmp_path / "w").exists()
 
 
 def test_wrong_argument_is_one_line_and_fails():

@@ -69,6 +69,9 @@ NOT_RUN = {
     "MKL_CBWR=AUTO,STRICT python bench/": BENCH,
     "pip install 'oar-attrib": "installs into the running environment; tests/test_extras.py installs the core "
                                "alone into a fresh one and tests/test_release.py the built wheel",
+    "python -m verl.trainer.main_ppo": "a verl training run: Ray, a GPU and verl's rollout engine; "
+                                       "tests/training/verl_plugin runs its advantage step on a CPU, bench/gpu.sh "
+                                       "has one step prepared",
     "bash bench/gpu.sh": "the GPU run: its preparation downloads wheels and the model, the run needs a GPU; "
                          "tests/test_gpu_script.py runs its --dry-run and its checks",
     "oar align --preset smollm2-words":

@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     settings = dataclass_from_args(ImportSettings, args)
     out = Path(settings.out)
     check_writable(out)
-    options = {"reward_columns": settings.reward_columns} if settings.stack == "trl" else {}
+    options = {"trl": {"reward_columns": settings.reward_columns}, "verl": {"said": say}}.get(settings.stack, {})
     left_out: list[str] = []  # files not read (a FIFO, a link out of the folder, a copy)
 
     def leave_out(line: str) -> None:

@@ -19,45 +19,16 @@ from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
 from oar_attrib.inputs.batch import GroupOutcomes
-from oar_attrib.weights.gating import reshape_advantages
-from oar_attrib.weights.weightings import weighting_spec
 from oar_attrib.methods import method_spec
-from oar_attrib.weights.metrics import ess_ratio, top_mass
-from oar_attrib.inputs.spans import ANSWER_FORMATS, MARKER_FORMATS
 
 from .config import OARConfig, check_trl_version
 from .errors import LowSpanRateWarning, TrainingConfigError
 from .model_card import base_model_name, oar_model_card
 from .rewards import correctness
-from .reshaping import ReshapeSettings, TokenWeights, token_advantages, token_weights, unpad_rows
+from .reshaping import (LOW_SPAN_RATE, ReshapeSettings, TokenWeights, low_span_rate_message, metric_sums, nonzero_rows,
+                        oar_metrics, token_advantages, token_weights, unpad_rows)
 from .run_store_hook import RunStoreHook
 from . import trl_private
-
-
-# Below this share of completions with an answer span, the warning fires: at 0.8 one in five
-# completions already trains as plain GRPO (weight 1 everywhere), which a user should know.
-LOW_SPAN_RATE = 0.8
-
-
-def formats_tried(answer_format: str, pattern: str | None = None) -> str:
-    """The answer formats the span finder looks for under `answer_format`, in words."""
-    if answer_format == "regex" or (answer_format == "auto" and pattern):
-        return f"regex {pattern!r}"
-    if answer_format == "auto":
-        return "auto: " + ", then ".join(MARKER_FORMATS)
-    return answer_format
-
-
-def low_span_rate_message(rate: float, n: int, answer_format: str, pattern: str | None = None) -> str:
-    """The one-time warning of a generation batch whose span-found rate is below LOW_SPAN_RATE."""
-    others = ", ".join(f for f in ANSWER_FORMATS if f != answer_format)
-    found = round(rate * n)
-    head = "OAR is mostly off" if rate < 0.5 else "OAR is partly off"
-    return (f"{head}: the answer span was found in {found} of {n} completions ({rate:.0%}) of this "
-            f"generation batch (formats tried: {formats_tried(answer_format, pattern)}). The other "
-            f"{n - found} keep weight 1 on every token, as in plain GRPO. Fix: set answer_format "
-            f"to the format the model writes ({others}; regex needs answer_pattern), or ask for that "
-            "format in the prompt. oar/span_found_rate logs the rate every step.")
 
 
 TRL_RENAMED_CALLS = r"`(is_)?gradient_checkpointing(_enable|_disable)?` is deprecated"
@@ -194,15 +165,10 @@ class OARGRPOTrainer(GRPOTrainer):
         return self._oar_rewards
 
     def _rows_to_attribute(self, advantages: torch.Tensor, settings: ReshapeSettings) -> list[bool] | None:
-        """Rows with a non-zero advantage (A_i * w_t = 0 otherwise), and the rows the run store
-        is about to record; None: all rows (also when the weighting's cut-off is over the whole
-        batch's response tokens, which rows with A_i = 0 take part in: the 80/20 entropy)."""
-        spec = method_spec(settings.method)
-        batch_level = weighting_spec(settings.weighting or spec.weighting).batch_level
-        if not self.args.oar_skip_zero_advantage or (batch_level and spec.scope == "response"):
-            return None
-        select = (advantages.detach().cpu() != 0).tolist()
-        if self.run_store is not None and self.run_store.due(self.state.global_step):
+        """Rows with a non-zero advantage (`reshaping.nonzero_rows`) and the rows the run store
+        is about to record; None: all rows."""
+        select = nonzero_rows(advantages, settings) if self.args.oar_skip_zero_advantage else None
+        if select is not None and self.run_store is not None and self.run_store.due(self.state.global_step):
             select[: self.run_store.samples] = [True] * min(self.run_store.samples, len(select))
         return select
 
@@ -250,34 +216,14 @@ class OARGRPOTrainer(GRPOTrainer):
                                  select, outcomes, params)
 
     def _log_oar(self, tw: TokenWeights, advantages: torch.Tensor) -> None:
-        """Per-generation-batch metrics, pooled over ranks, beside TRL's own."""
-        adv = advantages.detach().float().cpu()
-        token_adv = reshape_advantages(adv, tw.weights, tw.bonus)
-        # Over the rows that were attributed (uniform 'none': every row with S, weights 1).
-        rows = tw.scored.any(dim=1) if self._oar_uniform else tw.attributed
-        scored = tw.scored & rows[:, None]
-        has_s = scored.any(dim=1)
-        ess = torch.as_tensor(ess_ratio(tw.weights, scored), dtype=torch.float32)  # (B,), NaN: no S
-        top = torch.as_tensor(top_mass(token_adv, scored, 0.1), dtype=torch.float32)  # NaN: A_i = 0
-        ess_ok, top_ok = has_s & ~torch.isnan(ess), has_s & ~torch.isnan(top)
-        sums = self._pooled(torch.sum, {
-            "ess": ess[ess_ok].sum(), "ess_rows": ess_ok.sum(), "top": top[top_ok].sum(),
-            "top_rows": top_ok.sum(), "span_found": tw.span_found.sum(), "rows": len(adv),
-            "nonfinite": tw.nonfinite.sum(), "attributed": tw.attributed.sum()})
-        # The slowest rank sets the pace.
-        peak = self._pooled(torch.amax, {"weight": tw.weights.max() if tw.weights.numel() else 1.0,
-                                         "seconds": tw.seconds})
-        metrics, rows = trl_private.metrics(self), max(sums["rows"], 1.0)
-        if sums["ess_rows"] > 0:
-            metrics["oar/ess_ratio"].append(sums["ess"] / sums["ess_rows"])
-        if sums["top_rows"] > 0:
-            metrics["oar/top10_mass"].append(sums["top"] / sums["top_rows"])
-        metrics["oar/span_found_rate"].append(sums["span_found"] / rows)
-        self._warn_low_span_rate(sums["span_found"] / rows, int(sums["rows"]))
-        metrics["oar/nonfinite_rows"].append(sums["nonfinite"])
-        metrics["oar/attributed_rate"].append(sums["attributed"] / rows)
-        metrics["oar/weight_max"].append(peak["weight"])
-        metrics["oar/time_s"].append(peak["seconds"])
+        """Per-generation-batch metrics, pooled over ranks (the slowest rank sets the pace),
+        beside TRL's own."""
+        sums, peaks = metric_sums(tw, advantages, self._oar_uniform)
+        sums, peaks = self._pooled(torch.sum, sums), self._pooled(torch.amax, peaks)
+        metrics = trl_private.metrics(self)
+        for name, value in oar_metrics(sums, peaks).items():
+            metrics[name].append(value)
+        self._warn_low_span_rate(sums["span_found"] / max(sums["rows"], 1.0), int(sums["rows"]))
 
     def _pooled(self, reduce, values: dict) -> dict[str, float]:
         """`values` (name -> a number) pooled over the ranks by `reduce` (torch.sum, torch.amax)."""

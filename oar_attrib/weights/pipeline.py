@@ -30,6 +30,7 @@ import dataclasses
 import hashlib
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -41,6 +42,10 @@ from ..methods.draws import mean_of_draws
 from .step_gating import step_weights
 from .weightings import weighting_spec
 from .settings import ReshapeSettings, SettingError
+
+
+# Step 2 for a policy outside this process: (batch, settings, rows to score) -> (B, L) importances.
+Scorer = Callable[[ScoringBatch, ReshapeSettings, list[int]], torch.Tensor]
 
 
 @dataclass
@@ -209,13 +214,17 @@ def weigh(importances: torch.Tensor, scored: torch.Tensor, settings: ReshapeSett
 
 def score_and_weight(model, batch: ScoringBatch, settings: ReshapeSettings, *,
                      rows: list[bool] | None = None, params: dict | None = None,
-                     tokenizer=None) -> Weighed:
+                     tokenizer=None, scorer: Scorer | None = None) -> Weighed:
     """Importances and weights of `batch` under `settings` (module docstring).
 
-    model: the policy (may be None when the method is uniform). batch: B rows, on any device.
+    model: the policy (may be None when the method is uniform or `scorer` is given).
+    batch: B rows, on any device.
     rows: (B,) which rows to score (default all); the others keep weight 1.
     params: extra keyword arguments of the method, e.g. {"n_noise": 4}.
     tokenizer: passed to methods that read text (`needs_tokenizer`).
+    scorer: step 2 done elsewhere, for a policy this process cannot run as a module (verl's
+    actor, `training.verl.scoring`): `scorer(batch, settings, rows)` gives the (B, L)
+    importances of the rows listed (0 on the others); steps 1, 3 and 4 are the same.
     """
     start = time.perf_counter()
     batch = batch.to("cpu")
@@ -224,7 +233,9 @@ def score_and_weight(model, batch: ScoringBatch, settings: ReshapeSettings, *,
     chosen = torch.ones(len(scored), dtype=torch.bool) if rows is None else torch.as_tensor(list(rows), dtype=torch.bool)
     attributed = scored.any(dim=1) & chosen & (not spec.uniform)
     importances, draws = torch.zeros(scored.shape, dtype=torch.float32), None
-    if attributed.any():
+    if attributed.any() and scorer is not None:
+        importances = scorer(batch, settings, attributed.nonzero().flatten().tolist()).float().cpu()
+    elif attributed.any():
         with eval_mode(model) if model is not None else contextlib.nullcontext():
             importances, draws = score(model, batch, settings,
                                        attributed.nonzero().flatten().tolist(), params=params,

@@ -11,7 +11,8 @@ from oar_attrib.errors import LibraryVersionError
 from oar_attrib.inputs import transformers_private as seam
 
 ROOT = Path(__file__).resolve().parents[2]
-SEAMS = {ROOT / "oar_attrib" / "inputs" / "transformers_private.py", ROOT / "oar_attrib" / "training" / "trl_private.py"}
+SEAMS = {ROOT / "oar_attrib" / "inputs" / "transformers_private.py", ROOT / "oar_attrib" / "training" / "trl_private.py",
+         ROOT / "oar_attrib" / "training" / "verl" / "verl_private.py"}
 
 
 def _trl_names():
@@ -94,6 +95,9 @@ def test_the_reach_check_finds_a_planted_use():
 def test_no_module_but_the_seams_reaches_a_listed_name():
     names = {name.split(":")[1].rsplit(".", 1)[-1] for name in seam.TRANSFORMERS_NAMES}
     names |= {name.split(":")[1].rsplit(".", 1)[-1] for name in _trl_names().TRL_NAMES}
+    from oar_attrib.training.verl import verl_private  # imports no verl: its private names are checked there
+
+    names |= {n for name in verl_private.VERL_NAMES if (n := name.split(":")[1].rsplit(".", 1)[-1]).startswith("_")}
     found = {str(p.relative_to(ROOT)): got for p in sorted((ROOT / "oar_attrib").rglob("*.py")) if p not in SEAMS
              for got in [_reaches(p.read_text(encoding="utf-8"), names)] if got}
     assert found == {}

@@ -19,7 +19,7 @@ from ..base import register_instrument
 from ..data import open_cache
 from ..graded import SampledRecall, sampled_records
 
-LABELS = ("all", "scored")  # which traces of an analysed group get the oracle (`advantage_recall`)
+LABELS = ("all", "scored")  # which traces of an analysed group get the oracle (`recall.advantage_recall`)
 
 ADVANTAGE_GROUP = "the advantage oracle"
 DEFAULT_GROUP = 4  # answers per problem (GRPO's group), also when --group-samples is 0

@@ -61,8 +61,9 @@ from ..cache import OracleCache, cache_key
 from ...analysis.sets import ADVANTAGE
 from ...analysis.stats import CORRELATION
 from ..steps.recall import overlaps
+from . import LABELS
 
-REWARD_RANGE = (0.0, 1.0)  # the range of a graded reward: a cached continuation reward outside it is refused
+REWARD_RANGE = (0.0, 1.0)  # a graded reward's range: a cached continuation reward outside it is refused
 
 
 def _numbers(values) -> bool:
@@ -97,9 +98,10 @@ def texts_hash(texts: list[str]) -> str:
     return hashlib.sha256(json.dumps(texts).encode()).hexdigest()[:32]
 
 
-def _refuse(run: "_Run", what: str) -> InputError:
-    return InputError(f"{run.cache.flag} {run.cache.path}: {what}; pass a new {run.cache.flag}, or delete that "
-                      "entry's line to have it computed again")
+def refuse(cache: OracleCache, what: str) -> InputError:
+    """The one line that refuses a cache entry read back: the cache, what is wrong, what to do."""
+    return InputError(f"{cache.flag} {cache.path}: {what}; pass a new {cache.flag}, or delete that entry's line to "
+                      "have it computed again")
 
 
 @dataclass
@@ -146,7 +148,7 @@ def _group(run: _Run, ids: list[int], size: int, max_new_tokens: int) -> list[st
         texts = [text for text, _, _ in answers]
         hit = run.cache.put("group", key, {"texts": texts, "sha": texts_hash(texts)})
     if len(hit["texts"]) != size or hit.get("sha", texts_hash(hit["texts"])) != texts_hash(hit["texts"]):
-        raise _refuse(run, f"a group of answers ({key}) holds {len(hit['texts'])} texts for groups of {size}, or texts "
+        raise refuse(run.cache, f"a group of answers ({key}) holds {len(hit['texts'])} texts for groups of {size}, or texts "
                            "that are not the ones it was written with")
     return hit["texts"]
 
@@ -183,7 +185,7 @@ def _attribution(run: _Run, prompt, ids, texts, rewards, methods, reshape, param
     hit = run.cache.get("attribution", key)
     if hit is not None:
         if len(hit["traces"]) != len(texts):
-            raise _refuse(run, f"an attribution ({key}) holds {len(hit['traces'])} traces for a group of {len(texts)}")
+            raise refuse(run.cache, f"an attribution ({key}) holds {len(hit['traces'])} traces for a group of {len(texts)}")
         return hit
     size = len(texts)
     advantages = group_advantages(torch.tensor([rewards]))[0].tolist()
@@ -225,39 +227,41 @@ def step_weights(row: dict, method: str) -> np.ndarray:
     return np.asarray(out, dtype=np.float64)
 
 
-class _CachedBoundaries(Boundaries):
-    """The boundaries of one trace in the run's cache: keyed and seeded by the oracle's record
-    (the model's identity, the settings) and the prefix ids; `run.oracle_seconds` gets each
-    one's work when it was made."""
+class CachedBoundaries(Boundaries):
+    """Prefixes' continuation rewards in an instrument's cache (kind "prefix"): keyed and seeded
+    by `record` (the model's identity, the oracle's settings and whatever else makes them) and
+    the prefix ids; a read-back entry of another N than the settings' is refused. `seconds`, when
+    given, gets each prefix's work when it was made, by key."""
 
-    def __init__(self, run: _Run):
-        super().__init__(run.settings)
-        self.run, self.record = run, run.record(oracle=ADVANTAGE, **dataclasses.asdict(run.settings))
+    def __init__(self, cache: OracleCache, record: dict, settings: AdvantageSettings, seconds: dict | None = None):
+        super().__init__(settings)
+        self.cache, self.record, self.seconds = cache, record, seconds if seconds is not None else {}
 
     def seed(self, prefix):
         return prefix_seed(cache_key(self.record, prefix))
 
     def get(self, prefix):
         key = cache_key(self.record, prefix)
-        hit = self.run.cache.get("prefix", key)
+        hit = self.cache.get("prefix", key)
         if hit is None:
             return None
         if len(hit["rewards"]) != self.settings.n:
-            raise _refuse(self.run, f"a step boundary ({key}) holds {len(hit['rewards'])} continuation rewards where "
-                                    f"--continuations is {self.settings.n}")
-        self.run.oracle_seconds[key] = hit.get("seconds", 0.0)
+            raise refuse(self.cache, f"a prefix's continuations ({key}) hold {len(hit['rewards'])} rewards where "
+                                     f"--continuations is {self.settings.n}")
+        self.seconds[key] = hit.get("seconds", 0.0)
         return hit["rewards"]
 
     def put(self, prefix, rewards, seconds):
         key = cache_key(self.record, prefix)
-        self.run.cache.put("prefix", key, {"rewards": rewards, "seconds": seconds})
-        self.run.oracle_seconds[key] = seconds
+        self.cache.put("prefix", key, {"rewards": rewards, "seconds": seconds})
+        self.seconds[key] = seconds
 
 
 def _oracle(run: _Run, ids, row: dict, reward_of, reward: float) -> AdvantageTrace:
     steps = [tuple(s) for s in row["steps"]]
+    record = run.record(oracle=ADVANTAGE, **dataclasses.asdict(run.settings))
     return advantage_oracle(run.model, run.tokenizer, ids, row["token_ids"], steps, reward_of, reward,
-                            run.settings, store=_CachedBoundaries(run))
+                            run.settings, store=CachedBoundaries(run.cache, record, run.settings, run.oracle_seconds))
 
 
 def control_recall(dv: np.ndarray, step_chars: list, oracle) -> dict[str, float]:
@@ -313,8 +317,6 @@ def advantage_recall(model, tokenizer, records: list[dict], *, n: int, methods=N
     steps (the others keep their place in their group's advantages; counted in `skipped`)."""
     if group_size < 2:
         raise InputError(f"group_size={group_size}: GRPO's advantage needs groups of at least 2 answers")
-    from . import LABELS
-
     if label not in LABELS:
         raise InputError(f"label={label!r}: one of {', '.join(LABELS)}")
     methods = list(methods or available_methods())
