@@ -247,8 +247,8 @@ def _traces(settings: InterventionRecall, records: list[dict], model, tokenizer,
     answers to --data, kept when right and holding a site."""
     from .advantage.recall import reward_function
     from .data.recall import encode_prompt_ids, record_prompt
-    from .graded.oracle import GradedSettings
-    from .graded.recall import _Run, _answers
+    from .answers import greedy_answers
+    from .base import Run
     from ..models.catalogue import answering
 
     prompts = [encode_prompt_ids(tokenizer, record_prompt(r)) for r in records]
@@ -256,8 +256,8 @@ def _traces(settings: InterventionRecall, records: list[dict], model, tokenizer,
     if world:
         texts = [r["problem"].solution for r in records]
     else:
-        run = _Run(model, tokenizer, cache, GradedSettings(), settings.progress)
-        texts = _answers(run, prompts, settings.max_new_tokens or answering(settings.model)[0].max_new_tokens)
+        run = Run(model, tokenizer, cache, progress=settings.progress)
+        texts = greedy_answers(run, prompts, settings.max_new_tokens or answering(settings.model)[0].max_new_tokens)
     out, skipped = [], {"wrong": 0, "no_sites": 0}
     for i, (record, ids, text) in enumerate(zip(records, prompts, texts)):
         reward_of = reward_function(record)

@@ -5,6 +5,7 @@ reliability and the credit agreement match hand computations, and a rerun with t
 calls the model for nothing."""
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -261,13 +262,15 @@ def test_groups_are_sampled_until_enough_mix_right_and_wrong(monkeypatch):
 
     answers = {1: ["1", "1"], 2: ["1", "0"], 3: ["0", "0"], 4: ["0", "1"], 5: ["1", "0"]}
     sampled = []
-    monkeypatch.setattr(module, "_group", lambda run, ids, size, tokens: sampled.append(ids) or answers[ids])
+    monkeypatch.setattr(module, "sampled_group",
+                        lambda run, ids, size, temperature, tokens: sampled.append(ids) or answers[ids])
+    run = SimpleNamespace(settings=AdvantageSettings())
     reward = [lambda text: float(text)] * 5
-    texts, rewards = module._sample_groups(None, [1, 2, 3, 4, 5], reward, 2, 2, 8, False)
+    texts, rewards = module.sample_groups(run, [1, 2, 3, 4, 5], reward, 2, 2, 8, False)
     assert sampled == [1, 2, 3, 4] and rewards == [[1, 1], [1, 0], [0, 0], [0, 1]]
     assert choose_groups(rewards, n=4, size=2) == [1, 3]
     sampled.clear()
-    texts, rewards = module._sample_groups(None, [1, 3], reward[:2], 2, 2, 8, False)
+    texts, rewards = module.sample_groups(run, [1, 3], reward[:2], 2, 2, 8, False)
     assert sampled == [1, 3] and choose_groups(rewards, n=4, size=2) == [0, 1]
 
 

@@ -118,10 +118,10 @@ def shard_groups(model, tokenizer, records, settings: AdvantageRecall, cache, or
     from . import recall as adv
     from ..data.recall import encode_prompt_ids, record_prompt
 
-    run = adv._Run(model, tokenizer, cache, oracle, settings.progress)
+    run = adv.AdvantageRun(model, tokenizer, cache, oracle, settings.progress)
     prompt_ids = [encode_prompt_ids(tokenizer, record_prompt(r)) for r in records]
     rewards_of = [adv.reward_function(r) for r in records]
-    _, rewards = adv._sample_groups(run, prompt_ids, rewards_of, math.ceil(settings.n / settings.size),
-                                    settings.size, max_new, settings.progress)
+    _, rewards = adv.sample_groups(run, prompt_ids, rewards_of, math.ceil(settings.n / settings.size),
+                                   settings.size, max_new, settings.progress)
     chosen = settings.shard.take(adv.choose_groups(rewards, settings.n, settings.size))
     return [records[g] for g in chosen], len(chosen) * settings.size

@@ -31,8 +31,6 @@ texts whose hash is kept beside them, an attribution's advantages are finite.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -49,14 +47,16 @@ from ...inputs.grading import grade
 from ...inputs.steps import pool_steps
 from ...methods import available_methods, ranking_scores
 from ...records.record import json_safe
-from ...records.settings_record import model_dtype, model_identity, settings_record
-from ...rollouts import decode_answers, group_advantages
+from ...records.settings_record import settings_record
+from ...rollouts import group_advantages
 from ...weights.metrics import random_recall, recall_at_k
 from ...weights.settings import ReshapeSettings
 from .oracle import AdvantageSettings, AdvantageTrace, Boundaries, advantage_oracle, prefix_seed, split_half
 from ..data.recall import encode_prompt_ids, record_prompt
 from .metrics import (EARLIEST, GRPO, GROUP_METRICS, LONGEST, POOLING, REFERENCES, TRACE_METRICS, TARGETS,
                       credit_metrics, estimate, label_ceiling, partials, trace_metrics)
+from ..answers import sampled_group
+from ..base import Run
 from ..cache import OracleCache, cache_key
 from ...analysis.sets import ADVANTAGE
 from ...analysis.stats import CORRELATION
@@ -93,28 +93,11 @@ CACHE_CHECKS = {
 }
 
 
-def texts_hash(texts: list[str]) -> str:
-    """The hash a group's answers are kept with, checked when they are read back."""
-    return hashlib.sha256(json.dumps(texts).encode()).hexdigest()[:32]
-
-
-def refuse(cache: OracleCache, what: str) -> InputError:
-    """The one line that refuses a cache entry read back: the cache, what is wrong, what to do."""
-    return InputError(f"{cache.flag} {cache.path}: {what}; pass a new {cache.flag}, or delete that entry's line to "
-                      "have it computed again")
-
-
 @dataclass
-class _Run:
-    model: object
-    tokenizer: object
-    cache: OracleCache
-    settings: AdvantageSettings
-    progress: bool
-    oracle_seconds: dict = field(default_factory=dict)  # per prefix key: seconds when made
+class AdvantageRun(Run):
+    """An advantage recall's run (`base.Run`), keeping each boundary's seconds when it was made."""
 
-    def record(self, **extra) -> dict:
-        return {"model": model_identity(self.model), "dtype": model_dtype(self.model), **extra}
+    oracle_seconds: dict = field(default_factory=dict)  # per prefix key: seconds when made
 
 
 def advantage_cache(path: str | Path | None) -> OracleCache:
@@ -135,32 +118,14 @@ def reward_function(record: dict):
     return lambda text: grade(text, record["answer"]).reward
 
 
-def _group(run: _Run, ids: list[int], size: int, max_new_tokens: int) -> list[str]:
-    """One problem's `size` answers sampled at the policy's temperature (cached)."""
-    record = run.record(answer="sampled", samples=size, temperature=run.settings.temperature,
-                        seed=run.settings.seed, max_new_tokens=max_new_tokens)
-    key = cache_key(record, ids)
-    hit = run.cache.get("group", key)
-    if hit is None:
-        torch.manual_seed(prefix_seed(key))
-        answers = decode_answers(run.model, run.tokenizer, [(ids, None)], samples=size, greedy=False,
-                                 temperature=run.settings.temperature, max_new_tokens=max_new_tokens)[0]
-        texts = [text for text, _, _ in answers]
-        hit = run.cache.put("group", key, {"texts": texts, "sha": texts_hash(texts)})
-    if len(hit["texts"]) != size or hit.get("sha", texts_hash(hit["texts"])) != texts_hash(hit["texts"]):
-        raise refuse(run.cache, f"a group of answers ({key}) holds {len(hit['texts'])} texts for groups of {size}, or texts "
-                           "that are not the ones it was written with")
-    return hit["texts"]
-
-
-def _sample_groups(run: _Run, prompt_ids: list, rewards_of: list, wanted: int, size: int, max_new_tokens: int,
-                   progress: bool) -> tuple[list[list[str]], list[list[float]]]:
+def sample_groups(run: AdvantageRun, prompt_ids: list, rewards_of: list, wanted: int, size: int,
+                  max_new_tokens: int, progress: bool) -> tuple[list[list[str]], list[list[float]]]:
     """Each candidate problem's group of `size` answers and their rewards, sampled in order until
     `wanted` groups mix right and wrong answers (only those carry GRPO's signal) or the
     candidates run out; `choose_groups` then takes the same groups it would from all of them."""
     texts, rewards = [], []
     for ids, reward_of in tqdm(list(zip(prompt_ids, rewards_of)), desc="groups", disable=not progress):
-        texts.append(_group(run, ids, size, max_new_tokens))
+        texts.append(sampled_group(run, ids, size, run.settings.temperature, max_new_tokens))
         rewards.append([float(reward_of(t)) for t in texts[-1]])
         if sum(len(set(r)) > 1 for r in rewards) >= wanted:
             break
@@ -175,7 +140,7 @@ def choose_groups(rewards: list[list[float]], n: int, size: int) -> list[int]:
     return sorted((mixed + rest)[:math.ceil(n / size)])
 
 
-def _attribution(run: _Run, prompt, ids, texts, rewards, methods, reshape, params) -> dict:
+def _attribution(run: AdvantageRun, prompt, ids, texts, rewards, methods, reshape, params) -> dict:
     """One group's attribution (cached): per trace its token ids, steps, step scores per method
     (`ranking_scores` pooled by VIEW_STEP_POOL, the trace page's), the mean of each method's
     weights over each step (`step_weights`), token advantages over step tokens per method, and
@@ -185,7 +150,7 @@ def _attribution(run: _Run, prompt, ids, texts, rewards, methods, reshape, param
     hit = run.cache.get("attribution", key)
     if hit is not None:
         if len(hit["traces"]) != len(texts):
-            raise refuse(run.cache, f"an attribution ({key}) holds {len(hit['traces'])} traces for a group of {len(texts)}")
+            raise run.cache.refuse(f"an attribution ({key}) holds {len(hit['traces'])} traces for a group of {len(texts)}")
         return hit
     size = len(texts)
     advantages = group_advantages(torch.tensor([rewards]))[0].tolist()
@@ -246,7 +211,7 @@ class CachedBoundaries(Boundaries):
         if hit is None:
             return None
         if len(hit["rewards"]) != self.settings.n:
-            raise refuse(self.cache, f"a prefix's continuations ({key}) hold {len(hit['rewards'])} rewards where "
+            raise self.cache.refuse(f"a prefix's continuations ({key}) hold {len(hit['rewards'])} rewards where "
                                      f"--continuations is {self.settings.n}")
         self.seconds[key] = hit.get("seconds", 0.0)
         return hit["rewards"]
@@ -257,7 +222,7 @@ class CachedBoundaries(Boundaries):
         self.seconds[key] = seconds
 
 
-def _oracle(run: _Run, ids, row: dict, reward_of, reward: float) -> AdvantageTrace:
+def _oracle(run: AdvantageRun, ids, row: dict, reward_of, reward: float) -> AdvantageTrace:
     steps = [tuple(s) for s in row["steps"]]
     record = run.record(oracle=ADVANTAGE, **dataclasses.asdict(run.settings))
     return advantage_oracle(run.model, run.tokenizer, ids, row["token_ids"], steps, reward_of, reward,
@@ -320,12 +285,12 @@ def advantage_recall(model, tokenizer, records: list[dict], *, n: int, methods=N
     if label not in LABELS:
         raise InputError(f"label={label!r}: one of {', '.join(LABELS)}")
     methods = list(methods or available_methods())
-    run = _Run(model, tokenizer, cache if isinstance(cache, OracleCache) else advantage_cache(cache),
+    run = AdvantageRun(model, tokenizer, cache if isinstance(cache, OracleCache) else advantage_cache(cache),
                settings, progress)
     prompts = [record_prompt(r) for r in records]
     prompt_ids = [encode_prompt_ids(tokenizer, p) for p in prompts]
     rewards_of = [reward_function(r) for r in records]
-    texts, rewards = _sample_groups(run, prompt_ids, rewards_of, math.ceil(n / group_size), group_size,
+    texts, rewards = sample_groups(run, prompt_ids, rewards_of, math.ceil(n / group_size), group_size,
                                     max_new_tokens, progress)
     records = records[:len(texts)]  # the candidates: those sampled
     chosen = choose_groups(rewards, n, group_size)
@@ -418,7 +383,7 @@ def summarise(per_trace: list[dict], per_group: list[dict], methods: list[str]) 
     return summary, reference, {**grpo, "groups": grpo["n"]}
 
 
-def _report(run: _Run, records, methods, chosen, rewards, per_trace, per_group, oracles, skipped,
+def _report(run: AdvantageRun, records, methods, chosen, rewards, per_trace, per_group, oracles, skipped,
             group_size) -> AdvantageReport:
     summary, reference, grpo = summarise(per_trace, per_group, methods)
     family = [t for t in per_trace if t["family"]]

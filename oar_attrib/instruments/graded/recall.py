@@ -29,8 +29,9 @@ method and the parameters it ran with, the settings; the oracle's settings); a r
 same cache reads them back and calls the model for nothing.
 
 KTAE compares a group of rollouts: with `group_samples` G > 0, G answers per problem are
-sampled (temperature 1, seeded) and graded against the gold answer, and the greedy trace and
-these form KTAE's group; without it KTAE does not apply and is refused.
+sampled (temperature 1, seeded by their cache key: `answers.sampled_group`, the advantage
+oracle's groups' sampler) and graded against the gold answer, and the greedy trace and these
+form KTAE's group; without it KTAE does not apply and is refused.
 """
 from __future__ import annotations
 
@@ -40,19 +41,19 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
 from ...attribution import analysis_params, attribute
 from ...defaults import PROBE
 from ...errors import InputError
 from ...inputs.grading import grade
+from ..answers import greedy_answers, sampled_group
+from ..base import Run
 from ..cache import OracleCache, cache_key
 from ...methods import available_methods, method_spec, ranking_scores
 from ...models.budget import CPU_BATCH_TOKENS
 from ...records.record import json_safe
-from ...records.settings_record import model_dtype, model_identity, settings_record
-from ...rollouts import decode_answers
+from ...records.settings_record import settings_record
 from ...weights.metrics import partial_spearman, spearman
 from ...weights.settings import ReshapeSettings
 from ..data.recall import answer_key, encode_prompt_ids, record_prompt
@@ -155,65 +156,27 @@ class GradedReport(RecallSummary):
 
 
 @dataclass
-class _Run:
-    """What every step of one graded recall shares."""
+class GradedRun(Run):
+    """A graded recall's run (`base.Run`), tallying the decode work of the oracles it reads back."""
 
-    model: object
-    tokenizer: object
-    cache: OracleCache
-    settings: GradedSettings
-    progress: bool
     cached_decode: dict = field(default_factory=dict)  # the summed decode stats of cached oracles
 
-    def record(self, **extra) -> dict:
-        """The record keying a model output that is not a method's scores (an answer, a group,
-        an oracle): the model's identity and dtype, and `extra`."""
-        return {"model": model_identity(self.model), "dtype": model_dtype(self.model), **extra}
 
-
-def _decode(run: _Run, prompts: list[list[int]], samples: int, greedy: bool, max_new_tokens: int) -> list[list[str]]:
-    """Per prompt its answers' texts (`rollouts.decode_answers`: each prompt prefilled once)."""
-    chunk = [(ids, None) for ids in prompts]
-    answers = decode_answers(run.model, run.tokenizer, chunk, samples=samples, greedy=greedy, temperature=1.0,
-                             max_new_tokens=max_new_tokens)
-    return [[text for text, _, _ in group] for group in answers]
-
-
-def _answers(run: _Run, prompts: list[list[int]], max_new_tokens: int) -> list[str]:
-    """Each prompt's greedy answer, from the cache or decoded now (8 prompts at a time)."""
-    record = run.record(answer="greedy", max_new_tokens=max_new_tokens)
-    keys = [cache_key(record, ids) for ids in prompts]
-    found = {i: run.cache.get("answer", k) for i, k in enumerate(keys)}
-    todo = [i for i, hit in found.items() if hit is None]
-    for start in tqdm(range(0, len(todo), 8), desc="answers", disable=not run.progress or not todo):
-        chunk = todo[start:start + 8]
-        for i, (text,) in zip(chunk, _decode(run, [prompts[i] for i in chunk], 1, True, max_new_tokens)):
-            found[i] = run.cache.put("answer", keys[i], {"text": text})
-    return [found[i]["text"] for i in range(len(prompts))]
-
-
-def _ktae_groups(run: _Run, prompts, records, texts, samples: int, max_new_tokens: int) -> tuple[list, list]:
+def _ktae_groups(run: GradedRun, prompts, records, texts, samples: int, max_new_tokens: int) -> tuple[list, list]:
     """KTAE's groups: per problem its greedy trace and `samples` answers sampled at
-    temperature 1 (seeded per problem), graded against the gold answer; (texts of every row,
-    right or wrong of every row)."""
-    record = run.record(answer="sampled", samples=samples, temperature=1.0, seed=run.settings.seed,
-                        max_new_tokens=max_new_tokens)
+    temperature 1 (`answers.sampled_group`), graded against the gold answer; (texts of every
+    row, right or wrong of every row)."""
     rows, right = [], []
     for ids, rec, text in tqdm(list(zip(prompts, records, texts)), desc="KTAE groups", disable=not run.progress):
         if "answer" not in rec:
             raise InputError("KTAE's groups are graded against the gold answer: every record needs `answer`")
-        key = cache_key(record, ids)
-        hit = run.cache.get("group", key)
-        if hit is None:
-            torch.manual_seed(run.settings.seed)
-            hit = run.cache.put("group", key, {"texts": _decode(run, [ids], samples, False, max_new_tokens)[0]})
-        group = [text] + hit["texts"]
+        group = [text] + sampled_group(run, ids, samples, 1.0, max_new_tokens)
         rows.append(group)
         right.append([grade(t, rec["answer"]).correct for t in group])
     return rows, right
 
 
-def _scores(run: _Run, prompts, texts, prompt_ids, traces, methods, reshape: ReshapeSettings,
+def _scores(run: GradedRun, prompts, texts, prompt_ids, traces, methods, reshape: ReshapeSettings,
             method_params: dict, groups=None) -> list[dict[str, list[float]]]:
     """Each trace's scores (over its response tokens) of every method: cached, or computed
     now, method by method over the traces that lack them."""
@@ -243,7 +206,7 @@ def _scores(run: _Run, prompts, texts, prompt_ids, traces, methods, reshape: Res
     return out
 
 
-def _keep(run: _Run, out: list, i: int, method: str, key: str, values: list[float]) -> None:
+def _keep(run: GradedRun, out: list, i: int, method: str, key: str, values: list[float]) -> None:
     out[i][method] = values
     run.cache.put("scores", key, {"method": method,
                                   "scores": [v if np.isfinite(v) else None for v in values]})
@@ -260,7 +223,7 @@ def _group_scores(run, prompts, groups, todo, method, reshape, method_params, ou
         _keep(run, out, i, method, keys[i], done[0].scores[method])
 
 
-def _oracle(run: _Run, prompt_ids, trace, answer_of, max_batch_tokens: int) -> GradedTrace:
+def _oracle(run: GradedRun, prompt_ids, trace, answer_of, max_batch_tokens: int) -> GradedTrace:
     key = cache_key(run.record(oracle=GRADED, **dataclasses.asdict(run.settings)), prompt_ids, trace.token_ids)
     hit = run.cache.get("oracle", key)
     if hit is not None:
@@ -291,12 +254,12 @@ def graded_recall(model, tokenizer, records: list[dict], *, methods=None, probe:
         raise InputError(f"{', '.join(grouped)} compares a group of rollouts, which single traces do not "
                          "have: pass --group-samples G (answers sampled per problem), or leave it out")
     cache = cache if isinstance(cache, OracleCache) else graded_cache(cache)
-    run = _Run(model, tokenizer, cache, settings, progress)
+    run = GradedRun(model, tokenizer, cache, settings, progress)
     prompts = [record_prompt(r) for r in records]
     prompt_ids = [encode_prompt_ids(tokenizer, p) for p in prompts]
     texts = [r.get("response") for r in records]
     if any(t is None for t in texts):
-        fresh = _answers(run, prompt_ids, max_new_tokens)
+        fresh = greedy_answers(run, prompt_ids, max_new_tokens)
         texts = [t if t is not None else f for t, f in zip(texts, fresh)]
     reshape = ReshapeSettings(probe=probe, seed=settings.seed)
     traces = attribute(model, tokenizer, prompts, texts, [], reshape)
@@ -321,7 +284,7 @@ def graded_recall(model, tokenizer, records: list[dict], *, methods=None, probe:
     return _report(records, texts, traces, methods, per_trace, graded, status, decode, run)
 
 
-def _report(records, texts, traces, methods, per_trace, graded, status, decode, run: _Run) -> GradedReport:
+def _report(records, texts, traces, methods, per_trace, graded, status, decode, run: GradedRun) -> GradedReport:
     scored = [t for t in per_trace if t is not None]
     summary, between = pooled(scored, [*methods, EARLIEST], run.settings.seed) if scored else ({}, {})
     rates = np.array([f for g in graded if g is not None for f in g.flip_rates().values()])
