@@ -10,11 +10,26 @@ from dataclasses import dataclass
 
 from ...analysis.sets import COUNTERFACTUAL
 from ...commands import MAX_COUNT, option
-from ...defaults import RECALL_MAX_NEW_TOKENS
+from ...defaults import CF_POSITIONS, RECALL_MAX_NEW_TOKENS, REPLACEMENT
 from ...errors import InputError
 from ...world import VALUE_SETS
 from ..base import InstrumentSettings, need_cache, register_instrument
-from ..world import CounterfactualRecall
+
+COUNTERFACTUAL_GROUP = "the counterfactual oracle (--sets counterfactual)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CounterfactualRecall(InstrumentSettings):
+    """Recall that may score the model's own counterfactual oracle (`world`, `data`)."""
+
+    cf_positions: int = option(CF_POSITIONS, "counterfactual set: scored positions tested per trace (one greedy "
+                                   "regeneration each; more are thinned to this many, spread over the trace)",
+                               group=COUNTERFACTUAL_GROUP, bounds=(1, MAX_COUNT))
+    # The choices are `data.oracle.REPLACEMENTS`, which imports torch: not at parse time.
+    replace: str = option(REPLACEMENT, "counterfactual set: what replaces a tested token, the pad token or a token "
+                                 "drawn from the model at that position (not the original, seeded); on chat "
+                                 "models whose pad is the end-of-turn token, pad ends the turn",
+                          choices=("pad", "resample"), group=COUNTERFACTUAL_GROUP)
 
 
 DATA_SETS = (COUNTERFACTUAL,) + VALUE_SETS  # the sets `data` scores (the value oracle's on wordworld only)

@@ -27,6 +27,9 @@ class StepRecall(InstrumentSettings):
                                           "regenerating (how far the model itself carries upstream results), "
                                           "at this many continuations per side and step; 0: off",
                                        bounds=(0, MAX_COUNT))
+    cf_cache: str | None = option(None, "JSONL cache of each problem's answer and scored row: a rerun reads back "
+                                        "what it holds, and the caches of a --shard run merge into one "
+                                        "(`oar recall merge`)")
 
 
 @register_instrument("steps", StepRecall, "recall of steps on the arithmetic world (direct steps, upstream AUC)",
@@ -35,14 +38,17 @@ def run_steps(settings: StepRecall) -> int:
     """Direct-step recall and upstream AUC per method; a `--shard` scores its share of the problems."""
     from ...analysis.recall_reading import paired_comparisons
     from .recall import STEP_METRICS, step_recall
+    from ..data import open_cache
     from ..text import print_reading, recall_record, stats_cell, stats_table
+    from ..units import unit_cache
 
+    cache = open_cache(settings, "steps", unit_cache)  # read and checked before the model loads
     model, tokenizer = world_model(settings)
     report = step_recall(model, tokenizer, n=settings.n, seed=settings.seed, preset=settings.preset or "upstream",
                          methods=settings.methods, probe=settings.probe, pool=settings.step_pool,
                          method_params=settings.params(budget=False), progress=settings.progress,
                          resample_samples=settings.resample_samples,
-                         intervention_samples=settings.intervention_samples, shard=settings.shard)
+                         intervention_samples=settings.intervention_samples, shard=settings.shard, cache=cache)
     if settings.json:
         print(json.dumps({**report.as_dict(), "record": recall_record(settings, "steps")}))
         return 0

@@ -29,7 +29,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ...attribution import TraceAttribution, attribute
+from ...attribution import AttributionBatch, TraceAttribution, analysis_params, attribute
 from ...defaults import PROBE, VIEW_STEP_POOL
 from ...errors import InputError
 from ...models.generation import generate
@@ -37,11 +37,13 @@ from ...inputs.encoding import encode_pairs
 from ...inputs.steps import STEP_POOLS, pool_steps
 from ...methods import available_methods
 from ...methods.resample import resample_steps
+from ...records.settings_record import settings_record
 from ...weights.metrics import random_recall, recall_at_k
 from ...weights.settings import ReshapeSettings
 from ...world import Oracle, generate_problems, shift_result
 from ...analysis.report import RecallSummary
 from ...analysis.stats import mean_ci
+from ..units import Units
 
 STEP_SETS = ("direct", "upstream", "distractor")
 STEP_METRICS = ("direct", "upstream")
@@ -112,9 +114,11 @@ class StepRecallReport(RecallSummary):
 
 
 def intervention_auc(model, tokenizer, prompts, texts, traces, oracles, *, n_samples: int,
-                     seed: int = 0, progress: bool = False) -> list[float]:
+                     seed: int = 0, progress: bool = False, rows: list[int] | None = None) -> list[float]:
     """Upstream AUC of the result-shift intervention (module docstring) per trace: NaN for a
-    trace without an answer span, steps or both upstream and distractor steps."""
+    trace without an answer span, steps or both upstream and distractor steps. Trace j's
+    continuations are seeded by `seed` + its problem's index (`rows[j]`, default j), so a
+    problem's AUC does not depend on which others are scored beside it."""
     def shift(ids: list[int]) -> list[int]:
         return tokenizer.encode(shift_result(tokenizer.decode(ids)), add_special_tokens=False)
 
@@ -129,7 +133,7 @@ def intervention_auc(model, tokenizer, prompts, texts, traces, oracles, *, n_sam
             raise InputError(f"trace {row}: {len(trace.steps)} steps in the trace, "
                              f"{len(batch.step_ranges(0))} on re-encoding; attribute with the default steps")
         steps = resample_steps(model, tokenizer, batch, n_samples=n_samples, removal=shift,
-                               seed=seed + row, progress=progress)[0]
+                               seed=seed + (row if rows is None else rows[row]), progress=progress)[0]
         scores = np.array([step.divergence for step in steps])
         out.append(pair_auc(scores, sets["upstream"], sets["distractor"]))
     return out
@@ -138,40 +142,74 @@ def intervention_auc(model, tokenizer, prompts, texts, traces, oracles, *, n_sam
 def step_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "upstream", methods=None,
                 probe: str = PROBE, pool: str = VIEW_STEP_POOL, progress: bool = False,
                 method_params: dict | None = None, resample_samples: int = 8,
-                intervention_samples: int = 0, shard=None) -> StepRecallReport:
+                intervention_samples: int = 0, shard=None, cache=None) -> StepRecallReport:
     """Sample `n` held-out problems of `preset`, let the model answer greedily, attribute with
     every method (steps: auto, the world's clauses), and score each method at step level
     (module docstring). `resample` gets the tokenizer and `resample_samples` continuations per
     side and step; `intervention_samples` > 0 adds the `intervention` row at that many
     continuations per side and step. Traces without an answer span or without both final
     quantities are skipped and counted. `shard` (`instruments.shard.Shard`): score only its
-    share of the n problems."""
+    share of the n problems. `cache` (`units.unit_cache`): each problem's answer and row are
+    read from it or kept in it (`units`); `traces` then holds the problems scored now."""
     if pool not in STEP_POOLS:
         raise InputError(f"pool={pool!r}; choose one of {', '.join(STEP_POOLS)}")
     methods = list(methods or available_methods())
+    index = (shard.take if shard else list)(range(n))
+    drawn = generate_problems(n, preset, seed=seed, split="test")
+    problems = [drawn[i] for i in index]
+    record = None if cache is None else settings_record(
+        ReshapeSettings(probe=probe, seed=seed), methods, analysis_params(methods, method_params),
+        model=model, instrument="steps", preset=preset, pool=pool,
+        resample_samples=resample_samples, intervention_samples=intervention_samples)
+    units = Units(cache, record)
+    found = [units.get(i, p.prompt) for i, p in zip(index, problems)]
+    todo = [j for j, hit in enumerate(found) if hit is None]
+    traces, made = _score(model, tokenizer, [problems[j] for j in todo], [index[j] for j in todo], units, methods,
+                          probe, seed, pool, progress, method_params, resample_samples, intervention_samples)
+    for j, unit in zip(todo, made):
+        found[j] = unit
+    return _report(found, methods, seed, preset, pool, resample_samples, intervention_samples, traces,
+                   [p.oracle(u["text"]) for p, u in zip(problems, found)])
+
+
+def _score(model, tokenizer, problems: list, index: list[int], units: Units, methods, probe, seed, pool, progress,
+           method_params, resample_samples: int, intervention_samples: int) -> tuple[AttributionBatch, list[dict]]:
+    """(the traces of `problems`: the model's greedy answers, attributed; each one's unit
+    {"text", "correct", "status", "row", "intervention", "resample_seconds"}, kept in `units`)."""
+    if not problems:
+        return AttributionBatch(), []
     params = {k: dict(v) for k, v in (method_params or {}).items()}
     if "resample" in methods:
         params.setdefault("resample", {}).update(tokenizer=tokenizer, n_samples=resample_samples,
                                                  progress=progress)
-    problems = (shard.take if shard else list)(generate_problems(n, preset, seed=seed, split="test"))
-    n = len(problems)
-    ids = generate(model, tokenizer, [p.prompt for p in problems], progress=progress)
-    texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
-    traces = attribute(model, tokenizer, [p.prompt for p in problems], texts, methods,
-                       ReshapeSettings(probe=probe, seed=seed), progress=progress, method_params=params)
-    correct = [p.reward(t) == 1.0 for p, t in zip(problems, texts)]
+    prompts = [p.prompt for p in problems]
+    texts = tokenizer.batch_decode(generate(model, tokenizer, prompts, progress=progress), skip_special_tokens=True)
+    traces = attribute(model, tokenizer, prompts, texts, methods, ReshapeSettings(probe=probe, seed=seed),
+                       progress=progress, method_params=params)
     oracles = [p.oracle(t) for p, t in zip(problems, texts)]
-    skipped, per_trace = {"no_answer_span": 0, "incomplete_trace": 0}, []
-    for trace, oracle in zip(traces, oracles):
+    aucs = intervention_auc(model, tokenizer, prompts, texts, traces, oracles, n_samples=intervention_samples,
+                            seed=seed, progress=progress, rows=index) if intervention_samples > 0 else None
+    made = []
+    for j, (i, problem, text, trace, oracle) in enumerate(zip(index, problems, texts, traces, oracles)):
         reason = ("no_answer_span" if not trace.span_found or not trace.steps
                   else "incomplete_trace" if not oracle.complete else None)
-        if reason:
-            skipped[reason] += 1
-            per_trace.append(None)
-        else:
-            per_trace.append(trace_step_recall(trace, oracle, pool))
+        unit = {"text": text, "correct": problem.reward(text) == 1.0, "status": reason or "scored",
+                "row": None if reason else trace_step_recall(trace, oracle, pool),
+                "intervention": float("nan") if aucs is None else aucs[j],
+                "resample_seconds": trace.timings.get("resample", 0.0)}
+        units.put(i, problem.prompt, **unit)
+        made.append(unit)
+    return traces, made
+
+
+def _report(units: list[dict], methods, seed, preset, pool, resample_samples, intervention_samples, traces,
+            oracles) -> StepRecallReport:
+    per_trace, correct = [u["row"] for u in units], [u["correct"] for u in units]
+    status = [u["status"] for u in units]
+    skipped = {reason: status.count(reason) for reason in ("no_answer_span", "incomplete_trace")}
     used = [t for t in per_trace if t is not None]
     summary = {m: {k: mean_ci([t[m][k] for t in used], seed) for k in STEP_METRICS} for m in methods}
+
     # The oracle's dependency path is the problem's; on a wrong trace the model may not have
     # followed it, so the upstream AUC is also given on right and wrong traces apart.
     def split(values) -> dict:  # mean_ci of the scored traces' values, right and wrong apart
@@ -182,16 +220,15 @@ def step_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "up
     by_outcome = {m: split([t and t[m]["upstream"] for t in per_trace]) for m in methods}
     rand = {k: mean_ci([t["random_expectation"][k] for t in used], seed) for k in STEP_METRICS}
     if intervention_samples > 0:
-        aucs = intervention_auc(model, tokenizer, [p.prompt for p in problems], texts, traces, oracles,
-                                n_samples=intervention_samples, seed=seed, progress=progress)
+        aucs = [u["intervention"] for u in units]
         intervention = {"n_samples": intervention_samples,
                         "upstream": mean_ci([a for a, t in zip(aucs, per_trace) if t is not None], seed),
                         "by_outcome": split(aucs)}
     else:
         intervention = {}
     cost = {"n_samples": resample_samples,
-            "seconds": sum(t.timings.get("resample", 0.0) for t in traces)} if "resample" in methods else {}
-    return StepRecallReport(methods=summary, random=rand, n=n, n_scored=len(used), accuracy=sum(correct) / n,
-                            skipped=skipped, granularity="step", preset=preset, pool=pool,
-                            by_outcome=by_outcome, resample=cost, intervention=intervention,
+            "seconds": sum(u["resample_seconds"] for u in units)} if "resample" in methods else {}
+    return StepRecallReport(methods=summary, random=rand, n=len(units), n_scored=len(used),
+                            accuracy=sum(correct) / len(units), skipped=skipped, granularity="step", preset=preset,
+                            pool=pool, by_outcome=by_outcome, resample=cost, intervention=intervention,
                             traces=traces, oracles=oracles, per_trace=per_trace)

@@ -9,24 +9,8 @@ from dataclasses import dataclass
 
 from ...analysis.sets import DEFAULT_SETS, RECALL_SETS
 from ...commands import MAX_COUNT, option
-from ...defaults import CF_POSITIONS, REPLACEMENT
 from ..base import InstrumentSettings, register_instrument
-
-COUNTERFACTUAL_GROUP = "the counterfactual oracle (--sets counterfactual)"
-
-
-@dataclass(frozen=True, kw_only=True)
-class CounterfactualRecall(InstrumentSettings):
-    """Recall that may score the model's own counterfactual oracle (`world`, `data`)."""
-
-    cf_positions: int = option(CF_POSITIONS, "counterfactual set: scored positions tested per trace (one greedy "
-                                   "regeneration each; more are thinned to this many, spread over the trace)",
-                               group=COUNTERFACTUAL_GROUP, bounds=(1, MAX_COUNT))
-    # The choices are `data.oracle.REPLACEMENTS`, which imports torch: not at parse time.
-    replace: str = option(REPLACEMENT, "counterfactual set: what replaces a tested token, the pad token or a token "
-                                 "drawn from the model at that position (not the original, seeded); on chat "
-                                 "models whose pad is the end-of-turn token, pad ends the turn",
-                          choices=("pad", "resample"), group=COUNTERFACTUAL_GROUP)
+from ..data import CounterfactualRecall, open_cache
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +23,9 @@ class WorldRecall(CounterfactualRecall):
         None, "oracle sets to score against (default: direct chain) (results = direct; names: the final "
               "steps' names; counterfactual: the positions whose replacement changes the model's "
               "regenerated answer)", choices=RECALL_SETS)
+    cf_cache: str | None = option(None, "JSONL cache of each problem's answer and scored row: a rerun reads back "
+                                        "what it holds, and the caches of a --shard run merge into one "
+                                        "(`oar recall merge`)")
 
 
 def world_model(settings: InstrumentSettings):
@@ -58,13 +45,15 @@ def run_world(settings: WorldRecall) -> int:
     from .recall import oracle_recall
     from ...analysis.recall_reading import paired_comparisons
     from ..text import print_reading, recall_record, stats_table
+    from ..units import unit_cache
 
     settings = dataclasses.replace(settings, sets=settings.sets or tuple(DEFAULT_SETS))
+    cache = open_cache(settings, "world", unit_cache)  # read and checked before the model loads
     model, tokenizer = world_model(settings)
     report = oracle_recall(model, tokenizer, n=settings.n, seed=settings.seed, preset=settings.preset or "recall",
                            methods=settings.methods, probe=settings.probe, progress=settings.progress,
                            sets=settings.sets, cf_positions=settings.cf_positions, replacement=settings.replace,
-                           method_params=settings.params(), shard=settings.shard)
+                           method_params=settings.params(), shard=settings.shard, cache=cache)
     if settings.json:
         print(json.dumps({**report.as_dict(), "record": recall_record(settings, "world")}))
         return 0

@@ -17,16 +17,18 @@ from dataclasses import KW_ONLY, dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from ...attribution import TraceAttribution, attribute
+from ...attribution import AttributionBatch, TraceAttribution, analysis_params, attribute
 from ...defaults import PROBE
 from ...errors import InputError
 from ...inputs.segments import span_mask
 from ...methods import available_methods, ranking_scores
 from ...models.generation import generate
+from ...records.settings_record import settings_record
 from ...weights.metrics import average_precision, random_recall, recall_at_k
 from ...weights.settings import ReshapeSettings
 from ...world import Oracle, Problem, extract_answer, generate_problems
 from ..data.oracle import counterfactual_oracle
+from ..units import Units
 from ...analysis.recall_reading import EXPECTED
 from ...analysis.report import RecallSummary
 from ...analysis.sets import COUNTERFACTUAL, DEFAULT_SETS, RECALL_SETS
@@ -155,7 +157,7 @@ def summarise(per_trace: list[dict], methods, sets=DEFAULT_SETS, seed: int = 0) 
 def oracle_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "recall",
                   methods=None, probe: str = PROBE, progress: bool = False,
                   method_params: dict | None = None, sets=DEFAULT_SETS,
-                  cf_positions: int = 64, replacement="pad", shard=None) -> RecallReport:
+                  cf_positions: int = 64, replacement="pad", shard=None, cache=None) -> RecallReport:
     """Sample `n` held-out problems, let the model answer, attribute, and score against the
     oracle sets `sets` (see RECALL_SETS) on world `preset` (`recall`: no step copies a final
     result and every value is one digit, so every `direct` token is the only carrier of a value
@@ -165,7 +167,8 @@ def oracle_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "
     without an answer span or without both final quantities are skipped and counted in
     `skipped`. The report keeps the problems, texts, traces and per-trace recall
     (`RecallReport.to_frame`) for a closer look. `shard` (`instruments.shard.Shard`): score
-    only its share of the n problems."""
+    only its share of the n problems. `cache` (`units.unit_cache`): each problem's answer and
+    row are read from it or kept in it (`units`); `traces` then holds the problems scored now."""
     sets = tuple(sets)
     unknown = [s for s in sets if s not in RECALL_SETS]
     if unknown or not sets:
@@ -173,34 +176,56 @@ def oracle_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "
     if cf_positions < 1:
         raise InputError(f"cf_positions={cf_positions} must be >= 1")
     methods = list(methods or available_methods())
-    problems = (shard.take if shard else list)(generate_problems(n, preset, seed=seed, split="test"))
-    n = len(problems)
+    index = (shard.take if shard else list)(range(n))
+    drawn = generate_problems(n, preset, seed=seed, split="test")
+    problems = [drawn[i] for i in index]
+    record = None if cache is None else settings_record(
+        ReshapeSettings(probe=probe, seed=seed), methods, analysis_params(methods, method_params),
+        model=model, instrument="world", preset=preset, sets=list(sets),
+        cf_positions=cf_positions, replacement=replacement)
+    units = Units(cache, record)
+    found = [units.get(i, p.prompt) for i, p in zip(index, problems)]
+    todo = [j for j, hit in enumerate(found) if hit is None]
+    traces, made = _score(model, tokenizer, [problems[j] for j in todo], [index[j] for j in todo], units, methods,
+                          probe, seed, progress, method_params, sets, cf_positions, replacement)
+    for j, unit in zip(todo, made):
+        found[j] = unit
+    per_trace, status = [u["row"] for u in found], [u["status"] for u in found]
+    texts, correct = [u["text"] for u in found], [u["correct"] for u in found]
+    skipped = {reason: status.count(reason) for reason in ("no_answer_span", "incomplete_trace")}
+    summary, rand = summarise([t for t in per_trace if t is not None], methods, sets, seed=seed)
+    return RecallReport(methods=summary, random=rand, n=len(problems), n_scored=status.count("scored"),
+                        accuracy=sum(correct) / len(problems), skipped=skipped, problems=problems,
+                        texts=texts, traces=traces, oracles=[p.oracle(t) for p, t in zip(problems, texts)],
+                        correct=correct, status=status, per_trace=per_trace)
+
+
+def _score(model, tokenizer, problems: list, index: list[int], units: Units, methods, probe, seed, progress,
+           method_params, sets, cf_positions, replacement) -> tuple[AttributionBatch, list[dict]]:
+    """(the traces of `problems`: the model's greedy answers, attributed; each one's unit
+    {"text", "correct", "status", "row"}, kept in `units` as it is made)."""
+    if not problems:
+        return AttributionBatch(), []
     ids = generate(model, tokenizer, [p.prompt for p in problems], progress=progress)
     texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
     traces = attribute(model, tokenizer, [p.prompt for p in problems], texts, methods,
                        ReshapeSettings(probe=probe, seed=seed), progress=progress,
                        method_params=method_params)
-    correct = [problem.reward(text) == 1.0 for problem, text in zip(problems, texts)]
-    oracles = [problem.oracle(text) for problem, text in zip(problems, texts)]
-    skipped, status, per_trace = {"no_answer_span": 0, "incomplete_trace": 0}, [], []
-    rows = tqdm(zip(problems, traces, oracles), total=n, desc="counterfactual oracle",
+    made = []
+    rows = tqdm(zip(index, problems, texts, traces), total=len(problems), desc="counterfactual oracle",
                 disable=not progress or COUNTERFACTUAL not in sets)
-    for problem, trace, oracle in rows:
+    for i, problem, text, trace in rows:
+        oracle = problem.oracle(text)
         reason = ("no_answer_span" if not trace.span_found
                   else "incomplete_trace" if not oracle.complete else None)
-        if reason is not None:
-            skipped[reason] += 1
-        status.append(reason or "scored")
-        if reason:
-            per_trace.append(None)
-            continue
-        token_sets = {}
-        if COUNTERFACTUAL in sets:
-            token_sets[COUNTERFACTUAL] = counterfactual_masks(model, tokenizer, problem, trace,
-                                                              cf_positions, seed, replacement)
-        per_trace.append(trace_recall(trace, oracle, sets, token_sets))
-    summary, rand = summarise([t for t in per_trace if t is not None], methods, sets, seed=seed)
-    return RecallReport(methods=summary, random=rand, n=n, n_scored=status.count("scored"),
-                        accuracy=sum(correct) / n, skipped=skipped, problems=problems,
-                        texts=texts, traces=traces, oracles=oracles, correct=correct,
-                        status=status, per_trace=per_trace)
+        row = None
+        if reason is None:
+            token_sets = {}
+            if COUNTERFACTUAL in sets:
+                token_sets[COUNTERFACTUAL] = counterfactual_masks(model, tokenizer, problem, trace,
+                                                                  cf_positions, seed, replacement)
+            row = trace_recall(trace, oracle, sets, token_sets)
+        unit = {"text": text, "correct": problem.reward(text) == 1.0, "status": reason or "scored", "row": row}
+        units.put(i, problem.prompt, **unit)
+        made.append(unit)
+    return traces, made
