@@ -39,9 +39,9 @@ from ..defaults import PROBE
 from ..inputs.batch import ScoringBatch
 from ..models.budget import row_groups
 from ..errors import InputError
-from ..models.lm import (accepts_logits_to_keep, check_positions, check_token_budget, draw_normal,
-                 eval_mode, input_embeddings, keep_scoreable, logits_at, model_device, plain_kv,
-                 scoreable, with_cache)
+from ..compat.transformers import accepts_logits_to_keep, plain_kv, with_cache
+from ..models.lm import (check_positions, check_token_budget, draw_normal, eval_mode, input_embeddings,
+                         keep_scoreable, logits_at, model_device, scoreable)
 from .draws import mean_of_draws
 from .knobs import OarGKnobs
 from .registry import register_method
@@ -189,7 +189,7 @@ class _Prefix:
     def __init__(self, starts: torch.Tensor, kv: list[tuple[torch.Tensor, torch.Tensor]],
                  slot_mask: torch.Tensor, cache_keyword: str):
         self.starts, self.kv, self.slot_mask = starts, kv, slot_mask  # (B,), per layer (B,H,P,D), (B,P)
-        self.cache_keyword = cache_keyword  # the model's name for a KV cache (`lm.with_cache`)
+        self.cache_keyword = cache_keyword  # the model's name for a KV cache (`compat.transformers.with_cache`)
 
     @classmethod
     def of(cls, model, embeds: torch.Tensor, batch: ScoringBatch) -> "_Prefix | None":

@@ -24,7 +24,7 @@ from oar_attrib.inputs.chat_template import chat_ids
 from oar_attrib.jsonl import append_jsonl
 from oar_attrib.world.evaluation import evaluate_world
 
-from .trl_private import metrics
+from .compat import metrics
 
 
 class AccuracyCallback(TrainerCallback):

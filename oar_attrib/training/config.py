@@ -2,27 +2,20 @@
 
 Every new field has help text and is checked on construction; errors name the allowed values.
 The trainer hooks into TRL internals (`_generate_and_score_completions`, `_compute_loss`), so
-the TRL version is pinned to the range those hooks were tested against.
+the TRL version is pinned to the range those hooks were tested against (`compat`).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, fields, make_dataclass
 
-from packaging.version import Version
 from trl import GRPOConfig
 
 from oar_attrib.commands import DTYPES
 from oar_attrib.methods import trainable_methods
 from oar_attrib.weights.settings import ReshapeSettings, SettingError, config_fields, config_name
 
-from .errors import TrainingConfigError, UnsupportedTRLError
-
-# Tested: 1.16.0. The hooks rely on `_generate_and_score_completions` returning a dict with
-# per-sequence "advantages" and on `_compute_loss` accepting (B, T) advantages.
-TRL_MIN, TRL_MAX = Version("1.16.0"), Version("1.17.0")
-TRL_OVERRIDE_ENV = "OAR_ALLOW_UNTESTED_TRL"
-
+from .compat import check_trl_version
+from .errors import TrainingConfigError
 
 def oar_method_choices() -> list[str]:
     """Allowed `oar_method` values: every registered method that is not analysis-only ('none',
@@ -36,21 +29,6 @@ def oar_method_choices() -> list[str]:
 # oar_weighting, oar_granularity, oar_step_pool, oar_noise_std, oar_max_batch_tokens,
 # answer_format, answer_pattern.
 ReshapeFields = make_dataclass("ReshapeFields", config_fields())
-
-
-def check_trl_version(version: str | None = None) -> None:
-    """Raise `UnsupportedTRLError` unless TRL is in [TRL_MIN, TRL_MAX) (or the override is set)."""
-    if version is None:
-        import trl
-
-        version = trl.__version__
-    if TRL_MIN <= Version(version) < TRL_MAX or os.environ.get(TRL_OVERRIDE_ENV) == "1":
-        return
-    raise UnsupportedTRLError(
-        f"trl {version} is installed, but OARGRPOTrainer was tested with trl >={TRL_MIN},<{TRL_MAX} "
-        f"(it overrides GRPOTrainer internals that change between releases); install "
-        f"'trl>={TRL_MIN},<{TRL_MAX}', or set {TRL_OVERRIDE_ENV}=1 to try this version anyway"
-    )
 
 
 # transformers 5.x renamed `gradient_checkpointing` to `activation_checkpointing` (the old name

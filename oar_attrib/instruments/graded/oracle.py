@@ -36,7 +36,8 @@ from ...defaults import GRADED_K, GRADED_POSITIONS
 from ...errors import InputError
 from ...models.budget import CPU_BATCH_TOKENS
 from ...models.generation import continue_rows, cut_at_stop, left_pad, stop_ids
-from ...models.lm import cache_of, eval_mode, plain_kv, with_cache
+from ...compat.transformers import cache_of, plain_kv, with_cache
+from ...models.lm import eval_mode
 from ..data.oracle import choose_positions
 from ..data.recall import REGENERATION_MARGIN  # tokens beyond what is left of the response
 

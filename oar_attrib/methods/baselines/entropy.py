@@ -22,8 +22,9 @@ from transformers import DynamicCache
 from ...defaults import PROBE
 from ...inputs.batch import ScoringBatch
 from ...models.budget import logit_tokens, row_groups
+from ...compat.transformers import with_cache
 from ...models.lm import (check_positions, check_token_budget, eval_mode, keep_scoreable, logits_at,
-                  model_device, scoreable, with_cache)
+                          model_device, scoreable)
 from ..registry import register_method
 from ..probes import check_probe, padded_positions
 

@@ -45,7 +45,7 @@ from oar_attrib.weights.settings import ReshapeSettings
 
 from ..errors import AlignError
 from ..reshaping import token_advantages
-from ..trl_private import FORWARD, entropy_bonus
+from ..compat import FORWARD, entropy_bonus
 from .settings import MethodChoice
 
 ROW_INDEPENDENT_LOSSES = ("dapo", "cispo", "vespo")  # normalised by the batch's num_items_in_batch

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from oar_attrib.analysis.align_folder import HALVES, MEAN_GRADIENTS, REFERENCE_JSON
 
 from ..errors import AlignError
-from ..trl_private import metrics
+from ..compat import metrics
 from . import gradients
 from .gradients import ParamLayout, dot64, endpoint_sums, grpo_gradient, method_gradient, shared_forward
 from .rollouts import GroupRef, batch_of, call_seed, prompt_order, screen_call

@@ -1,4 +1,6 @@
-"""The private names of transformers the project reaches, all behind this one seam.
+"""Compatibility with transformers: the range supported (`TRANSFORMERS_MIN`, `TRANSFORMERS_MAX`,
+pyproject.toml's), the private names the project reaches, all behind this one seam, and the
+adaptors between the versions in that range.
 
 transformers may rename a private name in any release; here each is listed, reached (the chat
 template sandbox calls the functions below, never transformers' own private names) and
@@ -16,17 +18,26 @@ A GGUF conversion (`models.catalogue`) also drops a config's `_name_or_path` and
 `_model_name_or_path` where it has them (absent ones are skipped, so they need no check);
 a model's source is read through the public `config.name_or_path`.
 
-`private_names_missing` is the check both seams share (`training.trl_private` lists TRL's).
+The adaptors: the keyword a forward and `generate` take a KV cache by (`with_cache`: `cache`
+since 5.24, `past_key_values` before) and the one an output returns it by (`cache_of`), the
+per-layer keys and values of a cache (`plain_kv`), and whether a forward projects only chosen
+positions of each row (`accepts_logits_to_keep`, `keeps_row_indices`).
+
+`compat.private_names_missing` is the check every seam shares (`training.compat` lists TRL's).
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
-import re
 from typing import Any, Mapping, Sequence
 
-from ..errors import LibraryVersionError
+from packaging.version import Version
 
+from ..errors import LibraryVersionError
+from . import private_names_missing, version_line
+
+TRANSFORMERS_MIN, TRANSFORMERS_MAX = Version("5.0"), Version("6")  # supported: pyproject.toml's range
 TRANSFORMERS_CHECKED_ON = "5.24.0"  # the transformers versions every name below was read against
 CHAT_TEMPLATE_UTILS = "transformers.utils.chat_template_utils"
 TRANSFORMERS_NAMES = (
@@ -36,40 +47,6 @@ TRANSFORMERS_NAMES = (
     f"{CHAT_TEMPLATE_UTILS}:_alias_reasoning_fields",
     "transformers:Trainer._issue_warnings_after_load",
 )
-
-
-def _owner(module: str, path: list[str]):
-    owner = importlib.import_module(module)
-    for part in path:
-        owner = getattr(owner, part, None)
-    return owner
-
-
-def _present(name: str) -> bool:
-    """Whether `module:Owner.attr` exists: an attribute of the module or the class, or an
-    attribute the class's module assigns to its instances (`self.attr = ...`)."""
-    module, dotted = name.split(":")
-    *path, attr = dotted.split(".")
-    owner = _owner(module, path)
-    if owner is None:
-        return False
-    if hasattr(owner, attr):
-        return True
-    source = inspect.getsource(inspect.getmodule(owner)) if inspect.isclass(owner) else ""
-    return re.search(rf"\bself\.{re.escape(attr)}\s*(:[^=\n]*)?=[^=]", source) is not None
-
-
-def private_names_missing(names: Sequence[str]) -> list[str]:
-    """The names of `names` (`module:attr` or `module:Class.attr`) the installed library lacks."""
-    return [name for name in names if not _present(name)]
-
-
-def version_line(library: str, checked_on: str, missing: Sequence[str]) -> str:
-    """The one line a missing private name gets: which names, the installed version and the
-    versions the seam was checked on."""
-    installed = importlib.import_module(library).__version__
-    return (f"{library} {installed} lacks {', '.join(missing)}, private names oar-attrib reaches "
-            f"(checked on {library} {checked_on}); install a {library} version it was checked on")
 
 
 def check(names: Sequence[str] = TRANSFORMERS_NAMES) -> None:
@@ -99,3 +76,56 @@ def template_variables(messages: Sequence[Mapping], special_tokens: Mapping) -> 
     chat = alias(plain(normalize(list(messages))))
     return {"messages": chat, "tools": None, "documents": None, "add_generation_prompt": True,
             **plain(dict(special_tokens))}
+
+
+# ------------------------------------------------------------------ adaptors between versions
+
+def _forward_takes(model, name: str) -> bool:
+    try:
+        return name in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def accepts_logits_to_keep(model) -> bool:
+    """Whether `model.forward` can project only selected positions to the vocabulary."""
+    return _forward_takes(model, "logits_to_keep")
+
+
+@functools.cache
+def keeps_row_indices() -> bool:
+    """Whether this transformers reads a (B, K) `logits_to_keep` as per-row positions (it
+    gained `slice_logits_to_keep` for that); earlier versions index every row with all B * K."""
+    try:
+        from transformers.modeling_utils import slice_logits_to_keep  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def with_cache(model, cache) -> dict:
+    """The keyword argument that hands `model` (its forward and `generate`) a KV cache: `cache`
+    since transformers 5.24, `past_key_values` before it and in models written against it."""
+    return {"cache" if _forward_takes(model, "cache") else "past_key_values": cache}
+
+
+def cache_of(output):
+    """The KV cache a forward returned (`output.cache` since transformers 5.24, whose
+    `output.past_key_values` is a deprecated alias; `past_key_values` before)."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else output.past_key_values
+
+
+def plain_kv(cache, width: int) -> list[tuple] | None:
+    """Per layer the (B, H, width, D) keys and values a forward over `width` columns left in
+    `cache`; None when a layer is not a plain key/value cache of every column (a sliding
+    window that dropped keys, a recurrent state), which a prefix cannot be reused from."""
+    import torch
+
+    kv = []
+    for layer in getattr(cache, "layers", None) or [None]:
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if not isinstance(keys, torch.Tensor) or keys.dim() != 4 or keys.shape[-2] != width:
+            return None
+        kv.append((keys, values))
+    return kv
