@@ -46,6 +46,13 @@ WORLD_FORMAT = "gsm8k"
 # the bundled arithmetic model, which needs no download).
 DEFAULT_MODEL = "arith-tiny"
 
+# `oar attribute`'s methods on the bundled model when --methods is not given (`cli.choices.
+# default_methods`): token OAR-P and OAR-G (a fraction of a second a trace). On any other model
+# it is the registry's reading set (`methods.default_methods("reading")`: hierarchical OAR-P,
+# OAR-G and entropy), whose first trace of a few hundred tokens ends within a minute or two on
+# a CPU, where token OAR-P (a forward per reasoning token) takes minutes a trace: it runs when named.
+BUNDLED_METHODS = ("oar_p", "oar_g")
+
 # Plain GRPO: the registered method of uniform weights (`methods.none`), and the baseline every
 # paired comparison (an experiment grid's, gradient alignment's) is made against.
 NO_METHOD = "none"

@@ -184,15 +184,17 @@ def sample_groups(model, tokenizer, questions: Sequence[Question], *, samples: i
 def sample_encoded(model, tokenizer, encoded: Sequence[tuple[list[int], Question]], *, samples: int,
                    greedy: bool = False, temperature: float = 1.0, max_new_tokens: int = 512,
                    answer_format: str = PROMPT_FORMAT, batch_size: int = 8, seed: int = 0,
-                   first: int = 0, on_step: Callable[[int, int], None] | None = None
-                   ) -> Iterator[list[list[dict]]]:
+                   first: int = 0, on_step: Callable[[int, int], None] | None = None,
+                   in_order: bool = False) -> Iterator[list[list[dict]]]:
     """`sample_groups` of questions whose prompt ids are known ((ids, question) pairs); the
     answers are numbered from `first` (answers added to groups already held). `on_step(tokens,
     ended)` hears of each decoding step (`generation.StepCounter`), so progress moves while a
-    batch decodes."""
+    batch decodes. `in_order`: batches of consecutive questions, in the order given (`oar
+    generate` writes the groups in its input's order), instead of sorted by prompt length."""
     if samples < 1:
         raise InputError(f"samples must be at least 1 (answers per question), got {samples}")
-    encoded = sorted(encoded, key=lambda e: len(e[0]))
+    if not in_order:
+        encoded = sorted(encoded, key=lambda e: len(e[0]))
     torch.manual_seed(seed)
     for start in range(0, len(encoded), batch_size):
         chunk = encoded[start:start + batch_size]

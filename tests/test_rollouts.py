@@ -164,6 +164,38 @@ def test_generate_resumes_a_killed_run_writing_each_group_once(tmp_path, monkeyp
     assert generate(flags(data, out)) == 0 and lines(out) == records  # complete: nothing appended
 
 
+def test_generate_writes_the_groups_in_the_order_of_its_input(tmp_path):
+    """Longest prompt first: batches sorted by length would write the last question first
+    (and `oar attribute` would meet a no-signal group before the first question's)."""
+    data, out = tmp_path / "q.jsonl", tmp_path / "traces.jsonl"
+    problems = [*generate_problems(2, "hard", seed=0, split="test"), *generate_problems(2, "medium", seed=0, split="test"),
+                generate_problems(1, "default", seed=0, split="test")[0]]
+    assert len(problems[0].prompt) > len(problems[2].prompt) > len(problems[4].prompt)
+    data.write_text("".join(json.dumps({"prompt": p.prompt, "answer": str(p.answer)}) + "\n" for p in problems))
+    assert generate(flags(data, out)) == 0
+    order = list(dict.fromkeys((r["source"], r["group"]) for r in lines(out)))
+    assert order == [(f"q.jsonl:{i + 1}", i) for i in range(5)]
+
+
+def test_generate_says_what_it_will_do_before_the_first_model_call(tmp_path, monkeypatch, capsys):
+    import oar_attrib.rollouts as rollouts
+
+    data, out = tmp_path / "q.jsonl", tmp_path / "traces.jsonl"
+    world_questions(data, 5)
+    said_before, real = [], rollouts.decode_answers
+
+    def first_call(*args, **kwargs):
+        said_before.append(capsys.readouterr().err)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rollouts, "decode_answers", first_call)
+    assert generate(flags(data, out)) == 0
+    assert ("oar generate: 15 answers to 5 questions, up to 48 tokens each, 2 questions at a time; how long "
+            "it takes is said after the first decoding steps") in said_before[0]
+    said = "".join(said_before) + capsys.readouterr().err
+    assert said.count("oar generate: at most about ") == 1 and "3 batches of up to 48 decoding steps" in said
+
+
 def test_generate_reports_bad_lines_and_answers_the_rest(tmp_path, capsys):
     data, out = tmp_path / "q.jsonl", tmp_path / "traces.jsonl"
     world_questions(data, 3, bad=True)

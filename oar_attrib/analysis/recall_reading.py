@@ -20,7 +20,8 @@ def _value(cell) -> float:
 
 def paired_comparisons(report, names, seed: int = 0) -> list[Comparison]:
     """One `Comparison` per method (the `random` draw left out) and set of `names`: the mean
-    per-trace difference from the random expectation with its bootstrap interval."""
+    per-trace difference from the random expectation with its bootstrap interval, over its
+    traces (too few below `stats.MIN_UNITS`: never resolved)."""
     from .stats import mean_ci
 
     used = [t for t in report.per_trace if t is not None]
@@ -32,7 +33,7 @@ def paired_comparisons(report, names, seed: int = 0) -> list[Comparison]:
             diffs = [_value(t[method][name]) - t[EXPECTED][name] for t in used]
             stats = mean_ci(diffs, seed, "mean")
             out.append(Comparison(method, "random", f"{name} {'recall' if name != 'upstream' else 'AUC'}",
-                                  stats["mean"], *stats["ci95"]))
+                                  stats["mean"], *stats["ci95"], units=stats["n"], unit="traces"))
     return out
 
 
@@ -43,7 +44,7 @@ def graded_comparisons(report) -> list[Comparison]:
         versus = stats.get("vs_random", {}).get("spearman")
         if versus:
             out.append(Comparison(method, "random", "Spearman with the flip rates", versus["mean"],
-                                  *versus["ci95"]))
+                                  *versus["ci95"], units=versus.get("n"), unit="traces"))
     return out
 
 

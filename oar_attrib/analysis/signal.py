@@ -10,7 +10,23 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Hashable, Iterable
 
-REMEDY = "use easier questions, more samples per question (--samples) or a higher --temperature"
+
+@dataclass(frozen=True)
+class Knobs:
+    """How the place that says the line spells the two sampling knobs that give a flat group a
+    signal: more answers per question and a higher temperature (`oar generate`'s flags, the RL
+    run's settings for an import, words on a page). temperature None: not advised (`oar
+    generate` after it advised a lower one to get answers at all)."""
+
+    samples: str = "more answers per question"
+    temperature: str | None = "a higher sampling temperature"
+
+
+GENERATE = Knobs("more answers per question (--samples)", "a higher --temperature")
+ATTRIBUTE = Knobs("more answers per question (oar generate --samples)",
+                  "a higher temperature (oar generate --temperature)")
+RL_RUN = Knobs("more completions per prompt in the RL run (TRL's num_generations, verl's rollout.n)",
+               "a higher sampling temperature there")
 
 
 @dataclass(frozen=True)
@@ -53,16 +69,26 @@ def group_signal(rows: Iterable[tuple[Hashable, float | None, bool | None]]) -> 
     return Signal(groups=len(by_group), flat=len(flat), all_right=right, all_wrong=wrong)
 
 
-def signal_line(signal: Signal) -> str | None:
-    """One line on the groups without a GRPO signal and what to do; None when every group has
-    one (or there is no group)."""
+def remedy(signal: Signal, knobs: Knobs = Knobs()) -> str:
+    """What gives the flat groups of `signal` a signal, fitted to them: harder questions for
+    groups every answer of which is right, easier ones for those all wrong, and for both the
+    sampling `knobs`."""
+    questions = [text for n, text in ((signal.all_right, "harder questions (every answer right)"),
+                                      (signal.all_wrong, "easier questions (every answer wrong)")) if n]
+    sampling = [k for k in (knobs.samples, knobs.temperature) if k]
+    return ", ".join(questions + sampling[:-1]) + (" or " if questions or sampling[:-1] else "") + sampling[-1]
+
+
+def signal_line(signal: Signal, knobs: Knobs = Knobs()) -> str | None:
+    """One line on the groups without a GRPO signal and what to do (`remedy`, in the `knobs`
+    of the place that says it); None when every group has one (or there is no group)."""
     if not signal.groups or not signal.flat:
         return None
     why = f"{signal.all_wrong} with every answer wrong, {signal.all_right} with every answer right"
     head = ("no group carries a GRPO signal" if signal.flat == signal.groups else
             f"{signal.flat} of {signal.groups} groups carry no GRPO signal")
     return (f"{head} ({why}): their advantages are 0, so every reshaped advantage is 0 too; "
-            f"{REMEDY}")
+            f"{remedy(signal, knobs)} would give them one")
 
 
 def store_signal(store, run_id: int) -> Signal:

@@ -9,7 +9,9 @@ number is r + 1, r + 1 + n, ... and rank 0 merges the ranks' parts into `--out` 
 Exit status 0 when every line was attributed, 2 when some were skipped (or on bad arguments).
 Every output carries the settings record of the command (`command_record`); a rerun into an
 output made with other settings is refused, naming the flags that differ, before the model
-loads.
+loads. --methods left out is `oar_p oar_g` on the bundled model and the reading set on any
+other (`choices.default_methods`); before the first trace the command says how long the work
+will take here (`progress.tell_cost`).
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import argparse
 import os
 import sys
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -31,8 +33,9 @@ from ..jsonl import iter_jsonl
 from . import outputs
 from ..commands import MAX_COUNT, add_dataclass_args, add_model_args, option
 from ..weights.settings import ReshapeSettings
-from .progress import method_progress, progress_bar
-from .choices import add_answer_format_arg, add_method_knobs, add_probe_arg, method_name, method_params_from
+from .progress import lines_to_read, method_progress, progress_bar, tell_cost
+from .choices import (add_answer_format_arg, add_method_knobs, add_probe_arg, default_methods, method_name,
+                      method_params_from)
 from .provenance import input_defaults
 
 
@@ -194,12 +197,12 @@ def _summary(out: str, written: int, flagged: Counter, resumed: int, counts: Cou
 def output_signal(output: outputs.Output) -> str | None:
     """`analysis.signal.signal_line` of what the output holds (a JSONL, or its run in a store),
     or None when every group with a reward carries a GRPO signal."""
-    from ..analysis.signal import group_signal, signal_line, store_signal
+    from ..analysis.signal import ATTRIBUTE, group_signal, signal_line, store_signal
 
     if isinstance(output, outputs.StoreOutput):
-        return None if output.run_id is None else signal_line(store_signal(output.store, output.run_id))
+        return None if output.run_id is None else signal_line(store_signal(output.store, output.run_id), ATTRIBUTE)
     return signal_line(group_signal((r.get("group"), r.get("reward"), r.get("correct"))
-                                    for r in outputs.read_records(output.path)))
+                                    for r in outputs.read_records(output.path)), ATTRIBUTE)
 
 
 CHAT_LINE = ("oar attribute: plain-string prompts get the model's chat template (as one user "
@@ -251,6 +254,7 @@ def run(args: argparse.Namespace) -> int:
     said = input_defaults(args, source, DEFAULT_MODEL, "attribute")
     if said and rank == 0:
         say(said)
+    args.methods = args.methods or default_methods(args.model or DEFAULT_MODEL)
     dist = _process_group(world)
     final = open_output(args, lock=rank == 0)  # every check of --out, before the model loads
     try:
@@ -298,6 +302,8 @@ def _attribute_into(final: outputs.Output, source: Path, args, rank: int, world:
                        chat=args.chat, notice=notice)
     if templated:
         pairs = tell_plain_once(pairs, notice)
+    if rank == 0:
+        pairs = _told_cost(pairs, model, args, lambda: bar.total or lines_to_read(source, skip_line), notice)
     with bar:
         written = attribute_lines(model, tokenizer, pairs, _Flagged(writer, flagged, bar), args,
                                   on_scored=method_progress(bar, len(args.methods)))
@@ -321,6 +327,18 @@ def _attribute_into(final: outputs.Output, source: Path, args, rank: int, world:
     if dist is not None:
         dist.destroy_process_group()
     return 2 if counts or not (written or done) else 0
+
+
+def _told_cost(pairs, model, args, traces, tell):
+    """`pairs` (`read_pairs`), the estimate said (`tell_cost`) before the first is yielded;
+    `traces()`: how many there are."""
+    pairs = iter(pairs)
+    first = next(pairs, None)
+    if first is None:
+        return
+    tell_cost(model, first[-1], args, traces(), tell)
+    yield first
+    yield from pairs
 
 
 class _Flagged:
@@ -364,10 +382,12 @@ class AttributeFlags:
     out: str | None = option(None, "JSONL to write (one attribution per valid line), or a run store *.db to "
                              "add a run to (readable by `oar web --store`); a rerun with the same input and "
                              "output resumes after the lines already written")
-    # field(), not option(): the default is the list it always was (--help shows it so), and a
-    # dataclass takes a list only from a factory.
-    methods: list[str] = field(default_factory=lambda: ["oar_p", "oar_g"], metadata={
-        "help": "registered importance methods (oar_attrib.available_methods())", "type": method_name})
+    methods: list[str] | None = option(
+        None, "registered importance methods (oar_attrib.available_methods()). Default: on the bundled "
+              "arith-tiny oar_p oar_g; on any other model the reading set oar_p_hier oar_g entropy, whose "
+              "first trace ends within a minute or two on a CPU (token OAR-P, a forward per reasoning "
+              "token, takes minutes a trace there: name it, --methods oar_p ...). The command says its "
+              "estimate before the first trace", type=method_name)
     batch_size: int | None = option(None, "lines attributed (and then written) together; each record's "
                                     "`timings` is its batch's seconds per trace (1: each trace timed on its "
                                     "own). Default: the lines that fill one pass of the memory budget (one at "
@@ -382,7 +402,14 @@ class AttributeFlags:
 
 
 def add_parser(sub) -> None:
-    at = sub.add_parser("attribute", help="token importances of prompt/response pairs (JSONL in, JSONL out)")
+    at = sub.add_parser(
+        "attribute", help="token importances of prompt/response lines (a JSONL) into a JSONL or a run store "
+                          "(*.db, for oar web), or of a stored run in place (--store S --run R); resumable",
+        description="Token importances of each prompt/response line of --input, written to --out (a\n"
+                    "JSONL, or a run store *.db that `oar web --store` reads) trace by trace; or of the\n"
+                    "traces of run --run of the store --store, in place (an `oar import`ed run, or one\n"
+                    "more method). Before the first trace it says how long the work will take here; a\n"
+                    "rerun resumes after what is written, and Ctrl-C keeps it.")
     add_dataclass_args(at, AttributeFlags, ("model", "input", "store", "run", "out", "methods"))
     add_probe_arg(at)
     add_answer_format_arg(at, default=None, help_text="where the final answer is (default: the format "

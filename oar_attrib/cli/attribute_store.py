@@ -144,9 +144,11 @@ def attribute_stored(args, default_chat, settings_of, record_of) -> int:
         if todo:
             store.update_run_config(run.id, attributed=attributed)
 
+        settings = settings_of(args)
+        if todo:
+            _tell_cost(store.trace(todo[0]), tokenizer, chat, model, args, len(todo))
         bar = trace_bar(len(todo), args.no_progress)
         on_scored = method_progress(bar, len(args.methods))
-        settings = settings_of(args)
 
         try:
             with bar:
@@ -167,11 +169,24 @@ def attribute_stored(args, default_chat, settings_of, record_of) -> int:
     return 0
 
 
+def _tell_cost(record, tokenizer, chat, model, args, traces: int) -> None:
+    """`attribute.tell_cost` on the first trace to attribute (encoded as it will be), its
+    token statistics' forward included."""
+    from ..inputs.encoding import encode_pairs
+    from .progress import tell_cost
+
+    prompt = record.to_attribution().prompt
+    _, (pair,) = encode_pairs(tokenizer, [prompt], [record.response], answer_format=args.answer_format,
+                              chat=chat(prompt))
+    tell_cost(model, pair, args, traces, extra_forward=True)
+
+
 def _stored_run(store, args):
     """Run `args.run` of `store`, with `args.model` and `args.answer_format` filled in from it
     where left out; InputError when there is no such run or it holds no weights to score with."""
     from ..records.settings_record import lookup
     from ..store.errors import NotFoundError
+    from .choices import default_methods
 
     try:
         run = store.run(args.run)
@@ -185,4 +200,5 @@ def _stored_run(store, args):
                          f"{run.model}, which holds no weights; pass --model with the policy's "
                          "checkpoint")
     args.model = args.model or run.model or DEFAULT_MODEL
+    args.methods = args.methods or default_methods(args.model)
     return run

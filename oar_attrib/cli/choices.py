@@ -102,6 +102,16 @@ def method_params_from(args: argparse.Namespace, base: dict | None = None) -> di
     return params or None
 
 
+def default_methods(model: str) -> list[str]:
+    """`oar attribute`'s methods when --methods is not given: BUNDLED_METHODS on the bundled
+    model, the registry's reading set on any other (`defaults` says why)."""
+    from ..defaults import BUNDLED_METHODS
+    from ..methods import default_methods as role_defaults
+    from ..models.catalogue import bundled
+
+    return list(BUNDLED_METHODS) if bundled(model) else role_defaults("reading")
+
+
 def budget_params(max_batch_tokens: int | None) -> dict | None:
     """`method_params` giving every method that takes a token budget `max_batch_tokens`."""
     if max_batch_tokens is None:

@@ -9,7 +9,8 @@ given GRPO group advantages (`oar_attrib.rollouts`). The answer format, temperat
 limit default to the model's catalogue entry (`catalogue.Answering`: how it gives answers).
 Every answer carries the sampling settings and the model that wrote it (`sampling`,
 `rollouts.SamplingSettings.record`), which `oar attribute --input` takes as its defaults. A
-question's answers are written together, flushed and fsynced; the progress bar counts answers
+question's answers are written together, flushed and fsynced, the groups in the order of the
+questions in --data (so `oar attribute` meets them in that order); the progress bar counts answers
 and tokens as they are made, and a line says so when fewer than half the replies have an
 answer, naming the flag to change.
 A rerun resumes by content: a question is known by its prompt and gold answer (not by the
@@ -25,10 +26,12 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 
 from oar_attrib.commands import add_dataclass_args, add_model_args, dataclass_from_args, option
+from oar_attrib.console import terminal_safe
 from oar_attrib.files import write_file
 from oar_attrib.inputs.spans import MARKER_FORMATS
 
@@ -202,17 +205,20 @@ def _to_ask(questions, held: Held, samples: int) -> tuple[dict, int]:
     return todo, done
 
 
-def output_signal(out: Path) -> str | None:
+def output_signal(out: Path, hotter: bool = True) -> str | None:
     """`analysis.signal.signal_line` of the answers in JSONL `out` (this run's and those
-    already there), or None when every group carries a GRPO signal."""
-    from oar_attrib.analysis.signal import group_signal, signal_line
+    already there), or None when every group carries a GRPO signal. `hotter`: a higher
+    --temperature is advised too (not after `few_answers` advised a lower one)."""
+    import dataclasses
+
+    from oar_attrib.analysis.signal import GENERATE, group_signal, signal_line
     from oar_attrib.jsonl import iter_jsonl
 
     if not out.exists():
         return None
     rows = ((r.get("group"), r.get("reward"), r.get("correct")) for _, r in iter_jsonl(out)
             if isinstance(r, dict))
-    return signal_line(group_signal(rows))
+    return signal_line(group_signal(rows), GENERATE if hotter else dataclasses.replace(GENERATE, temperature=None))
 
 
 class Tally(Counter):
@@ -231,13 +237,16 @@ class Tally(Counter):
 
 class Progress:
     """`oar generate`'s progress bar: answers counted as they end (an EOS; those cut off at
-    --max-new-tokens when their batch ends) and the tokens made so far, step by step."""
+    --max-new-tokens when their batch ends) and the tokens made so far, step by step; `clock`
+    (`models.cost.DecodeClock`) hears of each step too, and says how long the run will take."""
 
-    def __init__(self, bar):
-        self.bar, self.tokens, self.ended = bar, 0, 0
+    def __init__(self, bar, clock=None):
+        self.bar, self.tokens, self.ended, self.clock = bar, 0, 0, clock
 
     def step(self, tokens: int, ended: int) -> None:
         """After each decoding step (`generation.StepCounter`)."""
+        if self.clock is not None:
+            self.clock.step()
         self.tokens += tokens
         self.ended += ended
         self.bar.set_postfix_str(f"{self.tokens} tokens", refresh=not ended)
@@ -266,7 +275,8 @@ def _answer(model, tokenizer, todo: dict, options: GenerateSettings, settings, o
         with AppendLog(out, "--out") as handle, \
                 tqdm(total=sum(len(q) * (options.samples - have) for have, q in todo.items()),
                      desc="generate", unit="answer", disable=options.no_progress) as bar:
-            progress = Progress(bar)
+            above_bar = lambda line: bar.write(terminal_safe(line), file=sys.stderr)  # noqa: E731
+            progress = Progress(bar, _clock(todo, options, above_bar))
             for have, questions in sorted(todo.items()):
                 encoded = _askable(tokenizer, questions, limit, options.max_new_tokens,
                                    Path(options.data), report)
@@ -277,7 +287,7 @@ def _answer(model, tokenizer, todo: dict, options: GenerateSettings, settings, o
                         greedy=settings.greedy and have == 0, temperature=options.temperature or 1.0,
                         max_new_tokens=options.max_new_tokens, answer_format=options.answer_format,
                         batch_size=options.batch_size, seed=options.seed + have, first=have,
-                        on_step=progress.step):
+                        on_step=progress.step, in_order=True):
                     for answer in (r for g in groups for r in g):
                         answer["sampling"] = record
                     _write(handle, groups)
@@ -287,6 +297,28 @@ def _answer(model, tokenizer, todo: dict, options: GenerateSettings, settings, o
         raise KeyboardInterrupt(f"interrupted; the {tally['written']} answers written to {out} are "
                                 "kept, rerun the same command to resume") from None
     return tally
+
+
+def _clock(todo: dict, options: GenerateSettings, tell):
+    """The `DecodeClock` of the batches `todo` ({answers held: questions}) will take."""
+    import math
+
+    from oar_attrib.models.cost import DecodeClock
+
+    batches = sum(math.ceil(len(q) / options.batch_size) for q in todo.values())
+    return DecodeClock("oar generate", batches, options.max_new_tokens, tell,
+                       shorter="fewer questions (--n), answers (--samples) or tokens (--max-new-tokens) take less")
+
+
+def plan_line(todo: dict, options: GenerateSettings, done: int) -> str:
+    """What `oar generate` will do, said before the model's first call (how long: `_clock`,
+    once the first decoding steps are timed)."""
+    questions = sum(len(q) for q in todo.values())
+    answers = sum(len(q) * (options.samples - have) for have, q in todo.items())
+    held = f" ({done} questions already complete in --out)" if done else ""
+    return (f"oar generate: {answers} answers to {questions} questions{held}, up to {options.max_new_tokens} "
+            f"tokens each, {options.batch_size} questions at a time; how long it takes is said after the "
+            "first decoding steps, and Ctrl-C keeps every group written")
 
 
 def few_answers(tally: Tally, settings) -> str | None:
@@ -360,13 +392,15 @@ def run(args: argparse.Namespace) -> int:
 
     questions = read_questions(data, tokenizer, options.answer_format, limit=options.n, report=report)
     todo, done = _to_ask(questions, held, options.samples)
+    if todo:
+        say(plan_line(todo, options, done))
     tally = _answer(model, tokenizer, todo, options, settings, out, report)
     if out.exists() and out.stat().st_size:
         _settle(out)
     warning = few_answers(tally, settings)
     if warning:  # before the summary, which stays the last line
         say(warning)
-    signal = output_signal(out)
+    signal = output_signal(out, hotter=warning is None)  # the warning advises a lower --temperature
     if signal:
         say(f"oar generate: {signal}")
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(skipped.items()))

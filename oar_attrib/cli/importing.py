@@ -108,7 +108,7 @@ def _say_at_first_chat(read, line: str):
 
 def run(args: argparse.Namespace) -> int:
     from ..analysis.run_summary import summarise
-    from ..analysis.signal import signal_line, store_signal
+    from ..analysis.signal import RL_RUN, Knobs, signal_line, store_signal
     from ..importers import READERS, RecordLimits, import_rollouts
     from ..inputs.chat_template import ROLE_TEMPLATE, ROLE_TEMPLATE_NAME
     from ..inputs.encoding import position_limit
@@ -153,20 +153,33 @@ def run(args: argparse.Namespace) -> int:
                                   correct_threshold=settings.correct_threshold,
                                   batch=settings.batch_size, limits=limits, report=say)
         summarise(store, summary.run_id)
-        signal = signal_line(store_signal(store, summary.run_id))
-    _report(out, summary, left_out, signal)
+        signal = signal_line(store_signal(store, summary.run_id), Knobs() if settings.stack == "jsonl" else RL_RUN)
+    _report(out, summary, left_out, signal, settings.sources if settings.stack == "trl" else ())
     return 2 if summary.skipped or left_out else 0
 
 
-def _report(out: Path, summary, left_out: list[str], signal: str | None) -> None:
-    """The import's closing lines: the run's GRPO signal when it has none, the summary, and
-    the next command."""
+def _report(out: Path, summary, left_out: list[str], signal: str | None, sources=()) -> None:
+    """The import's closing lines: the run's GRPO signal when it has none, the summary, which
+    store to open when a source folder holds an OAR trainer's own (`trainer_stores`), and the
+    next command."""
     if signal:
         say(f"oar import: {signal}")
     say(summary.line(out) + (f"; {len(left_out)} files left out" if left_out else ""))
+    for store in trainer_stores(sources, out):
+        say(f"oar import: {store} is the OAR trainer's own run store (a sample of completions every "
+            f"oar_store_every steps, attributed by the method it trained with, as it trained); {out} holds "
+            "every completion TRL logged, attributed by none yet: open the first for the credit the run "
+            "trained on, this one to compare methods on all of them")
     where = shlex.quote(str(out))
     say(f"next: oar attribute --store {where} --run {summary.run_id} attributes it in place, "
         f"then oar web --store {where} shows it")
+
+
+def trainer_stores(sources, out: Path) -> list[Path]:
+    """The run stores an `OARGRPOTrainer` wrote into the source folders (`<output_dir>/runs.db`),
+    other than `out`."""
+    found = [Path(s) / "runs.db" for s in sources if Path(s).is_dir()]
+    return [p for p in found if p.is_file() and p.resolve() != Path(out).resolve()]
 
 
 def add_parser(sub) -> None:

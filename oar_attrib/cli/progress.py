@@ -1,6 +1,7 @@
-"""The progress bar of `oar attribute` (a JSONL input or a stored run): it counts traces, with
-a time estimate, and moves by 1/M of a trace as each of M methods is done with it, so a real
-model's first minute shows progress."""
+"""The progress of `oar attribute` (a JSONL input or a stored run): before the first trace, what
+it will do and how long it will take (`tell_cost`); then a bar that counts traces, with a time
+estimate, and moves by 1/M of a trace as each of M methods is done with it, so a real model's
+first minute shows progress."""
 from __future__ import annotations
 
 import sys
@@ -52,3 +53,24 @@ def method_progress(bar, n_methods: int):
         bar.update(rows / max(n_methods, 1))
 
     return on_scored
+
+
+def tell_cost(model, pair, args, traces: int, tell=None, extra_forward: bool = False) -> None:
+    """Say (`tell`, default `console.say`) what `oar attribute` will do and how long it will take
+    (`methods.cost`: the work of `args.methods` on `pair`, the first trace, at this machine's
+    measured speed), naming the reading set when it is at most half as long and a trace takes
+    over a minute. `extra_forward`: `--store`'s token statistics, one forward more a trace."""
+    from ..console import say
+    from ..defaults import DEFAULT_MODEL
+    from ..methods import default_methods
+    from ..methods.cost import TraceShape, attribution_estimate, estimate_lines
+    from ..models.cost import measure_speed
+    from .choices import method_params_from
+
+    params = method_params_from(args)
+    speed = measure_speed(model, TraceShape.of(pair).length)
+    estimate = attribution_estimate(model, pair, args.methods, params, traces, speed, extra_forward)
+    faster = None if set(args.methods) <= set(default_methods("reading")) else attribution_estimate(
+        model, pair, default_methods("reading"), params, traces, speed, extra_forward)
+    for line in estimate_lines("oar attribute", estimate, args.model or DEFAULT_MODEL, faster):
+        (tell or say)(line)

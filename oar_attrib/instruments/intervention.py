@@ -284,7 +284,7 @@ def run_intervention(settings: InterventionRecall) -> int:
 
     from .advantage.oracle import AdvantageSettings
     from .advantage.recall import CACHE_CHECKS, CachedBoundaries
-    from .advantage.text import bundled
+    from ..models.catalogue import bundled
     from ..models import load_model
     from ..records.settings_record import model_dtype, model_identity
     from .cache import OracleCache

@@ -88,6 +88,12 @@ CATALOGUE = {
 }
 
 
+def bundled(model) -> bool:
+    """Whether `model` names a checkpoint shipped inside the package (arith-tiny)."""
+    entry = CATALOGUE.get(str(model))
+    return entry is not None and entry.bundled
+
+
 def answering(model) -> tuple[Answering, bool]:
     """(how `model`, a catalogue name or a checkpoint path, is asked for answers; whether the
     catalogue says so): a catalogue entry's `Answering`, else the generic one."""

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 
 from oar_attrib.extras import require_extra
-from oar_attrib.commands import add_dataclass_args, add_dtype_arg, dataclass_from_args, option
+from oar_attrib.commands import INTERRUPTED, add_dataclass_args, add_dtype_arg, dataclass_from_args, option
 from oar_attrib.console import say
 from oar_attrib.errors import OARError
 
@@ -87,9 +87,10 @@ def server_config(app):
     return uvicorn.Config(app, log_level="warning", lifespan="on", http=SecureH11Protocol)
 
 
-def serve(app, host: str, port: int, *, started: float | None = None, on_ready=None) -> None:
+def serve(app, host: str, port: int, *, started: float | None = None, on_ready=None) -> bool:
     """Serve `app` until Ctrl+C; print its URL once it answers (after the lifespan ran), then
-    call `on_ready()`. Ctrl+C stops it quietly: one line, exit status 0."""
+    call `on_ready()`. Ctrl+C stops it with one line; True when it did (the command then exits
+    130, as every `oar` command ended by Ctrl-C)."""
     import uvicorn
 
     sock = _listen(host, port)
@@ -109,8 +110,10 @@ def serve(app, host: str, port: int, *, started: float | None = None, on_ready=N
         Server(server_config(app)).run(sockets=[sock])
     except KeyboardInterrupt:  # how a server is stopped; uvicorn re-raises it once shut down
         print("oar-attrib web app: stopped", flush=True)
+        return True
     finally:
         sock.close()
+    return False
 
 
 def _is_loopback(host: str) -> bool:
@@ -152,7 +155,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         return 0
     path = prepare_demo_store(config, rebuild=args.rebuild)
     complete = demo_complete(path)
-    later = "" if complete else "; it is filled in the background, the pages show how far"
+    later = "" if complete else ("; it is filled in the background (the fill says how long when each of its "
+                                 "stages starts; the pages show how far)")
     say(f"demo store: {path}{later}")
     from .main import create_app
 
@@ -160,12 +164,15 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                      dtype=config.dtype, progress=Progress.of_store(path))
     filler = None if complete else start_fill(path, config)
     try:
-        serve(app, args.host, args.port, started=started)
+        interrupted = serve(app, args.host, args.port, started=started)
     finally:
         if filler is not None and filler.poll() is None:
             filler.terminate()
             filler.wait(timeout=30)
-    return 0
+    if filler is not None and not demo_complete(path):
+        say(f"oar demo: the background fill stopped ({Progress.of_store(path).read().where()}); the next "
+            "`oar demo` resumes it where it stopped")
+    return INTERRUPTED if interrupted else 0
 
 
 def _cmd_web(args: argparse.Namespace) -> int:
@@ -175,8 +182,7 @@ def _cmd_web(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     app = create_app(args.store, model=args.model, dtype=args.dtype,
                      settings=_settings(args.host, args.max_live_tokens, args.align))
-    serve(app, args.host, args.port, started=started)
-    return 0
+    return INTERRUPTED if serve(app, args.host, args.port, started=started) else 0
 
 
 def _add_serve_args(parser: argparse.ArgumentParser) -> None:

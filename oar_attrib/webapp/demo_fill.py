@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -46,6 +47,7 @@ def fill_world(store, config: DemoConfig, status: Progress, *, model=None, stop=
                progress: bool = False) -> bool:
     """The world run: sampled responses of `config.model`, attributed two groups at a time,
     then the deferred methods; True when the run is complete."""
+    from ..methods import available_methods
     from ..models import load_model
 
     run = _run_named(store, WORLD_RUN)
@@ -56,6 +58,11 @@ def fill_world(store, config: DemoConfig, status: Progress, *, model=None, stop=
     model, tokenizer = model if model is not None else load_model(config.model, dtype=config.dtype)
     owners, texts = sample_world(model, tokenizer, config, progress=progress)
     status.stage(WORLD_STAGE, total=len(texts), note="")
+    stored = len(store.trace_ids(run.id)) if run is not None else 0
+    if stored < len(texts):
+        methods = [m for m in (config.methods or available_methods()) if m not in DEFERRED_METHODS]
+        tell_cost(WORLD_STAGE, model, tokenizer, owners[stored].prompt, texts[stored], methods,
+                  len(texts) - stored, owners[stored].answer_format)
     run_id = write_problem_run(
         store, model, tokenizer, owners, texts, name=WORLD_RUN, config=config,
         group_size=config.samples, defer=DEFERRED_METHODS, batch=2 * config.samples,
@@ -69,6 +76,24 @@ def fill_world(store, config: DemoConfig, status: Progress, *, model=None, stop=
     store.update_run_config(run_id, complete=True)
     status.stage(WORLD_STAGE, state="done", note="")
     return True
+
+
+def tell_cost(stage: str, model, tokenizer, prompt, response: str, methods, traces: int, answer_format: str,
+              sampling: float = 0.0, groups: int = 0) -> None:
+    """Say how long a stage's attribution will take here (`methods.cost`, measured on `response`),
+    plus `groups` groups still to sample at `sampling` seconds each; Ctrl-C stops it, the next
+    `oar demo` resumes it."""
+    from ..inputs.encoding import encode_pairs
+    from ..methods.cost import attribution_estimate
+    from ..models.cost import duration
+
+    _, (pair,) = encode_pairs(tokenizer, [prompt], [response], answer_format=answer_format)
+    estimate = attribution_estimate(model, pair, methods, None, traces)
+    total = estimate.per_trace * traces + sampling * groups
+    sampled = f" and sampling {groups} more groups ({duration(sampling)} each)" if groups else ""
+    say(f"oar demo: {stage}: {traces} traces to attribute with {', '.join(methods)}{sampled}: {estimate.about} "
+        f"{duration(total)} here ({estimate.parts()} a trace, measured on the first); Ctrl-C stops the fill "
+        "and the next `oar demo` resumes it")
 
 
 def real_questions(tokenizer, n: int, seed: int = 0) -> list[tuple]:
@@ -138,11 +163,19 @@ def fill_real(store, config: DemoConfig, status: Progress, *, model=None, stop=N
             "world_preset": REAL_PRESET, "total_traces": total}))
     stored = len(store.trace_ids(run.id))  # a group cut short by a kill keeps its answers
     settings = ReshapeSettings(probe=config.probe, answer_format=REAL_FORMAT, seed=config.seed)
+    told = False
     for question, problem in questions[stored // config.real_samples:]:
         if stop is not None and stop.is_set():
             return False
         status.stage(REAL_STAGE, done=stored, total=total, unit="answers", note="sampling answers")
+        began = time.perf_counter()
         group = sample_real_group(model, tokenizer, question, config)  # seeded: the same again
+        if not told:  # the first group sampled: the sampling and the attribution measured here
+            told = True
+            first = group[stored % config.real_samples]
+            tell_cost(REAL_STAGE, model, tokenizer, first["prompt"], first["response"], list(real_methods()),
+                      total - stored, REAL_FORMAT, time.perf_counter() - began,
+                      len(questions) - 1 - stored // config.real_samples)
         for r in group[stored % config.real_samples:]:  # each answer stored as soon as it is done
             if stop is not None and stop.is_set():
                 return False

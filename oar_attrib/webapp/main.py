@@ -168,6 +168,10 @@ def create_app(store_path: str | Path, model=None, *, settings: WebSettings | No
             yield
         finally:
             app.state.store.close()
+            if app.state.live_loader is not None:
+                # A Ctrl-C in the first seconds finds the model loading: the interpreter must not
+                # exit under a thread inside torch (the process aborts, SIGABRT, not 130).
+                app.state.live_loader.join(timeout=60)
 
     app = FastAPI(
         title="oar-attrib", version=__version__, lifespan=lifespan,

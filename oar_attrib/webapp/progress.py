@@ -73,10 +73,14 @@ class Progress:
     def finished(self) -> bool:
         return bool(self.stages) and all(s.state in ("done", "skipped", "failed") for s in self.stages)
 
+    def where(self) -> str:
+        """How far every stage is, in one line ('arithmetic world: 16/96 traces; ...')."""
+        return "; ".join(s.line() for s in self.stages) or "before its first trace"
+
     def line(self) -> str:
         """One line for the pages; empty when nothing is under way."""
         if not self.stages or self.finished and all(s.state == "done" for s in self.stages):
             return ""
         prefix = "Finished filling this store" if self.finished else \
             "Filling this store in the background (reload to see more)"
-        return f"{prefix}: " + "; ".join(s.line() for s in self.stages)
+        return f"{prefix}: {self.where()}"

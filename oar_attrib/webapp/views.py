@@ -64,6 +64,27 @@ def reward_reason(record: TraceRecord) -> str | None:
     return None
 
 
+def earlier_answer(record: TraceRecord) -> str | None:
+    """The last final-answer statement inside a trace's reasoning (`The answer is 63.` stated,
+    then more text, then the final one), in at most 80 characters; None when there is none.
+    The answer span is the last statement (METHOD.md 2), so an earlier one is reasoning: it is
+    scored, and as it predicts the answer it often takes the top credit. Read in the trace's
+    own answer format."""
+    from oar_attrib.inputs.spans import locate_answer
+    from oar_attrib.records.settings_record import lookup
+
+    if not record.row.span_found:
+        return None
+    ends = [b for (_, b), label in zip(record.offsets, record.segments) if label == "reasoning"]
+    reasoning = record.response[:max(ends, default=0)]
+    fmt = lookup(record.params, "settings.answer_format") or "auto"
+    found = locate_answer(reasoning, fmt if isinstance(fmt, str) and fmt != "regex" else "auto")
+    if found is None:
+        return None
+    stated = reasoning[found.marker_start:found.end].strip()
+    return stated if len(stated) <= 80 else stated[:79] + "…"
+
+
 def token_title(token: str, score, weight, advantage) -> str:
     """Tooltip text of a token. The token is JSON-quoted so that spaces and newlines show;
     the page script (`tokenTitle`) writes the same fields when the method changes. A control
@@ -155,19 +176,27 @@ def trace_view(record: TraceRecord, method: str | None, oracle_set: str,
             "reliability": reliability_view(record)}
 
 
-def report_view(report: dict, subset: str, oracle_sets=DEFAULT_SETS) -> dict:
-    """Rows of the report page's tables for one subset (all | correct | wrong). The step
-    methods (`methods.step_methods`: every token of a step gets the step's score, so their
-    token-level recall is constant within a step) are named for the page's note."""
+def report_view(report: dict, subset: str, oracle_sets=None) -> dict:
+    """Rows of the report page's tables for one subset (all | correct | wrong). The oracle sets
+    are those the run's recall was computed on (default: the arithmetic world's first, then any
+    other, e.g. the value oracle's `direct` alone); `no_oracle`: no trace of the run carries an
+    oracle, so there is no recall to show. The step methods (`methods.step_methods`: every
+    token of a step gets the step's score, so their token-level recall is constant within a
+    step) are named for the page's note."""
     from ..methods import step_methods
 
+    if oracle_sets is None:
+        found = {r["oracle"] for r in report["recall"]}
+        oracle_sets = [o for o in DEFAULT_SETS if o in found] + sorted(found - set(DEFAULT_SETS))
     rows = [r for r in report["recall"] if r["subset"] == subset]
     methods = sorted({r["method"] for r in rows})
     table = []
     for method in methods:
         cells = {r["oracle"]: r for r in rows if r["method"] == method}
         table.append({"method": method, "cells": [cells.get(s) for s in oracle_sets]})
-    return {"subset": subset, "oracle_sets": list(oracle_sets), "recall_table": table,
+    summary = report.get("summary") or {}
+    no_oracle = bool(summary) and not summary.get("n_used") and (summary.get("skipped") or {}).get("no_oracle", 0) > 0
+    return {"subset": subset, "oracle_sets": list(oracle_sets), "recall_table": table, "no_oracle": no_oracle,
             "step_methods": [m for m in methods if m in step_methods()],
             "payload": {"recall": rows, "agreement": report["agreement"],
                         "credit": report["credit"], "oracle_sets": list(oracle_sets)}}

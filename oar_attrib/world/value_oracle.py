@@ -22,7 +22,9 @@ marker and any restatement before it) and what follows are not reasoning and are
 Numbers are digits (``1,200``, ``12.0``, ``$12``: the span is the digits), or words from
 ``two`` to ``nine hundred ninety-nine`` (``twenty-one``, ``twenty one``, ``a hundred and five``),
 and ``twice`` for 2. A number inside a larger one is not a mention (``12`` in ``120`` or ``1.25``).
-Values are >= 2, so ``one`` (a pronoun as often as a number) never names a quantity.
+Values are >= 2, so ``one`` (a pronoun as often as a number) never names a quantity. A
+numbered list's marker (``2.`` or ``2)`` opening a line, as in ``1. Mia has 14.\n2. She buys
+6.``) numbers the list, not a quantity, and is not a mention.
 
 `ValueOracle` has the attributes recall reads of the arithmetic world's `Oracle` (a tuple of
 character spans per set and `complete`), so `instruments.world.recall.trace_recall(trace, oracle,
@@ -57,6 +59,9 @@ _WORDS_RE = re.compile(
     re.I)
 # Digits, with thousands commas and decimals; not part of a longer number on either side.
 _DIGITS_RE = re.compile(r"(?<![\d.])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?!\d|\.\d|,\d{3}(?!\d))")
+# A numbered list's marker: a number opening a line (after spaces, a bullet or Markdown's bold),
+# followed by `.` or `)` and a space (`2. Mia buys...`, `**3)** ...`); `2.5` or `20 + 5` are not.
+_LIST_MARKER_RE = re.compile(r"^[ \t>*\-]*(?:\*\*)?(\d{1,3})(?:\.|\))(?:\*\*)?[ \t]", re.M)
 
 
 @dataclass(frozen=True)
@@ -88,9 +93,17 @@ def parse_number(text: str) -> float | None:
     return None
 
 
+def list_markers(text: str) -> set[int]:
+    """Start positions of the numbered-list markers of `text` (`2.` opening a line)."""
+    return {m.start(1) for m in _LIST_MARKER_RE.finditer(text)}
+
+
 def find_numbers(text: str) -> list[Mention]:
-    """Every number of `text`, digits or words, in order of position."""
-    found = [Mention(m.start(), m.end(), float(m.group().replace(",", ""))) for m in _DIGITS_RE.finditer(text)]
+    """Every number of `text`, digits or words, in order of position; a numbered list's
+    markers (`list_markers`) are not numbers of the text."""
+    markers = list_markers(text)
+    found = [Mention(m.start(), m.end(), float(m.group().replace(",", ""))) for m in _DIGITS_RE.finditer(text)
+             if m.start() not in markers]
     found += [Mention(m.start(), m.end(), float(_word_value(m.group()))) for m in _WORDS_RE.finditer(text)]
     return sorted(found, key=lambda m: m.start)
 

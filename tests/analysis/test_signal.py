@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import torch
 
-from oar_attrib.analysis.signal import REMEDY, Signal, flat_groups, group_signal, signal_line, store_signal
+from oar_attrib.analysis.signal import GENERATE, RL_RUN, Knobs, Signal, flat_groups, group_signal, remedy, signal_line, store_signal
 from oar_attrib.rollouts import group_advantages
 
 ROWS = [  # (group, reward, correct)
@@ -27,9 +27,24 @@ def test_flat_groups_are_those_whose_advantages_are_zero():
 def test_signal_line_counts_and_remedy():
     assert signal_line(Signal(groups=4, flat=3, all_right=1, all_wrong=1)) == (
         "3 of 4 groups carry no GRPO signal (1 with every answer wrong, 1 with every answer right): "
-        f"their advantages are 0, so every reshaped advantage is 0 too; {REMEDY}")
+        "their advantages are 0, so every reshaped advantage is 0 too; harder questions (every answer "
+        "right), easier questions (every answer wrong), more answers per question or a higher sampling "
+        "temperature would give them one")
     assert signal_line(Signal(2, 2, 0, 2)).startswith("no group carries a GRPO signal (2 with every answer wrong")
     assert signal_line(Signal(2, 0, 0, 0)) is None and signal_line(Signal(0, 0, 0, 0)) is None
+
+
+def test_the_remedy_fits_the_groups_and_the_place_that_says_it():
+    """All-right groups need harder questions, never easier ones; an import has no --samples."""
+    right, wrong, partial = Signal(4, 2, 2, 0), Signal(4, 2, 0, 2), Signal(4, 1, 0, 0)
+    assert remedy(right) == "harder questions (every answer right), more answers per question or a higher sampling temperature"
+    assert "easier" not in remedy(right) and "harder" not in remedy(wrong) and remedy(wrong).startswith("easier")
+    assert remedy(partial) == "more answers per question or a higher sampling temperature"
+    assert "--samples" in remedy(right, GENERATE) and "--samples" not in remedy(right, RL_RUN)
+    assert "num_generations" in remedy(right, RL_RUN)
+    # after `oar generate` advised a lower --temperature to get answers at all: no higher one
+    assert remedy(wrong, Knobs(GENERATE.samples, None)) == ("easier questions (every answer wrong) or more "
+                                                            "answers per question (--samples)")
 
 
 def test_a_store_counts_groups_per_step():

@@ -80,6 +80,18 @@ def test_trl_run_imports_every_completion_with_reward_and_advantage(trl_run, tmp
     assert html.count('href="/traces/') >= 16
 
 
+def test_an_import_beside_the_trainers_own_store_says_which_to_open(trl_run, tmp_path, capsys):
+    import shutil
+
+    run = tmp_path / "out"
+    shutil.copytree(trl_run, run)
+    Store(run / "runs.db").close()  # as OARGRPOTrainer leaves it: <output_dir>/runs.db
+    assert oar("import", "trl", run, "--out", tmp_path / "rollouts.db") == 0
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "own run store" in x]
+    assert line.startswith(f"oar import: {run / 'runs.db'} is the OAR trainer's own run store")
+    assert "open the first for the credit the run trained on, this one to compare methods" in line
+
+
 def test_recomputed_advantages_equal_the_ones_trl_trained_with(trl_run, tmp_path):
     # The same logs without the advantage column: the group rule must give TRL's values.
     logs = tmp_path / "logs"
@@ -159,6 +171,18 @@ def test_rerun_resumes_and_adds_only_new_rows(tmp_path, capsys):
     with Store(db, readonly=True) as store:
         assert len(store.runs()) == 1
     assert [r.row.step for r in stored(db)] == [1] * 6 + [2] * 6
+
+
+def test_all_right_groups_get_advice_that_fits_them(tmp_path, capsys):
+    """Every group right: harder questions, never easier ones, and no `--samples`, which `oar
+    import` does not have: the RL run's own setting."""
+    write_verl_dump(tmp_path / "rollouts", steps=(1,), n=1)  # each prompt's one answer is right
+    assert oar("import", "verl", tmp_path / "rollouts", "--out", tmp_path / "runs.db") == 0
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "GRPO signal" in x]
+    assert line.startswith("oar import: no group carries a GRPO signal (0 with every answer wrong, 2 with "
+                           "every answer right)")
+    assert "harder questions (every answer right)" in line and "rollout.n" in line
+    assert "easier" not in line and "--samples" not in line
 
 
 def test_jsonl_rollouts_groups_chat_prompts_and_logged_advantages(tmp_path):

@@ -189,6 +189,11 @@ def test_bar_prints_delta_cos_per_method_last(bar_store, capsys):
     assert oar_g["low"] <= oar_g["mean"] <= oar_g["high"]
     assert summary["methods"]["none"]["cos_grpo"]["mean"] == pytest.approx(1.0)
     assert "oar_g - random" in summary["contrasts"]
+    # the JSON says in words what the text form says: the same sentences, in order
+    assert summary["reading"] and summary["reading"][-1].startswith("Next: ")
+    code, text, _ = run_cli([a for a in argv if a != "--json"], capsys)
+    said = text.split("what it says:")[1].splitlines()
+    assert code == 0 and [line.strip() for line in said if line.strip()] == summary["reading"]
 
 
 def test_results_are_consistent_with_the_running_sums(bar_store):
@@ -228,6 +233,7 @@ def test_report_reads_a_store_as_it_stands_and_changes_nothing(bar_store, tmp_pa
     assert code == 0 and (summary["batches"], summary["planned_batches"]) == (2, 3)
     # blinded before the planned batches are in: the noise (power table) and the cost, no estimate
     assert summary["blinded"] is True and "methods" not in summary and "contrasts" not in summary
+    assert summary["reading"][0].startswith("Blinded: 2 of 3 planned batches are in")
     assert set(summary["power"]["contrasts"]) == set(ran["power"]["contrasts"])
     mine = [json.loads(line) for line in lines[:2]]
     assert summary["seconds_per_batch"]["oar_g"]["weights"] == pytest.approx(
@@ -263,6 +269,28 @@ def test_a_resume_with_other_settings_is_refused_naming_the_flags(bar_store, cap
 
 
 # ---------------------------------------------------------------------------- the positive control
+
+
+def test_align_says_how_long_before_it_measures(tmp_path, tok, world):
+    """A fresh run: each method's batch from the cost model at the model's measured speed; a
+    resume: the seconds its committed batches took."""
+    from types import SimpleNamespace
+
+    trainer = tiny_trainer(tmp_path / "align", tok, world, oar_method="none")
+    settings = AlignSettings(batches=4, pool_batches=2, batch_prompts=2)
+    choices = [MethodChoice("none", "none"), MethodChoice("oar_g", "oar_g"), MethodChoice("resample", "resample")]
+    said = []
+    fresh = SimpleNamespace(lines=lambda kind: [])
+    align_run.tell_cost(fresh, trainer, choices, settings, tell=said.append)
+    rows = 2 * trainer.num_generations
+    assert said[0].startswith(f"oar align: 2 pool batches and 4 batches of {rows} completions: at most about ")
+    assert "resample no estimate" in said[0] and "plus the screening's sampling" in said[0]
+    line = {"methods": {"none": {"seconds": {"weights": 0.0, "backward": 2.0}},
+                        "oar_g": {"seconds": {"weights": 3.0, "backward": 2.0}}}}
+    resumed = SimpleNamespace(lines=lambda kind: [line, line])
+    align_run.tell_cost(resumed, trainer, choices, settings, tell=said.append)
+    assert said[1] == ("oar align: 2 of 4 batches to measure, about 14 s here (7.0 s a batch over the 2 "
+                       "measured), plus any screening still needed")
 
 
 def test_parse_question_reads_back_every_generated_problem():

@@ -9,7 +9,8 @@ import pytest
 
 from models import tiny_world, wrong_solution
 from shared_data import shared_folder
-from webtools import CHROMIUM, DRIVER_NAMES, FLAGS, HOSTILE_PROMPT, HOSTILE_RESPONSE, LONG_METHODS, METHODS
+from webtools import (CHROMIUM, DRIVER_NAMES, FLAGS, HOSTILE_PROMPT, HOSTILE_RESPONSE, LONG_METHODS, METHODS, NO_CHROMIUM,
+                      REQUIRE_BROWSER)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +68,7 @@ def browser(tmp_path_factory):
     """A headless Chromium (Selenium, offline) for a module's browser tests; they skip without
     a Chromium binary."""
     if CHROMIUM is None:
-        pytest.skip("no Chromium binary on PATH")
+        (pytest.fail if REQUIRE_BROWSER else pytest.skip)(NO_CHROMIUM)
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

@@ -13,7 +13,7 @@ from oar_attrib.records.export import is_invisible
 from oar_attrib.store import Store
 from oar_attrib.webapp import WebSettings, create_app
 from oar_attrib.webapp.demo import DemoConfig, write_problem_run
-from webtools import BASE, CHROMIUM, NO_CHROMIUM, console_errors, serve, stop, wait
+from webtools import BASE, console_errors, needs_chromium, serve, stop, wait
 
 LINK = '<a href="https://evil.example/">oar_p</a>'
 STYLED = '<b style="font-size:40px;color:red">big</b>'
@@ -121,7 +121,7 @@ return {n_svg: svg.length, markup: styled.map((e) => e.outerHTML),
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+@needs_chromium()
 @pytest.mark.parametrize("page", ["/traces/{trace}?method=entropy", "/runs/{run}/report"])
 def test_markup_method_names_are_text_in_every_plotly_chart(markup_server, browser, markup_store,
                                                            page):
@@ -136,7 +136,7 @@ def test_markup_method_names_are_text_in_every_plotly_chart(markup_server, brows
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+@needs_chromium()
 def test_the_browser_shows_each_control_as_a_marker(markup_server, browser, markup_store):
     from selenium.webdriver.common.by import By
 

@@ -428,13 +428,15 @@ def _demo_config(model_dir):
                       methods=("entropy", "ig", "oar_p"), real=False)  # the real stage: test_demo_real.py
 
 
-def test_demo_store_builds_once_then_comes_from_the_cache(tmp_path, monkeypatch, model_dir):
+def test_demo_store_builds_once_then_comes_from_the_cache(tmp_path, monkeypatch, model_dir, capsys):
     from oar_attrib.webapp import demo, demo_fill
 
     monkeypatch.setenv("OAR_CACHE_DIR", str(tmp_path / "cache"))
     config = _demo_config(model_dir)
     path, built = demo_fill.ensure_demo_store(config, progress=False)
     assert built and path.parent == tmp_path / "cache" and path.is_file()
+    # how long the fill takes, said when it starts (ig, deferred, comes after)
+    assert "oar demo: arithmetic world: 4 traces to attribute with entropy, oar_p: about " in capsys.readouterr().err
     # The store and its progress file; no partial or temporary files left.
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name, path.name + ".progress.json"]
     with Store(path, readonly=True) as store:
@@ -539,3 +541,4 @@ def test_served_connections_send_without_nagle_delay():
             server.close()
 
     assert asyncio.run(accepted_nodelay()) != 0
+

@@ -9,9 +9,9 @@ installed; nothing is ever downloaded (Selenium Manager is kept offline).
 import pytest
 
 from oar_attrib.store import Store
-from webtools import CHROMIUM, HOSTILE_RESPONSE, NO_CHROMIUM, console_errors, serve, stop, wait
+from webtools import HOSTILE_RESPONSE, console_errors, needs_chromium, serve, stop, wait
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)]
+pytestmark = [pytest.mark.slow, needs_chromium()]
 
 
 @pytest.fixture(scope="module")

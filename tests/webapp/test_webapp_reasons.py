@@ -144,5 +144,64 @@ def test_the_run_page_counts_groups_without_signal_and_marks_them(tmp_path, worl
         assert ('<p class="warn" id="signal">1 of 2 groups carry no GRPO signal (1 with every answer '
                 "wrong, 0 with every answer right)") in page
         assert page.count(">no signal</span>") == 2
-        assert 'id="no-signal"' in c.get(f"/traces/{ids[0]}").text
+        flat = c.get(f"/traces/{ids[0]}").text
+        assert 'id="no-signal"' in flat and "easier questions (every answer wrong)" in flat and "harder" not in flat
         assert 'id="no-signal"' not in c.get(f"/traces/{ids[2]}").text
+
+
+def test_the_report_of_a_run_without_oracle_or_summaries_says_why_and_what_to_run(tmp_path, monkeypatch):
+    """A JSONL's run has no oracle: no `direct`/`chain` columns, a line saying why. A run
+    stopped by Ctrl-C has no summaries yet: the page names the command that finishes it."""
+    import json
+
+    from oar_attrib import attribution, cli
+    from oar_attrib.world import generate_problems
+
+    src, db = tmp_path / "in.jsonl", tmp_path / "runs.db"
+    problems = generate_problems(2, "default", seed=3, split="test")
+    src.write_text("".join(json.dumps({"prompt": p.prompt, "response": p.solution}) + "\n" for p in problems))
+    argv = ["attribute", "--input", str(src), "--out", str(db), "--methods", "random", "--batch-size", "1",
+            "--no-progress"]
+    real, calls = attribution._attribute_batch, []
+
+    def stopped_at_the_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(attribution, "_attribute_batch", stopped_at_the_second)
+    assert cli.main(argv) == 130
+    with TestClient(create_app(db), base_url=BASE) as c:
+        page = c.get("/runs/1/report").text
+    assert 'id="no-summary"' in page and "summarise(Store(path)" not in page
+    assert f"<code><bdi>oar attribute --input {src} --out runs.db</bdi></code> resumes it" in page
+    monkeypatch.setattr(attribution, "_attribute_batch", real)
+    assert cli.main(argv) == 0  # resumed and summarised
+    with TestClient(create_app(db), base_url=BASE) as c:
+        page = c.get("/runs/1/report").text
+    assert 'id="no-summary"' not in page and 'id="no-oracle"' in page
+    assert "<th>direct" not in page and "<th>chain" not in page
+
+
+def test_an_answer_stated_inside_the_reasoning_is_said_on_the_trace_page(tmp_path, world):
+    """`The answer is 63.` stated, then more reasoning, then the final statement: the first is
+    reasoning (the span is the last), scored, and the page says so; a plain trace says nothing."""
+    from oar_attrib.weights.settings import ReshapeSettings
+    from oar_attrib.webapp.views import earlier_answer
+
+    problems, tokenizer, model = world
+    twice = "k=2+3=5. The answer is 63. m=5*2=10.\nThe answer is 63."
+    plain = "k=2+3=5. m=5*2=10.\nThe answer is 10."
+    traces = attribute(model, tokenizer, [problems[0].prompt] * 2, [twice, plain], ["random"],
+                       ReshapeSettings(answer_format="answer_is"))
+    path = tmp_path / "twice.db"
+    with Store(path) as store:
+        run = store.add_run("twice", model="tiny")
+        store.add_traces(run, traces)
+        first, second = (store.trace(i) for i in store.trace_ids(run))
+    assert earlier_answer(first) == "The answer is 63" and earlier_answer(second) is None
+    assert first.scored[[i for i, (a, _) in enumerate(first.offsets) if a == twice.index("63")]].all()
+    with TestClient(create_app(path), base_url=BASE) as c:
+        assert 'id="earlier-answer"' in c.get(f"/traces/{first.id}").text
+        assert 'id="earlier-answer"' not in c.get(f"/traces/{second.id}").text

@@ -15,7 +15,7 @@ from oar_attrib.store import Store
 from oar_attrib.webapp import create_app
 from oar_attrib.webapp.token_views import rank_levels, token_views
 from models import write_verl_dump
-from webtools import BASE, CHROMIUM, NO_CHROMIUM, console_errors, serve, stop, wait
+from webtools import BASE, console_errors, needs_chromium, serve, stop, wait
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,7 @@ def _alphas(driver, rgb: str) -> list[float | None]:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+@needs_chromium()
 def test_trace_page_shows_logprob_entropy_and_advantage_views(served, browser, imported_store):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
@@ -185,7 +185,7 @@ def test_profiles_page_and_exports(client, imported_store):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+@needs_chromium()
 def test_profiles_page_draws_its_charts(served, browser):
     from selenium.webdriver.common.by import By
 

@@ -2,10 +2,13 @@
 of the test store, the loopback server, and the headless-Chromium helpers."""
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import threading
 import time
+
+import pytest
 
 METHODS = ("entropy", "oar_p", "random")
 SCRIPT = "<script>alert('owned')</script>"
@@ -26,6 +29,15 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 CHROMIUM = next(filter(None, map(shutil.which, CHROMIUM_NAMES)), None)
 NO_CHROMIUM = ("no Chromium binary on PATH (looked for " + ", ".join(CHROMIUM_NAMES) + "); on "
                "Debian/Ubuntu: apt-get install -y chromium chromium-driver")
+# CI installs Chromium (.ci/run) and sets OAR_REQUIRE_BROWSER=1: there a missing browser fails
+# the browser tests instead of skipping them, so they can never pass by not running.
+REQUIRE_BROWSER = os.environ.get("OAR_REQUIRE_BROWSER") == "1"
+
+
+def needs_chromium():
+    """The mark of a browser test: skipped without Chromium, unless REQUIRE_BROWSER (then it
+    runs, and the `browser` fixture fails it)."""
+    return pytest.mark.skipif(CHROMIUM is None and not REQUIRE_BROWSER, reason=NO_CHROMIUM)
 
 
 def serve(app):

@@ -147,6 +147,18 @@ def test_a_value_inside_a_larger_number_is_not_a_mention():
     assert [listed[m.start:m.end] for m in find_numbers(listed)] == ["5", "6", "7", "1,200,000"]
 
 
+def test_numbered_list_markers_are_not_quantities():
+    p = _mia()
+    # SmolLM2 numbers its steps: `2.` names the step, not Mia's or Noah's 2; the `2` of the
+    # third line, and a decimal opening a line, are quantities as anywhere else.
+    text = ("1. Mia has 14 stickers.\n2. She buys 6 more: 14 + 6 = 20.\n  3) Noah has twice 20, "
+            "20 * 2 = 40.\n2.5 is no marker.\nThe answer is 40.")
+    assert _marked(text, value_oracle(p, text)) == {
+        "direct": ["20", "twice", "20", "20", "2"], "upstream": ["14", "6", "14", "6"], "distractor": [],
+        "answer": ["40"]}
+    assert [text[m.start:m.end] for m in find_numbers("2. a\n 9) b\n- 6. c\n**20.** d")] == []
+
+
 def test_the_final_answer_is_not_reasoning():
     p = _mia()
     wrong = "14 + 6 = 20.\nThe answer is 20."  # the final statement's 20 is the answer, not a direct mention

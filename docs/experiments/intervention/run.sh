@@ -6,8 +6,8 @@
 set -euo pipefail
 OAR=${OAR:-oar}
 DIR=docs/experiments/intervention
-$OAR recall intervention --model smollm2-135m --data wordworld:tiny --n 48 --seed 2 --continuations 16 \
+$OAR recall intervention --model smollm2-135m --data wordworld:tiny --n 240 --seed 2 --continuations 16 \
     --temperature 0.7 --negative placebo --cf-cache $DIR/smollm2-cache.jsonl --json > $DIR/smollm2.json.part
 mv $DIR/smollm2.json.part $DIR/smollm2.json
-$OAR recall intervention --model smollm2-135m --data wordworld:tiny --n 48 --seed 2 --continuations 16 \
+$OAR recall intervention --model smollm2-135m --data wordworld:tiny --n 240 --seed 2 --continuations 16 \
     --temperature 0.7 --negative placebo --cf-cache $DIR/smollm2-cache.jsonl --no-progress

@@ -63,9 +63,9 @@ def run_advantage(settings: AdvantageRecall) -> int:
     from .oracle import AdvantageSettings
     from .recall import CACHE_CHECKS, advantage_recall
     from ..cache import OracleCache
-    from .text import bundled, default_methods, reading, text_report
+    from .text import default_methods, reading, text_report
     from ...models import load_model
-    from ...models.catalogue import answering
+    from ...models.catalogue import answering, bundled
 
     oracle = AdvantageSettings(n=settings.continuations, temperature=settings.temperature, seed=settings.seed)
     if settings.size < 2:

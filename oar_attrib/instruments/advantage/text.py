@@ -11,17 +11,10 @@ def default_methods(model: str) -> list[str]:
     reading method: the registered ones but the analysis-only resampling (a second Monte-Carlo
     oracle, as costly as this one), the grouped ones (KTAE) included."""
     from ...methods import available_methods, cheap_methods, method_spec
+    from ...models.catalogue import bundled
 
     every = [m for m in available_methods(grouped=True) if not method_spec(m).analysis_only]
     return [m for m in every if m in cheap_methods()] if bundled(model) else every
-
-
-def bundled(model: str) -> bool:
-    """Whether `model` names a model bundled with the package (arith-tiny: 1.1M parameters)."""
-    from ...models.catalogue import CATALOGUE
-
-    entry = CATALOGUE.get(str(model))
-    return entry is not None and entry.bundled
 
 
 def _cell(stats: dict | None) -> str:

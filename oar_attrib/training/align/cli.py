@@ -1,6 +1,6 @@
 """`oar align`: does a method's credit give the trainer a better gradient? Measured on shared batches.
 
-    oar align --model arith-tiny --methods none oar_g oar_p_step random --quick --json
+    oar align --model arith-tiny --methods none oar_g oar_p_step random --quick
     oar align --preset smollm2-words --pilot temperature=0.5 threads=1
     oar align --preset smollm2-words --store runs/align/smollm2 --batches 100 --pool-batches 24
     oar align --store runs/align/smollm2 --report      # the batches so far, while it runs
@@ -62,17 +62,20 @@ class AlignCommand:
                                  "and the cost, no estimate", action="store_true")
     unblind: bool = option(False, "with --report: show the estimates of an unfinished store too (an interim "
                                   "look, which a plan fixed in advance may forbid)", action="store_true")
-    json: bool = option(False, "print the summary as one JSON line, last", action="store_true")
-    summary: str | None = option(None, "also write the summary JSON there", metavar="PATH")
+    json: bool = option(False, "print the summary as one JSON object on stdout instead of the text (progress "
+                               "goes to stderr); its `reading` holds the text's sentences", action="store_true")
+    summary: str | None = option(None, "also write the summary JSON there (with its `reading`)", metavar="PATH")
     export: str | None = option(None, "also copy the files the statistics are made from (kilobytes) to DIR, "
                                       "e.g. docs/experiments/align/NAME", metavar="DIR")
     n_boot: int = option(10_000, f"bootstrap resamples of the batches ({BOOT_RANGE[0]} to {BOOT_RANGE[1]})")
     effects: tuple[float, ...] | None = option(None, "effects in delta cos the power table sizes batches for "
                                                      "(default: 0.002 0.005 0.01 0.02 0.05)")
+    # Each help says its default in words: argparse's "(default: True)" on a --no-* switch reads
+    # as if the switch were on.
     mean_gradients: bool = option(True, "sum no running means of the methods' gradients (no bias-or-variance "
                                         "estimates; a real model's run then resumes from its result files "
-                                        "alone)", flag="--no-mean-gradients", action="store_false")
-    progress: bool = option(True, "no progress bars", flag="--no-progress", action="store_false")
+                                        "alone; default: summed)", flag="--no-mean-gradients", action="store_false")
+    progress: bool = option(True, "no progress bars (default: shown)", flag="--no-progress", action="store_false")
     overrides: tuple[str, ...] | None = option(None, "preset settings overrides", flag="overrides", nargs="*",
                                                metavar="KEY=VALUE")
 
@@ -172,6 +175,7 @@ def check_paths(args: argparse.Namespace, store: Path) -> None:
 def run_align(args: argparse.Namespace) -> int:
     require_extra("train", "oar align")
     from oar_attrib.analysis.align import DEFAULT_EFFECTS, blinded, format_summary, summarise
+    from oar_attrib.analysis.align_reading import reading
     from oar_attrib.console import show
 
     from .run import align
@@ -191,6 +195,7 @@ def run_align(args: argparse.Namespace) -> int:
     summary = summarise(store, n_boot=args.n_boot, effects=tuple(args.effects or DEFAULT_EFFECTS))
     if args.report and not args.unblind and summary["batches"] < summary["planned_batches"]:
         summary = blinded(summary)
+    summary["reading"] = reading(summary)  # the text form's sentences, for a reader of the JSON
     text = json.dumps(summary)
     if args.export:
         from .store import export

@@ -15,6 +15,7 @@ The statistics are made from the store afterwards (`oar_attrib.analysis.align`).
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -396,6 +397,47 @@ def finished(store: AlignStore, settings: AlignSettings) -> bool:
     return done and sums is not None and sum(sums["halves"].values()) == settings.batches
 
 
+def tell_cost(store: AlignStore, trainer, methods: list[MethodChoice], settings: AlignSettings, tell=print) -> None:
+    """Say before the first model call how long the batches still to measure take: from the
+    seconds the store's committed batches took (a resume), else from `methods.cost` (each
+    method's weights on a batch of full-length completions and its backward, at the model's
+    measured speed: an upper bound, as completions end early). The screening's sampling comes
+    on top; its bar counts it."""
+    from oar_attrib.methods import method_spec
+    from oar_attrib.methods.registry import knob_fields
+    from oar_attrib.methods.cost import TraceShape, method_work
+    from oar_attrib.models.cost import Work, duration, measure_speed
+    from oar_attrib.rollouts import prompt_ids
+
+    done, left = store.lines("results"), settings.batches - len(store.lines("results"))
+    if left <= 0:
+        return
+    if done:
+        per_batch = sum(sum(m["seconds"].get(k, 0.0) for k in ("weights", "backward"))
+                        for line in done for m in line["methods"].values()) / len(done)
+        tell(f"oar align: {left} of {settings.batches} batches to measure, about {duration(left * per_batch)} "
+             f"here ({duration(per_batch)} a batch over the {len(done)} measured), plus any screening still needed")
+        return
+    rows, length = settings.batch_prompts * trainer.num_generations, trainer.max_completion_length
+    prompt = len(prompt_ids(trainer.processing_class, trainer.train_dataset[0]["prompt"]))
+    shape = TraceShape(prompt, length, prompt + length - 1, tuple(range(prompt, prompt + length - 2)),
+                       tuple(range(prompt, prompt + length - 2, 20)))
+    speed = measure_speed(trainer.model, prompt + length)
+    backward = speed.seconds(Work(backward=rows * shape.length, calls=1))
+    per_method = {}
+    for choice in methods:
+        spec = method_spec(choice.name)
+        params = {**{f.name: f.default for f in knob_fields(spec.knobs)}, **choice.params}
+        work = Work() if spec.uniform else method_work(choice.name, shape, params)
+        per_method[choice.label] = None if work is None else rows * speed.seconds(work) + backward
+    known = sum(v for v in per_method.values() if v is not None)
+    total = left * known + settings.pool_batches * backward
+    parts = ", ".join(f"{k} {'no estimate' if v is None else duration(v)}" for k, v in per_method.items())
+    tell(f"oar align: {settings.pool_batches} pool batches and {left} batches of {rows} completions: at most about "
+         f"{duration(total)} here ({parts} a batch, with completions of {length} tokens at this machine's "
+         "measured speed), plus the screening's sampling; a rerun resumes after the batches committed")
+
+
 def align(settings: AlignSettings, store_path: str | Path, progress: bool = True) -> Path:
     """Run (or resume) a gradient-alignment measurement into the folder `store_path`; returns
     the folder. `oar_attrib.analysis.align.summarise(folder)` makes the statistics."""
@@ -404,6 +446,7 @@ def align(settings: AlignSettings, store_path: str | Path, progress: bool = True
         store.close()
         return Path(store_path)
     try:
+        tell_cost(store, trainer, methods, settings, tell=lambda line: tqdm.write(line, file=sys.stderr))
         layout_ = ParamLayout(trainer.model)
         screen = Screen(store, trainer, settings, progress)
         reference(store, trainer, layout_, screen, settings, progress)

@@ -23,5 +23,19 @@ def get_report(run_id: RunId, store: StoreDep) -> dict:
 def report_page(request: Request, run_id: RunId, store: StoreDep, templates: TemplatesDep,
                 subset: Subset = "all"):
     report = store.report(run_id)
-    context = {"run": store.run(run_id), "report": report, **report_view(report, subset)}
+    run = store.run(run_id)
+    context = {"run": run, "report": report, "resume": _resume_command(store, run), **report_view(report, subset)}
     return templates.TemplateResponse(request, "report.html", context)
+
+
+def _resume_command(store, run) -> str | None:
+    """The command that finishes an `oar attribute --out` run and computes its summaries (the
+    run's config names its input), or None for a run another command wrote."""
+    import shlex
+
+    from .traces import store_argument
+
+    source = run.config.get("input")
+    if not isinstance(source, str):
+        return None
+    return f"oar attribute --input {shlex.quote(source)} --out {store_argument(store)}"

@@ -14,7 +14,7 @@ from ..deps import SettingsDep, StoreDep, TemplatesDep, TraceId
 from ..errors import TooLargeError
 from ..step_page import LONG_TRACE, compact_payload, step_view, token_pieces
 from ..token_views import token_views
-from ..views import OUTLINE_SETS, reward_reason, trace_view
+from ..views import OUTLINE_SETS, earlier_answer, reward_reason, trace_view
 
 router = APIRouter(tags=["traces"])
 
@@ -82,14 +82,17 @@ def store_argument(store) -> str:
     return shlex.quote(store.path.name)
 
 
-def _group_without_signal(store, row) -> bool:
-    """Whether the trace's group has every reward equal (no GRPO signal: advantage 0)."""
-    from ...analysis.signal import flat_groups
+def _group_without_signal(store, row) -> str | None:
+    """When the trace's group has every reward equal (no GRPO signal: advantage 0), what would
+    give it one (`signal.remedy`, fitted to a group all right or all wrong); else None."""
+    from ...analysis.signal import group_signal, remedy
 
     if row.group is None or row.reward is None:
-        return False
+        return None
     rows = store.traces(row.run_id, step=row.step, limit=1 << 62)[0]
-    return (row.step, row.group) in flat_groups(((r.step, r.group), r.reward, r.correct) for r in rows)
+    signal = group_signal(((r.step, r.group), r.reward, r.correct) for r in rows
+                          if (r.step, r.group) == (row.step, row.group))
+    return remedy(signal) if signal.flat else None
 
 
 @router.get("/traces/{trace_id}", response_class=HTMLResponse, summary="Page: one trace")
@@ -110,6 +113,6 @@ def trace_page(request: Request, trace_id: TraceId, store: StoreDep, templates: 
     run = store.run(record.row.run_id)
     context = {"record": record, "run": run, "method": selected, "oracle_set": oracle,
                "no_signal": _group_without_signal(store, record.row), "store_name": store_argument(store),
-               "reward_reason": reward_reason(record), **view,
+               "reward_reason": reward_reason(record), "earlier_answer": earlier_answer(record), **view,
                **steps, "pools": STEP_POOLS}
     return templates.TemplateResponse(request, "trace.html", context)

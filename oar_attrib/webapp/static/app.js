@@ -344,10 +344,12 @@ function reportPage() {
                  arrayminus: rows.map((r, i) => (r && r.ci95[0] !== null ? y[i] - r.ci95[0] : 0)) },
     };
   });
-  Plotly.newPlot("chart-recall", bars, {
-    barmode: "group", margin: { t: 10, r: 10, b: 60, l: 50 },
-    yaxis: { title: { text: "recall@|O|" }, range: [0, 1] }, legend: { orientation: "h" },
-  }, { responsive: true, displaylogo: false });
+  if (document.getElementById("chart-recall")) {  // absent when no trace carries an oracle
+    Plotly.newPlot("chart-recall", bars, {
+      barmode: "group", margin: { t: 10, r: 10, b: 60, l: 50 },
+      yaxis: { title: { text: "recall@|O|" }, range: [0, 1] }, legend: { orientation: "h" },
+    }, { responsive: true, displaylogo: false });
+  }
   const ag = data.agreement;
   Plotly.newPlot("chart-agreement", [{
     type: "heatmap", z: ag.spearman, x: ag.methods.map(plotlyLabel), y: ag.methods.map(plotlyLabel), zmin: -1, zmax: 1,
