@@ -32,11 +32,12 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
+from ...defaults import ADVANTAGE_CONTINUATIONS, option
 from ...errors import InputError
 from ...models.generation import sample_prefixes, stop_ids
 from ..data.recall import REGENERATION_MARGIN
@@ -46,12 +47,11 @@ from ..data.recall import REGENERATION_MARGIN
 class AdvantageSettings:
     """What the advantage oracle samples; every field is in the record that keys its cache."""
 
-    n: int = field(default=16, metadata={"help": "Continuations sampled per step boundary (V_k's "
-                                                 "denominator)."})
-    temperature: float = field(default=1.0, metadata={"help": "The policy's sampling temperature."})
-    seed: int = field(default=0, metadata={"help": "Seed of the continuations (hashed with each prefix)."})
-    margin: int = field(default=REGENERATION_MARGIN, metadata={
-        "help": "Tokens a continuation may write beyond the rest of the original response."})
+    n: int = option(ADVANTAGE_CONTINUATIONS, "Continuations sampled per step boundary (V_k's denominator).")
+    temperature: float = option(1.0, "The policy's sampling temperature.")
+    seed: int = option(0, "Seed of the continuations (hashed with each prefix).")
+    margin: int = option(REGENERATION_MARGIN, "Tokens a continuation may write beyond the rest of the original "
+                                              "response.")
 
     def __post_init__(self) -> None:
         if not isinstance(self.n, int) or self.n < 1:

@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 import torch
 from transformers import DynamicCache
 
-from ...defaults import GRADED_K, GRADED_POSITIONS
+from ...defaults import GRADED_K, GRADED_POSITIONS, option
 from ...errors import InputError
 from ...models.budget import CPU_BATCH_TOKENS
 from ...models.generation import continue_rows, cut_at_stop, left_pad, stop_ids
@@ -46,13 +46,12 @@ from ..data.recall import REGENERATION_MARGIN  # tokens beyond what is left of t
 class GradedSettings:
     """What the graded oracle tests; every field is in the record that keys its cache."""
 
-    k: int = field(default=GRADED_K, metadata={"help": "Replacement tokens drawn per tested position (the "
-                                                "flip rate's denominator)."})
-    positions: int = field(default=GRADED_POSITIONS, metadata={"help": "Scored positions tested per trace, spread "
-                                                         "over it (`data.oracle.choose_positions`)."})
-    seed: int = field(default=0, metadata={"help": "Seed of the tested positions and the draws."})
-    margin: int = field(default=REGENERATION_MARGIN, metadata={
-        "help": "Tokens a regeneration may write beyond the rest of the original response."})
+    k: int = option(GRADED_K, "Replacement tokens drawn per tested position (the flip rate's denominator).")
+    positions: int = option(GRADED_POSITIONS, "Scored positions tested per trace, spread over it "
+                                              "(`data.oracle.choose_positions`).")
+    seed: int = option(0, "Seed of the tested positions and the draws.")
+    margin: int = option(REGENERATION_MARGIN, "Tokens a regeneration may write beyond the rest of the original "
+                                              "response.")
 
     def __post_init__(self) -> None:
         for name in ("k", "positions"):
