@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from ...defaults import PROBE
+from ...defaults import CF_POSITIONS, PROBE, RECALL_MAX_NEW_TOKENS, REPLACEMENT
 from ...attribution import attribute
 from ...errors import InputError
 from ...files import check_file
@@ -243,10 +243,11 @@ def _by_outcome(per_trace: list, correct: list, methods, sets, seed: int) -> dic
 
 
 def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None, probe: str = PROBE,
-                          seed: int = 0, cf_positions: int = 32, max_new_tokens: int = 256,
+                          seed: int = 0, cf_positions: int = CF_POSITIONS,
+                          max_new_tokens: int = RECALL_MAX_NEW_TOKENS,
                           max_batch_tokens: int = CPU_BATCH_TOKENS, cache: "str | Path | OracleCache | None" = None,
                           model_name: str = "", method_params: dict | None = None,
-                          progress: bool = False, replacement="pad",
+                          progress: bool = False, replacement=REPLACEMENT,
                           sets=(COUNTERFACTUAL,)) -> CounterfactualReport:
     """Recall@|O| of every method against the model's own counterfactual oracle on `records`
     (module docstring), and against the value oracle's `sets` on word-problem records.

@@ -44,7 +44,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ...attribution import analysis_params, attribute
-from ...defaults import PROBE
+from ...defaults import PROBE, RECALL_MAX_NEW_TOKENS
 from ...errors import InputError
 from ...inputs.grading import grade
 from ..answers import greedy_answers, sampled_group
@@ -239,7 +239,7 @@ def _oracle(run: GradedRun, prompt_ids, trace, answer_of, max_batch_tokens: int)
 
 
 def graded_recall(model, tokenizer, records: list[dict], *, methods=None, probe: str = PROBE,
-                  settings: GradedSettings = GradedSettings(), max_new_tokens: int = 256,
+                  settings: GradedSettings = GradedSettings(), max_new_tokens: int = RECALL_MAX_NEW_TOKENS,
                   max_batch_tokens: int = CPU_BATCH_TOKENS, cache: "str | Path | OracleCache | None" = None,
                   method_params: dict | None = None, group_samples: int = 0,
                   answer_of: Callable[[str], str | None] = answer_key, progress: bool = False) -> GradedReport:

@@ -30,7 +30,7 @@ from typing import ClassVar
 import numpy as np
 
 from ...attribution import AttributionBatch, TraceAttribution, analysis_params, attribute
-from ...defaults import PROBE, VIEW_STEP_POOL
+from ...defaults import PROBE, RESAMPLE_SAMPLES, VIEW_STEP_POOL
 from ...errors import InputError
 from ...models.generation import generate
 from ...inputs.encoding import encode_pairs
@@ -141,7 +141,7 @@ def intervention_auc(model, tokenizer, prompts, texts, traces, oracles, *, n_sam
 
 def step_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "upstream", methods=None,
                 probe: str = PROBE, pool: str = VIEW_STEP_POOL, progress: bool = False,
-                method_params: dict | None = None, resample_samples: int = 8,
+                method_params: dict | None = None, resample_samples: int = RESAMPLE_SAMPLES,
                 intervention_samples: int = 0, shard=None, cache=None) -> StepRecallReport:
     """Sample `n` held-out problems of `preset`, let the model answer greedily, attribute with
     every method (steps: auto, the world's clauses), and score each method at step level

@@ -18,7 +18,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ...attribution import AttributionBatch, TraceAttribution, analysis_params, attribute
-from ...defaults import PROBE
+from ...defaults import CF_POSITIONS, PROBE, REPLACEMENT
 from ...errors import InputError
 from ...inputs.segments import span_mask
 from ...methods import available_methods, ranking_scores
@@ -74,8 +74,8 @@ def trace_recall(trace: TraceAttribution, oracle: Oracle, sets=DEFAULT_SETS,
 
 
 def counterfactual_masks(model, tokenizer, problem: Problem, trace: TraceAttribution,
-                         max_positions: int = 64, seed: int = 0,
-                         replacement="pad") -> tuple[np.ndarray, np.ndarray]:
+                         max_positions: int = CF_POSITIONS, seed: int = 0,
+                         replacement=REPLACEMENT) -> tuple[np.ndarray, np.ndarray]:
     """(target, tested): (T,) bool masks of the trace's scored positions whose replacement (by
     the pad token, or `replacement`: `data.oracle.counterfactual_oracle`) changes the
     greedily regenerated answer, and of the positions tested (at most
@@ -157,7 +157,7 @@ def summarise(per_trace: list[dict], methods, sets=DEFAULT_SETS, seed: int = 0) 
 def oracle_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "recall",
                   methods=None, probe: str = PROBE, progress: bool = False,
                   method_params: dict | None = None, sets=DEFAULT_SETS,
-                  cf_positions: int = 64, replacement="pad", shard=None, cache=None) -> RecallReport:
+                  cf_positions: int = CF_POSITIONS, replacement=REPLACEMENT, shard=None, cache=None) -> RecallReport:
     """Sample `n` held-out problems, let the model answer, attribute, and score against the
     oracle sets `sets` (see RECALL_SETS) on world `preset` (`recall`: no step copies a final
     result and every value is one digit, so every `direct` token is the only carrier of a value
