@@ -49,7 +49,7 @@ from .probes import ProbeSites, backward_budget, check_probe, probe_divergence, 
 
 
 # Analysis reads with 8 draws, training with the paper's 1 (`OarGKnobs`).
-@register_method("oar_g", random=True, train_params=("noise_std",), token_budget=True,
+@register_method("oar_g", random=True, token_budget=True,
                  knobs=OarGKnobs, draws=True, speed_params=("draws_per_pass",), cost="cheap",
                  defaults=("reading", "training", "alignment", "demo"), listed=1)
 def oar_g(model, batch: ScoringBatch, *, probe: str = PROBE, noise_std: float | None = OarGKnobs.noise_std,
