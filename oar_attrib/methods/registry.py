@@ -68,7 +68,9 @@ declaring what the attribution and the trainer need to run it:
 - defaults:       the roles it is a default for (`ROLES`): "reading" (the cheap reading set a
                   real model's traces are attributed with), "training" (what `oar train`
                   reshapes with), "alignment" (what `oar align` compares), "demo" (what the web
-                  app's demo attributes a real model with); `default_methods(role)` lists them;
+                  app's demo attributes a real model with), "api" (what `attribute()` runs when
+                  no method is named), "live" (what the web app's live page runs when the request
+                  names none); `default_methods(role)` lists them;
 - listed:         where it stands when a role's defaults are listed (lower first, then by name).
 
 Every fact about a method lives here, so a new method touches its own file and nothing else:
@@ -225,7 +227,7 @@ RUN_ONLY = ("generator", "tokenizer", "progress", "max_batch_tokens", "return_dr
 SCOPES = ("reasoning", "response")
 UNITS = ("token", "step")
 COSTS = ("cheap", "costly")
-ROLES = ("reading", "training", "alignment", "demo")
+ROLES = ("reading", "training", "alignment", "demo", "api", "live")
 
 
 def _check_facts(name: str, scope: str, unit: str, cost: str, defaults: tuple[str, ...]) -> None:
@@ -304,7 +306,7 @@ def ranking_scores(method: str, scores):
 
 def default_methods(role: str) -> list[str]:
     """The registered methods that are a default for `role` (`ROLES`), in their `listed` order
-    (then by name): "reading", "training", "alignment" or "demo"."""
+    (then by name): one of `ROLES`."""
     if role not in ROLES:
         raise ValueError(f"role {role!r}: choose one of {', '.join(ROLES)}")
     return [s.name for s in sorted(_METHODS.values(), key=lambda s: (s.listed, s.name)) if role in s.defaults]

@@ -32,7 +32,7 @@ ENTROPY_SLICE = 1 << 21  # logits per float32 temporary of token_entropy (8 MB)
 
 
 @register_method("entropy", weighting="top_rho", token_budget=True, scope="response", cost="cheap",
-                 defaults=("reading", "alignment", "demo"), listed=6)
+                 defaults=("reading", "alignment", "demo", "live"), listed=6)
 def entropy(model, batch: ScoringBatch, *, probe: str = PROBE,
             generator: torch.Generator | None = None,
             max_batch_tokens: int | None = None) -> torch.Tensor:
