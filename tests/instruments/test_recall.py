@@ -220,7 +220,7 @@ def test_counterfactual_set_scores_the_model_oracle_of_each_trace(scripted, monk
     for (prompt_ids, response_ids, positions, max_positions), trace in zip(calls, scored_traces):
         assert response_ids == trace.token_ids and max_positions == 7
         assert positions == [t for t, s in enumerate(trace.scored) if s]
-    with pytest.raises(recall.InputError, match="cf_positions"):
+    with pytest.raises(recall.InputError, match="cf.positions"):
         recall.oracle_recall(model, tokenizer, n=2, seed=SEED, methods=METHODS,
                              sets=("counterfactual",), cf_positions=0)
 

@@ -87,7 +87,11 @@ def test_intervention_auc_is_the_pair_auc_of_result_shift_divergences(bundled):
     prompts, texts = [p.prompt for p in problems], [p.solution for p in problems]
     traces = attribute(model, tok, prompts, texts, methods=("random",))
     oracles = [p.oracle(t) for p, t in zip(problems, texts)]
-    aucs = intervention_auc(model, tok, prompts, texts, traces, oracles, n_samples=4, seed=1)
+    from oar_attrib.instruments.base import Run
+    from oar_attrib.instruments.steps import StepRecall
+
+    run = Run(model, tok, None, StepRecall(intervention_samples=4, seed=1))
+    aucs = intervention_auc(run, prompts, texts, traces, oracles)
     assert len(aucs) == 3
     for row, (auc, trace, oracle) in enumerate(zip(aucs, traces, oracles)):
         batch, _ = encode_pairs(tok, [prompts[row]], [texts[row]])

@@ -44,11 +44,7 @@ def run_steps(settings: StepRecall) -> int:
 
     cache = open_cache(settings, "steps", unit_cache)  # read and checked before the model loads
     model, tokenizer = world_model(settings)
-    report = step_recall(model, tokenizer, n=settings.n, seed=settings.seed, preset=settings.preset or "upstream",
-                         methods=settings.methods, probe=settings.probe, pool=settings.step_pool,
-                         method_params=settings.params(budget=False), progress=settings.progress,
-                         resample_samples=settings.resample_samples,
-                         intervention_samples=settings.intervention_samples, shard=settings.shard, cache=cache)
+    report = step_recall(model, tokenizer, settings, cache=cache)
     if settings.json:
         print(json.dumps({**report.as_dict(), "record": recall_record(settings, "steps")}))
         return 0

@@ -43,6 +43,7 @@ from ...weights.settings import ReshapeSettings
 from ...world import Oracle, generate_problems, shift_result
 from ...analysis.report import RecallSummary
 from ...analysis.stats import mean_ci
+from ..base import Run
 from ..units import Units
 
 STEP_SETS = ("direct", "upstream", "distractor")
@@ -113,12 +114,14 @@ class StepRecallReport(RecallSummary):
     intervention: dict
 
 
-def intervention_auc(model, tokenizer, prompts, texts, traces, oracles, *, n_samples: int,
-                     seed: int = 0, progress: bool = False, rows: list[int] | None = None) -> list[float]:
-    """Upstream AUC of the result-shift intervention (module docstring) per trace: NaN for a
-    trace without an answer span, steps or both upstream and distractor steps. Trace j's
-    continuations are seeded by `seed` + its problem's index (`rows[j]`, default j), so a
-    problem's AUC does not depend on which others are scored beside it."""
+def intervention_auc(run: Run, prompts, texts, traces, oracles, rows: list[int] | None = None) -> list[float]:
+    """Upstream AUC of the result-shift intervention (module docstring) per trace, at the
+    run's settings' `intervention_samples` continuations per side and step: NaN for a trace
+    without an answer span, steps or both upstream and distractor steps. Trace j's
+    continuations are seeded by the settings' `seed` + its problem's index (`rows[j]`, default
+    j), so a problem's AUC does not depend on which others are scored beside it."""
+    tokenizer, settings = run.tokenizer, run.settings
+
     def shift(ids: list[int]) -> list[int]:
         return tokenizer.encode(shift_result(tokenizer.decode(ids)), add_special_tokens=False)
 
@@ -132,69 +135,94 @@ def intervention_auc(model, tokenizer, prompts, texts, traces, oracles, *, n_sam
         if len(batch.step_ranges(0)) != len(trace.steps):
             raise InputError(f"trace {row}: {len(trace.steps)} steps in the trace, "
                              f"{len(batch.step_ranges(0))} on re-encoding; attribute with the default steps")
-        steps = resample_steps(model, tokenizer, batch, n_samples=n_samples, removal=shift,
-                               seed=seed + (row if rows is None else rows[row]), progress=progress)[0]
+        steps = resample_steps(run.model, tokenizer, batch, n_samples=settings.intervention_samples, removal=shift,
+                               seed=settings.seed + (row if rows is None else rows[row]), progress=run.progress)[0]
         scores = np.array([step.divergence for step in steps])
         out.append(pair_auc(scores, sets["upstream"], sets["distractor"]))
     return out
 
 
-def step_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "upstream", methods=None,
-                probe: str = PROBE, pool: str = VIEW_STEP_POOL, progress: bool = False,
-                method_params: dict | None = None, resample_samples: int = RESAMPLE_SAMPLES,
-                intervention_samples: int = 0, shard=None, cache=None) -> StepRecallReport:
-    """Sample `n` held-out problems of `preset`, let the model answer greedily, attribute with
-    every method (steps: auto, the world's clauses), and score each method at step level
-    (module docstring). `resample` gets the tokenizer and `resample_samples` continuations per
-    side and step; `intervention_samples` > 0 adds the `intervention` row at that many
-    continuations per side and step. Traces without an answer span or without both final
-    quantities are skipped and counted. `shard` (`instruments.shard.Shard`): score only its
-    share of the n problems. `cache` (`units.unit_cache`): each problem's answer and row are
-    read from it or kept in it (`units`); `traces` then holds the problems scored now."""
-    if pool not in STEP_POOLS:
-        raise InputError(f"pool={pool!r}; choose one of {', '.join(STEP_POOLS)}")
-    methods = list(methods or available_methods())
-    index = (shard.take if shard else list)(range(n))
-    drawn = generate_problems(n, preset, seed=seed, split="test")
+# `step_recall`'s keywords that are spelled otherwise in its settings (`StepRecall`).
+_KEYWORDS = {"pool": "step_pool"}
+
+
+def step_recall(model, tokenizer, settings=None, *, cache=None, **keywords) -> StepRecallReport:
+    """Sample `settings.n` held-out problems of `preset` (default `upstream`), let the model
+    answer greedily, attribute with every method (steps: auto, the world's clauses), and score
+    each method at step level (module docstring). `resample` gets the tokenizer and
+    `resample_samples` continuations per side and step; `intervention_samples` > 0 adds the
+    `intervention` row at that many continuations per side and step. Traces without an answer
+    span or without both final quantities are skipped and counted.
+
+    settings: the `instruments.steps.StepRecall` `oar recall steps` runs on; or its fields as
+    keywords (`n`, `seed`, `preset`, `methods`, `probe`, `pool`, `method_params`,
+    `resample_samples`, `intervention_samples`, `progress`, `shard`: only its share of the n
+    problems). cache (`units.unit_cache`): each problem's answer and row are read from it or
+    kept in it (`units`); `traces` then holds the problems scored now."""
+    settings = _settings(settings, keywords)
+    if settings.step_pool not in STEP_POOLS:
+        raise InputError(f"pool={settings.step_pool!r}; choose one of {', '.join(STEP_POOLS)}")
+    methods = list(settings.methods or available_methods())
+    run = Run(model, tokenizer, cache, settings, settings.progress)
+    index = (settings.shard.take if settings.shard else list)(range(settings.n))
+    drawn = generate_problems(settings.n, settings.preset or "upstream", seed=settings.seed, split="test")
     problems = [drawn[i] for i in index]
-    record = None if cache is None else settings_record(
-        ReshapeSettings(probe=probe, seed=seed), methods, analysis_params(methods, method_params),
-        model=model, instrument="steps", preset=preset, pool=pool,
-        resample_samples=resample_samples, intervention_samples=intervention_samples)
-    units = Units(cache, record)
+    units = Units(cache, None if cache is None else _record(run, methods))
     found = [units.get(i, p.prompt) for i, p in zip(index, problems)]
     todo = [j for j, hit in enumerate(found) if hit is None]
-    traces, made = _score(model, tokenizer, [problems[j] for j in todo], [index[j] for j in todo], units, methods,
-                          probe, seed, pool, progress, method_params, resample_samples, intervention_samples)
+    traces, made = _score(run, methods, [(index[j], problems[j]) for j in todo], units)
     for j, unit in zip(todo, made):
         found[j] = unit
-    return _report(found, methods, seed, preset, pool, resample_samples, intervention_samples, traces,
-                   [p.oracle(u["text"]) for p, u in zip(problems, found)])
+    return _report(run, methods, found, traces, [p.oracle(u["text"]) for p, u in zip(problems, found)])
 
 
-def _score(model, tokenizer, problems: list, index: list[int], units: Units, methods, probe, seed, pool, progress,
-           method_params, resample_samples: int, intervention_samples: int) -> tuple[AttributionBatch, list[dict]]:
-    """(the traces of `problems`: the model's greedy answers, attributed; each one's unit
-    {"text", "correct", "status", "row", "intervention", "resample_seconds"}, kept in `units`)."""
+def _settings(settings, keywords: dict):
+    """The `StepRecall` of a call: `settings`, or one made of the keywords (module API)."""
+    from . import StepRecall
+
+    if settings is not None:
+        if keywords:
+            raise TypeError(f"step_recall: pass settings or keywords, not both ({', '.join(keywords)})")
+        return settings
+    fields = {_KEYWORDS.get(k, k): v for k, v in keywords.items()}
+    if "progress" in fields:
+        fields["no_progress"] = not fields.pop("progress")
+    if fields.get("methods") is not None:
+        fields["methods"] = tuple(fields["methods"])
+    return StepRecall(**fields)
+
+
+def _record(run: Run, methods: list[str]) -> dict:
+    """What keys a problem's unit: everything that made its row (`units`)."""
+    s = run.settings
+    return settings_record(ReshapeSettings(probe=s.probe, seed=s.seed), methods,
+                           analysis_params(methods, s.params(False)), model=run.model, instrument="steps", preset=s.preset or "upstream", pool=s.step_pool,
+                           resample_samples=s.resample_samples, intervention_samples=s.intervention_samples)
+
+
+def _score(run: Run, methods: list[str], problems: list, units: Units) -> tuple[AttributionBatch, list[dict]]:
+    """(the traces of `problems`, (index, problem) pairs: the model's greedy answers,
+    attributed; each one's unit {"text", "correct", "status", "row", "intervention",
+    "resample_seconds"}, kept in `units`)."""
     if not problems:
         return AttributionBatch(), []
-    params = {k: dict(v) for k, v in (method_params or {}).items()}
+    model, tokenizer, s = run.model, run.tokenizer, run.settings
+    params = {k: dict(v) for k, v in (s.params(False) or {}).items()}
     if "resample" in methods:
-        params.setdefault("resample", {}).update(tokenizer=tokenizer, n_samples=resample_samples,
-                                                 progress=progress)
-    prompts = [p.prompt for p in problems]
-    texts = tokenizer.batch_decode(generate(model, tokenizer, prompts, progress=progress), skip_special_tokens=True)
-    traces = attribute(model, tokenizer, prompts, texts, methods, ReshapeSettings(probe=probe, seed=seed),
-                       progress=progress, method_params=params)
-    oracles = [p.oracle(t) for p, t in zip(problems, texts)]
-    aucs = intervention_auc(model, tokenizer, prompts, texts, traces, oracles, n_samples=intervention_samples,
-                            seed=seed, progress=progress, rows=index) if intervention_samples > 0 else None
+        params.setdefault("resample", {}).update(tokenizer=tokenizer, n_samples=s.resample_samples,
+                                                 progress=run.progress)
+    prompts, index = [p.prompt for _, p in problems], [i for i, _ in problems]
+    texts = tokenizer.batch_decode(generate(model, tokenizer, prompts, progress=run.progress), skip_special_tokens=True)
+    traces = attribute(model, tokenizer, prompts, texts, methods, ReshapeSettings(probe=s.probe, seed=s.seed),
+                       progress=run.progress, method_params=params)
+    oracles = [p.oracle(t) for (_, p), t in zip(problems, texts)]
+    aucs = intervention_auc(run, prompts, texts, traces, oracles, rows=index) if s.intervention_samples > 0 else None
     made = []
-    for j, (i, problem, text, trace, oracle) in enumerate(zip(index, problems, texts, traces, oracles)):
+    for j, ((i, problem), text, trace, oracle) in enumerate(zip(problems, texts, traces, oracles)):
         reason = ("no_answer_span" if not trace.span_found or not trace.steps
                   else "incomplete_trace" if not oracle.complete else None)
         unit = {"text": text, "correct": problem.reward(text) == 1.0, "status": reason or "scored",
-                "row": None if reason else trace_step_recall(trace, oracle, pool),
+                "row": None if reason else trace_step_recall(trace, oracle, s.step_pool),
                 "intervention": float("nan") if aucs is None else aucs[j],
                 "resample_seconds": trace.timings.get("resample", 0.0)}
         units.put(i, problem.prompt, **unit)
@@ -202,8 +230,8 @@ def _score(model, tokenizer, problems: list, index: list[int], units: Units, met
     return traces, made
 
 
-def _report(units: list[dict], methods, seed, preset, pool, resample_samples, intervention_samples, traces,
-            oracles) -> StepRecallReport:
+def _report(run: Run, methods, units: list[dict], traces, oracles) -> StepRecallReport:
+    s, seed = run.settings, run.settings.seed
     per_trace, correct = [u["row"] for u in units], [u["correct"] for u in units]
     status = [u["status"] for u in units]
     skipped = {reason: status.count(reason) for reason in ("no_answer_span", "incomplete_trace")}
@@ -219,16 +247,16 @@ def _report(units: list[dict], methods, seed, preset, pool, resample_samples, in
 
     by_outcome = {m: split([t and t[m]["upstream"] for t in per_trace]) for m in methods}
     rand = {k: mean_ci([t["random_expectation"][k] for t in used], seed) for k in STEP_METRICS}
-    if intervention_samples > 0:
+    if s.intervention_samples > 0:
         aucs = [u["intervention"] for u in units]
-        intervention = {"n_samples": intervention_samples,
+        intervention = {"n_samples": s.intervention_samples,
                         "upstream": mean_ci([a for a, t in zip(aucs, per_trace) if t is not None], seed),
                         "by_outcome": split(aucs)}
     else:
         intervention = {}
-    cost = {"n_samples": resample_samples,
+    cost = {"n_samples": s.resample_samples,
             "seconds": sum(u["resample_seconds"] for u in units)} if "resample" in methods else {}
     return StepRecallReport(methods=summary, random=rand, n=len(units), n_scored=len(used),
-                            accuracy=sum(correct) / len(units), skipped=skipped, granularity="step", preset=preset,
-                            pool=pool, by_outcome=by_outcome, resample=cost, intervention=intervention,
-                            traces=traces, oracles=oracles, per_trace=per_trace)
+                            accuracy=sum(correct) / len(units), skipped=skipped, granularity="step",
+                            preset=s.preset or "upstream", pool=s.step_pool, by_outcome=by_outcome, resample=cost,
+                            intervention=intervention, traces=traces, oracles=oracles, per_trace=per_trace)

@@ -50,10 +50,7 @@ def run_world(settings: WorldRecall) -> int:
     settings = dataclasses.replace(settings, sets=settings.sets or tuple(DEFAULT_SETS))
     cache = open_cache(settings, "world", unit_cache)  # read and checked before the model loads
     model, tokenizer = world_model(settings)
-    report = oracle_recall(model, tokenizer, n=settings.n, seed=settings.seed, preset=settings.preset or "recall",
-                           methods=settings.methods, probe=settings.probe, progress=settings.progress,
-                           sets=settings.sets, cf_positions=settings.cf_positions, replacement=settings.replace,
-                           method_params=settings.params(), shard=settings.shard, cache=cache)
+    report = oracle_recall(model, tokenizer, settings, cache=cache)
     if settings.json:
         print(json.dumps({**report.as_dict(), "record": recall_record(settings, "world")}))
         return 0

@@ -28,6 +28,7 @@ from ...weights.metrics import average_precision, random_recall, recall_at_k
 from ...weights.settings import ReshapeSettings
 from ...world import Oracle, Problem, extract_answer, generate_problems
 from ..data.oracle import counterfactual_oracle
+from ..base import Run
 from ..units import Units
 from ...analysis.recall_reading import EXPECTED
 from ...analysis.report import RecallSummary
@@ -154,67 +155,92 @@ def summarise(per_trace: list[dict], methods, sets=DEFAULT_SETS, seed: int = 0) 
     return summary, rand
 
 
-def oracle_recall(model, tokenizer, n: int = 200, seed: int = 0, preset: str = "recall",
-                  methods=None, probe: str = PROBE, progress: bool = False,
-                  method_params: dict | None = None, sets=DEFAULT_SETS,
-                  cf_positions: int = CF_POSITIONS, replacement=REPLACEMENT, shard=None, cache=None) -> RecallReport:
-    """Sample `n` held-out problems, let the model answer, attribute, and score against the
-    oracle sets `sets` (see RECALL_SETS) on world `preset` (`recall`: no step copies a final
-    result and every value is one digit, so every `direct` token is the only carrier of a value
-    the answer needs). `counterfactual` is the model's own oracle (module docstring), tested on
-    up to `cf_positions` scored positions per trace, one greedy regeneration each, a position
-    replaced by `replacement` ("pad" or "resample", `data.oracle`). Traces
-    without an answer span or without both final quantities are skipped and counted in
+# `oracle_recall`'s keywords that are spelled otherwise in its settings (`WorldRecall`).
+_KEYWORDS = {"replacement": "replace"}
+
+
+def oracle_recall(model, tokenizer, settings=None, *, cache=None, **keywords) -> RecallReport:
+    """Sample `settings.n` held-out problems, let the model answer, attribute, and score
+    against the oracle sets `sets` (see RECALL_SETS) on world `preset` (default `recall`: no
+    step copies a final result and every value is one digit, so every `direct` token is the
+    only carrier of a value the answer needs). `counterfactual` is the model's own oracle
+    (module docstring), tested on up to `cf_positions` scored positions per trace, one greedy
+    regeneration each, a position replaced by `replace` ("pad" or "resample", `data.oracle`).
+    Traces without an answer span or without both final quantities are skipped and counted in
     `skipped`. The report keeps the problems, texts, traces and per-trace recall
-    (`RecallReport.to_frame`) for a closer look. `shard` (`instruments.shard.Shard`): score
-    only its share of the n problems. `cache` (`units.unit_cache`): each problem's answer and
-    row are read from it or kept in it (`units`); `traces` then holds the problems scored now."""
-    sets = tuple(sets)
+    (`RecallReport.to_frame`) for a closer look.
+
+    settings: the `instruments.world.WorldRecall` `oar recall world` runs on; or its fields as
+    keywords (`n`, `seed`, `preset`, `methods`, `probe`, `sets`, `cf_positions`,
+    `replacement`, `method_params`, `progress`, `shard`: only its share of the n problems).
+    cache (`units.unit_cache`): each problem's answer and row are read from it or kept in it
+    (`units`); `traces` then holds the problems scored now."""
+    settings = _settings(settings, keywords)
+    sets = tuple(settings.sets or DEFAULT_SETS)
     unknown = [s for s in sets if s not in RECALL_SETS]
     if unknown or not sets:
         raise InputError(f"unknown oracle set(s) {unknown or sets}; choose from {', '.join(RECALL_SETS)}")
-    if cf_positions < 1:
-        raise InputError(f"cf_positions={cf_positions} must be >= 1")
-    methods = list(methods or available_methods())
-    index = (shard.take if shard else list)(range(n))
-    drawn = generate_problems(n, preset, seed=seed, split="test")
+    methods = list(settings.methods or available_methods())
+    run = Run(model, tokenizer, cache, settings, settings.progress)
+    index = (settings.shard.take if settings.shard else list)(range(settings.n))
+    drawn = generate_problems(settings.n, settings.preset or "recall", seed=settings.seed, split="test")
     problems = [drawn[i] for i in index]
-    record = None if cache is None else settings_record(
-        ReshapeSettings(probe=probe, seed=seed), methods, analysis_params(methods, method_params),
-        model=model, instrument="world", preset=preset, sets=list(sets),
-        cf_positions=cf_positions, replacement=replacement)
-    units = Units(cache, record)
+    units = Units(cache, None if cache is None else _record(run, methods, sets))
     found = [units.get(i, p.prompt) for i, p in zip(index, problems)]
     todo = [j for j, hit in enumerate(found) if hit is None]
-    traces, made = _score(model, tokenizer, [problems[j] for j in todo], [index[j] for j in todo], units, methods,
-                          probe, seed, progress, method_params, sets, cf_positions, replacement)
+    traces, made = _score(run, methods, sets, [(index[j], problems[j]) for j in todo], units)
     for j, unit in zip(todo, made):
         found[j] = unit
     per_trace, status = [u["row"] for u in found], [u["status"] for u in found]
     texts, correct = [u["text"] for u in found], [u["correct"] for u in found]
     skipped = {reason: status.count(reason) for reason in ("no_answer_span", "incomplete_trace")}
-    summary, rand = summarise([t for t in per_trace if t is not None], methods, sets, seed=seed)
+    summary, rand = summarise([t for t in per_trace if t is not None], methods, sets, seed=settings.seed)
     return RecallReport(methods=summary, random=rand, n=len(problems), n_scored=status.count("scored"),
                         accuracy=sum(correct) / len(problems), skipped=skipped, problems=problems,
                         texts=texts, traces=traces, oracles=[p.oracle(t) for p, t in zip(problems, texts)],
                         correct=correct, status=status, per_trace=per_trace)
 
 
-def _score(model, tokenizer, problems: list, index: list[int], units: Units, methods, probe, seed, progress,
-           method_params, sets, cf_positions, replacement) -> tuple[AttributionBatch, list[dict]]:
-    """(the traces of `problems`: the model's greedy answers, attributed; each one's unit
-    {"text", "correct", "status", "row"}, kept in `units` as it is made)."""
+def _settings(settings, keywords: dict):
+    """The `WorldRecall` of a call: `settings`, or one made of the keywords (module API)."""
+    from . import WorldRecall
+
+    if settings is not None:
+        if keywords:
+            raise TypeError(f"oracle_recall: pass settings or keywords, not both ({', '.join(keywords)})")
+        return settings
+    fields = {_KEYWORDS.get(k, k): v for k, v in keywords.items()}
+    if "progress" in fields:
+        fields["no_progress"] = not fields.pop("progress")
+    for name in ("methods", "sets"):
+        if fields.get(name) is not None:
+            fields[name] = tuple(fields[name])
+    return WorldRecall(**fields)
+
+
+def _record(run: Run, methods: list[str], sets: tuple) -> dict:
+    """What keys a problem's unit: everything that made its row (`units`)."""
+    s = run.settings
+    return settings_record(ReshapeSettings(probe=s.probe, seed=s.seed), methods, analysis_params(methods, s.params()),
+                           model=run.model, instrument="world", preset=s.preset or "recall", sets=list(sets),
+                           cf_positions=s.cf_positions, replacement=s.replace)
+
+
+def _score(run: Run, methods: list[str], sets: tuple, problems: list, units: Units) -> tuple[AttributionBatch, list]:
+    """(the traces of `problems`, (index, problem) pairs: the model's greedy answers,
+    attributed; each one's unit {"text", "correct", "status", "row"}, kept in `units` as it is
+    made)."""
     if not problems:
         return AttributionBatch(), []
-    ids = generate(model, tokenizer, [p.prompt for p in problems], progress=progress)
-    texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
-    traces = attribute(model, tokenizer, [p.prompt for p in problems], texts, methods,
-                       ReshapeSettings(probe=probe, seed=seed), progress=progress,
-                       method_params=method_params)
+    model, tokenizer, s = run.model, run.tokenizer, run.settings
+    prompts = [p.prompt for _, p in problems]
+    texts = tokenizer.batch_decode(generate(model, tokenizer, prompts, progress=run.progress), skip_special_tokens=True)
+    traces = attribute(model, tokenizer, prompts, texts, methods, ReshapeSettings(probe=s.probe, seed=s.seed),
+                       progress=run.progress, method_params=s.params())
     made = []
-    rows = tqdm(zip(index, problems, texts, traces), total=len(problems), desc="counterfactual oracle",
-                disable=not progress or COUNTERFACTUAL not in sets)
-    for i, problem, text, trace in rows:
+    rows = tqdm(zip(problems, texts, traces), total=len(problems), desc="counterfactual oracle",
+                disable=not run.progress or COUNTERFACTUAL not in sets)
+    for (i, problem), text, trace in rows:
         oracle = problem.oracle(text)
         reason = ("no_answer_span" if not trace.span_found
                   else "incomplete_trace" if not oracle.complete else None)
@@ -223,7 +249,7 @@ def _score(model, tokenizer, problems: list, index: list[int], units: Units, met
             token_sets = {}
             if COUNTERFACTUAL in sets:
                 token_sets[COUNTERFACTUAL] = counterfactual_masks(model, tokenizer, problem, trace,
-                                                                  cf_positions, seed, replacement)
+                                                                  s.cf_positions, s.seed, s.replace)
             row = trace_recall(trace, oracle, sets, token_sets)
         unit = {"text": text, "correct": problem.reward(text) == 1.0, "status": reason or "scored", "row": row}
         units.put(i, problem.prompt, **unit)
