@@ -64,6 +64,9 @@ NO_METHOD = "none"
 GRADED_K = 8
 GRADED_POSITIONS = 32
 ADVANTAGE_CONTINUATIONS = 16
+# Which traces of an analysed group the advantage oracle labels (`advantage_recall`): every one
+# with a step (every mixed group counts for credit agreement), or those of --min-steps only.
+ADVANTAGE_LABELS = ("all", "scored")
 # The recall instruments' own defaults (`instruments`), which their settings records also give
 # an instrument that does not take them: counterfactual positions per trace, what replaces a
 # tested token, the longest greedy answer, resampling's continuations.

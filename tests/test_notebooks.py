@@ -318,19 +318,26 @@ def test_07_gradient_alignment_recomputes_the_align_statistics(tmp_path):
     """07 recomputes, with its own code, what `summarise` reports for every result folder:
     the paired difference from GRPO per method (its bootstrap interval holding it), the
     bias-or-variance estimates, each contrast against the two half pools and the interval that
-    includes g*'s noise, and the attenuation; a run without half-pool dot products has only the
-    first two. One delta figure, one bias figure."""
+    includes g*'s noise (and where its variance came from), and the attenuation; a run without
+    half-pool dot products has only the first two. What each reshaping does to GRPO's step (the
+    signal and second-moment ratios and the optimal-step gain, with the same resampled batches'
+    intervals), delta cos by the sign of the advantage with its t-test and Holm p, and the power
+    table. One delta figure, one bias figure."""
     from align_data import random_batches, write_store
     from oar_attrib.analysis.align import summarise
 
     rng = np.random.default_rng(3)
     star = rng.normal(size=30)
     apart = rng.normal(size=30)  # half pools that disagree: g* has noise of its own
-    batches = random_batches(rng, 12, 30, ("none", "oar_g", "random"))
+    def with_signal(batches, along):  # every gradient has some along g*: GRPO's signal ratio is defined
+        return [{m: (pos + 0.6 * along, neg) for m, (pos, neg) in batch.items()} for batch in batches]
+
+    batches = with_signal(random_batches(rng, 12, 30, ("none", "oar_g", "random")), star)
     for batch in batches:  # a method that follows one half pool's noise: its contrasts split
         batch["oar_g"] = (batch["oar_g"][0] + 2 * apart, batch["oar_g"][1])
     write_store(tmp_path / "base", star, batches, pool_halves=(star + apart, star - apart))
-    write_store(tmp_path / "after-grpo", rng.normal(size=30), random_batches(rng, 12, 30, ("none", "oar_g", "random")))
+    after = rng.normal(size=30)
+    write_store(tmp_path / "after-grpo", after, with_signal(random_batches(rng, 12, 30, ("none", "oar_g", "random")), after))
     (tmp_path / "notes").mkdir()  # not a result folder
     nb, summary = run_notebook("07_gradient_alignment.ipynb", OAR_ALIGN_RESULTS=str(tmp_path))
     assert sorted(summary) == ["after-grpo", "base"]
@@ -345,6 +352,8 @@ def test_07_gradient_alignment_recomputes_the_align_statistics(tmp_path):
             for key in ("direction_grpo", "noise_to_signal"):  # None: no signal left in the halves
                 bias = want["mean_gradient"][key]
                 assert got[key] is None if bias is None else got[key] == pytest.approx(bias, rel=1e-9)
+            if method != "none":
+                check_step_and_signs(got, want, expected["by_sign"]["family"])
             held = want["delta_cos"]
             if name == "after-grpo" or method == "none":  # no half pools recorded; GRPO has no contrast
                 assert "half_a" not in got and ("half_pools" not in held or held["half_pools"] is None)
@@ -357,9 +366,33 @@ def test_07_gradient_alignment_recomputes_the_align_statistics(tmp_path):
             assert got["gstar_sd"] == pytest.approx(noisy["gstar_sd"], rel=0.15, abs=1e-3)
             assert got["gstar_se"] == pytest.approx(noisy["se"], rel=0.15)  # analytic vs bootstrap variance
             assert got["gstar_low"] <= got["delta_cos"] <= got["gstar_high"]
+            assert got["gstar_from"] == noisy["gstar_from"]
+        for contrast, row in expected["power"]["contrasts"].items():  # the notebook's own t power search
+            for effect, n in zip(expected["power"]["effects"], row["batches_needed"]):
+                mine = found["power"][contrast][str(effect)]
+                assert (mine is None) == (n is None) and (n is None or abs(mine - n) <= 1)  # its lower tail left out
     assert summary["after-grpo"]["attenuation"] == 1.0  # no half pools: both halves are g* itself
     assert summary["base"]["methods"]["none"]["delta_cos"] == 0.0
     assert len(plotly_outputs(nb)) == 2
+
+
+def check_step_and_signs(got: dict, want: dict, family: int) -> None:
+    """The notebook's step ratios and by-sign tests (`got`) against `summarise`'s (`want`): the
+    same bootstrap draw (seed 0, 4000 resamples), so the intervals agree too."""
+    step = want["step"]
+    for mine, theirs in (("S", "signal_ratio"), ("Q", "second_moment_ratio"), ("G", "gain")):
+        assert got[mine] == pytest.approx(step[theirs]["value"], rel=1e-9)
+    for mine, theirs in (("S", "signal_ratio"), ("G", "gain")):
+        assert (got[f"{mine}_low"], got[f"{mine}_high"]) == (pytest.approx(step[theirs]["low"], rel=1e-9),
+                                                             pytest.approx(step[theirs]["high"], rel=1e-9))
+    for h in ("a", "b"):
+        if step["half_pools"]:
+            assert got[f"G_vs_half_{h}"] == pytest.approx(step["half_pools"][h]["gain"]["value"], rel=1e-9)
+    for part in ("pos", "neg"):
+        d = want[part]["delta_cos"]
+        assert got[f"delta_cos_{part}"] == pytest.approx(d["mean"], abs=1e-12)
+        assert got[f"p_{part}"] == pytest.approx(d["p_t"], rel=1e-9)
+        assert got[f"p_holm_{part}"] == pytest.approx(d["p_t_holm"], rel=1e-9) and family == 4
 
 
 def test_08_graded_oracle_recomputes_the_printed_means_from_the_per_trace_rows(bundled, tmp_path):

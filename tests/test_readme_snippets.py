@@ -92,6 +92,12 @@ NOT_RUN = {
     "oar align --store docs/experiments/align/smollm2-base --report":
         "reports the partial SmolLM2 run committed in the repository; tests/training/test_align.py runs --report "
         "on a store it measures",
+    "oar align --store docs/experiments/align/arith-tiny-":
+        "rewrites a committed summary from the result files committed beside it; "
+        "tests/training/test_align.py runs --report on a store it measures",
+    "oar align --model arith-tiny --methods none causal_oracle causal_scramble random":
+        "the scramble control on two seeds (1.5 CPU-minutes each); tests/training/test_align_control.py "
+        "runs both seeds in the heavy tier and test_align.py seed 0 in the default run",
     "python scripts/build_long_store.py":
         "builds a store of 4000-token traces (minutes); tests/webapp/test_webapp_long.py builds a small one",
 }

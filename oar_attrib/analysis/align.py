@@ -24,12 +24,23 @@ mu*) against the pool's expected gradient (GRPO's is ~1 up to noise: the instrum
 `noise_to_signal` its per-batch noise over its signal (lower than GRPO's: a variance gain), and
 `mean_cos_star` the plain cosine of its mean gradient with g*. These are point estimates.
 
-Power: with the per-batch SD of delta_cos, the batches a paired test needs to detect an effect
-at alpha / K (Holm's first step) and the given power, and the smallest effect the batches at
-hand resolve: n = ((z_{1 - alpha/(2K)} + z_power) * sd / effect)^2.
+g*'s own noise: every contrast is also reported against each half pool's g*, and with g*'s
+noise added to its interval (`with_gstar_noise`); where the two halves cannot tell that noise
+from the batches' (its moment estimate is not positive), the half pools' spread stands in for it
+and the summary says so (`gstar_from`), so the interval never silently holds no g* noise.
 
-The bootstrap, its p-values (a bound where no resample crosses 0), Holm and the power are
-`analysis.stats`'s, which every summary shares.
+What the reshaping does to GRPO's step (`analysis.align_step`, `step` of each method): the
+signal ratio E<g, g*> / E<g_0, g*>, the second-moment ratio E||g||^2 / E||g_0||^2 and the
+optimal-step gain (their S^2 / Q) with bootstrap intervals; and delta_cos on the rows of each
+sign of the advantage with a paired t-test and Holm's correction (`pos`, `neg`, `by_sign`).
+
+Power: with the per-batch SD of delta_cos, the batches a paired two-sided t-test at alpha / K
+(Holm's first step) needs to detect an effect with the given power, and the smallest effect the
+batches at hand resolve (`stats.units_needed`, `stats.min_detectable_effect`: statsmodels'
+t-test power).
+
+The bootstrap, its p-values (a bound where no resample crosses 0), Holm, the t-tests and the
+power are `analysis.stats`'s, which every summary shares.
 """
 from __future__ import annotations
 
@@ -41,6 +52,7 @@ import numpy as np
 from ..defaults import NO_METHOD as BASELINE
 from ..errors import InputError
 from .align_folder import HALVES, PARTS, RESULTS, AlignFolder
+from .align_step import sign_lines, sign_stats, step_lines, step_stats
 from .stats import (
     PValue,
     bootstrap_index,
@@ -56,7 +68,9 @@ from .stats import percentile_interval as interval
 
 ENDPOINTS = ("cos", "delta_cos", "sign_agreement", "norm_ratio", "cos_grpo")
 DEFAULT_EFFECTS = (0.002, 0.005, 0.01, 0.02, 0.05)
-PLANNED = (("oar_g", "none"), ("oar_g", "random"))  # the issue's named contrasts, when both ran
+# The named contrasts, when both ran: the issue's, and the positive control against its own
+# scores scrambled (`training.align.control`: it must win by which tokens it picks).
+PLANNED = (("oar_g", "none"), ("oar_g", "random"), ("causal_oracle", "causal_scramble"))
 
 
 def load(folder: str | Path) -> dict:
@@ -145,13 +159,29 @@ def _contrast(values: dict, pair: tuple[str, str], part: str = "all", against: s
     return values[pair[0]][part][against] - values[pair[1]][part][against]
 
 
+def gstar_variance(split: float, split_var: float) -> tuple[float, str, float]:
+    """(the variance g*'s own noise adds to a contrast, where it comes from, the moment
+    estimate) from the half pools' split (the contrast against g*_a minus that against g*_b)
+    and its variance over batches: the moment estimate (split^2 - split_var) / 4 where it is
+    positive ("estimate"); else g*'s noise cannot be told from the batches' with the one
+    degree of freedom two halves give, and the half pools' whole spread stands in for it,
+    (split^2 + split_var) / 4 ("spread": on average var_g* + split_var / 2, more than g*'s
+    noise, and above 0 whenever the batches vary), never a silent 0."""
+    moment = (split ** 2 - split_var) / 4
+    if moment > 0:
+        return moment, "estimate", moment
+    return (split ** 2 + split_var) / 4, "spread", moment
+
+
 def with_gstar_noise(values: dict, pair: tuple[str, str], index: np.ndarray, level: float) -> dict | None:
     """The contrast's interval against the true expected gradient: the bootstrap's variance over
     batches plus g*'s own noise, estimated from the two half pools (cross-fit: the contrast
     against g*_a minus that against g*_b is 2x the half pools' noise plus batch noise, whose
     part the same bootstrap gives; the whole pool's noise variance is a quarter of what is
-    left). Welch-Satterthwaite degrees of freedom: the g* part has one (two halves), so a
-    contrast whose g* noise dominates gets a wide interval. None without half-pool cosines."""
+    left; `gstar_variance`, with `gstar_from` saying whether that was estimated or, the
+    estimate not being positive, the half pools' spread stands in). Welch-Satterthwaite
+    degrees of freedom: the g* part has one (two halves), so a contrast whose g* noise
+    dominates gets a wide interval. None without half-pool cosines."""
     if "cos_a" not in values[pair[0]]["all"]:
         return None
     d = _contrast(values, pair)
@@ -162,14 +192,15 @@ def with_gstar_noise(values: dict, pair: tuple[str, str], index: np.ndarray, lev
     batch_var = float(np.var(bootstrap_means(d, index), ddof=1))
     split = float(np.nanmean(da[ok]) - np.nanmean(db[ok]))
     split_var = float(np.var(bootstrap_means(da - db, index), ddof=1))
-    gstar_var = max(0.0, split ** 2 - split_var) / 4
+    gstar_var, source, moment = gstar_variance(split, split_var)
     se = math.sqrt(batch_var + gstar_var)
     n = int(ok.sum())
     df = (batch_var + gstar_var) ** 2 / (batch_var ** 2 / (n - 1) + gstar_var ** 2) if se > 0 else float("nan")
     mean = float(np.mean(d[ok]))
     low, high, p = t_bounds(mean, se, df, level)
     return {"mean": mean, "low": _num(low), "high": _num(high), "level": level, "p": _num(p), "se": _num(se),
-            "gstar_sd": _num(math.sqrt(gstar_var)), "batch_se": _num(math.sqrt(batch_var)), "df": _num(df)}
+            "gstar_sd": _num(math.sqrt(gstar_var)), "gstar_from": source, "gstar_moment": _num(moment),
+            "batch_se": _num(math.sqrt(batch_var)), "df": _num(df)}
 
 
 def half_pool_stats(values: dict, pair: tuple[str, str], index: np.ndarray, level: float) -> dict | None:
@@ -266,6 +297,8 @@ def summarise(folder: str | Path, *, n_boot: int = 10_000, alpha: float = 0.05, 
     pairs = contrasts(labels, planned)
     tested = _contrast_stats(values, pairs, index, alpha) if n else {}
     bias = mean_gradient_stats(data, values)
+    step = step_stats(data["results"], index)
+    by_sign = sign_stats(values, alpha) if n else {}
     methods = {}
     for label in labels:
         entry = {}
@@ -275,6 +308,7 @@ def summarise(folder: str | Path, *, n_boot: int = 10_000, alpha: float = 0.05, 
             stats["delta_cos"] = interval(values[label][part]["delta_cos"],
                                           bootstrap_means(values[label][part]["delta_cos"], index), 0.95)
             entry[part] = stats
+            stats["delta_cos"].update(by_sign.get(label, {}).get(part, {}))
         own = dict(entry.pop("all"))
         held = tested.get(f"{label} - {BASELINE}")
         if held is not None:  # the Holm-level interval of the contrast with GRPO
@@ -282,8 +316,8 @@ def summarise(folder: str | Path, *, n_boot: int = 10_000, alpha: float = 0.05, 
         elif label == BASELINE and n:
             own["delta_cos"] = {"mean": 0.0, "low": 0.0, "high": 0.0, "level": None, "p": 1.0, "p_holm": 1.0}
         seconds = [r["methods"][label]["seconds"] for r in data["results"]]
-        methods[label] = {**own, "pos": entry["pos"], "neg": entry["neg"], "mean_gradient": bias.get(label),
-                          "seconds_per_batch": _seconds(seconds)}
+        methods[label] = {**own, "pos": entry["pos"], "neg": entry["neg"], "step": step.get(label),
+                          "mean_gradient": bias.get(label), "seconds_per_batch": _seconds(seconds)}
     record, ref = data["record"], data["reference"]
     planned_batches = int(record["align"]["batches"])
     return {
@@ -298,6 +332,8 @@ def summarise(folder: str | Path, *, n_boot: int = 10_000, alpha: float = 0.05, 
                       if ref["signal_sq"] > 0 else None},
         "methods": methods,
         "contrasts": {k: v for k, v in tested.items() if not k.endswith(f" - {BASELINE}")},
+        "by_sign": {"test": "paired t-test over batches", "family": sum(len(v) for v in by_sign.values()),
+                    "alpha": alpha},
         "power": _power(values, pairs, n, planned_batches, alpha, power, effects) if n else None,
     }
 
@@ -376,11 +412,16 @@ def _robust_lines(summary: dict) -> list[str]:
     att = summary["reference"].get("attenuation")
     out = ["", f"the same contrasts against each half pool's g* and with g*'s noise (Holm-level intervals; "
                f"every delta cos is shrunk by about {_fmt(att, '.2f')} against the true gradient's):",
-           f"{'contrast':<32} {'half a':<28} {'half b':<28} {'with g* noise':<28} {'g* sd':>7}"]
+           f"{'contrast':<32} {'half a':<28} {'half b':<28} {'with g* noise':<28} {'g* sd':>7}  from"]
     for name, c in rows:
         noise = c.get("with_gstar_noise") or {}
         out.append(f"{name:<32} {_shown(c['half_pools']['a']):<28} {_shown(c['half_pools']['b']):<28} "
-                   f"{_shown(noise):<28} {_fmt(noise.get('gstar_sd'), '.4f'):>7}")
+                   f"{_shown(noise):<28} {_fmt(noise.get('gstar_sd'), '.4f'):>7}  {noise.get('gstar_from', 'n/a')}")
+    spread = [name for name, c in rows if (c.get("with_gstar_noise") or {}).get("gstar_from") == "spread"]
+    if spread:
+        out.append(f"(from 'spread': for {len(spread)} of {len(rows)} contrasts the two half pools cannot tell "
+                   "g*'s noise from the batches' (its estimate is not positive); the half pools' whole spread "
+                   "stands in for it, more than g*'s noise on average)")
     return out
 
 
@@ -413,14 +454,18 @@ def format_summary(summary: dict) -> str:
     for name, c in summary.get("contrasts", {}).items():
         lines.append(f"{name:<20} {_fmt(c['mean'])} [{_fmt(c['low'])}, {_fmt(c['high'])}]  p_holm {_p_holm(c)}")
     lines += _robust_lines(summary)
+    if not summary.get("blinded"):
+        lines += step_lines(summary) + sign_lines(summary)
     power = summary.get("power")
     if power:
         head = " ".join(f"{e:>8g}" for e in power["effects"])
-        lines += ["", f"batches needed (paired, alpha {power['alpha']}/{power['family']}, power {power['power']}) "
-                      f"for an effect in delta cos of:", f"{'contrast':<20} {'sd':>8} {head}  detectable now"]
+        width = max([20] + [len(name) for name in power["contrasts"]])
+        lines += ["", f"batches needed (paired t-test, alpha {power['alpha']}/{power['family']}, power "
+                      f"{power['power']}) for an effect in delta cos of:",
+                  f"{'contrast':<{width}} {'sd':>8} {head}  detectable now"]
         for name, row in power["contrasts"].items():
             needed = " ".join(f"{'n/a' if n is None else n:>8}" for n in row["batches_needed"])
-            lines.append(f"{name:<20} {_fmt(row['sd'], '.4f'):>8} {needed}  {_fmt(row['detectable_now'], '.4f')}")
+            lines.append(f"{name:<{width}} {_fmt(row['sd'], '.4f'):>8} {needed}  {_fmt(row['detectable_now'], '.4f')}")
     from .align_reading import reading
 
     return "\n".join(lines + ["", "what it says:"] + [f"  {sentence}" for sentence in reading(summary)])

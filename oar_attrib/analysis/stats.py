@@ -5,7 +5,9 @@ experiment report, recall, the notebooks) calls these.
   once so that several quantities resampled with it stay paired; `bootstrap_means` gives the
   means over it (NaN units left out), `percentile_interval` their percentile interval,
   `bootstrap_ci` / `mean_ci` the whole road for one column, `paired_bootstrap` for the paired
-  difference of two columns (or one against 0) with its bootstrap p-value.
+  difference of two columns (or one against 0) with its bootstrap p-value;
+  `plug_in_interval` for a function of several columns' means (a ratio of means), each
+  resample's means put through the function.
 - `bootstrap_p`: two-sided, twice the smaller share of bootstrap means on either side of 0.
   Where no resample crosses 0 the p-value is below the bootstrap's resolution: it is returned
   as the bound 1 / n_resamples (`PValue.bound`) and printed "p < 0.0001" (`format_p`), never
@@ -16,8 +18,8 @@ experiment report, recall, the notebooks) calls these.
   traces a percentile bootstrap's p-value is slightly anti-conservative; the t-test's is not,
   so the per-trace tests of the graded summary report the t-test's p.
 - Power of a paired two-sided t-test at alpha / family (statsmodels' `TTestPower`, the
-  noncentral t: the normal approximation is optimistic at 20-40 units): `units_needed` and
-  `min_detectable_effect` (the smallest effect n units resolve).
+  noncentral t: the normal approximation is optimistic at 20-40 units): `t_power`,
+  `units_needed` and `min_detectable_effect` (the smallest effect n units resolve).
 - `MIN_UNITS`: a figure over fewer units (traces, groups, batches) is too few to read:
   `too_few` says so, a report prints it as such and a verdict never calls it resolved.
   `t_interval(bounds=...)` keeps an interval inside the values' own range (a correlation's in
@@ -151,6 +153,25 @@ def _num(x) -> float | None:
     return None if x is None or not np.isfinite(x) else float(x)
 
 
+def plug_in_interval(fn, columns, index: np.ndarray, level: float) -> dict:
+    """{"value", "low", "high", "level"}: `fn` of the means of the `columns` (each (n,), the
+    same n units) and the percentile interval of `fn` over the resamples' means, every column
+    resampled by the same unit indices `index` (n_boot, n), so a ratio of two columns' means
+    stays paired. `fn` takes the means as arrays, one argument per column, and returns NaN
+    where it is undefined (a zero denominator); None for what cannot be computed, and no
+    interval when more resamples than one tail holds are undefined (where they would fall is
+    unknown)."""
+    columns = [np.asarray(c, dtype=np.float64) for c in columns]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = fn(*[np.array([np.nanmean(c) if np.isfinite(c).any() else np.nan]) for c in columns])[0]
+        boot = np.asarray(fn(*[bootstrap_means(c, index) for c in columns]), dtype=np.float64)
+    finite = boot[np.isfinite(boot)]
+    low = high = np.nan
+    if finite.size and boot.size - finite.size <= (1 - level) / 2 * boot.size:
+        low, high = np.quantile(finite, [(1 - level) / 2, (1 + level) / 2])
+    return {"value": _num(value), "low": _num(low), "high": _num(high), "level": level}
+
+
 def bootstrap_ci(values, n_boot: int = 2000, alpha: float = 0.05, seed: int = 0):
     """Percentile bootstrap interval (lo, hi) of the mean of `values` (1-D).
 
@@ -254,18 +275,52 @@ def t_test_p(values) -> float:
 # ------------------------------------------------------------------ power
 
 
+def t_power(size: float, n: int, level: float) -> float:
+    """The power of a two-sided one-sample (paired) t-test of `n` units at standardized effect
+    `size` and level `level`: statsmodels' `TTestPower.power` (the noncentral t). Where that is
+    NaN (scipy's noncentral t fails far in its lower tail, P(T < -q), which is below
+    Phi(-size sqrt(n)) for a positive effect), the upper tail P(T > q) alone, off by less than
+    that bound; NaN where the upper tail fails too."""
+    from scipy import stats
+    from statsmodels.stats.power import TTestPower
+
+    if n < 2:
+        return math.nan  # no t-test of one unit
+    p = float(TTestPower().power(effect_size=size, nobs=n, alpha=level, alternative="two-sided"))
+    if math.isfinite(p) or size <= 0:
+        return p
+    return float(stats.nct.sf(t_quantile(1 - level / 2, n - 1), n - 1, size * math.sqrt(n)))
+
+
 def units_needed(sd: float, effect: float, alpha: float = 0.05, power: float = 0.8, family: int = 1,
                  minimum: int = 2) -> int | None:
     """Paired units (batches, seeds, traces) a two-sided t-test at alpha / family needs to
-    detect `effect` with `power`, the paired differences' SD being `sd` (statsmodels'
-    `TTestPower.solve_power`); at least `minimum`."""
-    from statsmodels.stats.power import TTestPower
-
+    detect `effect` with `power`, the paired differences' SD being `sd`: the fewest units, at
+    least `minimum` and 2, whose `t_power` reaches it, found by doubling and bisection over whole
+    units (statsmodels' `solve_power` returns NaN where the answer is a few units, an effect of
+    many SDs). None without spread or effect, or where the power cannot be computed."""
     if not (np.isfinite(sd) and sd > 0) or effect <= 0:
         return None
-    n = TTestPower().solve_power(effect_size=effect / sd, alpha=alpha / family, power=power,
-                                 alternative="two-sided")
-    return max(minimum, math.ceil(float(np.ravel(n)[0])))
+    size, level = effect / sd, alpha / family
+
+    def reached(n: int) -> bool | None:
+        p = t_power(size, n, level)
+        return p >= power if math.isfinite(p) else None
+
+    low = high = max(minimum, 2)  # a t-test needs two units
+    while not (found := reached(high)):
+        if found is None or high > 1 << 40:
+            return None
+        low, high = high, 2 * high
+    if high == low:
+        return high
+    while high - low > 1:  # low: not reached, high: reached
+        middle = (low + high) // 2
+        found = reached(middle)
+        if found is None:
+            return None
+        low, high = (low, middle) if found else (middle, high)
+    return high
 
 
 def min_detectable_effect(sd: float, n: int, alpha: float = 0.05, power: float = 0.8,

@@ -110,6 +110,34 @@ def test_power_is_the_t_test_s_and_inverts_itself():
     assert stats.units_needed(math.nan, 0.01) is None and stats.min_detectable_effect(0.1, 1) is None
 
 
+def test_units_needed_for_an_effect_of_many_sds():
+    """Where statsmodels' solver returns NaN (the answer is a few units) and scipy's lower tail
+    is NaN: the fewest units whose power reaches 0.8, by the upper tail alone (the lower one is
+    below Phi(-nc), 1e-12 here), and never a crash."""
+    level = 0.05 / 4
+    upper = lambda n, d: sps.nct.sf(sps.t.ppf(1 - level / 2, n - 1), n - 1, d * math.sqrt(n))  # noqa: E731
+    for sd, effect in ((0.002, 0.05), (0.01, 0.05), (0.001, 0.005), (0.0149, 0.05)):
+        n = stats.units_needed(sd, effect, 0.05, 0.8, 4)
+        assert upper(n, effect / sd) >= 0.8 > (upper(n - 1, effect / sd) if n > 2 else 0.0)
+    assert stats.units_needed(1e-4, 0.05, 0.05, 0.8, 4) == 2  # the minimum already has the power
+    assert stats.units_needed(1e-17, 0.05) is None  # no power computable: no figure, no crash
+    assert stats.t_power(25.0, 4, level) == pytest.approx(1.0)  # statsmodels' own is NaN there
+
+
+def test_plug_in_interval_of_a_ratio_of_means():
+    rng = np.random.default_rng(0)
+    num, den = rng.normal(2.0, 1.0, 30), rng.normal(1.0, 0.5, 30)
+    index = stats.bootstrap_index(30, 500, 1)
+    got = stats.plug_in_interval(lambda a, b: a / b, [num, den], index, 0.9)
+    assert got["value"] == pytest.approx(num.mean() / den.mean(), rel=1e-12) and got["level"] == 0.9
+    ratios = [num[rows].mean() / den[rows].mean() for rows in index]
+    assert (got["low"], got["high"]) == tuple(pytest.approx(q, rel=1e-12) for q in np.quantile(ratios, [0.05, 0.95]))
+    # a denominator near 0 on many resamples: undefined there, so no interval (value kept)
+    odd = stats.plug_in_interval(lambda a, b: np.where(b > 0, a / np.where(b > 0, b, 1), np.nan),
+                                 [num, rng.normal(0.0, 1.0, 30)], index, 0.95)
+    assert odd["low"] is None and odd["high"] is None
+
+
 def test_constant_scores_have_no_spearman_or_auc():
     flips = np.array([0.0, 0.25, 0.5, 1.0])
     assert stats.spearman_or_none([1, 1, 1, 1], flips) is None

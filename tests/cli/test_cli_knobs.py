@@ -64,7 +64,8 @@ def test_help_lists_every_knob():
     assert all(knob_flag(m, p) in text for m, p, _, _ in METHOD_KNOBS)
     assert "--chat" in text and "--no-chat" in text
     for name, mode in subcommands(subcommands(build_parser())["recall"]).items():  # each `oar recall` instrument
-        if name == "merge":  # joins caches: runs no method
+        if name in ("merge", "intervention"):  # joins caches / corrupts steps: runs no method, offers no knob
+            assert "--oar-g-n-noise" not in mode.format_help()
             continue
         recall = mode.format_help()
         assert "--ig-n-steps" in recall and "--oar-g-n-noise" in recall

@@ -331,13 +331,14 @@ def test_the_control_is_refused_where_the_causal_tokens_are_unknown(capsys, tmp_
     assert not (tmp_path / "s").exists()  # refused before anything was written
 
 
-CONTROL = ["--model", "arith-tiny", "--methods", "none", "causal_oracle", "random", "--batches", "30",
+CONTROL = ["--model", "arith-tiny", "--methods", "none", "causal_oracle", "causal_scramble", "random", "--batches", "30",
            "--pool-batches", "16", "--json", "--no-progress", "--n-boot", "2000", "--no-mean-gradients"]
 
 
 @pytest.fixture(scope="module")
 def control_summary(tmp_path_factory):
-    """The issue's positive-control bar (30 batches, a 16-batch pool: about a CPU minute)."""
+    """The issue's positive-control bar (30 batches, a 16-batch pool: about a CPU minute), with
+    the scramble of the oracle's scores beside it."""
     store = tmp_path_factory.mktemp("control") / "store"
     import contextlib
     import io
@@ -357,6 +358,9 @@ def test_the_positive_control_beats_grpo_and_random_does_not(control_summary):
     assert oracle["low"] > 0 and random_["mean"] < oracle["low"]
     for half in ("a", "b"):
         assert oracle["half_pools"][half]["low"] > 0 and random_["half_pools"][half]["mean"] < oracle["mean"]
+    won = summary["contrasts"]["causal_oracle - causal_scramble"]  # by which tokens, not how many
+    assert won["low"] > 0 and won["p_holm"] < 0.05  # seed 0; seed 1 in test_align_control (heavy)
+    assert summary["methods"]["causal_oracle"]["step"]["gain"]["low"] > 1  # a better direction, not a longer step
     noisy = oracle["with_gstar_noise"]
     assert noisy["low"] > 0 and noisy["high"] - noisy["low"] >= oracle["high"] - oracle["low"] - 1e-9
     assert noisy["se"] ** 2 == pytest.approx(noisy["batch_se"] ** 2 + noisy["gstar_sd"] ** 2)

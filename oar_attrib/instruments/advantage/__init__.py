@@ -13,13 +13,11 @@ import math
 from dataclasses import dataclass
 
 from ...commands import MAX_COUNT, option
-from ...defaults import ADVANTAGE_CONTINUATIONS
+from ...defaults import ADVANTAGE_CONTINUATIONS, ADVANTAGE_LABELS
 from ...errors import InputError
 from ..base import register_instrument
 from ..data import open_cache
 from ..graded import SampledRecall, sampled_records
-
-LABELS = ("all", "scored")  # which traces of an analysed group get the oracle (`recall.advantage_recall`)
 
 ADVANTAGE_GROUP = "the advantage oracle"
 DEFAULT_GROUP = 4  # answers per problem (GRPO's group), also when --group-samples is 0
@@ -45,7 +43,7 @@ class AdvantageRecall(SampledRecall):
     label: str = option("all", "which traces of an analysed group get the oracle: all (every trace with a step, "
                                "so every group counts for credit agreement) or scored (only those of at least "
                                "--min-steps steps: cheaper, as the first SmolLM2 run)",
-                        choices=LABELS, group=ADVANTAGE_GROUP)
+                        choices=ADVANTAGE_LABELS, group=ADVANTAGE_GROUP)
     max_new_tokens: int | None = option(None, "longest sampled answer (default: the model's catalogue "
                                               "answering length, 128 on arith-tiny)", group=ADVANTAGE_GROUP,
                                         bounds=(1, MAX_COUNT))

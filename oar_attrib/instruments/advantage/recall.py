@@ -41,7 +41,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ...attribution import analysis_params, attribute
-from ...defaults import PROBE, VIEW_STEP_POOL
+from ...defaults import ADVANTAGE_LABELS as LABELS, PROBE, VIEW_STEP_POOL
 from ...errors import InputError
 from ...inputs.grading import grade
 from ...inputs.steps import pool_steps
@@ -61,7 +61,6 @@ from ..cache import OracleCache, cache_key
 from ...analysis.sets import ADVANTAGE
 from ...analysis.stats import CORRELATION
 from ..steps.recall import overlaps
-from . import LABELS
 
 REWARD_RANGE = (0.0, 1.0)  # a graded reward's range: a cached continuation reward outside it is refused
 

@@ -19,7 +19,7 @@ from ..errors import AlignError
 QUICK = {"batches": 3, "pool_batches": 2}
 # Controls: analysis-only methods align measures as if a trainer used them, to check the
 # instrument (never trained with). Name -> the training data whose causal tokens it knows.
-CONTROLS = {"causal_oracle": "world"}
+CONTROLS = {"causal_oracle": "world", "causal_scramble": "world"}
 
 
 def register_controls() -> None:
@@ -33,7 +33,7 @@ def check_controls(methods: list["MethodChoice"], data: str | None) -> None:
     for choice in methods:
         needs = CONTROLS.get(choice.name)
         if needs is not None and data != needs:
-            raise AlignError(f"method {choice.label!r} is a positive control that knows the causal tokens "
+            raise AlignError(f"method {choice.label!r} is a control built on the causal tokens "
                              f"of the arithmetic world only; this preset trains on {data!r} data: use "
                              "--preset arith-tiny (or another world preset), or leave it out of --methods")
 

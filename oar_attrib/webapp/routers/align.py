@@ -68,7 +68,13 @@ def align_list_page(request: Request, settings: SettingsDep, templates: Template
 
 @router.get("/align/{name}", response_class=HTMLResponse, summary="Page: one align result")
 def align_page(request: Request, name: AlignName, settings: SettingsDep, templates: TemplatesDep):
+    from oar_attrib.analysis.align import contrast_rows
+    from oar_attrib.analysis.align_reading import reading, step_sentence
+
     summary = summary_of(settings, name)
     cpu = {label: cpu_seconds(m.get("seconds_per_batch")) for label, m in summary["methods"].items()}
-    return templates.TemplateResponse(request, "align.html", {"name": name, "s": summary, "payload": summary, "cpu": cpu})
+    steps = {label: step_sentence(label, m.get("step")) for label, m in summary["methods"].items()}
+    return templates.TemplateResponse(request, "align.html", {
+        "name": name, "s": summary, "payload": summary, "cpu": cpu, "steps": steps,
+        "contrasts": contrast_rows(summary), "words": reading(summary)})
 
