@@ -324,7 +324,7 @@ def test_07_gradient_alignment_recomputes_the_align_statistics(tmp_path):
     intervals), delta cos by the sign of the advantage with its t-test and Holm p, and the power
     table. One delta figure, one bias figure."""
     from align_data import random_batches, write_store
-    from oar_attrib.analysis.align import summarise
+    from oar_attrib.reports.align import summarise
 
     rng = np.random.default_rng(3)
     star = rng.normal(size=30)

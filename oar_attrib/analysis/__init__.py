@@ -1,3 +1,3 @@
-"""Analysis of attributions and runs: the statistics every report uses, readings in words,
-verdicts, figures, and the run and experiment reports. The instruments that measure
-(`instruments`) report through it; the pipeline never imports it."""
+"""Analysis of attributions: the statistics every report uses, readings in words, verdicts and
+the figures. The instruments that measure (`instruments`) and the reports of runs (`reports`)
+read it; the pipeline never imports it."""

@@ -93,7 +93,7 @@ def run_experiment(flags: RunFlags) -> int:
 def report_experiment(flags: ReportFlags) -> int:
     """`oar experiment report`: the grid's report, its summary and figure when asked for."""
     require_extra("train", "oar experiment")
-    from oar_attrib.analysis import experiment as analysis
+    from oar_attrib.reports import experiment as analysis
 
     from . import experiment
 

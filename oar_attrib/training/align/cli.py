@@ -181,8 +181,8 @@ def run_align(args: argparse.Namespace) -> int:
 def align_command(settings: AlignSettings, command: AlignCommand) -> int:
     """Measure (or, with `report`, read) the store and print its summary (module docstring)."""
     require_extra("train", "oar align")
-    from oar_attrib.analysis.align import DEFAULT_EFFECTS, blinded, format_summary, summarise
-    from oar_attrib.analysis.align_reading import reading
+    from oar_attrib.reports.align import DEFAULT_EFFECTS, blinded, format_summary, summarise
+    from oar_attrib.reports.align_reading import reading
     from oar_attrib.console import show
 
     from .run import align

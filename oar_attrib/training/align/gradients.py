@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from oar_attrib.analysis.align import PARTS
+from oar_attrib.reports.align import PARTS
 from oar_attrib.methods import method_spec
 from oar_attrib.weights.settings import ReshapeSettings
 

@@ -9,7 +9,7 @@
     results.jsonl        one line per training batch: its groups, every method's endpoint sums
     mean_gradients.json  the sums over the methods' running sums (bias and variance)
 
-Torch-free: the writer (`training.align.store`), the statistics (`analysis.align`) and the web
+Torch-free: the writer (`training.align.store`), the statistics (`align`) and the web
 app read and write the folder through it, and no other module joins its file names. Every read
 is checked: a file that is not what the writer writes (cut short, another type, a number
 written as text) is an `AlignFolderError`, one line naming the file, the line and what to do,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..defaults import NO_METHOD as BASELINE
 from .align_step import SIGNS
-from .stats import format_p
+from ..analysis.stats import format_p
 
 FEW_BATCHES = 20  # below this a bootstrap over batches gives intervals that are too narrow
 LOW_RELIABILITY = 0.5  # below this g*'s noise shrinks every delta cos by more than 0.7

@@ -1,4 +1,4 @@
-"""What a reshaping does to GRPO's step (analysis/align_step.py) and g*'s noise when the half pools
+"""What a reshaping does to GRPO's step (reports/align_step.py) and g*'s noise when the half pools
 cannot estimate it: the ratios recomputed from the vectors of a store made here by the direct
 formula, their intervals by an independent loop over the same resamples, the by-sign t-tests
 against scipy and statsmodels, and the words on hand-made summaries."""
@@ -9,8 +9,8 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
-from oar_attrib.analysis import align as stats
-from oar_attrib.analysis.align_reading import sign_sentence, step_sentence
+from oar_attrib.reports import align as stats
+from oar_attrib.reports.align_reading import sign_sentence, step_sentence
 from oar_attrib.analysis.stats import bootstrap_index
 from align_data import cos, write_store
 

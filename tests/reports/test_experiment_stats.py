@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from oar_attrib.analysis.experiment import compare_to_grpo, format_report, load_report
-from oar_attrib.analysis.experiment_stats import (bootstrap_difference, grid_frame, pooled_differences,
+from oar_attrib.reports.experiment import compare_to_grpo, format_report, load_report
+from oar_attrib.reports.experiment_stats import (bootstrap_difference, grid_frame, pooled_differences,
                                                   seeds_for_power, two_way_anova)
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The statistics of `oar align` (analysis/align.py) on stores made here from known vectors:
+"""The statistics of `oar align` (reports/align.py) on stores made here from known vectors:
 endpoints against numpy's cosines, Holm and power against hand-computed values, and the
 bias-or-variance estimates against simulated methods whose bias and noise are known."""
 import math
@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from oar_attrib.analysis import align as stats
+from oar_attrib.reports import align as stats
 from align_data import cos, random_batches, write_store
 
 

@@ -31,7 +31,7 @@ import pandas as pd
 from ..defaults import (
     NO_METHOD as BASELINE,  # GRPO, the method every other is compared with
 )
-from .stats import holm, nested_bootstrap_means, t_quantile, units_needed
+from ..analysis.stats import holm, nested_bootstrap_means, t_quantile, units_needed
 
 
 def grid_frame(finals: dict[str, dict[int, float]]) -> pd.DataFrame:

@@ -36,7 +36,7 @@ from .experiment_stats import (
     seeds_for_power,
     two_way_anova,
 )
-from .stats import t_quantile
+from ..analysis.stats import t_quantile
 
 CREDIT_KEYS = ("oar/ess_ratio", "oar/top10_mass", "oar/weight_max", "entropy", "reward", "grad_norm",
                "delta_theta")

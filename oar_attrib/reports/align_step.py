@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..defaults import NO_METHOD as BASELINE
-from .stats import holm, plug_in_interval, t_test_p
+from ..analysis.stats import holm, plug_in_interval, t_test_p
 
 LEVEL = 0.95
 SIGNS = {"pos": "A>0 rows (credit)", "neg": "A<=0 rows (blame)"}

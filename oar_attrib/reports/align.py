@@ -29,7 +29,7 @@ noise added to its interval (`with_gstar_noise`); where the two halves cannot te
 from the batches' (its moment estimate is not positive), the half pools' spread stands in for it
 and the summary says so (`gstar_from`), so the interval never silently holds no g* noise.
 
-What the reshaping does to GRPO's step (`analysis.align_step`, `step` of each method): the
+What the reshaping does to GRPO's step (`align_step`, `step` of each method): the
 signal ratio E<g, g*> / E<g_0, g*>, the second-moment ratio E||g||^2 / E||g_0||^2 and the
 optimal-step gain (their S^2 / Q) with bootstrap intervals; and delta_cos on the rows of each
 sign of the advantage with a paired t-test and Holm's correction (`pos`, `neg`, `by_sign`).
@@ -53,7 +53,7 @@ from ..defaults import NO_METHOD as BASELINE
 from ..errors import InputError
 from .align_folder import HALVES, PARTS, RESULTS, AlignFolder
 from .align_step import sign_lines, sign_stats, step_lines, step_stats
-from .stats import (
+from ..analysis.stats import (
     PValue,
     bootstrap_index,
     bootstrap_means,
@@ -64,7 +64,7 @@ from .stats import (
     t_bounds,
     units_needed,
 )
-from .stats import percentile_interval as interval
+from ..analysis.stats import percentile_interval as interval
 
 ENDPOINTS = ("cos", "delta_cos", "sign_agreement", "norm_ratio", "cos_grpo")
 DEFAULT_EFFECTS = (0.002, 0.005, 0.01, 0.02, 0.05)
