@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from oar_attrib.analysis.advantage_oracle import REGENERATION_MARGIN, prefix_chunks  # noqa: E402
+from oar_attrib.instruments.advantage.oracle import REGENERATION_MARGIN, prefix_chunks  # noqa: E402
 from oar_attrib.models.generation import continue_groups, cut_at_stop, sample_prefixes  # noqa: E402
 from bench_generate import useful_flops  # noqa: E402
 from bench_oar_p import PAD_ID, SHAPES, build_model, matrix_rate  # noqa: E402
@@ -74,7 +74,7 @@ class Setup:
 def real_trace(model, tokenizer, model_name: str, seed: int) -> tuple[list[int], list[int], list[int]]:
     """A held-out problem's prompt ids, the model's greedy answer's ids and its boundaries (the
     prompt, then the end of every step but the last), for a catalogue model."""
-    from oar_attrib.analysis.counterfactual_recall import data_records, encode_prompt_ids, record_prompt
+    from oar_attrib.instruments.data.recall import data_records, encode_prompt_ids, record_prompt
     from oar_attrib.attribution import attribute
     from oar_attrib.rollouts import decode_answers
     from oar_attrib.world import generate_problems

@@ -3,7 +3,7 @@ side by side in one run, and against the FLOP limit of the decoding work.
 
 For each of `--n` traces (the model's greedy answers to held-out problems of the arithmetic
 world, `--model arith-tiny`, or of the word-problem world, `--data wordworld:tiny` with
-`--model smollm2-135m`), the graded oracle (`analysis.graded_oracle`) runs twice on the same
+`--model smollm2-135m`), the graded oracle (`instruments.graded.oracle`) runs twice on the same
 draws:
 
 - cached: one forward over prompt + response, every regeneration continued on that cache
@@ -34,9 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from oar_attrib.analysis.counterfactual_recall import (answer_key, data_records, encode_prompt_ids,  # noqa: E402
+from oar_attrib.instruments.data.recall import (answer_key, data_records, encode_prompt_ids,  # noqa: E402
                                                        record_prompt)
-from oar_attrib.analysis.graded_oracle import DecodeStats, GradedSettings, graded_oracle  # noqa: E402
+from oar_attrib.instruments.graded.oracle import DecodeStats, GradedSettings, graded_oracle  # noqa: E402
 from oar_attrib.attribution import attribute  # noqa: E402
 from oar_attrib.models.generation import continue_groups, stop_ids  # noqa: E402
 from oar_attrib.models import load_model  # noqa: E402

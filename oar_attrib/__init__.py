@@ -15,11 +15,11 @@ from .version import __version__  # noqa: F401  (written in `version`, which pyp
 if TYPE_CHECKING:  # every export; each loads on first use
     from .analysis import stats  # the statistics every report uses: bootstrap, Holm, t intervals
     from .analysis.agreement import agreement_matrix
-    from .analysis.counterfactual import counterfactual_oracle
-    from .analysis.experiment import experiment_report, paired_difference
-    from .analysis.experiment_figures import experiment_credit_figure, experiment_figure
+    from .instruments.data.oracle import counterfactual_oracle
+    from .reports.experiment import experiment_report, paired_difference
+    from .reports.experiment_figures import experiment_credit_figure, experiment_figure
     from .analysis.figures import method_agreement, recall_figure, token_heatmap, weights_figure
-    from .analysis.recall import RecallReport, oracle_recall
+    from .instruments.world.recall import RecallReport, oracle_recall
     from .analysis.run_summary import summarise
     from .attribution import attribute, compute_weights  # compute_weights: deprecated, weights.pipeline.weigh
     from .models.generation import generate
@@ -51,4 +51,4 @@ __all__ = [
 
 # The figures are plotly's, which comes with the web extra.
 __getattr__, __dir__ = lazy_exports(__name__, __file__, extras={
-    "oar_attrib.analysis.figures": "web", "oar_attrib.analysis.experiment_figures": "web"})
+    "oar_attrib.analysis.figures": "web", "oar_attrib.reports.experiment_figures": "web"})

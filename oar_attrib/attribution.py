@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 from .errors import InputError
 from .inputs.batch import GroupOutcomes
 from .inputs.encoding import EncodedPair, encode_pairs
-from .methods import method_spec
+from .methods import default_methods, method_spec
 from .methods.masks import resolve_mask_names
 from .records.settings_record import settings_record
 from .records.traces import AttributionBatch, TraceAttribution, build_trace
@@ -152,7 +152,7 @@ def _as_lists(prompts, responses, advantages, groups=None, correct=None) -> tupl
 
 def attribute(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: str | Sequence,
               responses: str | Sequence[str],
-              methods: Sequence[str] = ("oar_p",), settings: ReshapeSettings | None = None, *,
+              methods: Sequence[str] | None = None, settings: ReshapeSettings | None = None, *,
               method_params: dict[str, dict] | None = None, advantages: Sequence[float] | None = None,
               chat: bool | None = None, step_unit: str = "auto", batch_size: int = 16, progress: bool = False,
               groups: Sequence | None = None, correct: Sequence[bool] | None = None,
@@ -161,7 +161,8 @@ def attribute(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompt
     """Token importances, weights and credit metrics of each response.
 
     prompts, responses: one or B of each (a prompt is a string or a chat message list).
-    methods: registered importance methods (`methods.available_methods()`).
+    methods: registered importance methods (`methods.available_methods()`); None: the
+        registry's `default_methods("api")` (token OAR-P).
     settings: how importances are computed and become weights (`ReshapeSettings`: probe,
         tau, beta, w_min, weighting, rho, granularity, step_pool, answer_format,
         answer_pattern, seed, ...; its `method` is not read, `methods` are). The old flat
@@ -189,6 +190,7 @@ def attribute(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompt
     importances are flagged, never silently gated.
     """
     settings = resolve_settings(settings, overrides)
+    methods = list(methods) if methods is not None else default_methods("api")
     prompts, responses = _as_lists(prompts, responses, advantages, groups, correct)
     parts = _parts(len(prompts), batch_size, groups, correct, advantages)  # a group is contiguous
     for method in methods:

@@ -247,6 +247,18 @@ def dataclass_from_args(cls, args: argparse.Namespace, **extra):
                   if hasattr(args, f.name) and f.name not in extra}, **extra)
 
 
+def runs_on(cls, command):
+    """The `func` a parser's defaults hold: `command` called with the `cls` built from the
+    parsed flags (`dataclass_from_args`), so that the command runs on its settings object and
+    never reads the namespace (as every `oar recall` instrument does)."""
+    def run(args: argparse.Namespace) -> int:
+        return command(dataclass_from_args(cls, args))
+
+    run.__name__ = run.__qualname__ = command.__name__
+    run.__doc__ = command.__doc__
+    return run
+
+
 # Model dtypes a command can load in (names of torch dtypes; torch is not imported to build a
 # parser). Probe arithmetic stays float32 whatever the model's dtype.
 DTYPES = ("float32", "bfloat16", "float16")

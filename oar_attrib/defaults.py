@@ -58,9 +58,9 @@ BUNDLED_METHODS = ("oar_p", "oar_g")
 NO_METHOD = "none"
 
 # The sampled oracles' sizes, one default each for the API and `oar recall`: the graded oracle's
-# replacements per tested position and tested positions per trace (`graded_oracle.
-# GradedSettings`), the advantage oracle's continuations per step boundary
-# (`advantage_oracle.AdvantageSettings`).
+# replacements per tested position and tested positions per trace (`instruments.graded.
+# oracle.GradedSettings`), the advantage oracle's continuations per step boundary
+# (`instruments.advantage.oracle.AdvantageSettings`).
 GRADED_K = 8
 GRADED_POSITIONS = 32
 ADVANTAGE_CONTINUATIONS = 16
@@ -144,9 +144,12 @@ def _power(n: int) -> str:
     return str(n)
 
 
-def option(default=dataclasses.MISSING, help: str = "", **flag) -> dataclasses.Field:
-    """A settings field that is also a command-line flag (`add_dataclass_args`): its default,
-    its help text and how the flag is spelled and parsed, any of
+def option(default=dataclasses.MISSING, help: str = "", *, default_factory=dataclasses.MISSING,
+           **flag) -> dataclasses.Field:
+    """A settings field, the one way a field with help text is written (every settings object's,
+    also those TRL's or transformers' parsers read, whose `metadata["help"]` this is): its
+    default and its help text and, for a command-line flag (`add_dataclass_args`), how the
+    flag is spelled and parsed, any of
     flag:    the option strings, when not `--field-name` ("--out" or ("-n", "--n"));
              a name without dashes makes a positional argument;
     type:    the parser of the text (default: the field's type, a `T | None` a T);
@@ -158,7 +161,8 @@ def option(default=dataclasses.MISSING, help: str = "", **flag) -> dataclasses.F
              (`check_flag_numbers`) and the dataclass's (`check_bounds`) both read it.
     Any other key is kept in the field's metadata for its readers (a method knob's `kind`
     and `analysis` default, a reshaping setting's `config` name).
-    A field without a default is a required flag; a list default is given as a tuple."""
-    return dataclasses.field(default=default, metadata={"help": help, **flag})
+    A field without a default is a required flag; a list default is given as a tuple (or, in
+    a settings object that is no flag, made by `default_factory`)."""
+    return dataclasses.field(default=default, default_factory=default_factory, metadata={"help": help, **flag})
 
 

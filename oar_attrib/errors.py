@@ -51,7 +51,7 @@ class OutputError(OARError, OSError):
 class LibraryVersionError(OARError, ImportError):
     """An installed library (transformers, TRL) that lacks a private name the project reaches;
     the message is one line naming the names and the versions the seam was checked on
-    (`inputs.transformers_private`, `training.trl_private`)."""
+    (`compat.transformers`, `training.compat`)."""
 
 
 class MissingExtraError(OARError, ImportError):

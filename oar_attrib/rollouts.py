@@ -15,13 +15,13 @@ takes; `oar generate` writes them.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple, Sequence
 
 import torch
 
-from .defaults import PROMPT_FORMAT
+from .defaults import PROMPT_FORMAT, option
 from .errors import InputError
 from .models.generation import continue_groups, stop_ids
 from .inputs.grading import grade
@@ -214,13 +214,13 @@ class SamplingSettings:
     """How `oar generate` samples: the record each answer carries, and what a resume must
     match (answers sampled otherwise are never mixed into one file)."""
 
-    model: str = field(metadata={"help": "catalogue name or checkpoint folder"})
-    answer_format: str = field(metadata={"help": "the format asked for and graded"})
-    temperature: float = field(metadata={"help": "sampling temperature; 0 means greedy decoding "
-                                                 "(one answer per question)"})
-    greedy: bool = field(metadata={"help": "the first answer of each group is the greedy one"})
-    max_new_tokens: int = field(metadata={"help": "tokens per answer"})
-    seed: int = field(metadata={"help": "seed of the sampling"})
+    model: str = option(help="catalogue name or checkpoint folder")
+    answer_format: str = option(help="the format asked for and graded")
+    temperature: float = option(help="sampling temperature; 0 means greedy decoding "
+                                     "(one answer per question)")
+    greedy: bool = option(help="the first answer of each group is the greedy one")
+    max_new_tokens: int = option(help="tokens per answer")
+    seed: int = option(help="seed of the sampling")
 
     def __post_init__(self):
         if self.answer_format not in MARKER_FORMATS:

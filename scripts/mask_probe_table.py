@@ -8,7 +8,7 @@
 --data: `arith` (the bundled model's world: held-out problems of the preset `recall`, plain
 prompts, as `oar recall` builds them), `wordworld:<preset>` (the template word-problem world,
 held-out problems, asked through the chat template for "The answer is N."), or a JSONL file of
-questions with gold answers (`counterfactual_recall.read_records`). The model answers greedily;
+questions with gold answers (`instruments.data.recall.read_records`). The model answers greedily;
 each trace gets the counterfactual oracle (replacement `--replace`, default resample) on at
 most --cf-positions scored positions and token OAR-P under every mask x probe on the same
 positions (`analysis.mask_probe`). Resumable: one JSON row per trace is appended to --out as
@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from oar_attrib.analysis import mask_probe as mp
-from oar_attrib.analysis.counterfactual_recall import data_records, model_traces, record_prompt
+from oar_attrib.instruments.data.recall import data_records, model_traces, record_prompt
 from oar_attrib.models.generation import generate
 from oar_attrib.inputs.grading import grade
 from oar_attrib.jsonl import NotJSON, iter_jsonl

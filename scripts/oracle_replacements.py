@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from oar_attrib.analysis.counterfactual import counterfactual_oracle
-from oar_attrib.analysis.counterfactual_recall import REGENERATION_MARGIN, answer_key, record_prompt
+from oar_attrib.instruments.data.oracle import counterfactual_oracle
+from oar_attrib.instruments.data.recall import REGENERATION_MARGIN, answer_key, record_prompt
 from oar_attrib.inputs.encoding import encode_pair
 from oar_attrib.jsonl import NotJSON, iter_jsonl
 from oar_attrib.models import load_model

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 import oar_attrib as oa
-from oar_attrib.analysis.recall import oracle_token_mask
+from oar_attrib.instruments.world.recall import oracle_token_mask
 from oar_attrib.world import STEP_RE as STEP
 
 

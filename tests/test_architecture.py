@@ -183,7 +183,7 @@ def test_the_method_registry_imports_none_of_its_members():
 # The wings along the data flow, lowest first; a module belongs to the first wing whose name
 # (a module, or a package with everything under it) it falls under.
 WINGS = {
-    "base": ["errors", "jsonl", "defaults", "extras", "lazy", "console", "files", "version"],
+    "base": ["errors", "jsonl", "defaults", "extras", "lazy", "console", "files", "version", "compat"],
     "inputs": ["inputs"],
     "models": ["models"],  # which model, loading it, running it (logits, memory per forward, decoding)
     "methods": ["methods"],

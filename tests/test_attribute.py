@@ -11,7 +11,7 @@ from oar_attrib.errors import InputError, TokenizerError, UnknownNameError
 from oar_attrib.inputs.encoding import encode_pairs
 from oar_attrib.methods import available_methods, get_method
 from oar_attrib.models import random_qwen2
-from oar_attrib.analysis.recall import EXPECTED, oracle_token_mask, summarise, trace_recall
+from oar_attrib.instruments.world.recall import EXPECTED, oracle_token_mask, summarise, trace_recall
 from oar_attrib.world import generate_problems
 from oar_attrib.world.tokenizer import build_tokenizer
 from models import world_policy
@@ -249,7 +249,7 @@ def test_public_attribute_stays_the_function_after_submodules_load():
 
     import oar_attrib as oa
 
-    for name in ("analysis.recall", "attribution", "analysis.figures", "cli", "world", "training", "webapp"):
+    for name in ("instruments.world.recall", "attribution", "analysis.figures", "cli", "world", "training", "webapp"):
         importlib.import_module(f"oar_attrib.{name}")
     assert callable(oa.attribute) and oa.attribute.__name__ == "attribute"
     clashes = [n for n in oa.__all__ if importlib.util.find_spec(f"oar_attrib.{n}") is not None]

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from oar_attrib.analysis.counterfactual import _regenerate
+from oar_attrib.instruments.data.oracle import _regenerate
 from oar_attrib.models.generation import (continue_groups, continue_rows, cut_at_stop, generate, gumbel_sample,
                                          left_pad, sample_prefixes, stop_ids)
 from oar_attrib.training.callbacks import _complete

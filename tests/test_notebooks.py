@@ -324,7 +324,7 @@ def test_07_gradient_alignment_recomputes_the_align_statistics(tmp_path):
     intervals), delta cos by the sign of the advantage with its t-test and Holm p, and the power
     table. One delta figure, one bias figure."""
     from align_data import random_batches, write_store
-    from oar_attrib.analysis.align import summarise
+    from oar_attrib.reports.align import summarise
 
     rng = np.random.default_rng(3)
     star = rng.normal(size=30)
@@ -400,8 +400,8 @@ def test_08_graded_oracle_recomputes_the_printed_means_from_the_per_trace_rows(b
     (position held fixed) and Spearman with earliness from the per-trace rows of `oar recall
     --sets graded --json`'s output: the means equal the printed ones, each bootstrap interval
     holds its mean; a file without per-trace rows is passed over."""
-    from oar_attrib.analysis.graded_oracle import GradedSettings
-    from oar_attrib.analysis.graded_recall import graded_recall
+    from oar_attrib.instruments.graded.oracle import GradedSettings
+    from oar_attrib.instruments.graded.recall import graded_recall
     from oar_attrib.world import generate_problems
 
     model, tok = bundled
@@ -452,8 +452,8 @@ def test_09_advantage_oracle_recomputes_every_figure_from_the_report_rows(bundle
     scores and dV of every trace, the credit agreement from the groups, and the label's
     reliability from the two halves of dV; each equals the figure the command printed (the
     notebook asserts it too), each interval holds its mean; a JSON that is no report is passed over."""
-    from oar_attrib.analysis.advantage_oracle import AdvantageSettings
-    from oar_attrib.analysis.advantage_recall import advantage_recall
+    from oar_attrib.instruments.advantage.oracle import AdvantageSettings
+    from oar_attrib.instruments.advantage.recall import advantage_recall
     from oar_attrib.world import generate_problems
 
     model, tok = bundled

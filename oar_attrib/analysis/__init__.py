@@ -1,2 +1,3 @@
-"""Analysis of attributions: oracle recall with intervals, the counterfactual oracle, and the
-figures. Reads the pipeline's results; the pipeline never imports it."""
+"""Analysis of attributions: the statistics every report uses, readings in words, verdicts and
+the figures. The instruments that measure (`instruments`) and the reports of runs (`reports`)
+read it; the pipeline never imports it."""

@@ -1,10 +1,10 @@
 """Which OAR-P mask and probe best predict the model's own counterfactuals (issue 23)?
 
 For each trace (a prompt, the model's own greedy response, an optional gold answer):
-1. the counterfactual oracle (`counterfactual.counterfactual_oracle`) tests at most
+1. the counterfactual oracle (`instruments.data.oracle.counterfactual_oracle`) tests at most
    `cf_positions` scored positions (`choose_positions`: one per stratum, seeded): position t is
    causal when replacing y_t and regenerating the rest greedily changes the final answer
-   (`counterfactual_recall.answer_key`). The replacement defaults to "resample" (a token other
+   (`instruments.data.recall.answer_key`). The replacement defaults to "resample" (a token other
    than y_t drawn from the model at t): an oracle that intervened with the pad token could not
    judge the pad mask, and on SmolLM2 the pad ends the turn (every position comes out causal).
 2. token OAR-P (`methods.oar_p`) scores the same tested positions, and only them (the batch's
@@ -36,8 +36,8 @@ from ..methods.masks import MASKS, TOKEN_NAMES, resolve_token_name
 from ..methods.oar_p import oar_p
 from ..methods.oar_p_step import oar_p_step
 from ..weights.metrics import random_recall, recall_at_k, spearman
-from .counterfactual import choose_positions, counterfactual_oracle
-from .counterfactual_recall import REGENERATION_MARGIN, answer_key
+from ..instruments.data.oracle import choose_positions, counterfactual_oracle
+from ..instruments.data.recall import REGENERATION_MARGIN, answer_key
 from .stats import mean_ci
 
 GOLD = "gold"  # the probe `as_joint` on the trace re-encoded with the gold answer

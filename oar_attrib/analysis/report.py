@@ -1,5 +1,5 @@
 """The summary both recall reports share: token level (`recall.RecallReport`) and step level
-(`step_recall.StepRecallReport`), i.e. what `oar recall world --json` and `oar recall steps --json` print.
+(`instruments.steps.recall.StepRecallReport`), i.e. what `oar recall world --json` and `oar recall steps --json` print.
 
 A report is its summary fields (`SUMMARY_FIELDS`, in the order the JSON gives them) and the
 per-trace data they were computed from, kept for a closer look in a notebook. Each report adds

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from .agreement import agreement_matrix
-from .recall import EXPECTED, trace_recall
-from .recall import summarise as summarise_recall
+from ..instruments.world.recall import EXPECTED, trace_recall
+from ..instruments.world.recall import summarise as summarise_recall
 from .sets import DEFAULT_SETS, SUBSETS
 
 N_BOOT = 2000  # the default of stats.bootstrap_ci, which recall.summarise uses

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..world import DEFAULT_SETS, KNOWN_SETS, VALUE_SETS
 
 COUNTERFACTUAL = "counterfactual"
-# The graded counterfactual oracle (`graded_oracle`): not a set of positions but a flip rate per
+# The graded counterfactual oracle (`instruments.graded.oracle`): not a set of positions but a flip rate per
 # position, scored by rank correlation and tercile AUC; `oar recall graded` runs it.
 GRADED = "graded"
 # The Monte-Carlo advantage oracle (`advantage_oracle`): a value change dV per step, scored by

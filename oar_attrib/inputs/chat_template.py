@@ -18,7 +18,7 @@ A template that fails on a prompt is one `ChatTemplateError` naming the model an
 wrong; one that does not compile or runs past a bound is a `TemplateRefusedError` (the template
 is at fault, not the prompt: callers stop rather than try every prompt).
 Ctrl-C interrupts a render like any Python code. transformers' private helpers are reached
-through `transformers_private` (a missing one is one `LibraryVersionError` line).
+through `compat.transformers` (a missing one is one `LibraryVersionError` line).
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from jinja2.compiler import CodeGenerator
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import InputError, LibraryVersionError
-from .transformers_private import sandbox_environment, template_variables
+from ..compat.transformers import sandbox_environment, template_variables
 
 
 class ChatTemplateError(InputError):

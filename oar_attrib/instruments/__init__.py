@@ -17,10 +17,13 @@ def instrument_spec(name: str) -> InstrumentSpec:
 
 
 def available_instruments() -> list[str]:
-    """The registered instruments, in the order they registered (`oar recall --help`'s)."""
-    from . import members  # noqa: F401  (registration)
+    """The registered instruments: the built-in ones in `members.MEMBERS`' order (`oar recall
+    --help`'s, whichever registered first), then any other in the order it registered."""
+    from .members import MEMBERS
 
-    return list(registered())
+    order = [m.__name__.rsplit(".", 1)[1] for m in MEMBERS]
+    names = list(registered())
+    return sorted(names, key=lambda name: (order.index(name) if name in order else len(order), names.index(name)))
 
 
 __all__ = ["InstrumentSettings", "InstrumentSpec", "OracleCache", "Shard", "available_instruments", "cache_key", "instrument_spec",

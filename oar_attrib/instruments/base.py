@@ -19,14 +19,15 @@ Every instrument takes `--shard K/N` (`shard.Shard`): the units of its determini
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..commands import INT_RANGES, MAX_COUNT, SEED, check_bounds, option
 from ..defaults import DEFAULT_MODEL, PROBE, PROBES
 from ..errors import InputError, unknown_name
 from .shard import Shard
 
-
+if TYPE_CHECKING:
+    from .cache import OracleCache
 
 
 def _method_name(name: str) -> str:
@@ -131,3 +132,25 @@ def need_cache(settings) -> None:
     if settings.shard is not None and getattr(settings, "cf_cache", None) is None:
         raise InputError("--shard needs --cf-cache: a shard's results are kept in a cache of their own beside "
                          "it, for `oar recall merge`")
+
+
+@dataclass
+class Run:
+    """What every step of one instrument's run shares: the model and its tokenizer, the run's
+    cache (`OracleCache`), the oracle's settings (their `seed` seeds what the run samples; None
+    for a run that only reads answers) and whether to show progress bars. An instrument's run
+    adds what it tallies across the steps (`graded`: the decode work of the oracles read back;
+    `advantage`: each boundary's seconds when it was made)."""
+
+    model: object
+    tokenizer: object
+    cache: "OracleCache"
+    settings: object = None
+    progress: bool = False
+
+    def record(self, **extra) -> dict:
+        """The record keying a model output that is not a method's scores (an answer, a group,
+        an oracle): the model's identity and dtype, and `extra`."""
+        from ..records.settings_record import model_dtype, model_identity
+
+        return {"model": model_identity(self.model), "dtype": model_dtype(self.model), **extra}

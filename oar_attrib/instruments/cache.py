@@ -124,6 +124,12 @@ class OracleCache:
 
             check_resume(f"{flag} {self.path}", self.stored_record, record, f"pass a new {flag}")
 
+    def refuse(self, what: str) -> InputError:
+        """The one line that refuses an entry read back that its instrument cannot have made:
+        the cache, what is wrong, what to do."""
+        return InputError(f"{self.flag} {self.path}: {what}; pass a new {self.flag}, or delete that entry's line to "
+                          "have it computed again")
+
     def _bad(self, number: int, problem: str) -> InputError:
         return InputError(f"{self.flag} {self.path}:{number}: {problem}; pass a new {self.flag}, or "
                           "delete that line to have it computed again")

@@ -89,7 +89,7 @@ class Site:
 def world_sites(problem, trace: int, by: int = 1) -> list[Site]:
     """The sites of an arithmetic-world problem's reference solution: every written step on the
     answer's path (chain) or off it (distractor), its result shifted by `by`."""
-    from ..analysis.step_recall import overlaps
+    from .steps.recall import overlaps
     from ..world.oracle import STEP_RE, shift_result
 
     text, oracle = problem.solution, problem.oracle(problem.solution)
@@ -135,7 +135,7 @@ def site_values(model, tokenizer, prompt_ids: list[int], trace: str, sites: list
     `placebo` the same intact prefix's V from that store's seeds ("placebo": its difference from
     the first). A continuation may write the rest of the trace plus the oracle's margin; every
     prefix of the trace's sites decodes together (`advantage_oracle.prefix_rewards`)."""
-    from ..analysis.advantage_oracle import prefix_rewards
+    from .advantage.oracle import prefix_rewards
 
     texts = [t for s in sites for t in (s.intact, s.corrupt)]
     heads = [tokenizer(t, add_special_tokens=False).input_ids for t in texts]
@@ -245,10 +245,10 @@ def _traces(settings: InterventionRecall, records: list[dict], model, tokenizer,
     """Per record (its prompt ids, its trace, its sites, its reward function), and the counts of
     records left out: the arithmetic world's reference solutions, or the model's own greedy
     answers to --data, kept when right and holding a site."""
-    from ..analysis.advantage_recall import reward_function
-    from ..analysis.counterfactual_recall import encode_prompt_ids, record_prompt
-    from ..analysis.graded_oracle import GradedSettings
-    from ..analysis.graded_recall import _Run, _answers
+    from .advantage.recall import reward_function
+    from .data.recall import encode_prompt_ids, record_prompt
+    from .answers import greedy_answers
+    from .base import Run
     from ..models.catalogue import answering
 
     prompts = [encode_prompt_ids(tokenizer, record_prompt(r, tokenizer)) for r in records]
@@ -256,8 +256,8 @@ def _traces(settings: InterventionRecall, records: list[dict], model, tokenizer,
     if world:
         texts = [r["problem"].solution for r in records]
     else:
-        run = _Run(model, tokenizer, cache, GradedSettings(), settings.progress)
-        texts = _answers(run, prompts, settings.max_new_tokens or answering(settings.model)[0].max_new_tokens)
+        run = Run(model, tokenizer, cache, progress=settings.progress)
+        texts = greedy_answers(run, prompts, settings.max_new_tokens or answering(settings.model)[0].max_new_tokens)
     out, skipped = [], {"wrong": 0, "no_sites": 0}
     for i, (record, ids, text) in enumerate(zip(records, prompts, texts)):
         reward_of = reward_function(record)
@@ -282,8 +282,8 @@ def run_intervention(settings: InterventionRecall) -> int:
 
     from tqdm.auto import tqdm
 
-    from ..analysis.advantage_oracle import AdvantageSettings
-    from ..analysis.advantage_recall import CACHE_CHECKS, CachedBoundaries
+    from .advantage.oracle import AdvantageSettings
+    from .advantage.recall import CACHE_CHECKS, CachedBoundaries
     from ..models.catalogue import bundled
     from ..models import load_model
     from ..records.settings_record import model_dtype, model_identity

@@ -59,7 +59,7 @@ class OarGKnobs:
 
     n_noise: int = knob(1, "OAR-G: noise draws averaged", int, analysis=8)
     noise_std: float | None = knob(None, "OAR-G: noise scale (default: 0.1 x the RMS of the row's embeddings)",
-                                   float, bounds=(None, NOISE_STD_MAX))
+                                   float, bounds=(None, NOISE_STD_MAX), setting="noise_std")
 
 
 @dataclass(frozen=True)

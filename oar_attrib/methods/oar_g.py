@@ -39,9 +39,9 @@ from ..defaults import PROBE
 from ..inputs.batch import ScoringBatch
 from ..models.budget import row_groups
 from ..errors import InputError
-from ..models.lm import (accepts_logits_to_keep, check_positions, check_token_budget, draw_normal,
-                 eval_mode, input_embeddings, keep_scoreable, logits_at, model_device, plain_kv,
-                 scoreable, with_cache)
+from ..compat.transformers import accepts_logits_to_keep, plain_kv, with_cache
+from ..models.lm import (check_positions, check_token_budget, draw_normal, eval_mode, input_embeddings,
+                         keep_scoreable, logits_at, model_device, scoreable)
 from .draws import mean_of_draws
 from .knobs import OarGKnobs
 from .registry import register_method
@@ -49,7 +49,7 @@ from .probes import ProbeSites, backward_budget, check_probe, probe_divergence, 
 
 
 # Analysis reads with 8 draws, training with the paper's 1 (`OarGKnobs`).
-@register_method("oar_g", random=True, train_params=("noise_std",), token_budget=True,
+@register_method("oar_g", random=True, token_budget=True,
                  knobs=OarGKnobs, draws=True, speed_params=("draws_per_pass",), cost="cheap",
                  defaults=("reading", "training", "alignment", "demo"), listed=1)
 def oar_g(model, batch: ScoringBatch, *, probe: str = PROBE, noise_std: float | None = OarGKnobs.noise_std,
@@ -189,7 +189,7 @@ class _Prefix:
     def __init__(self, starts: torch.Tensor, kv: list[tuple[torch.Tensor, torch.Tensor]],
                  slot_mask: torch.Tensor, cache_keyword: str):
         self.starts, self.kv, self.slot_mask = starts, kv, slot_mask  # (B,), per layer (B,H,P,D), (B,P)
-        self.cache_keyword = cache_keyword  # the model's name for a KV cache (`lm.with_cache`)
+        self.cache_keyword = cache_keyword  # the model's name for a KV cache (`compat.transformers.with_cache`)
 
     @classmethod
     def of(cls, model, embeds: torch.Tensor, batch: ScoringBatch) -> "_Prefix | None":

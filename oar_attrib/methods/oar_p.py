@@ -41,7 +41,7 @@ def oar_p_reference(model, batch: ScoringBatch, probe: str = PROBE, *, mask=OarP
 
 # random: mask="resample" draws; overhead_tokens and packing group the same copies differently
 @register_method("oar_p", token_budget=True, random=True, speed_params=("overhead_tokens", "packing"),
-                 knobs=OarPKnobs, defaults=("alignment", "demo"), listed=2)
+                 knobs=OarPKnobs, defaults=("alignment", "demo", "api", "live"), listed=2)
 def oar_p(model, batch: ScoringBatch, *, probe: str = PROBE,
           max_batch_tokens: int | None = None, generator: torch.Generator | None = None,
           progress: bool = False, overhead_tokens: int | None = None,

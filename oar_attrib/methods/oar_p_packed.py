@@ -28,7 +28,8 @@ import torch
 from transformers import DynamicCache
 
 from ..models.budget import text_config
-from ..models.lm import logits_at, with_cache
+from ..compat.transformers import with_cache
+from ..models.lm import logits_at
 from .masks import window_columns, window_sites
 from .probes import probe_importance, probe_values
 

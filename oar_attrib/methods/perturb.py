@@ -42,8 +42,8 @@ from ..defaults import PROBE
 from ..models.budget import auto_batch_tokens, row_groups
 from ..errors import InputError
 from ..inputs.batch import ScoringBatch
-from ..models.lm import (check_positions, eval_mode, float32_head, logits_at, model_device, plain_kv,
-                  with_cache)
+from ..compat.transformers import plain_kv, with_cache
+from ..models.lm import check_positions, eval_mode, float32_head, logits_at, model_device
 from .masks import check_mask, perturbed_row, substitute, window_columns, window_sites
 from .oar_p_packed import mask_kind, pack_copies, packed_key_limit, plan_copies, score_packed
 from .probes import ProbeSites, check_probe, probe_importance, probe_sites, probe_values

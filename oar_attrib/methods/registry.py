@@ -19,8 +19,6 @@ declaring what the attribution and the trainer need to run it:
                   numbers from generators[b] exactly as it would for row b alone (so a row's
                   scores do not depend on the rows batched with it; the trainer relies on this);
 - token_budget:   it takes `max_batch_tokens`, the size of one forward in tokens;
-- train_params:   other keyword arguments the weights pipeline fills from `ReshapeSettings`
-                  fields of the same name (e.g. `noise_std`), passed in as a plain mapping;
 - analysis_only:  it explains a trace but cannot reshape training (too slow, or needs data a
                   training step does not have): `attribute` runs it, the trainer refuses it;
 - needs_tokenizer: it reads text (e.g. sampled answers): `attribute` passes its tokenizer as
@@ -54,7 +52,12 @@ declaring what the attribution and the trainer need to run it:
                   and `MethodSpec.analysis_params` are their analysis defaults: what
                   `attribute`, `oar attribute`, the live page and recall read unless the
                   caller's method_params say otherwise (OAR-G reads with 8 noise draws, trains
-                  with the paper's 1). None: no knobs (a plugin's method, most baselines);
+                  with the paper's 1). A knob that a reshaping setting also sets (`setting`:
+                  OAR-G's `noise_std`, `ReshapeSettings.noise_std`, `oar_noise_std` in training)
+                  takes that setting's value in every run unless the method params give it:
+                  the one road by which a knob reaches the method, in analysis and in training
+                  alike (`MethodSpec.kwargs`), its value checked by the knob's bounds. None: no
+                  knobs (a plugin's method, most baselines);
 - draws:          it averages random draws and takes `return_draws=True`, which returns the
                   (n, B, L) per-draw importances instead of their mean (`methods.draws`): the
                   pipeline averages them itself and judges the ranking's stability from them;
@@ -65,7 +68,9 @@ declaring what the attribution and the trainer need to run it:
 - defaults:       the roles it is a default for (`ROLES`): "reading" (the cheap reading set a
                   real model's traces are attributed with), "training" (what `oar train`
                   reshapes with), "alignment" (what `oar align` compares), "demo" (what the web
-                  app's demo attributes a real model with); `default_methods(role)` lists them;
+                  app's demo attributes a real model with), "api" (what `attribute()` runs when
+                  no method is named), "live" (what the web app's live page runs when the request
+                  names none); `default_methods(role)` lists them;
 - listed:         where it stands when a role's defaults are listed (lower first, then by name).
 
 Every fact about a method lives here, so a new method touches its own file and nothing else:
@@ -80,7 +85,7 @@ import inspect
 from dataclasses import MISSING, dataclass
 from typing import Any, Callable
 
-from ..errors import unknown_name
+from ..errors import InputError, unknown_name
 
 ImportanceFn = Callable[..., "torch.Tensor"]  # noqa: F821
 
@@ -94,7 +99,6 @@ class MethodSpec:
     weighting: str = "bilevel"
     random: bool = False
     token_budget: bool = False
-    train_params: tuple[str, ...] = ()
     analysis_only: bool = False
     needs_tokenizer: bool = False
     uniform: bool = False
@@ -120,16 +124,38 @@ class MethodSpec:
         """The method's keyword arguments in analysis: its `analysis_params` under `params`."""
         return {**self.analysis_params, **(params or {})}
 
+    def check_knobs(self, values: dict) -> None:
+        """InputError naming the knob when a number in `values` ({knob: value}) is outside the
+        knob's bounds (what its flag and `oar align`'s `name:key=value` are held to)."""
+        from ..defaults import bounds_problem
+
+        fields = {f.name: f for f in knob_fields(self.knobs)}
+        for name, value in values.items():
+            if name not in fields or isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            problem = bounds_problem(value, fields[name].metadata.get("bounds"),
+                                     float if isinstance(value, float) else int)
+            if problem:
+                raise InputError(f"method {self.name!r}: {name} {problem}")
+
+    @property
+    def setting_knobs(self) -> dict[str, str]:
+        """{knob: the reshaping setting that gives it its value} (module docstring, `knobs`)."""
+        return {f.name: f.metadata["setting"] for f in knob_fields(self.knobs) if "setting" in f.metadata}
+
     def kwargs(self, values: dict, max_batch_tokens: int | None = None, longest: int = 0,
                generators=None) -> dict:
-        """Keyword arguments of `fn`: its `train_params` taken from the plain mapping `values`,
-        the token budget (None: the method sizes it; a row of `longest` tokens is scored alone
-        rather than failing on it), and `generators`, one per row, when the method is random."""
-        missing = [name for name in self.train_params if name not in values]
+        """Keyword arguments of `fn`: the knobs a setting gives (`setting_knobs`) taken from the
+        plain mapping of the settings `values`, the token budget (None: the method sizes it; a
+        row of `longest` tokens is scored alone rather than failing on it), and `generators`,
+        one per row, when the method is random."""
+        settings = self.setting_knobs
+        missing = [setting for setting in settings.values() if setting not in values]
         if missing:
             raise ValueError(f"method {self.name!r} takes {', '.join(missing)} from the settings, which have "
                              f"no such field; known: {', '.join(sorted(values))}")
-        out = {name: values[name] for name in self.train_params}
+        out = {knob: values[setting] for knob, setting in settings.items()}
+        self.check_knobs(out)
         if self.token_budget:
             out["max_batch_tokens"] = None if max_batch_tokens is None else max(int(max_batch_tokens), longest)
         if self.random and generators is not None:
@@ -138,18 +164,21 @@ class MethodSpec:
 
 
 def knob(default, help: str, kind: type | Callable[[str], Any], *, analysis=MISSING,
-         bounds: tuple | None = None) -> Any:
+         bounds: tuple | None = None, setting: str | None = None) -> Any:
     """A field of a method's knobs (module docstring), made by the one field helper
     (`commands.option`): the keyword's `default` (the function's default is this field,
     `n_noise: int = OarGKnobs.n_noise`), its `help` text (the flag's), how a value given as
     text is read (`kind`: int or float, a number > 0; else a parser of its own that raises
     argparse.ArgumentTypeError, `knobs.mask_choice`), the `bounds` of a number beyond > 0 (what
     the computation can hold: `commands.number_problem` checks them for the flag and for
-    `oar align`'s `name:key=value`) and, where analysis reads another value, its `analysis`
-    default."""
+    `oar align`'s `name:key=value`), where analysis reads another value, its `analysis`
+    default and, where a reshaping setting gives it its value in a run, that `setting`'s name
+    (`MethodSpec.setting_knobs`)."""
     from ..defaults import option
 
     extra = {"analysis": analysis} if analysis is not MISSING else {}
+    if setting is not None:
+        extra["setting"] = setting
     return option(default, help, kind=kind, **extra, **({"bounds": bounds} if bounds else {}))
 
 
@@ -198,7 +227,7 @@ RUN_ONLY = ("generator", "tokenizer", "progress", "max_batch_tokens", "return_dr
 SCOPES = ("reasoning", "response")
 UNITS = ("token", "step")
 COSTS = ("cheap", "costly")
-ROLES = ("reading", "training", "alignment", "demo")
+ROLES = ("reading", "training", "alignment", "demo", "api", "live")
 
 
 def _check_facts(name: str, scope: str, unit: str, cost: str, defaults: tuple[str, ...]) -> None:
@@ -212,8 +241,7 @@ def _check_facts(name: str, scope: str, unit: str, cost: str, defaults: tuple[st
 
 
 def register_method(name: str, *, weighting: str = "bilevel", random: bool = False,
-                    token_budget: bool = False, train_params: tuple[str, ...] = (),
-                    analysis_only: bool = False, needs_tokenizer: bool = False,
+                    token_budget: bool = False, analysis_only: bool = False, needs_tokenizer: bool = False,
                     uniform: bool = False, speed_params: tuple[str, ...] = (),
                     knobs: type | None = None, scope: str = "reasoning",
                     grouped: bool = False, signed: bool = False, variant_of: str | None = None,
@@ -226,8 +254,8 @@ def register_method(name: str, *, weighting: str = "bilevel", random: bool = Fal
         if name in _METHODS:
             raise ValueError(f"importance method {name!r} is registered twice; pick another name")
         _check_knobs(name, fn, knobs)
-        _METHODS[name] = MethodSpec(name, fn, weighting, random, token_budget, tuple(train_params),
-                                    analysis_only, needs_tokenizer, uniform, scope=scope, grouped=grouped,
+        _METHODS[name] = MethodSpec(name, fn, weighting, random, token_budget, analysis_only,
+                                    needs_tokenizer, uniform, scope=scope, grouped=grouped,
                                     signed=signed, variant_of=variant_of, speed_params=tuple(speed_params),
                                     knobs=knobs, draws=draws, unit=unit, cost=cost, defaults=tuple(defaults),
                                     listed=listed)
@@ -278,7 +306,7 @@ def ranking_scores(method: str, scores):
 
 def default_methods(role: str) -> list[str]:
     """The registered methods that are a default for `role` (`ROLES`), in their `listed` order
-    (then by name): "reading", "training", "alignment" or "demo"."""
+    (then by name): one of `ROLES`."""
     if role not in ROLES:
         raise ValueError(f"role {role!r}: choose one of {', '.join(ROLES)}")
     return [s.name for s in sorted(_METHODS.values(), key=lambda s: (s.listed, s.name)) if role in s.defaults]

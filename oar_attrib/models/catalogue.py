@@ -25,11 +25,11 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 
-from ..defaults import PROMPT_FORMAT
+from ..defaults import PROMPT_FORMAT, option
 from ..errors import ModelLoadError
 from ..files import move_into_place, write_file
 from .gguf import check_gguf
@@ -45,10 +45,10 @@ class Answering:
     """How a model is asked for its final answer and sampled, unless told otherwise (`oar
     generate`'s defaults): the settings under which it gives answers the grader can read."""
 
-    answer_format: str = field(default=PROMPT_FORMAT, metadata={
-        "help": "the final-answer format the prompt asks for and the grade reads (rollouts.PROMPT_TEMPLATES)"})
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
-    max_new_tokens: int = field(default=512, metadata={"help": "tokens per answer"})
+    answer_format: str = option(PROMPT_FORMAT, "the final-answer format the prompt asks for and the grade reads "
+                                               "(rollouts.PROMPT_TEMPLATES)")
+    temperature: float = option(1.0, "sampling temperature")
+    max_new_tokens: int = option(512, "tokens per answer")
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ import torch
 from tqdm.auto import tqdm
 from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
-from .lm import cache_of, eval_mode, with_cache
+from ..compat.transformers import cache_of, with_cache
+from .lm import eval_mode
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:

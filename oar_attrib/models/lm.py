@@ -8,11 +8,11 @@ importances, and seedable noise. Works with any Hugging Face causal LM
 from __future__ import annotations
 
 import contextlib
-import inspect
 from typing import Iterator
 
 import torch
 
+from ..compat.transformers import accepts_logits_to_keep, keeps_row_indices
 from ..inputs.batch import ScoringBatch
 from ..errors import InputError
 
@@ -52,57 +52,6 @@ def check_positions(model: torch.nn.Module, batch: ScoringBatch) -> None:
         )
 
 
-def _keeps_row_indices() -> bool:
-    """Whether this transformers reads a (B, K) `logits_to_keep` as per-row positions (it
-    gained `slice_logits_to_keep` for that); earlier versions index every row with all B * K."""
-    try:
-        from transformers.modeling_utils import slice_logits_to_keep  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-_KEEPS_ROW_INDICES = _keeps_row_indices()
-
-
-def accepts_logits_to_keep(model: torch.nn.Module) -> bool:
-    """Whether `model.forward` can project only selected positions to the vocabulary."""
-    return _forward_takes(model, "logits_to_keep")
-
-
-def _forward_takes(model: torch.nn.Module, name: str) -> bool:
-    try:
-        return name in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def with_cache(model: torch.nn.Module, cache) -> dict:
-    """The keyword argument that hands `model` (its forward and `generate`) a KV cache: `cache`
-    since transformers 5.24, `past_key_values` before it and in models written against it."""
-    return {"cache" if _forward_takes(model, "cache") else "past_key_values": cache}
-
-
-def cache_of(output):
-    """The KV cache a forward returned (`output.cache` since transformers 5.24, whose
-    `output.past_key_values` is a deprecated alias; `past_key_values` before)."""
-    cache = getattr(output, "cache", None)
-    return cache if cache is not None else output.past_key_values
-
-
-def plain_kv(cache, width: int) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
-    """Per layer the (B, H, width, D) keys and values a forward over `width` columns left in
-    `cache`; None when a layer is not a plain key/value cache of every column (a sliding
-    window that dropped keys, a recurrent state), which a prefix cannot be reused from."""
-    kv = []
-    for layer in getattr(cache, "layers", None) or [None]:
-        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-        if not isinstance(keys, torch.Tensor) or keys.dim() != 4 or keys.shape[-2] != width:
-            return None
-        kv.append((keys, values))
-    return kv
-
-
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 
 
@@ -136,7 +85,7 @@ def logits_at(model: torch.nn.Module, positions: torch.Tensor, **inputs) -> torc
 
     positions: (B, K) long, indices into the sequence dimension of the forward's inputs.
     inputs:    keyword arguments of the model's forward (input_ids or inputs_embeds,
-               attention_mask, position_ids, `with_cache(model, cache)`, use_cache, ...).
+               attention_mask, position_ids, `compat.transformers.with_cache(model, cache)`, use_cache, ...).
     Returns (B, K, V), float32 (`float32_head`) or the model's dtype. Uses `logits_to_keep` so
     that only these positions are projected to the vocabulary (the projection is ~25% of a small
     model's forward); the model's own head runs, so soft-capping or scaling of logits is kept.
@@ -146,7 +95,7 @@ def logits_at(model: torch.nn.Module, positions: torch.Tensor, **inputs) -> torc
 
 
 def _logits_at(model: torch.nn.Module, positions: torch.Tensor, **inputs) -> torch.Tensor:
-    if accepts_logits_to_keep(model) and _KEEPS_ROW_INDICES:
+    if accepts_logits_to_keep(model) and keeps_row_indices():
         return model(**inputs, logits_to_keep=positions).logits  # (B, K, V)
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if isinstance(head, torch.nn.Module):

@@ -17,8 +17,9 @@ The record (`RECORD_FORMAT` 1):
      "version": "0.1.0", **extra}
 
 A method's entry holds every keyword of its function with the value it ran with: the function's
-default, under the settings' fields it takes (`train_params`), under the caller's method_params
-(which in analysis already hold the method's `analysis_params`). Keywords that change speed,
+default, under the settings' fields that give its knobs their values (`MethodSpec.setting_knobs`),
+under the caller's method_params (which in analysis already hold the method's
+`analysis_params`). Keywords that change speed,
 memory or display only (`registry.RUN_ONLY`, each method's `speed_params`) stay out, so a
 resume with another token budget is not refused.
 """
@@ -125,7 +126,7 @@ def method_record(name: str, settings, params: dict | None = None) -> dict:
     skip = set(RUN_ONLY) | set(spec.speed_params) | {"probe"}  # the probe is a setting
     values = {p.name: p.default for p in inspect.signature(spec.fn).parameters.values()
               if p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is not inspect.Parameter.empty}
-    values |= {k: getattr(settings, k) for k in spec.train_params}
+    values |= {knob: getattr(settings, setting) for knob, setting in spec.setting_knobs.items()}
     values |= dict(params or {})
     return {k: plain(v) for k, v in sorted(values.items()) if k not in skip}
 

@@ -24,7 +24,7 @@ from oar_attrib.inputs.chat_template import chat_ids
 from oar_attrib.jsonl import LogOwner, append_jsonl
 from oar_attrib.world.evaluation import evaluate_world
 
-from .trl_private import metrics
+from .compat import metrics
 
 
 # eval_curve.jsonl: one evaluation a line (a file there that is not one is refused, left as it is).

@@ -14,7 +14,7 @@ import re
 import sys
 from dataclasses import dataclass
 
-from oar_attrib.commands import DefaultsHelpFormatter, add_dataclass_args, option, run_command
+from oar_attrib.commands import DefaultsHelpFormatter, add_dataclass_args, option, run_command, runs_on
 from oar_attrib.extras import require_extra
 
 _EPILOG = """settings: key=value pairs (YAML values), anywhere among the flags, override the preset
@@ -96,7 +96,7 @@ class TrainFlags:
 
 def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add_dataclass_args(parser, TrainFlags)
-    parser.set_defaults(func=run_train)
+    parser.set_defaults(func=runs_on(TrainFlags, run_train))
     return parser
 
 
@@ -125,10 +125,10 @@ def add_train_command(subparsers) -> argparse.ArgumentParser:
     return _configure(parser)
 
 
-def _flag_overrides(args: argparse.Namespace) -> list[str]:
-    pairs = [("trainer.oar_method", args.method), ("trainer.oar_probe", args.probe),
-             ("run.model", args.model), ("trainer.output_dir", args.output_dir),
-             ("trainer.max_steps", args.max_steps), ("trainer.seed", args.seed)]
+def _flag_overrides(flags: TrainFlags) -> list[str]:
+    pairs = [("trainer.oar_method", flags.method), ("trainer.oar_probe", flags.probe),
+             ("run.model", flags.model), ("trainer.output_dir", flags.output_dir),
+             ("trainer.max_steps", flags.max_steps), ("trainer.seed", flags.seed)]
     return [f"{key}={json.dumps(value)}" for key, value in pairs if value is not None]
 
 
@@ -169,19 +169,21 @@ def env_overrides() -> list[str]:
     return shlex.split(os.environ.get(OVERRIDES_ENV, ""))
 
 
-def run_train(args: argparse.Namespace) -> int:
+def run_train(flags: TrainFlags) -> int:
+    """`oar train`: resolve the preset, the YAML and the settings over it, then train (or print
+    them, with `dry_run`); prints the run's summary as one JSON line."""
     require_extra("train", "oar train")
     from .launch import build_configs, resolve, train
 
-    settings = resolve(args.preset, args.config,
-                       list(args.overrides) + _flag_overrides(args) + env_overrides())
-    if args.dry_run:
+    settings = resolve(flags.preset, flags.config,
+                       list(flags.overrides or ()) + _flag_overrides(flags) + env_overrides())
+    if flags.dry_run:
         import yaml
 
         build_configs(settings)  # validates (types included) before anything is printed
         print(yaml.safe_dump(settings, sort_keys=False), end="")
         return 0
-    resume = _check_resume(args.resume, settings)
+    resume = _check_resume(flags.resume, settings)
     run, trainer_args = build_configs(settings)
     summary = train(run, trainer_args, resume=resume)
     # One write per line: under a launcher every rank prints its summary to the same pipe. `print`

@@ -2,27 +2,21 @@
 
 Every new field has help text and is checked on construction; errors name the allowed values.
 The trainer hooks into TRL internals (`_generate_and_score_completions`, `_compute_loss`), so
-the TRL version is pinned to the range those hooks were tested against.
+the TRL version is pinned to the range those hooks were tested against (`compat`).
 """
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field, fields, make_dataclass
+from dataclasses import dataclass, fields, make_dataclass
 
-from packaging.version import Version
 from trl import GRPOConfig
 
 from oar_attrib.commands import DTYPES
+from oar_attrib.defaults import option
 from oar_attrib.methods import trainable_methods
 from oar_attrib.weights.settings import ReshapeSettings, SettingError, config_fields, config_name
 
-from .errors import TrainingConfigError, UnsupportedTRLError
-
-# Tested: 1.16.0. The hooks rely on `_generate_and_score_completions` returning a dict with
-# per-sequence "advantages" and on `_compute_loss` accepting (B, T) advantages.
-TRL_MIN, TRL_MAX = Version("1.16.0"), Version("1.17.0")
-TRL_OVERRIDE_ENV = "OAR_ALLOW_UNTESTED_TRL"
-
+from .compat import check_trl_version
+from .errors import TrainingConfigError
 
 def oar_method_choices() -> list[str]:
     """Allowed `oar_method` values: every registered method that is not analysis-only ('none',
@@ -36,21 +30,6 @@ def oar_method_choices() -> list[str]:
 # oar_weighting, oar_granularity, oar_step_pool, oar_noise_std, oar_max_batch_tokens,
 # answer_format, answer_pattern.
 ReshapeFields = make_dataclass("ReshapeFields", config_fields())
-
-
-def check_trl_version(version: str | None = None) -> None:
-    """Raise `UnsupportedTRLError` unless TRL is in [TRL_MIN, TRL_MAX) (or the override is set)."""
-    if version is None:
-        import trl
-
-        version = trl.__version__
-    if TRL_MIN <= Version(version) < TRL_MAX or os.environ.get(TRL_OVERRIDE_ENV) == "1":
-        return
-    raise UnsupportedTRLError(
-        f"trl {version} is installed, but OARGRPOTrainer was tested with trl >={TRL_MIN},<{TRL_MAX} "
-        f"(it overrides GRPOTrainer internals that change between releases); install "
-        f"'trl>={TRL_MIN},<{TRL_MAX}', or set {TRL_OVERRIDE_ENV}=1 to try this version anyway"
-    )
 
 
 # transformers 5.x renamed `gradient_checkpointing` to `activation_checkpointing` (the old name
@@ -74,43 +53,24 @@ def _cuda_bf16() -> bool:
 class OARConfig(GRPOConfig, ReshapeFields):
     """GRPOConfig with Outcome-grounded Advantage Reshaping: the per-token advantage is A_i * w_t."""
 
-    oar_probe_warmup_steps: int = field(
-        default=0,
-        metadata={"help": "Optimizer steps that use the 'lt' probe before switching to oar_probe "
-                          "(the paper warms up with LT-Logits)."},
-    )
-    oar_skip_zero_advantage: bool = field(
-        default=True,
-        metadata={"help": "Do not attribute completions whose advantage is 0 (groups with equal "
-                          "rewards): A_i * w_t is 0 whatever the weights. False attributes all "
-                          "(slower; for analysis of every completion)."},
-    )
-    oar_store_every: int = field(
-        default=25,
-        metadata={"help": "Write a sample of the generation batch to the run store (default "
-                          "<output_dir>/runs.db, what `oar web --store` reads) at step 0 and every "
-                          "this many optimizer steps (0: never)."},
-    )
-    oar_correct_threshold: float | None = field(
-        default=None,
-        metadata={"help": "The run store marks a completion correct when its total reward is >= this. "
-                          "Unset: when every reward function that declares `correct_threshold` (the "
-                          "built-in ones: 1.0) reaches it; unknown when none declares one."},
-    )
-    oar_store_samples: int = field(
-        default=4, metadata={"help": "Completions per written sample (taken from the main process)."}
-    )
-    oar_store_path: str | None = field(
-        default=None,
-        metadata={"help": "Run store the samples go to: a .db file (the web app's store, one run per "
-                          "training) or a JSON Lines file; default <output_dir>/runs.db."},
-    )
+    oar_probe_warmup_steps: int = option(0, "Optimizer steps that use the 'lt' probe before switching to oar_probe "
+                                            "(the paper warms up with LT-Logits).")
+    oar_skip_zero_advantage: bool = option(True, "Do not attribute completions whose advantage is 0 (groups with equal "
+                                                 "rewards): A_i * w_t is 0 whatever the weights. False attributes all "
+                                                 "(slower; for analysis of every completion).")
+    oar_store_every: int = option(25, "Write a sample of the generation batch to the run store (default "
+                                      "<output_dir>/runs.db, what `oar web --store` reads) at step 0 and every "
+                                      "this many optimizer steps (0: never).")
+    oar_correct_threshold: float | None = option(None, "The run store marks a completion correct when its total reward"
+                                                       " is >= this. Unset: when every reward function that declares "
+                                                       "`correct_threshold` (the built-in ones: 1.0) reaches it; "
+                                                       "unknown when none declares one.")
+    oar_store_samples: int = option(4, "Completions per written sample (taken from the main process).")
+    oar_store_path: str | None = option(None, "Run store the samples go to: a .db file (the web app's store, one run "
+                                              "per training) or a JSON Lines file; default <output_dir>/runs.db.")
     if not _NATIVE_ACTIVATION_CHECKPOINTING:
-        activation_checkpointing: bool = field(
-            default=False,
-            metadata={"help": "Recompute activations in the backward to save memory (this "
-                              "transformers calls it gradient_checkpointing)."},
-        )
+        activation_checkpointing: bool = option(False, "Recompute activations in the backward to save memory (this "
+                                                       "transformers calls it gradient_checkpointing).")
 
     def __post_init__(self) -> None:
         check_trl_version()

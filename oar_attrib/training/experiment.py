@@ -39,11 +39,12 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from oar_attrib.defaults import option
 from oar_attrib.store.experiments import STEP_KEY, ExperimentStore
 from oar_attrib.store.lock import WriterLock
 from oar_attrib.store.schema import identify
@@ -63,17 +64,18 @@ TRAIN_KEYS = ("reward", "entropy", "loss", "grad_norm", "oar/ess_ratio", "oar/to
 class ExperimentSpec:
     """The `experiment` section: what the grid is."""
 
-    name: str = field(metadata={"help": "Name of the grid in the store (a changed grid needs a new one)."})
-    methods: dict[str, dict] = field(metadata={"help": "Label -> trainer settings; 'none' (GRPO) is required."})
-    seeds: list[int] = field(metadata={"help": "Seeds of every method (an int N means 0..N-1)."})
-    steps: int = field(metadata={"help": "Optimizer steps of every cell."})
-    preset: str = field(default="arith-tiny", metadata={"help": "Base preset (or YAML) of every cell."})
-    eval_every: int = field(default=20, metadata={"help": "Held-out evaluation at 0, every N steps, the last."})
-    eval_presets: list[str] = field(default_factory=lambda: ["default", "recall"], metadata={
-        "help": "World presets of the held-out problems: the training preset first, then unseen ones."})
-    world_seed: int = field(default=1234, metadata={"help": "Seed of the training problems, shared by all cells."})
-    store: str = field(default="runs/experiments.db", metadata={"help": "The run store of every cell's curve."})
-    output_dir: str = field(default="runs/experiments", metadata={"help": "Cell logs and trainer output."})
+    name: str = option(help="Name of the grid in the store (a changed grid needs a new one).")
+    methods: dict[str, dict] = option(help="Label -> trainer settings; 'none' (GRPO) is required.")
+    seeds: list[int] = option(help="Seeds of every method (an int N means 0..N-1).")
+    steps: int = option(help="Optimizer steps of every cell.")
+    preset: str = option("arith-tiny", "Base preset (or YAML) of every cell.")
+    eval_every: int = option(20, "Held-out evaluation at 0, every N steps, the last.")
+    eval_presets: list[str] = option(help="World presets of the held-out problems: the training preset first, then "
+                                          "unseen ones.",
+                                     default_factory=lambda: ["default", "recall"])
+    world_seed: int = option(1234, "Seed of the training problems, shared by all cells.")
+    store: str = option("runs/experiments.db", "The run store of every cell's curve.")
+    output_dir: str = option("runs/experiments", "Cell logs and trainer output.")
 
     def __post_init__(self) -> None:
         if not self.methods or not isinstance(self.methods, dict):

@@ -14,7 +14,7 @@ import json
 import sys
 from dataclasses import dataclass
 
-from oar_attrib.commands import add_dataclass_args, option, run_command
+from oar_attrib.commands import add_dataclass_args, option, run_command, runs_on
 from oar_attrib.extras import require_extra
 
 _EPILOG = """settings: key=value pairs after the experiment override it: experiment.KEY sets the
@@ -56,10 +56,10 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run (or resume) every cell of the grid", epilog=_EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     add_dataclass_args(run, RunFlags)
-    run.set_defaults(func=run_experiment)
+    run.set_defaults(func=runs_on(RunFlags, run_experiment))
     report = sub.add_parser("report", help="accuracy curves, paired differences from GRPO, credit metrics")
     add_dataclass_args(report, ReportFlags)
-    report.set_defaults(func=report_experiment)
+    report.set_defaults(func=runs_on(ReportFlags, report_experiment))
     return parser
 
 
@@ -70,13 +70,14 @@ def add_experiment_command(subparsers) -> argparse.ArgumentParser:
     return _configure(parser)
 
 
-def run_experiment(args: argparse.Namespace) -> int:
+def run_experiment(flags: RunFlags) -> int:
+    """`oar experiment run`: every cell of the grid (or, with `dry_run`, the settings and cells)."""
     require_extra("train", "oar experiment")
     from . import experiment
 
-    experiment.check_jobs(args.jobs)  # before the grid is read or a cell starts
-    spec, base = experiment.load(args.experiment, args.overrides)
-    if args.dry_run:
+    experiment.check_jobs(flags.jobs)  # before the grid is read or a cell starts
+    spec, base = experiment.load(flags.experiment, flags.overrides)
+    if flags.dry_run:
         print(experiment.dump_spec(spec, base), end="")
         for seed in spec.seeds:
             for method in spec.methods:
@@ -84,25 +85,26 @@ def run_experiment(args: argparse.Namespace) -> int:
         print(f"# {len(spec.methods)} methods x {len(spec.seeds)} seeds = "
               f"{len(spec.methods) * len(spec.seeds)} cells of {spec.steps} steps")
         return 0
-    result = experiment.run(spec, base, jobs=args.jobs, echo=lambda line: print(line, flush=True))
+    result = experiment.run(spec, base, jobs=flags.jobs, echo=lambda line: print(line, flush=True))
     print(json.dumps(result))
     return 0 if not result["failed"] and result["finished"] == result["cells"] else 1
 
 
-def report_experiment(args: argparse.Namespace) -> int:
+def report_experiment(flags: ReportFlags) -> int:
+    """`oar experiment report`: the grid's report, its summary and figure when asked for."""
     require_extra("train", "oar experiment")
-    from oar_attrib.analysis import experiment as analysis
+    from oar_attrib.reports import experiment as analysis
 
     from . import experiment
 
-    spec, _ = experiment.load(args.experiment, args.overrides)
-    report = analysis.load_report(spec.store, spec.name, metric=args.metric)
-    if args.summary:
-        analysis.write_summary(report, args.summary)
-    if args.figure:
+    spec, _ = experiment.load(flags.experiment, flags.overrides)
+    report = analysis.load_report(spec.store, spec.name, metric=flags.metric)
+    if flags.summary:
+        analysis.write_summary(report, flags.summary)
+    if flags.figure:
         require_extra("web", "oar experiment report --figure")  # plotly draws every figure
-        analysis.write_figure(report, args.figure)
-    print(json.dumps(report.to_dict(), indent=1) if args.json else analysis.format_report(report))
+        analysis.write_figure(report, flags.figure)
+    print(json.dumps(report.to_dict(), indent=1) if flags.json else analysis.format_report(report))
     return 0
 
 

@@ -20,13 +20,14 @@ import math
 import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 from transformers import Qwen2ForCausalLM
 
 from oar_attrib.commands import add_dataclass_args, dataclass_from_args
+from oar_attrib.defaults import option
 from oar_attrib.models import random_qwen2
 from oar_attrib.world.evaluation import evaluate_world
 from oar_attrib.world import PRESETS, WorldConfig, generate_problems
@@ -36,28 +37,26 @@ from oar_attrib.world.tokenizer import build_tokenizer
 
 @dataclass
 class PretrainConfig:
-    out: str = field(default="runs/arith-tiny", metadata={"help": "checkpoint folder to write"})
-    seed: int = field(default=0, metadata={"help": "seed of data, init and order"})
-    steps: int = field(default=8000, metadata={"help": "optimizer steps"})
-    batch_size: int = field(default=32, metadata={"help": "sequences per step"})
-    lr: float = field(default=3e-3, metadata={"help": "peak learning rate (AdamW)"})
-    warmup: int = field(default=100, metadata={"help": "linear warm-up steps"})
-    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
-    hidden: int = field(default=128, metadata={"help": "model width"})
-    layers: int = field(default=4, metadata={"help": "decoder layers"})
-    heads: int = field(default=4, metadata={"help": "attention heads"})
-    vocab_size: int = field(default=320, metadata={"help": "BPE vocabulary size"})
-    answer_weight: float = field(default=4.0, metadata={
-        "help": "loss weight of the final answer's tokens: the answer is the one step computed "
-                "from distant results, and only 2-3 of ~50 response tokens"})
-    boxed_rate: float = field(default=0.15, metadata={"help": "share of \\boxed{} answers"})
-    eval_n: int = field(default=200, metadata={"help": "held-out problems per preset at the end"})
-    group_size: int = field(default=8, metadata={"help": "samples per problem for the group check"})
-    threads: int = field(default=2, metadata={"help": "torch CPU threads"})
-    mask_rate: float = field(default=0.15, metadata={
-        "help": "share of reasoning tokens replaced by the pad token in the input (targets kept), "
-                "so that a masked token, as OAR-P and IG's baseline make one, is a context the "
-                "model has seen: it reads what is left instead of failing on an unknown input"})
+    out: str = option("runs/arith-tiny", "checkpoint folder to write")
+    seed: int = option(0, "seed of data, init and order")
+    steps: int = option(8000, "optimizer steps")
+    batch_size: int = option(32, "sequences per step")
+    lr: float = option(3e-3, "peak learning rate (AdamW)")
+    warmup: int = option(100, "linear warm-up steps")
+    weight_decay: float = option(0.01, "AdamW weight decay")
+    hidden: int = option(128, "model width")
+    layers: int = option(4, "decoder layers")
+    heads: int = option(4, "attention heads")
+    vocab_size: int = option(320, "BPE vocabulary size")
+    answer_weight: float = option(4.0, "loss weight of the final answer's tokens: the answer is the one step computed "
+                                       "from distant results, and only 2-3 of ~50 response tokens")
+    boxed_rate: float = option(0.15, "share of \\boxed{} answers")
+    eval_n: int = option(200, "held-out problems per preset at the end")
+    group_size: int = option(8, "samples per problem for the group check")
+    threads: int = option(2, "torch CPU threads")
+    mask_rate: float = option(0.15, "share of reasoning tokens replaced by the pad token in the input (targets kept), "
+                                    "so that a masked token, as OAR-P and IG's baseline make one, is a context the "
+                                    "model has seen: it reads what is left instead of failing on an unknown input")
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or self.warmup < 0:

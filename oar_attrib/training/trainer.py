@@ -21,14 +21,14 @@ from trl.models import unwrap_model_for_generation
 from oar_attrib.inputs.batch import GroupOutcomes
 from oar_attrib.methods import method_spec
 
-from .config import OARConfig, check_trl_version
+from .config import OARConfig
 from .errors import LowSpanRateWarning, TrainingConfigError
 from .model_card import base_model_name, oar_model_card
 from .rewards import correctness
 from .reshaping import (LOW_SPAN_RATE, ReshapeSettings, TokenWeights, low_span_rate_message, metric_sums, nonzero_rows,
                         oar_metrics, token_advantages, token_weights, unpad_rows)
 from .run_store_hook import RunStoreHook
-from . import trl_private
+from . import compat
 
 
 TRL_RENAMED_CALLS = r"`(is_)?gradient_checkpointing(_enable|_disable)?` is deprecated"
@@ -42,8 +42,8 @@ class OARGRPOTrainer(GRPOTrainer):
     """
 
     def __init__(self, *args, run_store: RunStoreHook | None = None, **kwargs):
-        check_trl_version()
-        trl_private.check()
+        compat.check_trl_version()
+        compat.check()
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, OARConfig):
             raise TrainingConfigError(
@@ -132,11 +132,11 @@ class OARGRPOTrainer(GRPOTrainer):
         start = time.perf_counter()
         output = super().training_step(model, inputs, num_items_in_batch)
         self._oar_step_wall += time.perf_counter() - start
-        if trl_private.step(self) % self.current_gradient_accumulation_steps == 0:
+        if compat.step(self) % self.current_gradient_accumulation_steps == 0:
             # Attribution happens inside the step that generates, so this share is high on
             # generation steps and 0 on reuse steps; the logged mean is the overall share.
             share = self._oar_step_attr / max(self._oar_step_wall, 1e-9)
-            trl_private.metrics(self)["oar/time_share"].append(share)
+            compat.metrics(self)["oar/time_share"].append(share)
             self._oar_step_attr, self._oar_step_wall = 0.0, 0.0
         return output
 
@@ -220,7 +220,7 @@ class OARGRPOTrainer(GRPOTrainer):
         beside TRL's own."""
         sums, peaks = metric_sums(tw, advantages, self._oar_uniform)
         sums, peaks = self._pooled(torch.sum, sums), self._pooled(torch.amax, peaks)
-        metrics = trl_private.metrics(self)
+        metrics = compat.metrics(self)
         for name, value in oar_metrics(sums, peaks).items():
             metrics[name].append(value)
         self._warn_low_span_rate(sums["span_found"] / max(sums["rows"], 1.0), int(sums["rows"]))

@@ -139,32 +139,40 @@ def _settings(host: str, max_live_tokens: int | None = None, align: list[str] | 
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    if not args.build_only:  # building the store needs the core only; serving it, the web app
+    from oar_attrib.webapp.demo import DemoConfig
+
+    return run_demo(dataclass_from_args(DemoConfig, args, methods=tuple(args.methods)),
+                    dataclass_from_args(DemoBuild, args), dataclass_from_args(ServeSettings, args),
+                    args.max_live_tokens)
+
+
+def run_demo(config, build: DemoBuild, listen: ServeSettings, max_live_tokens: int | None = None) -> int:
+    """`oar demo` on the objects its flags made: what the store holds (`demo.DemoConfig`), how
+    it is made, where it is served, and the live attribution's limit (`WebSettings`')."""
+    if not build.build_only:  # building the store needs the core only; serving it, the web app
         require_extra("web", "oar demo")
-    from oar_attrib.webapp.demo import DemoConfig, demo_complete, prepare_demo_store
+    from oar_attrib.webapp.demo import demo_complete, prepare_demo_store
     from oar_attrib.webapp.demo_fill import ensure_demo_store, start_fill
     from oar_attrib.webapp.progress import Progress
 
     started = time.perf_counter()
-    args.methods = tuple(args.methods)
-    config = dataclass_from_args(DemoConfig, args)
-    if args.build_only:
-        path, built = ensure_demo_store(config, rebuild=args.rebuild, progress=not args.no_progress)
+    if build.build_only:
+        path, built = ensure_demo_store(config, rebuild=build.rebuild, progress=not build.no_progress)
         state = f"built in {time.perf_counter() - started:.0f} s" if built else "cached"
         say(f"demo store: {path} ({state})")
         return 0
-    path = prepare_demo_store(config, rebuild=args.rebuild)
+    path = prepare_demo_store(config, rebuild=build.rebuild)
     complete = demo_complete(path)
     later = "" if complete else ("; it is filled in the background (the fill says how long when each of its "
                                  "stages starts; the pages show how far)")
     say(f"demo store: {path}{later}")
     from .main import create_app
 
-    app = create_app(path, model=config.model, settings=_settings(args.host, args.max_live_tokens),
+    app = create_app(path, model=config.model, settings=_settings(listen.host, max_live_tokens),
                      dtype=config.dtype, progress=Progress.of_store(path))
     filler = None if complete else start_fill(path, config)
     try:
-        interrupted = serve(app, args.host, args.port, started=started)
+        interrupted = serve(app, listen.host, listen.port, started=started)
     finally:
         if filler is not None and filler.poll() is None:
             filler.terminate()
@@ -176,13 +184,21 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_web(args: argparse.Namespace) -> int:
+    return run_web(dataclass_from_args(WebSource, args), dataclass_from_args(ServeSettings, args), args.dtype,
+                   args.max_live_tokens)
+
+
+def run_web(source: WebSource, listen: ServeSettings, dtype: str = "float32",
+            max_live_tokens: int | None = None) -> int:
+    """`oar web` on the objects its flags made: what is served, where, the live model's dtype
+    and the live attribution's limit (`WebSettings`')."""
     require_extra("web", "oar web")
     from .main import create_app
 
     started = time.perf_counter()
-    app = create_app(args.store, model=args.model, dtype=args.dtype,
-                     settings=_settings(args.host, args.max_live_tokens, args.align))
-    return INTERRUPTED if serve(app, args.host, args.port, started=started) else 0
+    app = create_app(source.store, model=source.model, dtype=dtype,
+                     settings=_settings(listen.host, max_live_tokens, source.align))
+    return INTERRUPTED if serve(app, listen.host, listen.port, started=started) else 0
 
 
 def _add_serve_args(parser: argparse.ArgumentParser) -> None:

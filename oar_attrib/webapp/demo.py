@@ -5,12 +5,12 @@ recall summaries. Built once into the user's cache directory, then reused.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import __version__
 from ..commands import DTYPES
-from ..defaults import PROBE, PROBES
+from ..defaults import PROBE, PROBES, option
 from ..models.catalogue import cache_dir
 from ..errors import OARError
 
@@ -29,35 +29,27 @@ DEFERRED_METHODS = ("ig",)
 class DemoConfig:
     """What the demo store holds."""
 
-    model: str = field(default="arith-tiny", metadata={
-        "help": "bundled model name or local checkpoint folder"})
-    n_problems: int = field(default=24, metadata={"help": "held-out arithmetic problems"})
-    samples: int = field(default=4, metadata={
-        "help": "sampled responses per problem (a GRPO group: right and wrong answers)"})
-    candidates: int = field(default=2, metadata={
-        "help": "problems sampled per kept one; groups with right and wrong answers are kept first"})
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
-    preset: str = field(default="recall", metadata={
-        "help": "world preset (recall: each final result written once, so the recall report's "
-                "`direct` oracle is exact; default, medium, hard)"})
-    methods: tuple[str, ...] = field(default=(), metadata={
-        "help": "importance methods (default: every registered method)"})
-    probe: str = field(default=PROBE, metadata={"help": f"outcome probe: one of {', '.join(PROBES)}"})
-    seed: int = field(default=0, metadata={"help": "seed of the problems and the sampling"})
-    dtype: str = field(default="float32", metadata={
-        "help": f"dtype the model loads in ({', '.join(DTYPES)}); probe arithmetic stays float32"})
-    real: bool = field(default=True, metadata={
-        "help": "also a run of SmolLM2-135M-Instruct's own answers to word problems it solves part of "
-                "the time (smollm2-135m from the catalogue; skipped, said in one line, when it cannot "
-                "be fetched)"})
-    real_questions: int = field(default=6, metadata={
-        "help": "held-out `tiny` word problems of the real-model run (one addition of one-digit numbers)"})
-    real_samples: int = field(default=4, metadata={
-        "help": "answers per question of the real-model run (a GRPO group; the first is greedy)"})
-    real_max_new_tokens: int = field(default=160, metadata={"help": "tokens per answer of the real-model run"})
-    real_temperature: float = field(default=0.5, metadata={
-        "help": "sampling temperature of the real-model run's answers after the first, greedy one "
-                "(at 1.0 SmolLM2-135M mostly rambles past the token limit without an answer)"})
+    model: str = option("arith-tiny", "bundled model name or local checkpoint folder")
+    n_problems: int = option(24, "held-out arithmetic problems")
+    samples: int = option(4, "sampled responses per problem (a GRPO group: right and wrong answers)")
+    candidates: int = option(2, "problems sampled per kept one; groups with right and wrong answers are kept first")
+    temperature: float = option(1.0, "sampling temperature")
+    preset: str = option("recall", "world preset (recall: each final result written once, so the recall report's "
+                                   "`direct` oracle is exact; default, medium, hard)")
+    methods: tuple[str, ...] = option((), "importance methods (default: every registered method)")
+    probe: str = option(PROBE, f"outcome probe: one of {', '.join(PROBES)}")
+    seed: int = option(0, "seed of the problems and the sampling")
+    dtype: str = option("float32", f"dtype the model loads in ({', '.join(DTYPES)}); probe arithmetic stays float32")
+    real: bool = option(True, "also a run of SmolLM2-135M-Instruct's own answers to word problems it solves part of "
+                              "the time (smollm2-135m from the catalogue; skipped, said in one line, when it cannot "
+                              "be fetched)")
+    real_questions: int = option(6, "held-out `tiny` word problems of the real-model run (one addition of one-digit "
+                                    "numbers)")
+    real_samples: int = option(4, "answers per question of the real-model run (a GRPO group; the first is greedy)")
+    real_max_new_tokens: int = option(160, "tokens per answer of the real-model run")
+    real_temperature: float = option(0.5, "sampling temperature of the real-model run's answers after the first, "
+                                          "greedy one (at 1.0 SmolLM2-135M mostly rambles past the token limit without"
+                                          " an answer)")
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:

@@ -35,6 +35,13 @@ class TraceFilter(BaseModel):
                 "descending": self.order == "desc"}
 
 
+def _live_defaults() -> list[str]:
+    """The methods the live page runs when a request names none: the registry's `live` role."""
+    from ..methods import default_methods
+
+    return default_methods("live")
+
+
 class AttributeRequest(BaseModel):
     """A prompt + response to attribute live with the loaded model."""
 
@@ -44,7 +51,9 @@ class AttributeRequest(BaseModel):
                         examples=["a=4, b=7, c=3. d=a+b, e=d-c, f=b*c. find e+f.\n"])
     response: str = Field(..., min_length=1, max_length=8000,
                           examples=["d=4+7=11. e=11-3=8. f=7*3=21. #### 29"])
-    methods: list[str] = Field(["oar_p", "entropy"], min_length=1, max_length=8)
+    methods: list[str] = Field(default_factory=_live_defaults, min_length=1, max_length=8,
+                               description="methods to run (default: the registry's `live` set, "
+                                           "token OAR-P and entropy)")
     probe: str = Field(PROBE, description=f"outcome probe: one of {', '.join(PROBES)}")
     advantage: float | None = Field(1.0, allow_inf_nan=False, ge=-1e6, le=1e6, description=(
         "sequence advantage A_i to reshape (default 1.0); null for none"))

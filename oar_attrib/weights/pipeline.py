@@ -119,6 +119,7 @@ def _method_kwargs(spec: MethodSpec, settings: ReshapeSettings, sub: ScoringBatc
         kwargs["generator"] = torch.Generator().manual_seed(settings.seed)
     if spec.needs_tokenizer and tokenizer is not None:
         kwargs["tokenizer"] = tokenizer
+    spec.check_knobs(params)  # the caller's knobs, held to the knobs' bounds as the settings' are
     return {**kwargs, **params}
 
 

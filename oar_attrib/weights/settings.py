@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import defaults
@@ -70,8 +70,8 @@ class ReshapeSettings:
         "sentences of a one-line reasoning), gates the steps and gives each step's weight to its "
         "tokens, mean 1 over the scored tokens.", config="oar_granularity", generated=True)
     step_pool: str = option(defaults.GATING_STEP_POOL,
-        "granularity='step': how a step's token importances pool into one: mean, sum or max "
-        "(oar_p_step's are constant per step: all three agree up to sum's length factor).", config="oar_step_pool", generated=True)
+        "granularity='step': how a step's token importances pool into one: mean, sum or max (oar_p_step's are constant"
+        " per step: all three agree up to sum's length factor).", config="oar_step_pool", generated=True)
     noise_std: float | None = option(None,
         "OAR-G: std (>= 0) of the embedding noise on scored positions; None: 0.1 x the RMS of the "
         "row's scored embeddings (the same in bf16 and fp32).", config="oar_noise_std", generated=True)
@@ -147,7 +147,7 @@ def config_fields() -> list[tuple[str, object, dataclasses.Field]]:
     """(name, type, field) of OARConfig's generated fields, for `dataclasses.make_dataclass`:
     the settings' defaults and help text under their config names."""
     hints = typing.get_type_hints(ReshapeSettings)
-    return [(f.metadata["config"], hints[f.name], field(default=f.default, metadata={"help": f.metadata["help"]}))
+    return [(f.metadata["config"], hints[f.name], option(f.default, f.metadata["help"]))
             for f in generated_fields()]
 
 

@@ -27,7 +27,7 @@ numbered list's marker (``2.`` or ``2)`` opening a line, as in ``1. Mia has 14.\
 6.``) numbers the list, not a quantity, and is not a mention.
 
 `ValueOracle` has the attributes recall reads of the arithmetic world's `Oracle` (a tuple of
-character spans per set and `complete`), so `analysis.recall.trace_recall(trace, oracle,
+character spans per set and `complete`), so `instruments.world.recall.trace_recall(trace, oracle,
 sets=VALUE_SETS)` scores methods against it unchanged; `to_token_sets(offsets)` gives the token
 indices of each set.
 """

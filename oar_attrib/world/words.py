@@ -22,8 +22,9 @@ never share a problem.
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 
+from ..defaults import option
 from ..errors import WorldConfigError, unknown_name
 from ..inputs.spans import locate_answer
 from .generator import split_of
@@ -57,15 +58,15 @@ _MAX_TRIES = 500
 class WordConfig:
     """Difficulty knobs of the word-problem generator; `WORD_PRESETS` names the calibrated ones."""
 
-    min_steps: int = field(default=2, metadata={"help": "fewest operations on the dependency path"})
-    max_steps: int = field(default=2, metadata={"help": "most operations on the dependency path"})
-    n_distractors: int = field(default=1, metadata={"help": "sentences that state a number the answer never uses"})
-    n_fillers: int = field(default=1, metadata={"help": "sentences without a number"})
-    max_given: int = field(default=20, metadata={"help": "largest number a sentence states (smallest is 2)"})
-    max_value: int = field(default=60, metadata={"help": "largest intermediate result or answer"})
-    max_factor: int = field(default=3, metadata={"help": "largest multiplier of a `*` step"})
-    ops: str = field(default="+-*", metadata={"help": "operations the path may use, over '+-*'"})
-    per_rate: float = field(default=0.2, metadata={"help": "chance the last step is a price per item (`*`, in dollars)"})
+    min_steps: int = option(2, "fewest operations on the dependency path")
+    max_steps: int = option(2, "most operations on the dependency path")
+    n_distractors: int = option(1, "sentences that state a number the answer never uses")
+    n_fillers: int = option(1, "sentences without a number")
+    max_given: int = option(20, "largest number a sentence states (smallest is 2)")
+    max_value: int = option(60, "largest intermediate result or answer")
+    max_factor: int = option(3, "largest multiplier of a `*` step")
+    ops: str = option("+-*", "operations the path may use, over '+-*'")
+    per_rate: float = option(0.2, "chance the last step is a price per item (`*`, in dollars)")
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_steps <= self.max_steps <= 6:

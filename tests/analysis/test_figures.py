@@ -51,7 +51,7 @@ def test_recall_bars_and_error_bars_equal_the_report():
 
 
 def test_recall_figure_takes_a_report_object():
-    from oar_attrib.analysis.recall import RecallReport, summarise
+    from oar_attrib.instruments.world.recall import RecallReport, summarise
 
     per_trace = [{"m": {"direct": {"recall": r, "ap": r}}, "random_expectation": {"direct": 0.2}}
                  for r in (0.0, 0.5, 1.0, 1.0)]

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from oar_attrib.analysis import mask_probe as mp
-from oar_attrib.analysis.counterfactual import counterfactual_oracle
-from oar_attrib.analysis.counterfactual_recall import answer_key
+from oar_attrib.instruments.data.oracle import counterfactual_oracle
+from oar_attrib.instruments.data.recall import answer_key
 from oar_attrib.inputs.encoding import encode_pair, pairs_to_batch
 from oar_attrib.methods.oar_p import oar_p
 

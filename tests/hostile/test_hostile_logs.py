@@ -117,7 +117,7 @@ def _records(n=2):
 def cache_lines():
     """Lines of a graded cache as `graded_recall` writes them (an answer, a method's scores
     with an undefined one as null, an oracle: [position, drawn ids, 0/1 flips]); that real
-    caches read back is tests/analysis/test_graded_oracle.py's rerun test."""
+    caches read back is tests/instruments/test_graded_oracle.py's rerun test."""
     entries = [{"kind": "answer", "key": "a" * 32, "text": "3 + 4 = 7. The answer is 7."},
                {"kind": "scores", "key": "b" * 32, "method": "entropy", "scores": [0.25, None, 1.5, 0.0]},
                {"kind": "oracle", "key": "c" * 32, "positions": [[0, [11, 12], [1, 0]], [2, [13, 14], [0, 0]]],
@@ -210,7 +210,7 @@ def test_a_cut_last_cache_line_does_not_swallow_the_next_entry(cache_lines, tmp_
 
 
 def test_counterfactual_cache_entries_are_checked_too(tmp_path):
-    from oar_attrib.analysis.counterfactual_recall import _read_cache
+    from oar_attrib.instruments.data.recall import _read_cache
 
     cache = tmp_path / "cf.jsonl"
     cache.write_text(json.dumps({"key": "a", "causal": [[0, True], [2, False]]}) + "\n"

@@ -314,7 +314,7 @@ def test_every_appender_shares_the_owner_rule(tmp_path):
     """The appenders beside the commands (the align folder's logs, the trainer's evaluation
     curve and JSONL run store) refuse a foreign file unchanged, and a write that fails part way
     takes back its own bytes."""
-    from oar_attrib.analysis.align_folder import RESULTS, SCREEN, AlignFolder
+    from oar_attrib.reports.align_folder import RESULTS, SCREEN, AlignFolder
     from oar_attrib.errors import OutputError
     from oar_attrib.jsonl import AppendLog, append_jsonl
     from oar_attrib.training.callbacks import CURVE

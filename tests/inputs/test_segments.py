@@ -2,7 +2,7 @@
 import subprocess
 import sys
 
-from oar_attrib.analysis.recall import oracle_token_mask
+from oar_attrib.instruments.world.recall import oracle_token_mask
 from oar_attrib.inputs import spans
 from oar_attrib.inputs.segments import SEGMENT_LABELS, n_scored, scored_set, span_mask
 

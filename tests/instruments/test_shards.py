@@ -66,6 +66,32 @@ def test_data_sharded_two_ways_and_merged_reports_what_the_unsharded_run_reports
     assert _run(argv + ["--cf-cache", merged], capsys) == fresh
 
 
+WHOLE_PROBLEMS = {
+    "world": ["recall", "world", "--n", "5", "--methods", "random", "entropy", "--sets", "direct", "counterfactual",
+              "--cf-positions", "3", "--json", "--no-progress"],
+    "steps": ["recall", "steps", "--n", "5", "--methods", "random", "oar_p_step", "--intervention-samples", "2",
+              "--json", "--no-progress"],
+}
+
+
+@pytest.mark.parametrize("name", list(WHOLE_PROBLEMS))
+def test_world_and_steps_sharded_two_ways_and_merged_report_what_the_unsharded_run_reports(name, tmp_path, capsys):
+    """Each problem is a unit of its own in the cache (`instruments.units`): the shards'
+    caches merge into one from which the unsharded command reads every problem back (the
+    intervention's continuations are seeded by the problem's index, not its place in a shard)."""
+    argv = WHOLE_PROBLEMS[name]
+    fresh = _run(argv, capsys)
+    assert _run(argv + ["--cf-cache", tmp_path / "whole.jsonl"], capsys) == fresh  # a cache changes nothing
+    cache = tmp_path / "split.jsonl"
+    parts = [_run(argv + ["--cf-cache", cache, "--shard", f"{k}/2"], capsys) for k in (1, 2)]
+    assert [p["n"] for p in parts] == [3, 2]
+    merged = tmp_path / "merged.jsonl"
+    assert merge(merged, [shard_path(cache, Shard(k, 2)) for k in (1, 2)]) == 5
+    assert _run(argv + ["--cf-cache", merged], capsys) == fresh
+    units = [json.loads(line) for line in merged.read_text().splitlines()[1:]]
+    assert len(units) == 5 and {u["kind"] for u in units} == {"unit"}
+
+
 def _shard_file(path, record, entries):
     path.write_text("".join(json.dumps(line) + "\n" for line in [{"record": record, "shard": "1/2"}, *entries]))
     return path
@@ -113,7 +139,7 @@ def test_an_oracle_cache_has_one_writer_at_a_time(tmp_path):
 
 
 def test_a_cache_of_another_model_is_refused_where_the_instrument_checks_records(tmp_path):
-    from oar_attrib.analysis.counterfactual_recall import causal_cache
+    from oar_attrib.instruments.data.recall import causal_cache
     from oar_attrib.records.settings_record import RecordMismatchError
 
     record = {"format": 1, "model": {"name": "a", "weights_sha256": "1"}, "dtype": "float32"}

@@ -78,7 +78,7 @@ def test_attribute_recall_and_eval_load_in_the_given_dtype(tmp_path, loads, prob
                      "--dtype", dtype, "--max-batch-tokens", "4096", "--no-progress"]) == 0
         scores[dtype] = [json.loads(line)["scores"]["oar_p"] for line in out.read_text().splitlines()]
     assert scores["float32"] != scores["bfloat16"]
-    assert main(["recall", "--n", "2", "--methods", "oar_p", "--dtype", "float16", "--json",
+    assert main(["recall", "world", "--n", "2", "--methods", "oar_p", "--dtype", "float16", "--json",
                  "--no-progress", "--max-batch-tokens", "4096"]) == 0
     assert main(["eval", "--n", "2", "--dtype", "bfloat16", "--json", "--no-progress"]) == 0
     assert loads == ["float32", "bfloat16", "float16", "bfloat16"]

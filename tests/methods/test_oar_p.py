@@ -330,7 +330,7 @@ def test_logits_at_per_row_positions_without_native_support(models, monkeypatch)
     with torch.no_grad():
         native = logits_at(model, sites.positions, input_ids=batch.input_ids,
                            attention_mask=batch.attention_mask)
-        monkeypatch.setattr(lm, "_KEEPS_ROW_INDICES", False)
+        monkeypatch.setattr(lm, "keeps_row_indices", lambda: False)
         hooked = logits_at(model, sites.positions, input_ids=batch.input_ids,
                            attention_mask=batch.attention_mask)
     assert hooked.shape == native.shape == (3, 3, 128)

@@ -1,7 +1,7 @@
 """Facts about methods live in their `MethodSpec` (unit, cost class, the roles each is a default
 for), and every list the package once kept apart is read from there: the web app's step
 methods, the advantage instrument's cheap set, align's default comparison, the demo's methods,
-the reading set, training's default."""
+the reading set, training's default, `attribute()`'s and the live page's defaults."""
 import pytest
 
 from oar_attrib.methods import (available_methods, cheap_methods, default_methods, method_spec,
@@ -17,11 +17,13 @@ def test_every_registered_method_declares_facts_from_the_allowed_values():
 
 def test_the_lists_once_kept_apart_are_the_registrys_facts():
     assert step_methods() == ["oar_p_step", "resample"]
-    # measured on arith-tiny: under a second a trace (recall_advantage.default_methods)
+    # measured on arith-tiny: under a second a trace (instruments.advantage.text.default_methods)
     assert set(cheap_methods()) & set(available_methods(grouped=True)) == {
         "entropy", "grail", "ktae", "oar_g", "oar_p_step", "random"}
     assert default_methods("reading") == ["oar_g", "oar_p_hier", "entropy"]
     assert default_methods("demo") == ["oar_g", "oar_p", "entropy", "random"]
+    assert default_methods("api") == ["oar_p"]  # attribute() with no method named
+    assert default_methods("live") == ["oar_p", "entropy"]  # the live page's request with none
 
 
 def test_training_reshapes_by_default_with_the_registrys_training_default():

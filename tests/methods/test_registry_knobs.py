@@ -84,3 +84,21 @@ def test_registration_refuses_knobs_that_are_not_the_functions_keywords(fn, knob
     with pytest.raises(ValueError, match=words):
         register_method("test_bad_knobs", knobs=knobs)(fn)
     assert "test_bad_knobs" not in registered_methods()
+
+
+def test_a_knob_a_setting_gives_reaches_the_method_by_one_road_checked_by_its_bounds():
+    """OAR-G's noise_std is the knob `ReshapeSettings.noise_std` (`oar_noise_std` in training)
+    gives its value: the settings' value unless the method params give one, and a value past
+    the knob's bounds is refused naming the knob, from the settings and from the params alike."""
+    from oar_attrib.errors import InputError
+    from oar_attrib.methods.knobs import NOISE_STD_MAX
+
+    spec = method_spec("oar_g")
+    assert spec.setting_knobs == {"noise_std": "noise_std"}
+    assert spec.kwargs({"noise_std": 0.3})["noise_std"] == 0.3
+    with pytest.raises(InputError, match="noise_std must be"):
+        spec.kwargs({"noise_std": NOISE_STD_MAX * 10})
+    with pytest.raises(InputError, match="'oar_g': noise_std must be"):
+        spec.check_knobs({"noise_std": float("inf"), "n_noise": 2})
+    with pytest.raises(TypeError):
+        register_method("test_old_road", train_params=("noise_std",))  # the second road is gone

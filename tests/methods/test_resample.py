@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from oar_attrib.analysis.step_recall import intervention_auc, pair_auc, step_sets, trace_step_recall
+from oar_attrib.instruments.steps.recall import intervention_auc, pair_auc, step_sets, trace_step_recall
 from oar_attrib.attribution import attribute
 from oar_attrib.errors import InputError
 from oar_attrib.inputs.encoding import encode_pairs
@@ -87,7 +87,11 @@ def test_intervention_auc_is_the_pair_auc_of_result_shift_divergences(bundled):
     prompts, texts = [p.prompt for p in problems], [p.solution for p in problems]
     traces = attribute(model, tok, prompts, texts, methods=("random",))
     oracles = [p.oracle(t) for p, t in zip(problems, texts)]
-    aucs = intervention_auc(model, tok, prompts, texts, traces, oracles, n_samples=4, seed=1)
+    from oar_attrib.instruments.base import Run
+    from oar_attrib.instruments.steps import StepRecall
+
+    run = Run(model, tok, None, StepRecall(intervention_samples=4, seed=1))
+    aucs = intervention_auc(run, prompts, texts, traces, oracles)
     assert len(aucs) == 3
     for row, (auc, trace, oracle) in enumerate(zip(aucs, traces, oracles)):
         batch, _ = encode_pairs(tok, [prompts[row]], [texts[row]])
@@ -123,7 +127,7 @@ def test_step_sets_and_step_recall_by_hand(bundled):
 
 @pytest.mark.slow
 def test_cli_recall_at_step_granularity_json():
-    out = subprocess.run([sys.executable, "-m", "oar_attrib.cli", "recall", "--granularity", "step",
+    out = subprocess.run([sys.executable, "-m", "oar_attrib.cli", "recall", "steps",
                           "--n", "6", "--methods", "oar_p_step", "random", "--json", "--no-progress",
                           "--intervention-samples", "2"],
                          capture_output=True, text=True, check=True)
@@ -142,6 +146,6 @@ def test_cli_recall_at_step_granularity_json():
     bad = subprocess.run([sys.executable, "-m", "oar_attrib.cli", "recall", "--granularity", "word"],
                          capture_output=True, text=True)
     assert bad.returncode == 2
-    bad = subprocess.run([sys.executable, "-m", "oar_attrib.cli", "recall", "--granularity", "step",
+    bad = subprocess.run([sys.executable, "-m", "oar_attrib.cli", "recall", "steps",
                           "--intervention-samples", "-1"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--intervention-samples must be an integer from 0 to" in bad.stderr

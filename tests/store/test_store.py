@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from oar_attrib.attribution import attribute
-from oar_attrib.analysis.recall import EXPECTED, trace_recall
-from oar_attrib.analysis.recall import summarise as summarise_recall
+from oar_attrib.instruments.world.recall import EXPECTED, trace_recall
+from oar_attrib.instruments.world.recall import summarise as summarise_recall
 from oar_attrib.inputs.spans import SEGMENT_LABELS
 from oar_attrib.store import (
     SCHEMA_VERSION,

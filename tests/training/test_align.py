@@ -384,7 +384,7 @@ def test_half_pool_cosines_recompute_from_the_half_vectors(control_summary):
 
 
 def test_with_gstar_noise_adds_the_half_pools_disagreement():
-    from oar_attrib.analysis.align import with_gstar_noise
+    from oar_attrib.reports.align import with_gstar_noise
 
     rng = np.random.default_rng(0)
     n = 40

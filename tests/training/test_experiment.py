@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import yaml
 
-from oar_attrib.analysis.experiment import CREDIT_KEYS, load_report, paired_difference, summary
+from oar_attrib.reports.experiment import CREDIT_KEYS, load_report, paired_difference, summary
 from oar_attrib.training import experiment_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -205,7 +205,7 @@ def _synthetic(path: Path, finals: dict[str, list[float]]) -> None:
 def test_report_and_page_of_a_stored_grid_escape_labels(tmp_path):
     from fastapi.testclient import TestClient
 
-    from oar_attrib.analysis.experiment import format_report, summary
+    from oar_attrib.reports.experiment import format_report, summary
     from oar_attrib.store import Store
     from oar_attrib.webapp.main import create_app
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from oar_attrib.analysis.align import summarise
+from oar_attrib.reports.align import summarise
 from oar_attrib.store import Store
 from oar_attrib.webapp import WebSettings, create_app
 from align_data import random_batches, write_store
@@ -61,7 +61,7 @@ def test_the_page_shows_the_paired_differences_and_the_api_mirrors_them(client, 
 def test_the_page_shows_the_step_the_signs_and_gstar_noise(client):
     """The step table (ratios and the words that read them), the by-sign t-tests and the g*-noise
     table with where its variance came from, each figure as the API serves it."""
-    from oar_attrib.analysis.align_reading import step_sentence
+    from oar_attrib.reports.align_reading import step_sentence
 
     api = client.get("/api/align/smollm2").json()
     page = client.get("/align/smollm2").text

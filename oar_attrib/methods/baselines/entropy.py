@@ -22,8 +22,9 @@ from transformers import DynamicCache
 from ...defaults import PROBE
 from ...inputs.batch import ScoringBatch
 from ...models.budget import logit_tokens, row_groups
+from ...compat.transformers import with_cache
 from ...models.lm import (check_positions, check_token_budget, eval_mode, keep_scoreable, logits_at,
-                  model_device, scoreable, with_cache)
+                          model_device, scoreable)
 from ..registry import register_method
 from ..probes import check_probe, padded_positions
 
@@ -31,7 +32,7 @@ ENTROPY_SLICE = 1 << 21  # logits per float32 temporary of token_entropy (8 MB)
 
 
 @register_method("entropy", weighting="top_rho", token_budget=True, scope="response", cost="cheap",
-                 defaults=("reading", "alignment", "demo"), listed=6)
+                 defaults=("reading", "alignment", "demo", "live"), listed=6)
 def entropy(model, batch: ScoringBatch, *, probe: str = PROBE,
             generator: torch.Generator | None = None,
             max_batch_tokens: int | None = None) -> torch.Tensor:

@@ -23,8 +23,9 @@ from ...defaults import PROBE
 from ...inputs.batch import ScoringBatch
 from ...models.budget import row_groups
 from ...errors import InputError
+from ...compat.transformers import plain_kv, with_cache
 from ...models.lm import (check_positions, check_token_budget, eval_mode, keep_scoreable, logits_at,
-                  model_device, plain_kv, scoreable, with_cache)
+                          model_device, scoreable)
 from ..knobs import IgKnobs
 from ..registry import register_method
 from ..probes import backward_budget, ProbeSites, check_probe, probe_sites, probe_values

@@ -2,7 +2,7 @@
 gradient closer to the policy gradient than GRPO's, on the same rollouts?
 
     from oar_attrib.training.align import AlignSettings, align
-    from oar_attrib.analysis.align import summarise
+    from oar_attrib.reports.align import summarise
     folder = align(AlignSettings(preset="arith-tiny", batches=3, pool_batches=2), "runs/align/x")
     summary = summarise(folder)     # summary["methods"]["oar_g"]["delta_cos"] -> mean, low, high
 

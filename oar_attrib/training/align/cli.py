@@ -111,19 +111,19 @@ def settings_from_args(args: argparse.Namespace) -> AlignSettings:
     return dataclass_from_args(AlignSettings, args, overrides=tuple(overrides), methods=tuple(methods), **sizes)
 
 
-def default_store(args: argparse.Namespace) -> Path:
-    suffix = "-quick" if args.quick else ("-pilot" if args.pilot else "")
-    return Path("runs") / "align" / f"{Path(args.preset).stem}{suffix}"
+def default_store(settings: AlignSettings, command: AlignCommand) -> Path:
+    suffix = "-quick" if command.quick else ("-pilot" if command.pilot else "")
+    return Path("runs") / "align" / f"{Path(settings.preset).stem}{suffix}"
 
 
-def check_numbers(args: argparse.Namespace) -> None:
+def check_numbers(command: AlignCommand) -> None:
     """AlignError for a --n-boot or --effects out of its bounds (before anything is written)."""
     import math
 
-    if not BOOT_RANGE[0] <= args.n_boot <= BOOT_RANGE[1]:
-        raise AlignError(f"--n-boot must be between {BOOT_RANGE[0]} and {BOOT_RANGE[1]}, got {args.n_boot}; "
+    if not BOOT_RANGE[0] <= command.n_boot <= BOOT_RANGE[1]:
+        raise AlignError(f"--n-boot must be between {BOOT_RANGE[0]} and {BOOT_RANGE[1]}, got {command.n_boot}; "
                          "10000 is the default")
-    for effect in args.effects or ():
+    for effect in command.effects or ():
         if not (math.isfinite(effect) and 0 < effect <= MAX_EFFECT):
             raise AlignError(f"--effects must be differences of cosines above 0 and at most {MAX_EFFECT:g}, "
                              f"got {effect}; e.g. --effects 0.005 0.01")
@@ -147,7 +147,7 @@ def _kind(path: Path) -> str | None:
 def _store_above(path: Path, store: Path) -> Path | None:
     """The align store that `path` lies inside (`store`, made or not, or any folder above
     `path` that holds an align settings record), else None."""
-    from oar_attrib.analysis.align_folder import AlignFolder
+    from oar_attrib.reports.align_folder import AlignFolder
 
     target = path.resolve()
     if target.is_relative_to(store.resolve()):
@@ -155,7 +155,7 @@ def _store_above(path: Path, store: Path) -> Path | None:
     return next((p for p in target.parents if AlignFolder(p).has_record()), None)
 
 
-def check_paths(args: argparse.Namespace, store: Path) -> None:
+def check_paths(command: AlignCommand, store: Path) -> None:
     """AlignError, before anything is read or written, for a --store that is not a folder, a
     --summary that is not a file path and an --export that would overwrite: a file, the store
     itself or a folder inside a store, a folder that already holds files (another run's results
@@ -164,20 +164,20 @@ def check_paths(args: argparse.Namespace, store: Path) -> None:
     if kind not in (None, "a folder"):
         raise AlignError(f"--store {store} is {kind}, not a folder; pass the folder of an align run "
                          "(or a new path to start one)")
-    if args.report and kind is None:
+    if command.report and kind is None:
         raise AlignError(f"--store {store} does not exist; pass the folder of an align run to report")
-    for flag, value in (("--summary", args.summary), ("--export", args.export)):
+    for flag, value in (("--summary", command.summary), ("--export", command.export)):
         if value is not None and not value.strip():
             raise AlignError(f"{flag} is empty; pass a path, or leave {flag} out")
-    kind = _kind(Path(args.summary)) if args.summary else None
+    kind = _kind(Path(command.summary)) if command.summary else None
     if kind not in (None, "a regular file"):
-        raise AlignError(f"--summary {args.summary} is {kind}; pass a file path")
-    if args.summary and Path(args.summary).is_symlink():
-        raise AlignError(f"--summary {args.summary} is a symbolic link; nothing is written through "
+        raise AlignError(f"--summary {command.summary} is {kind}; pass a file path")
+    if command.summary and Path(command.summary).is_symlink():
+        raise AlignError(f"--summary {command.summary} is a symbolic link; nothing is written through "
                          "a link: pass the file itself or a new path")
-    if not args.export:
+    if not command.export:
         return
-    export, kind = Path(args.export), _kind(Path(args.export))
+    export, kind = Path(command.export), _kind(Path(command.export))
     if export.resolve() == store.resolve():
         raise AlignError(f"--export {export} is the store itself; pass another folder")
     holder = _store_above(export, store)
@@ -192,37 +192,43 @@ def check_paths(args: argparse.Namespace, store: Path) -> None:
 
 
 def run_align(args: argparse.Namespace) -> int:
+    """`oar align` on the two objects the parser built: its settings (`settings_from_args`)
+    and the command's own flags (`AlignCommand`)."""
+    return align_command(settings_from_args(args), dataclass_from_args(AlignCommand, args))
+
+
+def align_command(settings: AlignSettings, command: AlignCommand) -> int:
+    """Measure (or, with `report`, read) the store and print its summary (module docstring)."""
     require_extra("train", "oar align")
-    from oar_attrib.analysis.align import DEFAULT_EFFECTS, blinded, format_summary, summarise
-    from oar_attrib.analysis.align_reading import reading
+    from oar_attrib.reports.align import DEFAULT_EFFECTS, blinded, format_summary, summarise
+    from oar_attrib.reports.align_reading import reading
     from oar_attrib.console import show
 
     from .run import align
     from .settings import resolve_methods
 
-    settings = settings_from_args(args)
-    if args.unblind and not args.report:
+    if command.unblind and not command.report:
         raise AlignError("--unblind goes with --report (a finished run's summary shows every estimate)")
-    check_numbers(args)
-    check_paths(args, Path(args.store or default_store(args)))
-    if not args.report:
+    check_numbers(command)
+    check_paths(command, Path(command.store or default_store(settings, command)))
+    if not command.report:
         resolve_methods(settings.methods)  # every method and keyword checked before the store is touched
-    if args.report:  # the store's own record says what it measures (its seed too): the other settings are moot
-        store = Path(args.store or default_store(args))
+    if command.report:  # the store's own record says what it measures (its seed too): the other settings are moot
+        store = Path(command.store or default_store(settings, command))
     else:
-        store = align(settings, args.store or default_store(args), progress=args.progress)
-    summary = summarise(store, n_boot=args.n_boot, effects=tuple(args.effects or DEFAULT_EFFECTS))
-    if args.report and not args.unblind and summary["batches"] < summary["planned_batches"]:
+        store = align(settings, command.store or default_store(settings, command), progress=command.progress)
+    summary = summarise(store, n_boot=command.n_boot, effects=tuple(command.effects or DEFAULT_EFFECTS))
+    if command.report and not command.unblind and summary["batches"] < summary["planned_batches"]:
         summary = blinded(summary)
     summary["reading"] = reading(summary)  # the text form's sentences, for a reader of the JSON
     text = json.dumps(summary)
-    if args.export:
+    if command.export:
         from .store import export
 
-        export(store, args.export)
-    if args.summary:
-        Path(args.summary).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    if args.json:
+        export(store, command.export)
+    if command.summary:
+        Path(command.summary).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    if command.json:
         sys.stdout.flush()
         print(text, flush=True)  # JSON: its strings are escaped already
     else:

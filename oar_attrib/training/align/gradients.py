@@ -39,13 +39,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from oar_attrib.analysis.align import PARTS
+from oar_attrib.reports.align import PARTS
 from oar_attrib.methods import method_spec
 from oar_attrib.weights.settings import ReshapeSettings
 
 from ..errors import AlignError
 from ..reshaping import token_advantages
-from ..trl_private import FORWARD, entropy_bonus
+from ..compat import FORWARD, entropy_bonus
 from .settings import MethodChoice
 
 ROW_INDEPENDENT_LOSSES = ("dapo", "cispo", "vespo")  # normalised by the batch's num_items_in_batch

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .. import trl_private
+from .. import compat
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def screen_call(trainer, dataset, indices: list[int], seed: int) -> tuple[dict, 
     rows = [dict(dataset[i]) for i in indices for _ in range(generations)]
     set_seed(seed)
     trainer.model.train()  # TRL samples with the training settings in train mode
-    output = trl_private.generate_and_score(trainer, rows)
+    output = compat.generate_and_score(trainer, rows)
     rewards = total_rewards(trainer).view(len(indices), generations)
     lines = [{"index": int(i), "prompt": prompt_text(dataset[i]["prompt"]),
               "rewards": [float(r) for r in group], "mixed": bool(group.max() > group.min())}
@@ -114,5 +114,5 @@ def batch_of(store, refs: list[GroupRef], trainer) -> dict:
     """The generation batch of the groups `refs` (their calls read from the store), on the
     trainer's device."""
     parts = [group_rows(store.call_output(ref.call), ref.group, trainer.num_generations) for ref in refs]
-    batch = collate(parts, trl_private.tokenizer(trainer).pad_token_id, trainer.pad_to_multiple_of)
+    batch = collate(parts, compat.tokenizer(trainer).pad_token_id, trainer.pad_to_multiple_of)
     return {k: v.to(trainer.accelerator.device) for k, v in batch.items()}

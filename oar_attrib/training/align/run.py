@@ -10,7 +10,7 @@
    are there long before the last ones are screened;
 4. mean gradients: the sums over the methods' running sums that tell a bias from a variance.
 
-The statistics are made from the store afterwards (`oar_attrib.analysis.align`).
+The statistics are made from the store afterwards (`oar_attrib.reports.align`).
 """
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from oar_attrib.analysis.align_folder import HALVES, MEAN_GRADIENTS, REFERENCE_JSON
+from oar_attrib.reports.align_folder import HALVES, MEAN_GRADIENTS, REFERENCE_JSON
 
 from ..errors import AlignError
-from ..trl_private import metrics
+from ..compat import metrics
 from . import gradients
 from .gradients import ParamLayout, dot64, endpoint_sums, grpo_gradient, method_gradient, shared_forward
 from .rollouts import GroupRef, batch_of, call_seed, prompt_order, screen_call
@@ -477,7 +477,7 @@ def tell_cost(store: AlignStore, trainer, methods: list[MethodChoice], settings:
 
 def align(settings: AlignSettings, store_path: str | Path, progress: bool = True) -> Path:
     """Run (or resume) a gradient-alignment measurement into the folder `store_path`; returns
-    the folder. `oar_attrib.analysis.align.summarise(folder)` makes the statistics."""
+    the folder. `oar_attrib.reports.align.summarise(folder)` makes the statistics."""
     store, trainer, methods = open_run(settings, store_path)
     if trainer is None:
         store.close()

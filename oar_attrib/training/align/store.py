@@ -1,6 +1,6 @@
 """The folder an alignment run writes, resumed after any kill without redoing finished work.
 
-`AlignStore` is an `analysis.align_folder.AlignFolder` (the result files' layout and checked
+`AlignStore` is a `reports.align_folder.AlignFolder` (the result files' layout and checked
 reads) with what a measuring run keeps beside them:
 
     rollouts/call-N.pt   the trainer's generation output of screening call N
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from oar_attrib.analysis.align_folder import (
+from oar_attrib.reports.align_folder import (
     HALVES,
     POOL,
     RECORD,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from dataclasses import dataclass, field, make_dataclass
+from dataclasses import dataclass, make_dataclass
 from typing import Any, Mapping
 
 from oar_attrib import defaults
@@ -36,8 +36,7 @@ _VERL_DEFAULTS = {"method": defaults.VERL_METHOD, "probe": defaults.VERL_PROBE}
 
 def _generated() -> list[tuple[str, Any, dataclasses.Field]]:
     hints = typing.get_type_hints(ReshapeSettings)
-    return [(f.name, hints[f.name], field(default=_VERL_DEFAULTS.get(f.name, f.default),
-                                          metadata={"help": f.metadata["help"]}))
+    return [(f.name, hints[f.name], defaults.option(_VERL_DEFAULTS.get(f.name, f.default), f.metadata["help"]))
             for f in dataclasses.fields(ReshapeSettings) if f.name not in WORKER_ONLY]
 
 
@@ -49,10 +48,9 @@ class VerlOARSettings(VerlReshapeFields):
     """The reshaping of an `oar_sync` run: `ReshapeSettings`' keys but WORKER_ONLY, and
     `rows_per_call`."""
 
-    rows_per_call: int = field(default=512, metadata={"help": (
-        "Most perturbed copies (prompt and response rows) in one call of the actor's "
-        "compute_log_prob (step OAR-P); each call is padded to a multiple of the actor's "
-        "data-parallel size.")})
+    rows_per_call: int = defaults.option(512, "Most perturbed copies (prompt and response rows) in one call of the "
+                                              "actor's compute_log_prob (step OAR-P); each call is padded to a "
+                                              "multiple of the actor's data-parallel size.")
 
     def __post_init__(self) -> None:
         if isinstance(self.rows_per_call, bool) or not isinstance(self.rows_per_call, int) \

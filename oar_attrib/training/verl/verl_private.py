@@ -1,4 +1,4 @@
-"""The verl names the plugin reaches, all behind this one seam (as `training.trl_private` is
+"""The verl names the plugin reaches, all behind this one seam (as `training.compat` is
 TRL's): each listed with the version it was read on, checked by `check` when an `oar_sync`
 trainer starts, so that a rename is one line naming the names and the versions, not an
 AttributeError in the middle of a run.
@@ -30,7 +30,7 @@ import os
 from packaging.version import Version
 
 from oar_attrib.errors import LibraryVersionError
-from oar_attrib.inputs.transformers_private import private_names_missing, version_line
+from oar_attrib.compat import private_names_missing, version_line
 
 VERL_CHECKED_ON = "0.9.1"  # the verl versions every name below was read against
 VERL_MIN, VERL_MAX = Version("0.9.1"), Version("0.10")

@@ -8,8 +8,8 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import HTMLResponse
 
-from oar_attrib.analysis.align import cpu_seconds
-from oar_attrib.analysis.align_folder import MEAN_GRADIENTS, REFERENCE_JSON, RESULTS, AlignFolder, AlignFolderError
+from oar_attrib.reports.align import cpu_seconds
+from oar_attrib.reports.align_folder import MEAN_GRADIENTS, REFERENCE_JSON, RESULTS, AlignFolder, AlignFolderError
 from oar_attrib.store import NotFoundError
 
 from ..deps import SettingsDep, TemplatesDep
@@ -39,7 +39,7 @@ def _stamp(folder: FilePath) -> tuple:
 
 @lru_cache(maxsize=16)
 def _summary(folder: str, stamp: tuple) -> dict:
-    from oar_attrib.analysis.align import summarise
+    from oar_attrib.reports.align import summarise
     from oar_attrib.analysis.run_summary import N_BOOT  # the pages' intervals; the command's own summary uses more
 
     return summarise(folder, n_boot=N_BOOT)
@@ -72,8 +72,8 @@ def align_list_page(request: Request, settings: SettingsDep, templates: Template
 
 @router.get("/align/{name}", response_class=HTMLResponse, summary="Page: one align result")
 def align_page(request: Request, name: AlignName, settings: SettingsDep, templates: TemplatesDep):
-    from oar_attrib.analysis.align import contrast_rows
-    from oar_attrib.analysis.align_reading import reading, step_sentence
+    from oar_attrib.reports.align import contrast_rows
+    from oar_attrib.reports.align_reading import reading, step_sentence
 
     summary = summary_of(settings, name)
     cpu = {label: cpu_seconds(m.get("seconds_per_batch")) for label, m in summary["methods"].items()}

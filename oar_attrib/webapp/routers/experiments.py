@@ -24,7 +24,7 @@ def _names(store) -> list[str]:
 
 
 def _report(store, name: str):
-    from oar_attrib.analysis.experiment import build_report
+    from oar_attrib.reports.experiment import build_report
 
     with open_readonly(store.path) as db:
         return build_report(db, name)
@@ -47,7 +47,7 @@ def experiments_page(request: Request, store: StoreDep, templates: TemplatesDep)
 
 @router.get("/experiments/{name}", response_class=HTMLResponse, summary="Page: an experiment's report")
 def experiment_page(request: Request, name: ExperimentName, store: StoreDep, templates: TemplatesDep):
-    from oar_attrib.analysis.experiment_figures import accuracy_keys
+    from oar_attrib.reports.experiment_figures import accuracy_keys
 
     report = _report(store, name)
     data = report.to_dict()
