@@ -35,6 +35,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ...attribution import attribute
+from ...defaults import REGENERATION_MARGIN
 from ...errors import InputError
 from ...files import check_file
 from ...models.budget import CPU_BATCH_TOKENS
@@ -56,8 +57,6 @@ from ...weights.settings import ReshapeSettings
 
 # The instruction of the `answer_is` prompt template (training.data, which the core does not import).
 INSTRUCTION = "{question}\nPlease reason step by step, and end with a final line 'The answer is <answer>.'"
-# Tokens a regeneration may write beyond the original response's length.
-REGENERATION_MARGIN = 16
 
 
 def read_records(path: str | Path, n: int | None = None) -> list[dict]:

@@ -30,7 +30,7 @@ from typing import ClassVar
 import numpy as np
 
 from ...attribution import AttributionBatch, TraceAttribution, analysis_params, attribute
-from ...defaults import PROBE, RESAMPLE_SAMPLES, VIEW_STEP_POOL
+from ...defaults import VIEW_STEP_POOL
 from ...errors import InputError
 from ...models.generation import generate
 from ...inputs.encoding import encode_pairs

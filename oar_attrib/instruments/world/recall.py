@@ -18,7 +18,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ...attribution import AttributionBatch, TraceAttribution, analysis_params, attribute
-from ...defaults import CF_POSITIONS, PROBE, REPLACEMENT
+from ...defaults import CF_POSITIONS, REPLACEMENT
 from ...errors import InputError
 from ...inputs.segments import span_mask
 from ...methods import available_methods, ranking_scores
