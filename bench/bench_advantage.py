@@ -1,8 +1,9 @@
 """The advantage oracle's decoding, per trace: every step boundary of a trace decoded together
-(`advantage_oracle`'s path), against one boundary per pass (its `batched=False` reference, the
-same continuations) and against the path before it (one boundary per pass through
-`model.generate`, `generation.continue_groups`, every row running until the last one ends),
-side by side in one run, and against the FLOP limit of the decoding work.
+(`advantage_oracle`'s path), against one boundary per pass (its reference,
+`AdvantageSettings(batched=False)`: the same continuations) and against the path before it
+(one boundary per pass through `model.generate`, `generation.continue_groups`, every row
+running until the last one ends), side by side in one run, and against the FLOP limit of
+the decoding work.
 
 The trace is a held-out problem's prompt and the model's own greedy answer to it, split into
 its steps (`--model smollm2-135m`: a word problem of `wordworld:tiny` in the chat template;

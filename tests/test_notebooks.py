@@ -451,15 +451,14 @@ def test_09_advantage_oracle_recomputes_every_figure_from_the_report_rows(bundle
     scores and dV of every trace, the credit agreement from the groups, and the label's
     reliability from the two halves of dV; each equals the figure the command printed (the
     notebook asserts it too), each interval holds its mean; a JSON that is no report is passed over."""
-    from oar_attrib.instruments.advantage.oracle import AdvantageSettings
     from oar_attrib.instruments.advantage.recall import advantage_recall
     from oar_attrib.world import generate_problems
 
     model, tok = bundled
     records = [{"prompt": p.prompt, "answer": str(p.answer), "problem": p}
                for p in generate_problems(4, "recall", seed=1, split="test")]
-    report = advantage_recall(model, tok, records, n=4, methods=["entropy", "oar_g", "random"],
-                              settings=AdvantageSettings(n=4, margin=0), group_size=2, max_new_tokens=48)
+    report = advantage_recall(model, tok, records, n=4, methods=["entropy", "oar_g", "random"], continuations=4,
+                              margin=0, group_samples=2, max_new_tokens=48)
     (tmp_path / "tiny.json").write_text(json.dumps(report.as_dict(), allow_nan=False))
     (tmp_path / "other.json").write_text(json.dumps({"methods": {}}))  # not a report
     nb, summary = run_notebook("09_advantage_oracle.ipynb", OAR_ADVANTAGE_RESULTS=str(tmp_path))

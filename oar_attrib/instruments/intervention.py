@@ -38,7 +38,6 @@ import numpy as np
 
 from ..commands import MAX_COUNT, option
 from ..defaults import PROBE
-from ..errors import InputError
 from ..methods.knobs import KNOBS
 from .base import register_instrument
 from .graded import SampledRecall, sampled_records
@@ -72,6 +71,13 @@ class InterventionRecall(SampledRecall):
                                         bounds=(1, MAX_COUNT))
     cf_cache: str | None = option(None, "JSONL cache of the model's answers and every prefix's continuation "
                                         "rewards: a rerun reads back what it holds", group=INTERVENTION_GROUP)
+
+    @property
+    def oracle(self):
+        """The advantage oracle's `AdvantageSettings` that estimate V: --continuations, --temperature, --seed."""
+        from .advantage.oracle import AdvantageSettings
+
+        return AdvantageSettings(n=self.continuations, temperature=self.temperature, seed=self.seed)
 
 
 @dataclass(frozen=True)
@@ -128,27 +134,29 @@ def trace_sites(text: str, trace: int, problem=None, by: int = 1) -> list[Site]:
     return out
 
 
-def site_values(model, tokenizer, prompt_ids: list[int], trace: str, sites: list[Site], reward_of, settings, store,
+def site_values(model, tokenizer, prompt_ids: list[int], trace: str, sites: list[Site], reward_of, store,
                 placebo=None) -> list[dict]:
     """Per site of `trace` (its whole text) {"trace", "step", "kind", "intact", "corrupt", "drop"}
-    (V of the intact prefix, of the corrupted one, their difference), and with a second store
-    `placebo` the same intact prefix's V from that store's seeds ("placebo": its difference from
-    the first). A continuation may write the rest of the trace plus the oracle's margin; every
-    prefix of the trace's sites decodes together (`advantage_oracle.prefix_rewards`)."""
+    (V of the intact prefix, of the corrupted one, their difference), V estimated with the
+    continuations of `store` (`advantage.oracle.Boundaries`: the oracle's settings, where the
+    rewards are kept), and with a second store `placebo` the same intact prefix's V from that
+    store's seeds ("placebo": its difference from the first). A continuation may write the rest
+    of the trace plus the oracle's margin; every prefix of the trace's sites decodes together
+    (`advantage.oracle.prefix_rewards`)."""
     from .advantage.oracle import prefix_rewards
 
     texts = [t for s in sites for t in (s.intact, s.corrupt)]
     heads = [tokenizer(t, add_special_tokens=False).input_ids for t in texts]
     whole = len(tokenizer(trace, add_special_tokens=False).input_ids)
-    budgets = [max(whole - len(h), 1) + settings.margin for h in heads]
+    budgets = [max(whole - len(h), 1) + store.settings.margin for h in heads]
 
     def graded(i: int, tail: list[int]) -> float:
         return reward_of(tokenizer.decode(heads[i] + tail, skip_special_tokens=True))
 
     prefixes = [prompt_ids + h for h in heads]
-    rewards, _ = prefix_rewards(model, tokenizer, prefixes, budgets, graded, settings, store)
+    rewards, _ = prefix_rewards(model, tokenizer, prefixes, budgets, graded, store)
     again = prefix_rewards(model, tokenizer, prefixes[0::2], budgets[0::2], lambda i, t: graded(2 * i, t),
-                           settings, placebo)[0] if placebo is not None else None
+                           placebo)[0] if placebo is not None else None
     out = []
     for j, site in enumerate(sites):
         v, w = float(np.mean(rewards[2 * j])), float(np.mean(rewards[2 * j + 1]))
@@ -278,11 +286,9 @@ def _traces(settings: InterventionRecall, records: list[dict], model, tokenizer,
 def run_intervention(settings: InterventionRecall) -> int:
     """The intervention control (module docstring); a `--shard` takes its share of the records."""
     import time
-    from dataclasses import asdict
 
     from tqdm.auto import tqdm
 
-    from .advantage.oracle import AdvantageSettings
     from .advantage.recall import CACHE_CHECKS, CachedBoundaries
     from ..models.catalogue import bundled
     from ..models import load_model
@@ -290,7 +296,7 @@ def run_intervention(settings: InterventionRecall) -> int:
     from .cache import OracleCache
     from .data import open_cache
 
-    oracle = AdvantageSettings(n=settings.continuations, temperature=settings.temperature, seed=settings.seed)
+    oracle = settings.oracle
     records = sampled_records(settings, settings.n, world_problems=True)
     records = settings.shard.take(records) if settings.shard else records
     cache = open_cache(settings, "intervention", lambda path, **kw: OracleCache(path, checks=CACHE_CHECKS, **kw))
@@ -300,17 +306,17 @@ def run_intervention(settings: InterventionRecall) -> int:
         torch.set_num_threads(1)  # a 1.1M-parameter model's decode steps are too small to share (advantage's)
     model, tokenizer = load_model(settings.model, device=settings.device, dtype=settings.dtype)
     traces, skipped = _traces(settings, records, model, tokenizer, cache)
-    base = {"model": model_identity(model), "dtype": model_dtype(model), "oracle": "intervention", **asdict(oracle)}
+    base = {"model": model_identity(model), "dtype": model_dtype(model), "oracle": "intervention", **oracle.record()}
     seconds: dict = {}
     store = CachedBoundaries(cache, base, oracle, seconds)
     placebo = CachedBoundaries(cache, {**base, "replica": 1}, oracle, seconds) if settings.negative == "placebo" else None
     rows, start = [], time.perf_counter()
     for ids, text, sites, reward_of in tqdm(traces, desc="intervention", disable=not settings.progress):
-        rows += site_values(model, tokenizer, ids, text, sites, reward_of, oracle, store, placebo)
+        rows += site_values(model, tokenizer, ids, text, sites, reward_of, store, placebo)
     report = InterventionReport(
         auc=pooled_auc(rows, settings.negative, seed=settings.seed), drop=mean_drops(rows, seed=settings.seed),
         n=len(records), traces=len(traces), skipped=skipped,
-        oracle={**asdict(oracle), "by": settings.by, "negative": settings.negative, "sites": len(rows),
+        oracle={**oracle.record(), "by": settings.by, "negative": settings.negative, "sites": len(rows),
                 "seconds_made": sum(seconds.values()), "seconds": time.perf_counter() - start},
         cache=cache.counts, per_site=rows)
     if settings.json:

@@ -5,6 +5,7 @@ reliability and the credit agreement match hand computations, and a rerun with t
 calls the model for nothing."""
 import json
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -64,14 +65,14 @@ def test_boundaries_decoded_together_equal_one_per_pass(bundled, trace, monkeypa
     model, tok = bundled
     problem, prompt, attributed = trace
     settings = AdvantageSettings(n=4, temperature=1.0, margin=4)
-    args = (model, tok, prompt, attributed.token_ids, attributed.steps, problem.reward, 1.0, settings)
-    together, alone = advantage_oracle(*args), advantage_oracle(*args, batched=False)
+    args = (model, tok, prompt, attributed.token_ids, attributed.steps, problem.reward, 1.0)
+    together, alone = advantage_oracle(*args, settings), advantage_oracle(*args, replace(settings, batched=False))
     assert together.rewards == alone.rewards and together.new_tokens == alone.new_tokens
     assert len(together.rewards) == len(attributed.steps) >= 2
     store = Boundaries(settings)
     first = prompt + attributed.token_ids[:attributed.steps[0][1]]
     store.put(first, [9.0] * 4, 0.0)  # boundary 1 known (an impossible reward: it must be read, not made)
-    partly = advantage_oracle(*args, store=store)
+    partly = store.oracle(*args)
     assert partly.rewards[1] == [9.0] * 4
     assert partly.rewards[:1] + partly.rewards[2:] == together.rewards[:1] + together.rewards[2:]
     chunks = prefix_chunks(model, [len(prompt) + len(attributed.token_ids)] * 5, 4)
@@ -79,7 +80,7 @@ def test_boundaries_decoded_together_equal_one_per_pass(bundled, trace, monkeypa
     from oar_attrib.models import budget
     monkeypatch.setattr(budget, "memory_bound", lambda device: 1)  # no room: one boundary per pass, still
     assert prefix_chunks(model, [40, 40, 40], 4) == [[0], [1], [2]]
-    assert advantage_oracle(*args).rewards == together.rewards
+    assert advantage_oracle(*args, settings).rewards == together.rewards
 
 
 def test_split_half_is_the_hand_formula():
@@ -281,6 +282,40 @@ def test_settings_refuse_bad_values():
         AdvantageSettings(temperature=0.0)
 
 
+def test_seeds_and_cache_keys_are_made_of_the_four_oracle_fields_as_before():
+    """The continuations' seeds and cache keys are made of `record()`: n, temperature, seed and
+    margin in that order, what `asdict` gave before `batched` was a field, so committed caches
+    read back and their reports reproduce. How the oracle decodes (`batched`) is none of them.
+    The seeds and the key are the literal values the code before `record()` gave (8bbd18a)."""
+    from oar_attrib.instruments.advantage.recall import CachedBoundaries
+    from oar_attrib.instruments.cache import cache_key
+
+    settings = AdvantageSettings(n=4, temperature=0.7, seed=3, margin=5)
+    old = {"n": 4, "temperature": 0.7, "seed": 3, "margin": 5}
+    assert list(settings.record().items()) == list(old.items())
+    assert list(AdvantageSettings().record()) == ["n", "temperature", "seed", "margin"]
+    for decoded in (settings, replace(settings, batched=False)):
+        assert decoded.record() == old
+        assert Boundaries(decoded).seed([1, 2, 3]) == 903183900063368358
+    assert Boundaries(AdvantageSettings()).seed([5]) == 47871868024358864
+    record = {"model": "m", "dtype": "float32", "oracle": "advantage", **settings.record()}
+    assert cache_key(record, [1, 2, 3]) == "a113dcdde543a619e966d974d4f9bf8d"
+    store = CachedBoundaries(advantage_cache(None), record, replace(settings, batched=False))
+    assert store.seed([1, 2, 3]) == CachedBoundaries(advantage_cache(None), record, settings).seed([1, 2, 3])
+
+
+def test_recall_refuses_the_oracles_settings_object_naming_where_its_fields_go():
+    """`settings=` is the instrument's (`AdvantageRecall`) since 0.2.0, as for graded_recall: an
+    `AdvantageSettings` there, or settings and keywords at once, is a TypeError that says where
+    the oracle's fields go; before any model is called."""
+    with pytest.raises(TypeError, match="continuations, temperature, seed and margin"):
+        advantage_recall(None, None, [], AdvantageSettings(n=2))
+    with pytest.raises(TypeError, match="no setting named nonsense"):
+        advantage_recall(None, None, [], n=2, nonsense=1)
+    with pytest.raises(InputError, match="at least 2 answers"):
+        advantage_recall(None, None, [], n=2, group_size=1)
+
+
 def test_recall_resumes_from_its_cache_without_the_model(bundled, tmp_path):
     model, tok = bundled
     records = [{"prompt": p.prompt, "answer": str(p.answer), "problem": p}
@@ -288,7 +323,7 @@ def test_recall_resumes_from_its_cache_without_the_model(bundled, tmp_path):
     calls = []
     hook = model.register_forward_hook(lambda *a: calls.append(1))
     try:  # one group of 2 traces, 2 continuations a boundary: the smallest run that resumes
-        kwargs = dict(n=2, methods=["random"], settings=AdvantageSettings(n=2, margin=0), group_size=2,
+        kwargs = dict(n=2, methods=["random"], continuations=2, margin=0, group_samples=2,
                       max_new_tokens=48, cache=tmp_path / "cache.jsonl")
         first = advantage_recall(model, tok, records, **kwargs)
         made = len(calls)
@@ -320,7 +355,7 @@ def test_every_trace_of_a_group_is_labelled_so_every_group_counts(bundled, tmp_p
     model, tok = bundled
     records = [{"prompt": p.prompt, "answer": str(p.answer), "problem": p}
                for p in generate_problems(4, "recall", seed=1, split="test")]
-    kwargs = dict(n=4, methods=["random"], settings=AdvantageSettings(n=2, margin=0), group_size=2,
+    kwargs = dict(n=4, methods=["random"], continuations=2, margin=0, group_samples=2,
                   max_new_tokens=48, cache=tmp_path / "cache.jsonl", min_steps=99)
     every = advantage_recall(model, tok, records, **kwargs)
     scored = advantage_recall(model, tok, records, label="scored", **kwargs)
@@ -364,7 +399,7 @@ def test_cached_values_outside_what_the_settings_make_are_refused(bundled, tmp_p
     records = [{"prompt": p.prompt, "answer": str(p.answer), "problem": p}
                for p in generate_problems(2, "recall", seed=1, split="test")]
     path = tmp_path / "cache.jsonl"
-    kwargs = dict(n=2, methods=["random"], settings=AdvantageSettings(n=2, margin=0), group_size=2,
+    kwargs = dict(n=2, methods=["random"], continuations=2, margin=0, group_samples=2,
                   max_new_tokens=48, cache=path)
     advantage_recall(model, tok, records, **kwargs)
     lines = [json.loads(line) for line in path.read_text().splitlines()]

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...commands import MAX_COUNT, option
-from ...defaults import ADVANTAGE_CONTINUATIONS, ADVANTAGE_LABELS
+from ...defaults import ADVANTAGE_CONTINUATIONS, ADVANTAGE_LABELS, REGENERATION_MARGIN
 from ...errors import InputError
 from ..base import register_instrument
 from ..data import open_cache
@@ -51,26 +51,59 @@ class AdvantageRecall(SampledRecall):
                                         "every step boundary's continuation rewards: a rerun reads back what it "
                                         "holds", group=ADVANTAGE_GROUP)
 
+    margin: int = option(REGENERATION_MARGIN, flag=None)  # the oracle's (`AdvantageSettings.margin`), no flag
+    groups: int | None = option(None, flag=None)  # groups analysed (default: --n over the group size, rounded
+    #                                               up); a --shard's run is given its share
+
     @property
     def size(self) -> int:
         return self.group_samples or DEFAULT_GROUP
 
+    @property
+    def wanted(self) -> int:
+        """The groups analysed: `groups`, else --n traces in whole groups."""
+        return math.ceil(self.n / self.size) if self.groups is None else self.groups
+
+    @property
+    def oracle(self):
+        """The `AdvantageSettings` of this run's oracle: --continuations, --temperature, --seed, the margin."""
+        from .oracle import AdvantageSettings
+
+        return AdvantageSettings(n=self.continuations, temperature=self.temperature, seed=self.seed,
+                                 margin=self.margin)
+
+    def methods_run(self) -> list[str]:
+        """--methods, else the default for --model (`text.default_methods`)."""
+        from .text import default_methods
+
+        return list(self.methods or default_methods(self.model))
+
+    def answer_tokens(self) -> int:
+        """--max-new-tokens, else the model's catalogue answering length."""
+        from ...models.catalogue import answering
+
+        return self.max_new_tokens or answering(self.model)[0].max_new_tokens
+
+    def check(self) -> None:
+        """InputError, before any work: the oracle's own checks (`AdvantageSettings`: a
+        temperature of 0 is refused) and a group GRPO cannot normalise (fewer than 2 answers)."""
+        self.oracle.record()
+        if self.size < 2:
+            raise InputError(f"--group-samples {self.size}: GRPO's advantage needs groups of at least 2 answers")
+
 
 @register_instrument("advantage", AdvantageRecall, "the Monte-Carlo advantage oracle (dV per step, credit agreement)")
 def run_advantage(settings: AdvantageRecall) -> int:
-    from .oracle import AdvantageSettings
     from .recall import CACHE_CHECKS, advantage_recall
     from ..cache import OracleCache
-    from .text import default_methods, reading, text_report
+    from .text import reading, text_report
     from ...models import load_model
-    from ...models.catalogue import answering, bundled
+    from ...models.catalogue import bundled
 
-    oracle = AdvantageSettings(n=settings.continuations, temperature=settings.temperature, seed=settings.seed)
-    if settings.size < 2:
-        raise InputError(f"--group-samples {settings.size}: GRPO's advantage needs groups of at least 2 answers")
+    settings.check()
     # Up to CANDIDATES times the groups needed are candidates, sampled in order until enough of
     # them mix right and wrong answers (a model right 15% of the time mixes about half its groups).
-    records = sampled_records(settings, CANDIDATES * math.ceil(settings.n / settings.size), world_problems=True)
+    records = sampled_records(settings, CANDIDATES * settings.wanted, world_problems=True)
     cache = open_cache(settings, "advantage", lambda path, **kw: OracleCache(path, checks=CACHE_CHECKS, **kw))
     if bundled(settings.model):
         # A 1.1M-parameter model's decode steps are too small to share: threads only contend
@@ -79,17 +112,13 @@ def run_advantage(settings: AdvantageRecall) -> int:
 
         torch.set_num_threads(1)
     model, tokenizer = load_model(settings.model, device=settings.device, dtype=settings.dtype)
-    max_new = settings.max_new_tokens or answering(settings.model)[0].max_new_tokens
-    n = settings.n
+    run = settings
     if settings.shard is not None:
-        records, n = shard_groups(model, tokenizer, records, settings, cache, oracle, max_new)
-    methods = list(settings.methods or default_methods(settings.model))
-    report = advantage_recall(
-        model, tokenizer, records, n=n, methods=methods, probe=settings.probe, settings=oracle,
-        group_size=settings.size, max_new_tokens=max_new, cache=cache, method_params=settings.params(),
-        min_steps=settings.min_steps, label=settings.label, progress=settings.progress)
+        records, groups = shard_groups(model, tokenizer, records, settings, cache)
+        run = replace(settings, groups=groups)
+    report = advantage_recall(model, tokenizer, records, run, cache=cache)
     if settings.json:
-        print(json.dumps({**report.as_dict(), "record": advantage_record(settings, methods),
+        print(json.dumps({**report.as_dict(), "record": advantage_record(settings, settings.methods_run()),
                           "reading": reading(report)}, allow_nan=False))
         return 0
     print("\n".join(text_report(report)))
@@ -100,8 +129,6 @@ def advantage_record(settings: AdvantageRecall, methods: list[str]) -> dict:
     """The settings record of an `oar recall advantage` run: `text.recall_record`'s (the methods
     run, with their parameters, probe, seed, model, dtype) and the instrument's own settings,
     so a committed report names what made it."""
-    from dataclasses import replace
-
     from ..text import recall_record
 
     own = ("data", "preset", "group_samples", "continuations", "temperature", "min_steps", "label", "max_new_tokens")
@@ -109,17 +136,17 @@ def advantage_record(settings: AdvantageRecall, methods: list[str]) -> dict:
             "advantage": {name: getattr(settings, name) for name in own}}
 
 
-def shard_groups(model, tokenizer, records, settings: AdvantageRecall, cache, oracle, max_new: int):
-    """(records of this shard's groups, the traces they hold): the groups an unsharded run
-    chooses (`choose_groups`, over every candidate group sampled), those of index
-    i % N == K - 1 in that order."""
+def shard_groups(model, tokenizer, records, settings: AdvantageRecall, cache) -> tuple[list, int]:
+    """(records of this shard's groups, how many): the groups an unsharded run chooses
+    (`choose_groups`, over every candidate group sampled), those of index i % N == K - 1 in that
+    order."""
     from . import recall as adv
     from ..data.recall import encode_prompt_ids, record_prompt
 
-    run = adv.AdvantageRun(model, tokenizer, cache, oracle, settings.progress)
+    run = adv.AdvantageRun(model, tokenizer, cache, settings.oracle, settings.progress)
     prompt_ids = [encode_prompt_ids(tokenizer, record_prompt(r, tokenizer)) for r in records]
     rewards_of = [adv.reward_function(r) for r in records]
-    _, rewards = adv.sample_groups(run, prompt_ids, rewards_of, math.ceil(settings.n / settings.size),
-                                   settings.size, max_new, settings.progress)
+    _, rewards = adv.sample_groups(run, prompt_ids, rewards_of, settings.wanted, settings.size,
+                                   settings.answer_tokens(), settings.progress)
     chosen = settings.shard.take(adv.choose_groups(rewards, settings.n, settings.size))
-    return [records[g] for g in chosen], len(chosen) * settings.size
+    return [records[g] for g in chosen], len(chosen)

@@ -19,7 +19,7 @@ prefilled once and its cache repeated N times, all of the trace's rows run in on
 (as many boundaries per pass as memory allows, `boundary_chunks`), and a row that ends leaves
 the batch. Each boundary samples from its own stream, seeded by the hash of its key (model,
 settings, prefix ids), so a boundary read back from the cache, one decoded alone
-(`batched=False`, the reference) and one decoded beside the others agree. (Caches made before
+(`AdvantageSettings(batched=False)`, the reference) and one decoded beside the others agree. (Caches made before
 0.2.0 hold continuations of an earlier sampler, one boundary per pass from torch's global
 stream: the same distribution, other draws.)
 
@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -41,17 +41,22 @@ from ...defaults import ADVANTAGE_CONTINUATIONS, option
 from ...errors import InputError
 from ...models.generation import sample_prefixes, stop_ids
 from ...defaults import REGENERATION_MARGIN
+from ..base import OracleSettings
 
 
 @dataclass(frozen=True)
-class AdvantageSettings:
-    """What the advantage oracle samples; every field is in the record that keys its cache."""
+class AdvantageSettings(OracleSettings):
+    """What the advantage oracle samples (`record()`: the fields that key and seed its
+    boundaries, and that its report states) and how it decodes (`batched`: the same
+    continuations either way)."""
 
     n: int = option(ADVANTAGE_CONTINUATIONS, "Continuations sampled per step boundary (V_k's denominator).")
     temperature: float = option(1.0, "The policy's sampling temperature.")
     seed: int = option(0, "Seed of the continuations (hashed with each prefix).")
     margin: int = option(REGENERATION_MARGIN, "Tokens a continuation may write beyond the rest of the original "
                                               "response.")
+    batched: bool = option(True, "Decode the boundaries not yet known together, as many per pass as memory "
+                                 "allows (`prefix_chunks`); False: one per pass (the reference).", record=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.n, int) or self.n < 1:
@@ -97,23 +102,44 @@ def prefix_seed(key: str) -> int:
 
 
 class Boundaries:
-    """Where the oracle's boundary rewards are kept: `seed(prefix)` the sampling seed of a
-    prefix's continuations, `get(prefix)` its N rewards when they are known (else None),
-    `put(prefix, rewards, seconds)` keeps them. This one keeps them in memory, seeded by the
-    prefix's ids and the settings; `advantage_recall`'s keeps them in its cache, keyed and
-    seeded by the model's record as well."""
+    """Where the oracle's boundary rewards are kept, sampled with its `settings`: `seed(prefix)`
+    the sampling seed of a prefix's continuations, `get(prefix)` its N rewards when they are
+    known (else None), `put(prefix, rewards, seconds)` keeps them; `oracle(...)` labels a trace
+    with them. This one keeps them in memory, seeded by the prefix's ids and the settings;
+    `advantage_recall`'s keeps them in its cache, keyed and seeded by the model's record as well."""
 
     def __init__(self, settings: "AdvantageSettings"):
         self.settings, self.known = settings, {}
 
     def seed(self, prefix: list[int]) -> int:
-        return prefix_seed(json.dumps([asdict(self.settings), prefix]))
+        return prefix_seed(json.dumps([self.settings.record(), prefix]))
 
     def get(self, prefix: list[int]) -> list[float] | None:
         return self.known.get(tuple(prefix))
 
     def put(self, prefix: list[int], rewards: list[float], seconds: float) -> None:
         self.known[tuple(prefix)] = rewards
+
+    def oracle(self, model, tokenizer, prompt_ids: Sequence[int], response_ids: Sequence[int],
+               steps: Sequence[tuple[int, int]], reward_of: Callable[[str], float], reward: float) -> "AdvantageTrace":
+        """The advantage oracle of one trace (`advantage_oracle`), its boundary rewards read from
+        this store where it holds them and kept in it where they are made."""
+        if not steps:
+            raise InputError("the advantage oracle needs a trace with at least one step")
+        prompt, response = [int(i) for i in prompt_ids], [int(i) for i in response_ids]
+        if steps[-1][1] > len(response):
+            raise InputError(f"steps reach token {steps[-1][1]} of a {len(response)}-token response")
+        if not prompt:
+            raise InputError("the advantage oracle needs a prompt: V_0 is sampled from it")
+        start = time.perf_counter()
+        bounds = [0] + [b for _, b in steps[:-1]]
+
+        def graded(k: int, tail: list[int]) -> float:
+            return reward_of(tokenizer.decode(response[:bounds[k]] + tail, skip_special_tokens=True))
+
+        rewards, new = prefix_rewards(model, tokenizer, [prompt + response[:b] for b in bounds],
+                                      [len(response) - b + self.settings.margin for b in bounds], graded, self)
+        return AdvantageTrace(rewards, float(reward), time.perf_counter() - start, new)
 
 
 def prefix_chunks(model, widths: list[int], n: int) -> list[list[int]]:
@@ -131,18 +157,18 @@ def prefix_chunks(model, widths: list[int], n: int) -> list[list[int]]:
 
 
 def prefix_rewards(model, tokenizer, prefixes: list[list[int]], budgets: list[int],
-                   reward_of: Callable[[int, list[int]], float], settings: AdvantageSettings, store: Boundaries,
-                   batched: bool = True) -> tuple[list[list[float]], int]:
+                   reward_of: Callable[[int, list[int]], float], store: Boundaries) -> tuple[list[list[float]], int]:
     """(per prefix its N continuation rewards, new tokens decoded now): read from `store` where
-    it holds them, else sampled at the settings' temperature (`generation.sample_prefixes`,
+    it holds them, else sampled at its settings' temperature (`generation.sample_prefixes`,
     each prefix from its own stream seeded by `store.seed`), at most budgets[i] tokens each,
     graded by `reward_of(i, continuation ids)` and kept in `store`. The prefixes not in the
-    store decode together, as many per pass as memory allows (`prefix_chunks`); `batched=False`
-    one per pass (the reference: the same continuations)."""
+    store decode together, as many per pass as memory allows (`prefix_chunks`); with the
+    settings' `batched` False one per pass (the reference: the same continuations)."""
+    settings = store.settings
     found = [store.get(p) for p in prefixes]
     todo = [i for i, hit in enumerate(found) if hit is None]
     chunks = prefix_chunks(model, [len(prefixes[i]) + budgets[i] for i in todo], settings.n) \
-        if batched else [[j] for j in range(len(todo))]
+        if settings.batched else [[j] for j in range(len(todo))]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     new = 0
     for chunk in chunks:
@@ -163,32 +189,16 @@ def prefix_rewards(model, tokenizer, prefixes: list[list[int]], budgets: list[in
 
 def advantage_oracle(model, tokenizer, prompt_ids: Sequence[int], response_ids: Sequence[int],
                      steps: Sequence[tuple[int, int]], reward_of: Callable[[str], float], reward: float,
-                     settings: AdvantageSettings = AdvantageSettings(), *, store: Boundaries | None = None,
-                     batched: bool = True) -> AdvantageTrace:
-    """The advantage oracle of one trace (module docstring).
+                     settings: AdvantageSettings = AdvantageSettings()) -> AdvantageTrace:
+    """The advantage oracle of one trace (module docstring), its boundary rewards kept in memory.
 
     prompt_ids: (P,), response_ids: (T,); steps: the S token ranges of the response's steps
     (in order, covering its reasoning); reward_of: response text (decoded without special
-    tokens) -> reward; reward: the trace's own. store: where boundary rewards are read from and
-    kept (`Boundaries`; default in memory). The boundaries not in the store are decoded
-    together (`prefix_rewards`); `batched=False` decodes them one per pass (the reference)."""
-    if not steps:
-        raise InputError("the advantage oracle needs a trace with at least one step")
-    prompt, response = [int(i) for i in prompt_ids], [int(i) for i in response_ids]
-    if steps[-1][1] > len(response):
-        raise InputError(f"steps reach token {steps[-1][1]} of a {len(response)}-token response")
-    if not prompt:
-        raise InputError("the advantage oracle needs a prompt: V_0 is sampled from it")
-    start = time.perf_counter()
-    bounds = [0] + [b for _, b in steps[:-1]]
-
-    def graded(k: int, tail: list[int]) -> float:
-        return reward_of(tokenizer.decode(response[:bounds[k]] + tail, skip_special_tokens=True))
-
-    rewards, new = prefix_rewards(model, tokenizer, [prompt + response[:b] for b in bounds],
-                                  [len(response) - b + settings.margin for b in bounds], graded, settings,
-                                  store if store is not None else Boundaries(settings), batched)
-    return AdvantageTrace(rewards, float(reward), time.perf_counter() - start, new)
+    tokens) -> reward; reward: the trace's own. The boundaries are decoded together
+    (`prefix_rewards`); `settings.batched` False decodes them one per pass (the reference).
+    A store of one's own (a cache: `advantage.recall.CachedBoundaries`) labels a trace with
+    its `oracle` method, reading back the boundaries it holds."""
+    return Boundaries(settings).oracle(model, tokenizer, prompt_ids, response_ids, steps, reward_of, reward)
 
 
 def split_half(traces: Sequence[AdvantageTrace]) -> dict:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,22 +40,22 @@ import torch
 from tqdm.auto import tqdm
 
 from ...attribution import analysis_params, attribute
-from ...defaults import ADVANTAGE_LABELS as LABELS, PROBE, VIEW_STEP_POOL
+from ...defaults import ADVANTAGE_LABELS as LABELS, VIEW_STEP_POOL
 from ...errors import InputError
 from ...inputs.grading import grade
 from ...inputs.steps import pool_steps
-from ...methods import available_methods, ranking_scores
+from ...methods import ranking_scores
 from ...records.record import json_safe
 from ...records.settings_record import settings_record
 from ...rollouts import group_advantages
 from ...weights.metrics import random_recall, recall_at_k
 from ...weights.settings import ReshapeSettings
-from .oracle import AdvantageSettings, AdvantageTrace, Boundaries, advantage_oracle, prefix_seed, split_half
+from .oracle import AdvantageSettings, AdvantageTrace, Boundaries, prefix_seed, split_half
 from ..data.recall import encode_prompt_ids, record_prompt
 from .metrics import (EARLIEST, GRPO, GROUP_METRICS, LONGEST, POOLING, REFERENCES, TRACE_METRICS, TARGETS,
                       credit_metrics, estimate, label_ceiling, partials, trace_metrics)
 from ..answers import sampled_group
-from ..base import Run
+from ..base import Run, settings_of
 from ..cache import OracleCache, cache_key
 from ...analysis.sets import ADVANTAGE
 from ...analysis.stats import CORRELATION
@@ -94,8 +93,11 @@ CACHE_CHECKS = {
 
 @dataclass
 class AdvantageRun(Run):
-    """An advantage recall's run (`base.Run`), keeping each boundary's seconds when it was made."""
+    """An advantage recall's run (`base.Run`; its settings the oracle's `AdvantageSettings`):
+    the methods scored, the group size, and each boundary's seconds when it was made."""
 
+    methods: list = field(default_factory=list)
+    size: int = 0
     oracle_seconds: dict = field(default_factory=dict)  # per prefix key: seconds when made
 
 
@@ -223,9 +225,9 @@ class CachedBoundaries(Boundaries):
 
 def _oracle(run: AdvantageRun, ids, row: dict, reward_of, reward: float) -> AdvantageTrace:
     steps = [tuple(s) for s in row["steps"]]
-    record = run.record(oracle=ADVANTAGE, **dataclasses.asdict(run.settings))
-    return advantage_oracle(run.model, run.tokenizer, ids, row["token_ids"], steps, reward_of, reward,
-                            run.settings, store=CachedBoundaries(run.cache, record, run.settings, run.oracle_seconds))
+    store = CachedBoundaries(run.cache, run.record(oracle=ADVANTAGE, **run.settings.record()), run.settings,
+                             run.oracle_seconds)
+    return store.oracle(run.model, run.tokenizer, ids, row["token_ids"], steps, reward_of, reward)
 
 
 def control_recall(dv: np.ndarray, step_chars: list, oracle) -> dict[str, float]:
@@ -269,57 +271,71 @@ class AdvantageReport:
         return json_safe(dataclasses.asdict(self))
 
 
-def advantage_recall(model, tokenizer, records: list[dict], *, n: int, methods=None, probe: str = PROBE,
-                     settings: AdvantageSettings = AdvantageSettings(), group_size: int = 4,
-                     max_new_tokens: int = 256, cache: str | Path | OracleCache | None = None,
-                     method_params: dict | None = None, min_steps: int = 1, label: str = "all",
-                     progress: bool = False) -> AdvantageReport:
-    """Advantage recall of every method on about `n` traces (whole groups of `group_size`)
-    answering `records` (candidates: a question or prompt and its gold `answer`, or an
+# `advantage_recall`'s keywords that are spelled otherwise in its settings (`AdvantageRecall`).
+_KEYWORDS = {"group_size": "group_samples"}
+# Its settings object before 0.2.0 was the oracle's: where that one's fields go now.
+_ORACLE_FIELDS = ("the oracle's settings are AdvantageRecall's fields continuations, temperature, seed and "
+                  "margin (AdvantageSettings(n=2, margin=0) is continuations=2, margin=0)")
+
+
+def advantage_recall(model, tokenizer, records: list[dict], settings=None, *,
+                     cache: str | Path | OracleCache | None = None, **keywords) -> AdvantageReport:
+    """Advantage recall of every method on about `settings.n` traces (whole groups of the group
+    size) answering `records` (candidates: a question or prompt and its gold `answer`, or an
     arithmetic-world `problem`), module docstring. `label`: "all" gives the oracle to every
     trace of an analysed group with a step, "scored" only to those of at least `min_steps`
-    steps (the others keep their place in their group's advantages; counted in `skipped`)."""
-    if group_size < 2:
-        raise InputError(f"group_size={group_size}: GRPO's advantage needs groups of at least 2 answers")
-    if label not in LABELS:
-        raise InputError(f"label={label!r}: one of {', '.join(LABELS)}")
-    methods = list(methods or available_methods())
+    steps (the others keep their place in their group's advantages; counted in `skipped`).
+
+    settings: the `instruments.advantage.AdvantageRecall` `oar recall advantage` runs on (its
+    `oracle` is the `AdvantageSettings` of the oracle); or its fields as keywords (`n`,
+    `methods`, `probe`, `seed`, `continuations`, `temperature`, `margin`, `group_samples` or
+    `group_size`, `max_new_tokens`, `min_steps`, `label`, `method_params`, `progress`). Left
+    out, `methods` and `max_new_tokens` are the command's defaults for the settings' model
+    name (`AdvantageRecall.methods_run`, `answer_tokens`), not for the `model` passed: with
+    keywords that name is arith-tiny's (its cheap methods, 128 tokens)."""
+    from . import AdvantageRecall
+
+    settings = settings_of(AdvantageRecall, settings, keywords, "advantage_recall", _KEYWORDS, _ORACLE_FIELDS)
+    settings.check()
+    if settings.label not in LABELS:
+        raise InputError(f"label={settings.label!r}: one of {', '.join(LABELS)}")
+    size = settings.size
     run = AdvantageRun(model, tokenizer, cache if isinstance(cache, OracleCache) else advantage_cache(cache),
-               settings, progress)
+                       settings.oracle, settings.progress, methods=settings.methods_run(), size=size)
     prompts = [record_prompt(r, tokenizer) for r in records]
     prompt_ids = [encode_prompt_ids(tokenizer, p) for p in prompts]
     rewards_of = [reward_function(r) for r in records]
-    texts, rewards = sample_groups(run, prompt_ids, rewards_of, math.ceil(n / group_size), group_size,
-                                    max_new_tokens, progress)
+    texts, rewards = sample_groups(run, prompt_ids, rewards_of, settings.wanted, size, settings.answer_tokens(),
+                                   settings.progress)
     records = records[:len(texts)]  # the candidates: those sampled
-    chosen = choose_groups(rewards, n, group_size)
-    reshape = ReshapeSettings(probe=probe, seed=settings.seed)
+    chosen = choose_groups(rewards, settings.wanted * size, size)
+    reshape = ReshapeSettings(probe=settings.probe, seed=settings.seed)
     per_trace, per_group, oracles, skipped = [], [], [], {"no_steps": 0, "few_steps": 0}
-    least = max(min_steps, 1)
-    bar = tqdm(total=len(chosen) * group_size, desc="advantage oracle", disable=not progress)
+    least = max(settings.min_steps, 1)
+    bar = tqdm(total=len(chosen) * size, desc="advantage oracle", disable=not settings.progress)
     for g in chosen:
-        rows = _attribution(run, prompts[g], prompt_ids[g], texts[g], rewards[g], methods, reshape,
-                            method_params or {})["traces"]
-        credit_rows, labels, advantages = {m: [] for m in methods}, [], []
+        rows = _attribution(run, prompts[g], prompt_ids[g], texts[g], rewards[g], run.methods, reshape,
+                            settings.params() or {})["traces"]
+        credit_rows, labels, advantages = {m: [] for m in run.methods}, [], []
         for row, text, reward in zip(rows, texts[g], rewards[g]):
             bar.update(1)
             if len(row["steps"]) < least:
                 skipped["no_steps" if not row["steps"] else "few_steps"] += 1
-                if not row["steps"] or label == "scored":
+                if not row["steps"] or settings.label == "scored":
                     continue
             oracle = _oracle(run, prompt_ids[g], row, rewards_of[g], reward)
             oracles.append(oracle)
-            per_trace.append(_trace_row(row, oracle, records[g], text, methods, g, len(row["steps"]) >= least))
+            per_trace.append(_trace_row(row, oracle, records[g], text, run.methods, g, len(row["steps"]) >= least))
             dv = oracle.dv()
             labels.append(np.concatenate([np.full(b - a, dv[k]) for k, (a, b) in enumerate(row["steps"])]))
             advantages.append(row["advantage"])
-            for m in methods:
+            for m in run.methods:
                 credit_rows[m].append(_floats(row["token_advantages"][m]))
         if labels:  # a group none of whose traces has a label is not a unit of credit agreement
             per_group.append({"group": g, "rewards": rewards[g], "traces": len(labels),
                               **credit_metrics(credit_rows, advantages, labels)})
     bar.close()
-    return _report(run, records, methods, chosen, rewards, per_trace, per_group, oracles, skipped, group_size)
+    return _report(run, records, chosen, rewards, per_trace, per_group, oracles, skipped)
 
 
 def _trace_row(row: dict, oracle: AdvantageTrace, record: dict, text: str, methods, group: int,
@@ -382,9 +398,8 @@ def summarise(per_trace: list[dict], per_group: list[dict], methods: list[str]) 
     return summary, reference, {**grpo, "groups": grpo["n"]}
 
 
-def _report(run: AdvantageRun, records, methods, chosen, rewards, per_trace, per_group, oracles, skipped,
-            group_size) -> AdvantageReport:
-    summary, reference, grpo = summarise(per_trace, per_group, methods)
+def _report(run: AdvantageRun, records, chosen, rewards, per_trace, per_group, oracles, skipped) -> AdvantageReport:
+    summary, reference, grpo = summarise(per_trace, per_group, run.methods)
     family = [t for t in per_trace if t["family"]]
     controls = [t["control"] for t in family if "control" in t]
     # Each set's recall, a random ranking's expectation and their paired difference per trace
@@ -394,15 +409,15 @@ def _report(run: AdvantageRun, records, methods, chosen, rewards, per_trace, per
                **estimate({f"{k}_gain": [c[k] - c[f"random_{k}"] for c in controls] for k in ("chain", "direct")})
                } if controls else {}
     made = sum(run.oracle_seconds.values())
-    oracle = {**dataclasses.asdict(run.settings), "boundaries": sum(len(o.rewards) for o in oracles),
+    oracle = {**run.settings.record(), "boundaries": sum(len(o.rewards) for o in oracles),
               "seconds_per_trace": made / len(oracles) if oracles else None,
               "mean_abs_dv": float(np.mean([np.abs(o.dv()).mean() for o in oracles])) if oracles else None}
     mixed = sum(len(set(rewards[g])) > 1 for g in chosen)
     return AdvantageReport(
         methods=summary, reference=reference, grpo=grpo, ceiling=label_ceiling(family),
         reliability=split_half(oracles) if run.settings.n >= 2 else {"r": None, "spearman_brown": None},
-        positive_control=control, oracle=oracle, n=len(chosen) * group_size, n_scored=len(family),
+        positive_control=control, oracle=oracle, n=len(chosen) * run.size, n_scored=len(family),
         n_labelled=len(per_trace),
-        groups={"size": group_size, "analysed": len(chosen), "mixed": mixed, "credit": len(per_group),
+        groups={"size": run.size, "analysed": len(chosen), "mixed": mixed, "credit": len(per_group),
                 "credit_defined": grpo["n"], "candidates": len(records)},
         skipped=skipped, cache=run.cache.counts, per_trace=per_trace, per_group=per_group)
