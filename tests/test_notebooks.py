@@ -81,7 +81,7 @@ def test_notebooks_are_committed_without_outputs():
 def test_01_attribution_recall(bundled):
     nb, s = run_notebook("01_attribution_recall.ipynb")
     methods = s["methods"]
-    # Every method but resample, which samples (`oar recall --granularity step` runs it).
+    # Every method but resample, which samples (`oar recall steps` runs it).
     assert methods == [m for m in oa.available_methods() if m != "resample"] and s["n_scored"] > 0
     assert list(s["table"]) == [*methods, "random expectation"]
     for method, row in s["table"].items():
