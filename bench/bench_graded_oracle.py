@@ -26,6 +26,7 @@ import json
 import platform
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -67,8 +68,8 @@ def run(model, tokenizer, items, settings: GradedSettings, reuse: bool) -> tuple
         positions = [t for t, s in enumerate(trace.scored) if s]
         if not positions or answer_key(trace.response) is None:
             continue
-        graded = graded_oracle(model, tokenizer, prompt_ids, trace.token_ids, positions, answer_key, settings,
-                               reuse_prefix=reuse)
+        graded = graded_oracle(model, tokenizer, prompt_ids, trace.token_ids, positions, answer_key,
+                               replace(settings, reuse_prefix=reuse))
         stats.add(graded.stats)
         flips.append(graded.flips)
     return stats, flips

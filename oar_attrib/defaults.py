@@ -64,6 +64,9 @@ NO_METHOD = "none"
 GRADED_K = 8
 GRADED_POSITIONS = 32
 ADVANTAGE_CONTINUATIONS = 16
+# Tokens a regeneration (the counterfactual and graded oracles') or a continuation (the
+# advantage oracle's) may write beyond what is left of the original response.
+REGENERATION_MARGIN = 16
 # Which traces of an analysed group the advantage oracle labels (`advantage_recall`): every one
 # with a step (every mixed group counts for credit agreement), or those of --min-steps only.
 ADVANTAGE_LABELS = ("all", "scored")

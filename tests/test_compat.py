@@ -5,9 +5,13 @@ listed name exists in the installed library (else the test fails with the seam's
 naming the versions it was checked on), a missing one is that line at run time, and no other
 module reaches them."""
 import ast
+import dataclasses
+import enum
 import tomllib
+import types
 from pathlib import Path
 
+import numpy as np
 import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
@@ -102,9 +106,132 @@ def test_the_seam_gives_a_template_what_transformers_gives_it():
 
     messages = [{"role": "user", "content": "2 + 3?"}]
     got = seam.template_variables(messages, {"eos_token": "</s>"})
-    want = utils._alias_reasoning_fields(utils._plain_template_data(utils._normalize_chat_messages(messages)))
-    assert got["messages"] == want and got["eos_token"] == "</s>" and got["add_generation_prompt"] is True
+    helpers = [getattr(utils, name, seam._STAND_INS[name]) for name in
+               ("_alias_reasoning_fields", "_plain_template_data", "_normalize_chat_messages")]
+    assert got["messages"] == helpers[0](helpers[1](helpers[2](messages)))
+    assert got["eos_token"] == "</s>" and got["add_generation_prompt"] is True
     assert seam.sandbox_environment().filters.keys() == utils._compile_jinja_template("").environment.filters.keys()
+
+
+def test_each_template_helper_came_in_the_release_the_seam_says():
+    import transformers
+
+    installed = Version(transformers.__version__)
+    for name, since in seam.TEMPLATE_HELPERS.items():
+        assert compat.private_names_missing([f"{seam.CHAT_TEMPLATE_UTILS}:{name}"]) == \
+            ([] if installed >= Version(since) else [f"{seam.CHAT_TEMPLATE_UTILS}:{name}"]), name
+
+
+@dataclasses.dataclass
+class _Part:
+    type: str
+    text: str | None = None
+
+
+class _Pydantic:  # what the OpenAI SDK's messages look like to the helpers
+    def __init__(self, **fields):
+        self.fields = fields
+
+    def model_dump(self):
+        return dict(self.fields)
+
+
+class _Role(str, enum.Enum):
+    USER = "user"
+
+
+class _Rich:  # an object with methods a template must not reach
+    def write(self):
+        raise AssertionError("reached")
+
+
+# Chats that take every branch of the three helpers: None values, reasoning under each name,
+# nested dataclasses and pydantic-like objects, str/int/float subclasses, numpy scalars, bools,
+# tuples, a Conversation-like object, rich objects.
+CHATS = [
+    [{"role": "user", "content": "2 + 3?"}],
+    [{"role": "system", "content": "Be brief.", "name": None}, {"role": "user", "content": "hi", "tool_calls": None}],
+    [{"role": "assistant", "content": "5", "reasoning": "2+3"}, {"role": "assistant", "content": "", "thinking": "t"},
+     {"role": "assistant", "content": "x", "reasoning_content": "r", "thinking": "other"},
+     {"role": "assistant", "content": "y", "reasoning_content": None, "reasoning": "late"}],
+    [{"role": _Role.USER, "content": [_Part("text", "a"), _Part("image"), {"type": "image", "image": _Rich()}]},
+     _Pydantic(role="assistant", content="b", tool_calls=None, extra={"n": np.int64(3), "f": np.float32(0.5),
+                                                                     "ok": np.bool_(False), "t": (1, 2.5, True)})],
+    types.SimpleNamespace(messages=[{"role": "user", "content": "wrapped"}]),
+    [{"role": "user", "content": "n", "count": enum.IntEnum("E", "A B").B, "array": np.zeros(2)}],
+]
+
+
+@pytest.mark.parametrize("chat", CHATS, ids=range(len(CHATS)))
+def test_the_stand_ins_equal_transformers_own_helpers(chat):
+    """Where the installed transformers has a helper, the seam's own gives what it gives (so on
+    an older version, which lacks it, the stand-in builds the template's variables as 5.24 does)."""
+    from transformers.utils import chat_template_utils as utils
+
+    def same(a, b):  # equal, and of the same types all the way down
+        assert type(a) is type(b)
+        if isinstance(a, np.ndarray):
+            assert np.array_equal(a, b)
+        elif not isinstance(a, (dict, list, tuple)):
+            assert a == b
+        elif isinstance(a, dict):
+            assert list(a) == list(b)
+            for key in a:
+                same(a[key], b[key])
+        elif isinstance(a, (list, tuple)):
+            assert len(a) == len(b)
+            for x, y in zip(a, b):
+                same(x, y)
+
+    present = [name for name in seam.TEMPLATE_HELPERS if hasattr(utils, name)]
+    if not present:
+        pytest.skip(f"transformers {transformers_version()} has none of the helpers: nothing to compare with")
+    normalized = seam._normalize(chat)
+    if "_normalize_chat_messages" in present:
+        same(normalized, utils._normalize_chat_messages(chat))
+    plain = seam._plain(normalized)
+    if "_plain_template_data" in present:
+        same(plain, utils._plain_template_data(normalized))
+    if "_alias_reasoning_fields" in present:
+        same(seam._alias(plain), utils._alias_reasoning_fields(plain))
+
+
+def transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
+
+
+def test_the_template_variables_are_the_same_where_the_helpers_are_missing(monkeypatch):
+    """transformers before 5.21 has none of the helpers: the variables are built by the seam's
+    own then, and equal those built by transformers' where it has them."""
+    from transformers.utils import chat_template_utils as utils
+
+    tokens = {"eos_token": "</s>", "bos_token": "<s>"}
+    chats = [chat for chat in CHATS if isinstance(chat, list)]  # what the callers pass
+    with_theirs = [seam.template_variables(chat, tokens) for chat in chats]
+    for name in seam.TEMPLATE_HELPERS:
+        monkeypatch.delattr(utils, name, raising=False)
+    assert repr([seam.template_variables(chat, tokens) for chat in chats]) == repr(with_theirs)
+
+
+def test_a_chat_renders_where_the_helpers_are_missing(monkeypatch):
+    """The bounded render (`inputs.chat_template.chat_ids`) on a version without the helpers:
+    the ids `apply_chat_template` gives, not a LibraryVersionError."""
+    from transformers.utils import chat_template_utils as utils
+
+    from oar_attrib.inputs.chat_template import chat_ids
+    from oar_attrib.models import load_model
+
+    _, tok = load_model("arith-tiny")
+    tok.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}assistant: {% endif %}")
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2 + 3?"}]
+    want = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    want = list(want["input_ids"] if hasattr(want, "keys") else want)
+    for name in seam.TEMPLATE_HELPERS:
+        monkeypatch.delattr(utils, name, raising=False)
+    assert chat_ids(tok, messages) == want
 
 
 def _reaches(source: str, names: set[str]) -> list[tuple[int, str]]:
@@ -131,7 +258,7 @@ def test_the_reach_check_finds_a_planted_use():
 
 
 def test_no_module_but_the_seams_reaches_a_listed_name():
-    names = {name.split(":")[1].rsplit(".", 1)[-1] for name in seam.TRANSFORMERS_NAMES}
+    names = {name.split(":")[1].rsplit(".", 1)[-1] for name in seam.TRANSFORMERS_NAMES} | set(seam.TEMPLATE_HELPERS)
     names |= {name.split(":")[1].rsplit(".", 1)[-1] for name in _trl_names().TRL_NAMES}
     from oar_attrib.training.verl import verl_private  # imports no verl: its private names are checked there
 

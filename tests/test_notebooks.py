@@ -400,14 +400,13 @@ def test_08_graded_oracle_recomputes_the_printed_means_from_the_per_trace_rows(b
     (position held fixed) and Spearman with earliness from the per-trace rows of `oar recall
     --sets graded --json`'s output: the means equal the printed ones, each bootstrap interval
     holds its mean; a file without per-trace rows is passed over."""
-    from oar_attrib.instruments.graded.oracle import GradedSettings
     from oar_attrib.instruments.graded.recall import graded_recall
     from oar_attrib.world import generate_problems
 
     model, tok = bundled
     records = [{"prompt": p.prompt, "answer": str(p.answer)} for p in generate_problems(4, "recall", seed=1, split="test")]
-    report = graded_recall(model, tok, records, methods=["oar_p", "entropy", "random"],
-                           settings=GradedSettings(k=2, positions=4), max_new_tokens=96)
+    report = graded_recall(model, tok, records, methods=["oar_p", "entropy", "random"], graded_k=2, positions=4,
+                           max_new_tokens=96)
     (tmp_path / "tiny.json").write_text(json.dumps(report.as_dict(), allow_nan=False))
     (tmp_path / "older.json").write_text(json.dumps({"methods": {}, "oracle": {}}))  # no per_trace
     nb, summary = run_notebook("08_graded_oracle.ipynb", OAR_GRADED_RESULTS=str(tmp_path))

@@ -10,7 +10,11 @@ this seam was checked on, not an AttributeError deep inside every encoding:
 - `transformers.utils.chat_template_utils._compile_jinja_template`: the sandbox configuration
   (extensions, filters, globals) that `inputs.chat_template` copies into its bounded sandbox;
 - `..._normalize_chat_messages`, `..._plain_template_data`, `..._alias_reasoning_fields`: the
-  variables `apply_chat_template` gives a template (`template_variables`);
+  variables `apply_chat_template` gives a template (`template_variables`). They came later than
+  the floor (`TEMPLATE_HELPERS`: 5.24.0, 5.22.2 and 5.21.0, so 5.0-5.20 has none of them, and
+  verl's range 5.5.3-5.10 none); where one is missing the same function written here stands in
+  (`_normalize`, `_plain`, `_alias`: 5.24.0's, tested equal to transformers' own), so a template
+  sees the same variables on every version of the range;
 - `transformers.Trainer._issue_warnings_after_load`: overridden by the trainer
   (`training.trainer.OARGRPOTrainer`, quiet about the weights it ties itself).
 
@@ -40,13 +44,18 @@ from . import private_names_missing, version_line
 TRANSFORMERS_MIN, TRANSFORMERS_MAX = Version("5.0"), Version("6")  # supported: pyproject.toml's range
 TRANSFORMERS_CHECKED_ON = "5.24.0"  # the transformers versions every name below was read against
 CHAT_TEMPLATE_UTILS = "transformers.utils.chat_template_utils"
-TRANSFORMERS_NAMES = (
+TRANSFORMERS_NAMES = (  # needed: a missing one is refused (`check`)
     f"{CHAT_TEMPLATE_UTILS}:_compile_jinja_template",
-    f"{CHAT_TEMPLATE_UTILS}:_normalize_chat_messages",
-    f"{CHAT_TEMPLATE_UTILS}:_plain_template_data",
-    f"{CHAT_TEMPLATE_UTILS}:_alias_reasoning_fields",
     "transformers:Trainer._issue_warnings_after_load",
 )
+# The template-variable helpers: reached where this transformers has them, else stood in for by
+# this module's own (`_helper`); each with the first release that has it (read in the wheels of
+# 5.0.0-5.24.0: `_plain_template_data` is in 5.22.2 but not 5.22.0 or 5.22.1).
+TEMPLATE_HELPERS = {
+    "_normalize_chat_messages": "5.24.0",
+    "_plain_template_data": "5.22.2",
+    "_alias_reasoning_fields": "5.21.0",
+}
 
 
 def check(names: Sequence[str] = TRANSFORMERS_NAMES) -> None:
@@ -69,13 +78,103 @@ def sandbox_environment():
 
 
 def template_variables(messages: Sequence[Mapping], special_tokens: Mapping) -> dict[str, Any]:
-    """The variables transformers gives a chat template for `messages` with a generation
+    """The variables transformers (5.24) gives a chat template for `messages` with a generation
     prompt, `special_tokens` (the tokenizer's special_tokens_map) among them."""
-    alias, normalize, plain = _chat_utils("_alias_reasoning_fields", "_normalize_chat_messages",
-                                          "_plain_template_data")
+    normalize, plain, alias = (_helper("_normalize_chat_messages"), _helper("_plain_template_data"),
+                               _helper("_alias_reasoning_fields"))
     chat = alias(plain(normalize(list(messages))))
     return {"messages": chat, "tools": None, "documents": None, "add_generation_prompt": True,
             **plain(dict(special_tokens))}
+
+
+def _helper(name: str):
+    """transformers' own `name` (one of TEMPLATE_HELPERS) where it has it, else this module's."""
+    own = getattr(importlib.import_module(CHAT_TEMPLATE_UTILS), name, None)
+    return own if own is not None else _STAND_INS[name]
+
+
+# ------------------------------------------------------------------ the helpers, as 5.24.0 has them
+# Written here for the versions before each (`TEMPLATE_HELPERS`); tests/test_compat.py holds
+# each equal to transformers' own on the installed version.
+
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")  # the first: what templates read
+
+
+def _alias(chat: list) -> list:
+    """`_alias_reasoning_fields`: a message's reasoning under any of its names is also given as
+    `reasoning_content` and `thinking` (gpt-oss templates read that)."""
+    out = []
+    for message in chat:
+        if isinstance(message, dict):
+            reasoning = next((message[key] for key in _REASONING_FIELDS if message.get(key) is not None), None)
+            if reasoning is not None:
+                message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
+        out.append(message)
+    return out
+
+
+def _dicts(value: Any) -> Any:
+    """`_message_objects_to_dicts`: dataclasses and pydantic models (`model_dump`) as dicts, all
+    the way down; anything else as it is."""
+    import dataclasses
+
+    if isinstance(value, Mapping):
+        return {key: _dicts(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_dicts(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_dicts(item) for item in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _dicts(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if callable(getattr(value, "model_dump", None)):
+        return _dicts(value.model_dump())
+    return value
+
+
+def _normalize(conversation: Any) -> list[dict]:
+    """`_normalize_chat_messages`: the messages as dicts, the keys whose value is None dropped."""
+    out = []
+    for message in _dicts(getattr(conversation, "messages", conversation)):
+        if not isinstance(message, dict):
+            raise TypeError(f"Chat messages should be dicts, dataclasses or pydantic models, but got {message!r}.")
+        out.append({key: value for key, value in message.items() if value is not None})
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """`_plain_template_data`: what a template sees rebuilt of plain JSON types (a subclass of
+    str, int or float as its base type, a numpy scalar as its item, a dataclass or pydantic
+    model as a dict), anything else an inert "<TypeName>" (the sandbox does not know which
+    methods of a rich object are dangerous)."""
+    import dataclasses
+
+    import numpy as np
+
+    if value is None or type(value) in (str, int, float, bool):
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, Mapping):
+        return {_plain(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_plain(item) for item in value)
+    if isinstance(value, np.generic):
+        return _plain(value.item())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if callable(getattr(value, "model_dump", None)):
+        return _plain(value.model_dump())
+    return f"<{type(value).__name__}>"
+
+
+_STAND_INS = {"_normalize_chat_messages": _normalize, "_plain_template_data": _plain,
+              "_alias_reasoning_fields": _alias}
 
 
 # ------------------------------------------------------------------ adaptors between versions

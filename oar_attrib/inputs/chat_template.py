@@ -36,7 +36,7 @@ from jinja2 import TemplateError
 from jinja2.compiler import CodeGenerator
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from ..errors import InputError, LibraryVersionError
+from ..errors import InputError, LibraryVersionError, TokenizerError
 from ..compat.transformers import sandbox_environment, template_variables
 
 
@@ -223,8 +223,12 @@ def render_chat(tokenizer, messages: Sequence[Mapping], limits: TemplateLimits =
     """The text of `messages` in the tokenizer's chat template, with the generation prompt,
     rendered within `limits`; ChatTemplateError (one line, naming the model) when the
     template fails on them, TemplateRefusedError when it does not compile or runs past a
-    bound."""
+    bound, TokenizerError when the tokenizer has no template (the bundled model's)."""
     model = getattr(tokenizer, "name_or_path", "") or "this model"
+    if not isinstance(getattr(tokenizer, "chat_template", None), str):
+        raise TokenizerError("the tokenizer has no chat template, so a chat prompt (a list of messages) cannot "
+                             "be encoded; pass the prompt as text, use a model with a chat template (--model), "
+                             "or set tokenizer.chat_template")
     try:
         template = _compiled(tokenizer.chat_template)
     except TemplateError as err:

@@ -127,6 +127,38 @@ def registered(name: str | None = None):
     return _INSTRUMENTS[name]
 
 
+def settings_of(cls: type, settings, keywords: dict, caller: str, aliases: dict | None = None,
+                hint: str = ""):
+    """The `cls` a Python call runs on (an instrument's settings, an oracle's): `settings`, or
+    one made of `keywords`, its fields (`aliases`: other spellings of a field; `progress` is
+    `not no_progress`), checked as any settings object is. TypeError for both at once, for a
+    settings object of another class (`hint`: where its values go now) or an unknown keyword."""
+    if settings is not None:
+        if keywords:
+            raise TypeError(f"{caller}: pass settings or keywords, not both ({', '.join(keywords)})")
+        if not isinstance(settings, cls):
+            raise TypeError(f"{caller}: settings is a {cls.__name__}, not a {type(settings).__name__}"
+                            + (f"; {hint}" if hint else ""))
+        return settings
+    given = {(aliases or {}).get(k, k): v for k, v in keywords.items()}
+    if "progress" in given and "no_progress" in {f.name for f in fields(cls)}:
+        given["no_progress"] = not given.pop("progress")
+    unknown = sorted(set(given) - {f.name for f in fields(cls) if f.init})
+    if unknown:
+        raise TypeError(f"{caller}: no setting named {', '.join(unknown)} (the fields of {cls.__name__}"
+                        + (f"; {hint}" if hint else "") + ")")
+    return cls(**given)
+
+
+class OracleSettings:
+    """What an oracle's settings dataclass shares: `record()`, the fields that decide its
+    results (those that key its cache and that a report states), leaving out the ones made
+    with `option(..., record=False)` (how it decodes: the same results either way)."""
+
+    def record(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("record", True)}
+
+
 def need_cache(settings) -> None:
     """InputError when a `--shard` run has no `--cf-cache` to keep its units in."""
     if settings.shard is not None and getattr(settings, "cf_cache", None) is None:

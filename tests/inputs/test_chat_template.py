@@ -99,3 +99,15 @@ def test_a_template_error_is_per_prompt_and_the_tracer_is_given_back(tokenizer):
     assert not isinstance(err.value, TemplateRefusedError)  # another prompt may render
     assert sys.gettrace() is before
     assert _render(tokenizer, "{{ messages[0].content }}") == "abc"
+
+
+def test_a_tokenizer_without_a_template_is_one_line_naming_what_to_do(tokenizer):
+    """The bundled model has no chat template: a chat prompt is a TokenizerError (one line
+    through every command), not jinja's TypeError from compiling None."""
+    from oar_attrib.errors import TokenizerError
+
+    assert tokenizer.chat_template is None
+    with pytest.raises(TokenizerError) as info:
+        chat_ids(tokenizer, [{"role": "system", "content": "be brief"}, {"role": "user", "content": "1+2?"}])
+    line = str(info.value)
+    assert "\n" not in line and "no chat template" in line and "pass the prompt as text" in line

@@ -4,6 +4,7 @@ the statistics match hand computations, and a rerun with the same cache calls th
 nothing."""
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -37,8 +38,8 @@ def test_cached_prefix_regeneration_equals_whole_rows(bundled, trace):
     prompt, response = trace
     settings = GradedSettings(k=4, positions=6)
     positions = list(range(len(response) - 3))
-    fast = graded_oracle(model, tok, prompt, response, positions, answer_key, settings, max_batch_tokens=200)
-    slow = graded_oracle(model, tok, prompt, response, positions, answer_key, settings, reuse_prefix=False)
+    fast = graded_oracle(model, tok, prompt, response, positions, answer_key, replace(settings, max_batch_tokens=200))
+    slow = graded_oracle(model, tok, prompt, response, positions, answer_key, replace(settings, reuse_prefix=False))
     assert fast.draws == slow.draws and fast.flips == slow.flips
     assert len(fast.flips) == 6 and all(len(f) == 4 for f in fast.flips.values())
     assert set(fast.flip_rates().values()) <= {j / 4 for j in range(5)}
@@ -110,8 +111,7 @@ def test_a_rerun_with_the_same_cache_calls_the_model_for_nothing(bundled, tmp_pa
     model, tok = bundled
     calls = []
     hook = model.register_forward_pre_hook(lambda module, args: calls.append(1))
-    settings = GradedSettings(k=2, positions=4)
-    kwargs = dict(methods=["oar_p", "entropy", "random"], settings=settings, cache=tmp_path / "c.jsonl",
+    kwargs = dict(methods=["oar_p", "entropy", "random"], graded_k=2, positions=4, cache=tmp_path / "c.jsonl",
                   max_new_tokens=96)
     try:
         first = graded_recall(model, tok, records(), **kwargs)
@@ -127,7 +127,7 @@ def test_a_rerun_with_the_same_cache_calls_the_model_for_nothing(bundled, tmp_pa
         assert len(printed["per_trace"]) == 3
         summary, between = pooled([t for t in printed["per_trace"] if t is not None], [*kwargs["methods"], EARLIEST])
         assert summary == printed["methods"] and between == printed["between"]  # recomputable from the file
-        other = graded_recall(model, tok, records(), **{**kwargs, "settings": GradedSettings(k=3, positions=4)})
+        other = graded_recall(model, tok, records(), **{**kwargs, "graded_k": 3})
         assert other.cache["oracle"] == {"cached": 0, "computed": 3}  # another K: a new oracle
         assert other.cache["scores"] == {"cached": 9, "computed": 0}  # the same scores
     finally:
@@ -136,10 +136,10 @@ def test_a_rerun_with_the_same_cache_calls_the_model_for_nothing(bundled, tmp_pa
 
 def test_ktae_applies_with_sampled_groups_only(bundled, tmp_path):
     model, tok = bundled
-    settings = GradedSettings(k=2, positions=3)
+    oracle = dict(graded_k=2, positions=3)
     with pytest.raises(InputError, match="group"):
-        graded_recall(model, tok, records(2), methods=["ktae"], settings=settings)
-    report = graded_recall(model, tok, records(2), methods=["ktae", "random"], settings=settings,
+        graded_recall(model, tok, records(2), methods=["ktae"], **oracle)
+    report = graded_recall(model, tok, records(2), methods=["ktae", "random"], **oracle,
                            group_samples=3, cache=tmp_path / "k.jsonl")
     assert report.cache["group"]["computed"] == 2 and "ktae" in report.methods
     sampled = [json.loads(line)["texts"] for line in (tmp_path / "k.jsonl").read_text().splitlines()
@@ -163,8 +163,8 @@ def test_the_earliest_first_reference_ranks_by_position(bundled):
     from scipy.stats import spearmanr
 
     model, tok = bundled
-    report = graded_recall(model, tok, records(), methods=["entropy", "random"],
-                           settings=GradedSettings(k=2, positions=4), max_new_tokens=96)
+    report = graded_recall(model, tok, records(), methods=["entropy", "random"], graded_k=2, positions=4,
+                           max_new_tokens=96)
     assert list(report.methods) == ["entropy", "random", EARLIEST] and "vs_random" in report.methods[EARLIEST]
     checked = 0
     for graded, row in zip(report.graded, report.per_trace):

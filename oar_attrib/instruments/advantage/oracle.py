@@ -40,7 +40,7 @@ import numpy as np
 from ...defaults import ADVANTAGE_CONTINUATIONS, option
 from ...errors import InputError
 from ...models.generation import sample_prefixes, stop_ids
-from ..data.recall import REGENERATION_MARGIN
+from ...defaults import REGENERATION_MARGIN
 
 
 @dataclass(frozen=True)

@@ -40,9 +40,10 @@ class DataRecall(CounterfactualRecall):
     """`oar recall data`: any model's own counterfactual oracle on its greedy answers to a data
     set (and the value oracle's sets on the word-problem world)."""
 
-    data: str = option(help="a JSONL data set (question/problem and optional gold answer, or prompt and "
-                            "response), or wordworld:<preset> (held-out word problems, also scored on the "
-                            "value oracle's direct/upstream/distractor sets)")
+    data: str | None = option(None, "a JSONL data set (question/problem and optional gold answer, or prompt "
+                                    "and response), or wordworld:<preset> (held-out word problems, also scored on "
+                                    "the value oracle's direct/upstream/distractor sets)",
+                              required=True)  # the command's; `counterfactual_recall` is given its records
     sets: tuple[str, ...] | None = option(
         None, "oracle sets to score against (default: counterfactual, and on wordworld:<preset> also "
               "direct upstream distractor, the value oracle's)", choices=DATA_SETS)
@@ -70,7 +71,6 @@ def run_data(settings: DataRecall) -> int:
     value-oracle recall on the word-problem world); a `--shard` scores its share of the records."""
     from .recall import causal_cache, counterfactual_recall, data_records, data_sets
     from ...models import load_model
-    from ...models.budget import CPU_BATCH_TOKENS
 
     records = data_records(settings.data, settings.n, settings.seed)
     known = data_sets(records)
@@ -82,11 +82,7 @@ def run_data(settings: DataRecall) -> int:
     records = settings.shard.take(records) if settings.shard else records
     cache = open_cache(settings, "data", causal_cache)
     model, tokenizer = load_model(settings.model, device=settings.device, dtype=settings.dtype)
-    report = counterfactual_recall(
-        model, tokenizer, records, methods=settings.methods, probe=settings.probe, seed=settings.seed,
-        cf_positions=settings.cf_positions, max_new_tokens=settings.max_new_tokens,
-        max_batch_tokens=settings.max_batch_tokens or CPU_BATCH_TOKENS, cache=cache, model_name=settings.model,
-        method_params=settings.params(), progress=settings.progress, replacement=settings.replace, sets=sets)
+    report = counterfactual_recall(model, tokenizer, records, settings, cache=cache)
     print_data(report, settings, sets)
     return 0
 

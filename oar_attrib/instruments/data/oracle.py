@@ -17,12 +17,15 @@ OAR-P mask does cannot judge that mask:
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
 
+from ...defaults import option
 from ...errors import InputError, TokenizerError
 from ...models.generation import continue_rows, cut_at_stop, stop_ids
+from ..base import OracleSettings, settings_of
 
 
 def _ids(x, name: str) -> list[int]:
@@ -112,11 +115,27 @@ def _regenerate(model, rows: list[list[int]], pad_id: int, eos: list[int], max_n
     return [cut_at_stop(row, eos, keep=False) for row in out.tolist()]  # after EOS only padding
 
 
-def _check_args(positions, n: int, batch_size: int, max_new_tokens: int) -> None:
-    if batch_size < 1 or max_new_tokens < 1:
-        raise InputError(
-            f"batch_size and max_new_tokens must be >= 1, got {batch_size}, {max_new_tokens}"
-        )
+@dataclass(frozen=True)
+class CounterfactualSettings(OracleSettings):
+    """What the counterfactual oracle tests and how it regenerates (`counterfactual_oracle`)."""
+
+    replacement: str | int = option("pad", "What is put at y_t: pad (the tokenizer's pad token), resample (a "
+                                           "token other than y_t drawn from the model at t, seeded) or a token id "
+                                           "(module docstring).")
+    max_positions: int = option(32, "Positions tested per trace; more are thinned by `choose_positions` (seeded, "
+                                    "evenly spread).")
+    max_new_tokens: int = option(64, "Greedy tokens regenerated after the replacement: make it long enough to "
+                                     "reach the answer again.")
+    seed: int = option(0, "Seed of the thinned positions and of the resampled tokens.")
+    batch_size: int = option(8, "Rows regenerated together (the same results).", record=False)
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1 or self.max_new_tokens < 1:
+            raise InputError(f"batch_size and max_new_tokens must be >= 1, got {self.batch_size}, {self.max_new_tokens}")
+        check_replacement(self.replacement)
+
+
+def _check_positions(positions, n: int) -> None:
     bad = [int(t) for t in positions if not 0 <= int(t) < n]
     if bad:
         raise InputError(
@@ -125,59 +144,47 @@ def _check_args(positions, n: int, batch_size: int, max_new_tokens: int) -> None
         )
 
 
-def counterfactual_oracle(
-    model,
-    tokenizer,
-    prompt_ids: Sequence[int],
-    response_ids: Sequence[int],
-    positions: Sequence[int],
-    extract_answer: Callable[[str], str | None],
-    *,
-    replacement="pad",
-    replacement_id: int | None = None,
-    max_positions: int = 32,
-    max_new_tokens: int = 64,
-    seed: int = 0,
-    batch_size: int = 8,
-) -> dict[int, bool]:
+def counterfactual_oracle(model, tokenizer, prompt_ids: Sequence[int], response_ids: Sequence[int],
+                          positions: Sequence[int], extract_answer: Callable[[str], str | None],
+                          settings: CounterfactualSettings | None = None, **keywords) -> dict[int, bool]:
     """Which response positions change the final answer when replaced: {t: causal}.
 
     prompt_ids: (P,) and response_ids: (T,) token ids (lists or 1-D tensors).
     positions: indices into the RESPONSE (0 <= t < T), e.g. its scored positions; more than
-        max_positions are thinned by `choose_positions` (seeded, evenly spread).
+        settings.max_positions are thinned by `choose_positions` (seeded, evenly spread).
     extract_answer: response text -> answer string or None. Texts are decoded without
         special tokens. A regeneration whose answer is None, or differs, is causal.
-    replacement: what is put at y_t: "pad" (the tokenizer's pad token), "resample" (a token
-        other than y_t drawn from the model at t, seeded by `seed`) or a token id (module
-        docstring). replacement_id: a token id, the older spelling (wins when given).
-    The continuation is y_<t, replacement, then up to max_new_tokens greedy tokens: make
-    it long enough to reach the answer again. Compare against a response that is itself
-    the model's greedy output (`generation.generate`, which decodes as the regeneration does),
-    or sampling noise is counted as causality.
+    settings: `CounterfactualSettings`, or its fields as keywords (`replacement`,
+        `max_positions`, `max_new_tokens`, `seed`, `batch_size`; `replacement_id`, a token id,
+        is the older spelling of `replacement` and wins when given).
+    The continuation is y_<t, replacement, then up to max_new_tokens greedy tokens. Compare
+    against a response that is itself the model's greedy output (`generation.generate`, which
+    decodes as the regeneration does), or sampling noise is counted as causality.
     """
+    if keywords.get("replacement_id") is not None:
+        keywords["replacement"] = int(keywords.pop("replacement_id"))
+    keywords.pop("replacement_id", None)
+    s = settings_of(CounterfactualSettings, settings, keywords, "counterfactual_oracle")
     prompt, response = _ids(prompt_ids, "prompt_ids"), _ids(response_ids, "response_ids")
     positions = [int(t) for t in positions]
-    _check_args(positions, len(response), batch_size, max_new_tokens)
-    if replacement_id is not None:
-        replacement = int(replacement_id)
-    check_replacement(replacement)
+    _check_positions(positions, len(response))
     original = extract_answer(tokenizer.decode(response, skip_special_tokens=True))
     if original is None:
         raise InputError(
             "extract_answer finds no answer in the original response, so no change can be "
             "detected; check the extractor on that text or pick another response"
         )
-    chosen = choose_positions(positions, max_positions, seed)
-    tokens = replacement_tokens(model, tokenizer, prompt, response, chosen, replacement, seed)
+    chosen = choose_positions(positions, s.max_positions, s.seed)
+    tokens = replacement_tokens(model, tokenizer, prompt, response, chosen, s.replacement, s.seed)
     pad_id = tokenizer.pad_token_id
     if pad_id is None:  # only fills the left padding of the batched regeneration (masked out)
         pad_id = next(iter(tokens.values()), 0)
     eos = stop_ids(model, tokenizer)
     causal = {}
-    for i in range(0, len(chosen), batch_size):
-        batch = chosen[i : i + batch_size]
+    for i in range(0, len(chosen), s.batch_size):
+        batch = chosen[i : i + s.batch_size]
         prefixes = [response[:t] + [tokens[t]] for t in batch]
-        tails = _regenerate(model, [prompt + p for p in prefixes], pad_id, eos, max_new_tokens)
+        tails = _regenerate(model, [prompt + p for p in prefixes], pad_id, eos, s.max_new_tokens)
         for t, prefix, tail in zip(batch, prefixes, tails):
             text = tokenizer.decode(prefix + tail, skip_special_tokens=True)
             causal[t] = extract_answer(text) != original

@@ -34,8 +34,8 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from ...defaults import CF_POSITIONS, PROBE, RECALL_MAX_NEW_TOKENS, REPLACEMENT
 from ...attribution import attribute
+from ...defaults import REGENERATION_MARGIN
 from ...errors import InputError
 from ...files import check_file
 from ...models.budget import CPU_BATCH_TOKENS
@@ -48,15 +48,15 @@ from ...methods import available_methods
 from ...inputs.spans import locate_answer
 from ...world.value_oracle import VALUE_SETS, parse_number, value_oracle
 from ...world.words import WordProblem, generate_word_problems
-from .oracle import check_replacement, counterfactual_oracle
+from .oracle import CounterfactualSettings, check_replacement, counterfactual_oracle
+from . import DataRecall
+from ..base import Run, settings_of
 from ..world.recall import RecallReport, summarise, trace_recall
 from ...analysis.sets import COUNTERFACTUAL
 from ...weights.settings import ReshapeSettings
 
 # The instruction of the `answer_is` prompt template (training.data, which the core does not import).
 INSTRUCTION = "{question}\nPlease reason step by step, and end with a final line 'The answer is <answer>.'"
-# Tokens a regeneration may write beyond the original response's length.
-REGENERATION_MARGIN = 16
 
 
 def read_records(path: str | Path, n: int | None = None) -> list[dict]:
@@ -200,33 +200,42 @@ class CounterfactualReport(RecallReport):
     oracle: dict = field(default_factory=dict)
 
 
-def _causal(model, tokenizer, trace, prompt_ids, cf_positions, seed, max_batch_tokens, cache, key,
-            replacement="pad"):
-    if key in cache:
-        return cache[key]
-    positions = [t for t, s in enumerate(trace.scored) if s]
+@dataclass
+class CausalRun(Run):
+    """A counterfactual recall's run (`base.Run`; its settings the `DataRecall`), with the
+    oracle results its cache held when it started (`known`: {key: {position: causal}})."""
+
+    known: dict = field(default_factory=dict)
+
+
+def _causal(run: CausalRun, trace, prompt_ids: list[int], key: str) -> dict[int, bool]:
+    """The counterfactual oracle of one trace: known, or computed now (its rows batched within
+    the token budget) and kept in `run.known`."""
+    if key in run.known:
+        return run.known[key]
+    s = run.settings
+    positions = [t for t, scored in enumerate(trace.scored) if scored]
     n = len(trace.token_ids)
-    batch = max(1, max_batch_tokens // (len(prompt_ids) + 2 * n + REGENERATION_MARGIN))
-    causal = counterfactual_oracle(model, tokenizer, prompt_ids, trace.token_ids, positions, answer_key,
-                                   replacement=replacement, max_positions=cf_positions, seed=seed,
-                                   batch_size=batch,
-                                   max_new_tokens=n + REGENERATION_MARGIN)
-    cache[key] = causal
+    budget = s.max_batch_tokens or CPU_BATCH_TOKENS
+    oracle = CounterfactualSettings(replacement=s.replace, max_positions=s.cf_positions, seed=s.seed,
+                                    batch_size=max(1, budget // (len(prompt_ids) + 2 * n + REGENERATION_MARGIN)),
+                                    max_new_tokens=n + REGENERATION_MARGIN)
+    causal = counterfactual_oracle(run.model, run.tokenizer, prompt_ids, trace.token_ids, positions, answer_key,
+                                   oracle)
+    run.known[key] = causal
     return causal
 
 
-def _counterfactual_set(model, tokenizer, trace, prompt, cf_positions: int, seed: int,
-                        max_batch_tokens: int, known: dict, cache: OracleCache, model_name: str,
-                        replacement) -> tuple[np.ndarray, np.ndarray]:
+def _counterfactual_set(run: CausalRun, trace, prompt) -> tuple[np.ndarray, np.ndarray]:
     """(target, tested): (T,) bool masks of the trace's causal positions and of the positions
-    the oracle tested, from `known` (the cache read) or computed now and put in `cache`."""
-    prompt_ids = encode_prompt_ids(tokenizer, prompt)
-    key = _cache_key(model_name, prompt_ids, trace.token_ids, cf_positions, seed, replacement)
-    fresh = key not in known
-    causal = _causal(model, tokenizer, trace, prompt_ids, cf_positions, seed, max_batch_tokens, known,
-                     key, replacement)
+    the oracle tested, from `run.known` (the cache read) or computed now and put in the cache."""
+    s = run.settings
+    prompt_ids = encode_prompt_ids(run.tokenizer, prompt)
+    key = _cache_key(s.model, prompt_ids, trace.token_ids, s.cf_positions, s.seed, s.replace)
+    fresh = key not in run.known
+    causal = _causal(run, trace, prompt_ids, key)
     if fresh:
-        cache.put(LEGACY_KIND, key, {"causal": [list(pair) for pair in sorted(causal.items())]})
+        run.cache.put(LEGACY_KIND, key, {"causal": [list(pair) for pair in sorted(causal.items())]})
     target = np.zeros(len(trace.token_ids), dtype=bool)
     tested = np.zeros_like(target)
     tested[list(causal)] = True
@@ -245,38 +254,41 @@ def _by_outcome(per_trace: list, correct: list, methods, sets, seed: int) -> dic
     return out
 
 
-def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None, probe: str = PROBE,
-                          seed: int = 0, cf_positions: int = CF_POSITIONS,
-                          max_new_tokens: int = RECALL_MAX_NEW_TOKENS,
-                          max_batch_tokens: int = CPU_BATCH_TOKENS, cache: "str | Path | OracleCache | None" = None,
-                          model_name: str = "", method_params: dict | None = None,
-                          progress: bool = False, replacement=REPLACEMENT,
-                          sets=(COUNTERFACTUAL,)) -> CounterfactualReport:
+# `counterfactual_recall`'s keywords that are spelled otherwise in its settings (`DataRecall`).
+_KEYWORDS = {"replacement": "replace", "model_name": "model"}
+
+
+def counterfactual_recall(model, tokenizer, records: list[dict], settings=None, *,
+                          cache: "str | Path | OracleCache | None" = None, **keywords) -> CounterfactualReport:
     """Recall@|O| of every method against the model's own counterfactual oracle on `records`
-    (module docstring), and against the value oracle's `sets` on word-problem records.
-    `model_name` keys the cache (with the trace's ids, cf_positions, seed and the oracle's
-    `replacement`: "pad", "resample" or a token id, `oracle`)."""
-    if cf_positions < 1 or max_new_tokens < 1 or max_batch_tokens < 1:
-        raise InputError(f"cf_positions={cf_positions}, max_new_tokens={max_new_tokens} and "
-                         f"max_batch_tokens={max_batch_tokens} must be >= 1")
-    check_replacement(replacement)
-    sets, known = tuple(dict.fromkeys(sets)), data_sets(records)
+    (module docstring), and against the value oracle's sets on word-problem records.
+
+    settings: the `instruments.data.DataRecall` `oar recall data` runs on; or its fields as
+    keywords (`methods`, `probe`, `seed`, `cf_positions`, `replace` or `replacement` ("pad",
+    "resample" or a token id, `oracle`), `sets` (default: every set `records` can be scored on,
+    `data_sets`), `max_new_tokens`, `max_batch_tokens`, `method_params`, `progress`, and
+    `model` or `model_name`: the name that keys the cache with the trace's ids, cf_positions,
+    seed and replacement)."""
+    settings = settings_of(DataRecall, settings, keywords, "counterfactual_recall", _KEYWORDS)
+    check_replacement(settings.replace)
+    known = data_sets(records)
+    sets = tuple(dict.fromkeys(settings.sets or known))
     unknown = [name for name in sets if name not in known]
     if unknown or not sets:
         raise InputError(f"sets {', '.join(unknown) or '(none)'}: these records are scored on "
                          f"{', '.join(known)} (the value oracle's sets need word-problem "
                          f"records, --data {WORDWORLD}:<preset>)")
-    methods = list(methods or available_methods())
+    methods = list(settings.methods or available_methods())
     cache = cache if isinstance(cache, OracleCache) else causal_cache(cache)
-    known = _read_cache(cache)
-    texts = model_traces(model, tokenizer, records, max_new_tokens, progress)
+    run = CausalRun(model, tokenizer, cache, settings, settings.progress, known=_read_cache(cache))
+    texts = model_traces(model, tokenizer, records, settings.max_new_tokens, settings.progress)
     prompts = [record_prompt(r, tokenizer) for r in records]
-    traces = attribute(model, tokenizer, prompts, texts, methods, ReshapeSettings(probe=probe, seed=seed),
-                       progress=progress, method_params=method_params)
+    traces = attribute(model, tokenizer, prompts, texts, methods, ReshapeSettings(probe=settings.probe, seed=settings.seed),
+                       progress=settings.progress, method_params=settings.params())
     correct = [None if "answer" not in r else grade(t, r["answer"]).correct for r, t in zip(records, texts)]
     status, per_trace, tested, found = [], [], 0, 0
     desc = "counterfactual oracle" if COUNTERFACTUAL in sets else "value oracle"
-    rows = tqdm(list(zip(records, prompts, traces, texts)), desc=desc, disable=not progress)
+    rows = tqdm(list(zip(records, prompts, traces, texts)), desc=desc, disable=not settings.progress)
     for record, prompt, trace, text in rows:
         if not trace.span_found or answer_key(tokenizer.decode(trace.token_ids, skip_special_tokens=True)) is None:
             status.append("no_answer_span")
@@ -284,21 +296,20 @@ def counterfactual_recall(model, tokenizer, records: list[dict], *, methods=None
             continue
         token_sets = {}
         if COUNTERFACTUAL in sets:
-            target, was_tested = _counterfactual_set(model, tokenizer, trace, prompt, cf_positions, seed,
-                                                     max_batch_tokens, known, cache, model_name, replacement)
+            target, was_tested = _counterfactual_set(run, trace, prompt)
             tested, found = tested + int(was_tested.sum()), found + int(target.sum())
             token_sets[COUNTERFACTUAL] = (target, was_tested)
         oracle = value_oracle(record[WORD_PROBLEM], text) if set(VALUE_SETS) & set(sets) else None
         status.append("scored")
         per_trace.append(trace_recall(trace, oracle, sets, token_sets))
     scored = [t for t in per_trace if t is not None]
-    summary, rand = summarise(scored, methods, sets, seed=seed)
-    by_outcome = _by_outcome(per_trace, correct, methods, sets, seed)
+    summary, rand = summarise(scored, methods, sets, seed=settings.seed)
+    by_outcome = _by_outcome(per_trace, correct, methods, sets, settings.seed)
     graded = [c for c in correct if c is not None]
     return CounterfactualReport(
         methods=summary, random=rand, n=len(records), n_scored=status.count("scored"),
         accuracy=sum(graded) / len(graded) if graded else None,
         skipped={"no_answer_span": status.count("no_answer_span")}, traces=traces, texts=texts,
         correct=correct, status=status, per_trace=per_trace, problems=records, by_outcome=by_outcome,
-        oracle={"sets": list(sets), "positions_tested": tested, "causal": found, "cf_positions": cf_positions,
-                "replacement": replacement, "regeneration": f"greedy, response length + {REGENERATION_MARGIN}"})
+        oracle={"sets": list(sets), "positions_tested": tested, "causal": found, "cf_positions": settings.cf_positions,
+                "replacement": settings.replace, "regeneration": f"greedy, response length + {REGENERATION_MARGIN}"})

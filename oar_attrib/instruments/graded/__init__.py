@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ...commands import MAX_COUNT, option
 from ...defaults import GRADED_K, GRADED_POSITIONS
 from ..base import InstrumentSettings, register_instrument
-from ...defaults import RECALL_MAX_NEW_TOKENS
+from ...defaults import RECALL_MAX_NEW_TOKENS, REGENERATION_MARGIN
 from ..data import open_cache
 
 GRADED_GROUP = "the graded oracle"
@@ -44,6 +44,17 @@ class GradedRecall(SampledRecall):
     group_samples: int = option(0, "answers sampled per problem to form the group KTAE compares (with the "
                                    "greedy trace); 0: KTAE does not apply", group=GRADED_GROUP,
                                 bounds=(0, MAX_COUNT))
+    margin: int = option(REGENERATION_MARGIN, flag=None)  # the oracle's (`GradedSettings.margin`), no flag
+
+    @property
+    def oracle(self):
+        """The `GradedSettings` of this run's oracle: --graded-k, --positions, --seed, the margin,
+        its rows within --max-batch-tokens (default: the CPU budget)."""
+        from .oracle import GradedSettings
+        from ...models.budget import CPU_BATCH_TOKENS
+
+        return GradedSettings(k=self.graded_k, positions=self.positions, seed=self.seed, margin=self.margin,
+                              max_batch_tokens=self.max_batch_tokens or CPU_BATCH_TOKENS)
 
 
 def sampled_records(settings: SampledRecall, n: int, world_problems: bool = False) -> list[dict]:
@@ -64,21 +75,14 @@ def sampled_records(settings: SampledRecall, n: int, world_problems: bool = Fals
 @register_instrument("graded", GradedRecall, "the graded counterfactual oracle (flip rates per tested position)")
 def run_graded(settings: GradedRecall) -> int:
     """Graded recall of every method; a `--shard` scores its share of the records."""
-    from .oracle import GradedSettings
     from .recall import graded_cache, graded_recall
     from ...models import load_model
-    from ...models.budget import CPU_BATCH_TOKENS
 
     records = sampled_records(settings, settings.n)
     records = settings.shard.take(records) if settings.shard else records
     cache = open_cache(settings, "graded", graded_cache)  # read and checked before the model loads
     model, tokenizer = load_model(settings.model, device=settings.device, dtype=settings.dtype)
-    report = graded_recall(
-        model, tokenizer, records, methods=settings.methods, probe=settings.probe,
-        settings=GradedSettings(k=settings.graded_k, positions=settings.positions, seed=settings.seed),
-        max_new_tokens=settings.max_new_tokens, max_batch_tokens=settings.max_batch_tokens or CPU_BATCH_TOKENS,
-        cache=cache, group_samples=settings.group_samples, method_params=settings.params(),
-        progress=settings.progress)
+    report = graded_recall(model, tokenizer, records, settings, cache=cache)
     if settings.json:
         print(json.dumps(report.as_dict()))
         return 0

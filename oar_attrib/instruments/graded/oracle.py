@@ -39,12 +39,14 @@ from ...models.generation import continue_rows, cut_at_stop, left_pad, stop_ids
 from ...compat.transformers import cache_of, plain_kv, with_cache
 from ...models.lm import eval_mode
 from ..data.oracle import choose_positions
-from ..data.recall import REGENERATION_MARGIN  # tokens beyond what is left of the response
+from ...defaults import REGENERATION_MARGIN  # tokens beyond what is left of the response
+from ..base import OracleSettings, settings_of
 
 
 @dataclass(frozen=True)
-class GradedSettings:
-    """What the graded oracle tests; every field is in the record that keys its cache."""
+class GradedSettings(OracleSettings):
+    """What the graded oracle tests (`record()`: the fields that key its cache) and how it
+    decodes (`max_batch_tokens`, `reuse_prefix`: the same flips either way)."""
 
     k: int = option(GRADED_K, "Replacement tokens drawn per tested position (the flip rate's denominator).")
     positions: int = option(GRADED_POSITIONS, "Scored positions tested per trace, spread over it "
@@ -52,9 +54,15 @@ class GradedSettings:
     seed: int = option(0, "Seed of the tested positions and the draws.")
     margin: int = option(REGENERATION_MARGIN, "Tokens a regeneration may write beyond the rest of the original "
                                               "response.")
+    max_batch_tokens: int = option(CPU_BATCH_TOKENS, "Tokens of one regenerated group of rows (rows x (longest "
+                                                     "prefix + its regeneration); a row alone may pass it).",
+                                   record=False)
+    reuse_prefix: bool = option(True, "Regenerate each row on the clean forward's key/value cache; False "
+                                      "regenerates whole rows (the reference the cached path is tested against).",
+                                record=False)
 
     def __post_init__(self) -> None:
-        for name in ("k", "positions"):
+        for name in ("k", "positions", "max_batch_tokens"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise InputError(f"graded oracle: {name}={getattr(self, name)!r} must be an integer >= 1")
         if not isinstance(self.margin, int) or self.margin < 0:
@@ -168,14 +176,15 @@ def _regenerate(model, kv, rows: list[list[int]], pad_id: int, eos: list[int], m
 
 def graded_oracle(model, tokenizer, prompt_ids: Sequence[int], response_ids: Sequence[int],
                   positions: Sequence[int], extract_answer: Callable[[str], str | None],
-                  settings: GradedSettings = GradedSettings(), *, max_batch_tokens: int = CPU_BATCH_TOKENS,
-                  reuse_prefix: bool = True) -> GradedTrace:
+                  settings: GradedSettings | None = None, **keywords) -> GradedTrace:
     """The graded oracle of one trace (module docstring).
 
     prompt_ids: (P,), response_ids: (T,) token ids; positions: indices into the response
     (e.g. its scored positions), thinned to `settings.positions`. extract_answer: response
-    text (decoded without special tokens) -> answer or None. `reuse_prefix` False regenerates
-    whole rows (the reference the cached path is tested against; same results)."""
+    text (decoded without special tokens) -> answer or None. settings: `GradedSettings`, or
+    its fields as keywords (`k`, `positions`, `seed`, `margin`, `max_batch_tokens`, and
+    `reuse_prefix` False: whole rows regenerated, the reference; the same results)."""
+    settings = settings_of(GradedSettings, settings, keywords, "graded_oracle")
     start = time.perf_counter()
     prompt, response = [int(i) for i in prompt_ids], [int(i) for i in response_ids]
     bad = [t for t in positions if not 0 <= int(t) < len(response)]
@@ -188,14 +197,14 @@ def graded_oracle(model, tokenizer, prompt_ids: Sequence[int], response_ids: Seq
     chosen = choose_positions([int(t) for t in positions], settings.positions, settings.seed) if positions else []
     logits, cache = _clean_forward(model, prompt + response)
     draws = draw_replacements(logits, len(prompt), response, chosen, settings.k, settings.seed)
-    kv = plain_kv(cache, len(prompt) + len(response)) if reuse_prefix else None
+    kv = plain_kv(cache, len(prompt) + len(response)) if settings.reuse_prefix else None
     del logits
     stats = DecodeStats(forwards=[len(prompt) + len(response)])
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     eos = stop_ids(model, tokenizer)
     todo = [(t, v) for t in sorted(draws) for v in dict.fromkeys(draws[t])]  # each distinct pair once
     answers: dict[tuple[int, int], str | None] = {}
-    for group in _groups(todo, len(prompt), len(response), settings.margin, max_batch_tokens):
+    for group in _groups(todo, len(prompt), len(response), settings.margin, settings.max_batch_tokens):
         rows = [prompt + response[:t] + [v] for t, v in group]
         new = max(len(response) - t + settings.margin for t, _ in group)
         tails = _regenerate(model, kv, rows, pad, eos, new)

@@ -44,20 +44,18 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ...attribution import analysis_params, attribute
-from ...defaults import PROBE, RECALL_MAX_NEW_TOKENS
 from ...errors import InputError
 from ...inputs.grading import grade
 from ..answers import greedy_answers, sampled_group
-from ..base import Run
+from ..base import Run, settings_of
 from ..cache import OracleCache, cache_key
 from ...methods import available_methods, method_spec, ranking_scores
-from ...models.budget import CPU_BATCH_TOKENS
 from ...records.record import json_safe
 from ...records.settings_record import settings_record
 from ...weights.metrics import partial_spearman, spearman
 from ...weights.settings import ReshapeSettings
 from ..data.recall import answer_key, encode_prompt_ids, record_prompt
-from .oracle import DecodeStats, GradedSettings, GradedTrace, graded_oracle
+from .oracle import DecodeStats, GradedTrace, graded_oracle
 from ...analysis.report import RecallSummary
 from ...analysis.sets import GRADED
 from ...analysis.stats import auc_or_none, count_undefined, mean_ci
@@ -157,37 +155,43 @@ class GradedReport(RecallSummary):
 
 @dataclass
 class GradedRun(Run):
-    """A graded recall's run (`base.Run`), tallying the decode work of the oracles it reads back."""
+    """A graded recall's run (`base.Run`; its settings the `GradedRecall`): the methods and the
+    reshaping settings every method runs with, KTAE's groups when it runs (per problem its
+    texts, and whether each is right), and the decode work of the oracles it reads back."""
 
+    methods: list = field(default_factory=list)
+    reshape: ReshapeSettings | None = None
+    groups: tuple | None = None
     cached_decode: dict = field(default_factory=dict)  # the summed decode stats of cached oracles
 
 
-def _ktae_groups(run: GradedRun, prompts, records, texts, samples: int, max_new_tokens: int) -> tuple[list, list]:
-    """KTAE's groups: per problem its greedy trace and `samples` answers sampled at
+def _ktae_groups(run: GradedRun, prompts, records, texts) -> tuple[list, list]:
+    """KTAE's groups: per problem its greedy trace and --group-samples answers sampled at
     temperature 1 (`answers.sampled_group`), graded against the gold answer; (texts of every
     row, right or wrong of every row)."""
     rows, right = [], []
+    s = run.settings
     for ids, rec, text in tqdm(list(zip(prompts, records, texts)), desc="KTAE groups", disable=not run.progress):
         if "answer" not in rec:
             raise InputError("KTAE's groups are graded against the gold answer: every record needs `answer`")
-        group = [text] + sampled_group(run, ids, samples, 1.0, max_new_tokens)
+        group = [text] + sampled_group(run, ids, s.group_samples, 1.0, s.max_new_tokens)
         rows.append(group)
         right.append([grade(t, rec["answer"]).correct for t in group])
     return rows, right
 
 
-def _scores(run: GradedRun, prompts, texts, prompt_ids, traces, methods, reshape: ReshapeSettings,
-            method_params: dict, groups=None) -> list[dict[str, list[float]]]:
+def _scores(run: GradedRun, prompts, texts, prompt_ids, traces) -> list[dict[str, list[float]]]:
     """Each trace's scores (over its response tokens) of every method: cached, or computed
     now, method by method over the traces that lack them."""
+    params = run.settings.params() or {}
     out = [dict() for _ in traces]
-    for method in methods:
-        record = settings_record(dataclasses.replace(reshape, method=method), [method],
-                                 analysis_params([method], method_params), model=run.model)
+    for method in run.methods:
+        record = settings_record(dataclasses.replace(run.reshape, method=method), [method],
+                                 analysis_params([method], params), model=run.model)
         grouped = method_spec(method).grouped
         keys = []
         for i, (ids, trace) in enumerate(zip(prompt_ids, traces)):
-            group = [groups[0][i], groups[1][i]] if grouped else []  # the rollouts it compares
+            group = [run.groups[0][i], run.groups[1][i]] if grouped else []  # the rollouts it compares
             keys.append(cache_key(record, ids, trace.token_ids, *group))
         todo = []
         for i, key in enumerate(keys):
@@ -196,11 +200,11 @@ def _scores(run: GradedRun, prompts, texts, prompt_ids, traces, methods, reshape
                 todo.append(i)
             else:
                 out[i][method] = [float("nan") if v is None else v for v in hit["scores"]]
-        if todo and method_spec(method).grouped:
-            _group_scores(run, prompts, groups, todo, method, reshape, method_params, out, keys)
+        if todo and grouped:
+            _group_scores(run, prompts, todo, method, out, keys)
         elif todo:
             done = attribute(run.model, run.tokenizer, [prompts[i] for i in todo], [texts[i] for i in todo], [method],
-                             reshape, method_params=method_params, progress=run.progress)
+                             run.reshape, method_params=params, progress=run.progress)
             for i, trace in zip(todo, done):
                 _keep(run, out, i, method, keys[i], trace.scores[method])
     return out
@@ -212,19 +216,20 @@ def _keep(run: GradedRun, out: list, i: int, method: str, key: str, values: list
                                   "scores": [v if np.isfinite(v) else None for v in values]})
 
 
-def _group_scores(run, prompts, groups, todo, method, reshape, method_params, out, keys) -> None:
+def _group_scores(run: GradedRun, prompts, todo, method, out, keys) -> None:
     """A grouped method's scores of each trace: its problem's group (the trace first) scored
     together, the trace's row kept."""
-    texts, right = groups
+    texts, right = run.groups
     for i in todo:
         n = len(texts[i])
-        done = attribute(run.model, run.tokenizer, [prompts[i]] * n, texts[i], [method], reshape,
-                         method_params=method_params, groups=[0] * n, correct=right[i])
+        done = attribute(run.model, run.tokenizer, [prompts[i]] * n, texts[i], [method], run.reshape,
+                         method_params=run.settings.params() or {}, groups=[0] * n, correct=right[i])
         _keep(run, out, i, method, keys[i], done[0].scores[method])
 
 
-def _oracle(run: GradedRun, prompt_ids, trace, answer_of, max_batch_tokens: int) -> GradedTrace:
-    key = cache_key(run.record(oracle=GRADED, **dataclasses.asdict(run.settings)), prompt_ids, trace.token_ids)
+def _oracle(run: GradedRun, prompt_ids, trace, answer_of) -> GradedTrace:
+    settings = run.settings.oracle
+    key = cache_key(run.record(oracle=GRADED, **settings.record()), prompt_ids, trace.token_ids)
     hit = run.cache.get("oracle", key)
     if hit is not None:
         for name, value in (hit.get("decode") or {}).items():  # the work it took when it was made
@@ -232,41 +237,51 @@ def _oracle(run: GradedRun, prompt_ids, trace, answer_of, max_batch_tokens: int)
                 run.cached_decode[name] = run.cached_decode.get(name, 0) + value
         return GradedTrace.from_json(hit)
     positions = [t for t, s in enumerate(trace.scored) if s]
-    graded = graded_oracle(run.model, run.tokenizer, prompt_ids, trace.token_ids, positions, answer_of,
-                           run.settings, max_batch_tokens=max_batch_tokens)
+    graded = graded_oracle(run.model, run.tokenizer, prompt_ids, trace.token_ids, positions, answer_of, settings)
     run.cache.put("oracle", key, {**graded.to_json(), "decode": graded.stats.to_dict()})
     return graded
 
 
-def graded_recall(model, tokenizer, records: list[dict], *, methods=None, probe: str = PROBE,
-                  settings: GradedSettings = GradedSettings(), max_new_tokens: int = RECALL_MAX_NEW_TOKENS,
-                  max_batch_tokens: int = CPU_BATCH_TOKENS, cache: "str | Path | OracleCache | None" = None,
-                  method_params: dict | None = None, group_samples: int = 0,
-                  answer_of: Callable[[str], str | None] = answer_key, progress: bool = False) -> GradedReport:
+# `graded_recall`'s settings object before 0.2.0 was the oracle's: where its fields go now.
+_ORACLE_FIELDS = ("the oracle's settings are GradedRecall's fields graded_k, positions, seed and margin "
+                  "(GradedSettings(k=3, positions=4) is graded_k=3, positions=4)")
+
+
+def graded_recall(model, tokenizer, records: list[dict], settings=None, *,
+                  cache: "str | Path | OracleCache | None" = None,
+                  answer_of: Callable[[str], str | None] = answer_key, **keywords) -> GradedReport:
     """Graded recall of every method against the model's own graded oracle on `records`
     (module docstring; records as `data.recall.data_records` gives them: a question
     and its gold answer, or a `prompt`). The model's identity (`records.settings_record.
     model_identity`: its name and its weights' hash) and dtype key the cache with everything
-    else that made each entry. `answer_of`: response text -> comparable answer."""
-    methods = list(methods or available_methods())
+    else that made each entry. `answer_of`: response text -> comparable answer.
+
+    settings: the `instruments.graded.GradedRecall` `oar recall graded` runs on (its `oracle`
+    is the `GradedSettings` of the oracle); or its fields as keywords (`methods`, `probe`,
+    `seed`, `graded_k`, `positions`, `margin`, `max_new_tokens`, `max_batch_tokens` (the
+    oracle's rows and every method's budget), `group_samples`, `method_params`, `progress`)."""
+    from . import GradedRecall
+
+    settings = settings_of(GradedRecall, settings, keywords, "graded_recall", hint=_ORACLE_FIELDS)
+    methods = list(settings.methods or available_methods())
     grouped = [m for m in methods if method_spec(m).grouped]
-    if grouped and group_samples < 1:
+    if grouped and settings.group_samples < 1:
         raise InputError(f"{', '.join(grouped)} compares a group of rollouts, which single traces do not "
                          "have: pass --group-samples G (answers sampled per problem), or leave it out")
     cache = cache if isinstance(cache, OracleCache) else graded_cache(cache)
-    run = GradedRun(model, tokenizer, cache, settings, progress)
+    run = GradedRun(model, tokenizer, cache, settings, settings.progress, methods=methods,
+                    reshape=ReshapeSettings(probe=settings.probe, seed=settings.seed))
     prompts = [record_prompt(r, tokenizer) for r in records]
     prompt_ids = [encode_prompt_ids(tokenizer, p) for p in prompts]
     texts = [r.get("response") for r in records]
     if any(t is None for t in texts):
-        fresh = greedy_answers(run, prompt_ids, max_new_tokens)
+        fresh = greedy_answers(run, prompt_ids, settings.max_new_tokens)
         texts = [t if t is not None else f for t, f in zip(texts, fresh)]
-    reshape = ReshapeSettings(probe=probe, seed=settings.seed)
-    traces = attribute(model, tokenizer, prompts, texts, [], reshape)
-    groups = _ktae_groups(run, prompt_ids, records, texts, group_samples, max_new_tokens) if grouped else None
-    scores = _scores(run, prompts, texts, prompt_ids, traces, methods, reshape, method_params or {}, groups)
+    traces = attribute(model, tokenizer, prompts, texts, [], run.reshape)
+    run.groups = _ktae_groups(run, prompt_ids, records, texts) if grouped else None
+    scores = _scores(run, prompts, texts, prompt_ids, traces)
     per_trace, graded, status, decode = [], [], [], DecodeStats()
-    rows = tqdm(list(zip(prompt_ids, traces, scores)), desc="graded oracle", disable=not progress)
+    rows = tqdm(list(zip(prompt_ids, traces, scores)), desc="graded oracle", disable=not run.progress)
     for ids, trace, trace_scores in rows:
         trace.scores.update(trace_scores)  # kept on the report's traces for a closer look
         text = tokenizer.decode(trace.token_ids, skip_special_tokens=True)
@@ -275,25 +290,26 @@ def graded_recall(model, tokenizer, records: list[dict], *, methods=None, probe:
             per_trace.append(None)
             graded.append(None)
             continue
-        oracle = _oracle(run, ids, trace, answer_of, max_batch_tokens)
+        oracle = _oracle(run, ids, trace, answer_of)
         decode.add(oracle.stats)
         status.append("scored")
         graded.append(oracle)
         position = [-float(t) for t in range(len(trace.token_ids))]
         per_trace.append(trace_metrics({**trace_scores, EARLIEST: position}, oracle.flip_rates()))
-    return _report(records, texts, traces, methods, per_trace, graded, status, decode, run)
+    return _report(records, texts, traces, per_trace, graded, status, decode, run)
 
 
-def _report(records, texts, traces, methods, per_trace, graded, status, decode, run: GradedRun) -> GradedReport:
+def _report(records, texts, traces, per_trace, graded, status, decode, run: GradedRun) -> GradedReport:
+    oracle_settings = run.settings.oracle
     scored = [t for t in per_trace if t is not None]
-    summary, between = pooled(scored, [*methods, EARLIEST], run.settings.seed) if scored else ({}, {})
+    summary, between = pooled(scored, [*run.methods, EARLIEST], oracle_settings.seed) if scored else ({}, {})
     rates = np.array([f for g in graded if g is not None for f in g.flip_rates().values()])
-    k = run.settings.k
+    k = oracle_settings.k
     levels = np.round(rates * k).astype(int) if rates.size else np.zeros(0, dtype=int)
     correct = [None if "answer" not in r else grade(t, r["answer"]).correct for r, t in zip(records, texts)]
     known = [c for c in correct if c is not None]
-    oracle = {"k": k, "positions_per_trace": run.settings.positions, "seed": run.settings.seed,
-              "margin": run.settings.margin, "positions_tested": int(rates.size),
+    oracle = {"k": k, "positions_per_trace": oracle_settings.positions, "seed": oracle_settings.seed,
+              "margin": oracle_settings.margin, "positions_tested": int(rates.size),
               "mean_flip_rate": float(rates.mean()) if rates.size else None,
               "flip_rate_counts": {f"{j}/{k}": int((levels == j).sum()) for j in range(k + 1)}}
     return GradedReport(

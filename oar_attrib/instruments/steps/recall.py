@@ -30,7 +30,7 @@ from typing import ClassVar
 import numpy as np
 
 from ...attribution import AttributionBatch, TraceAttribution, analysis_params, attribute
-from ...defaults import PROBE, RESAMPLE_SAMPLES, VIEW_STEP_POOL
+from ...defaults import VIEW_STEP_POOL
 from ...errors import InputError
 from ...models.generation import generate
 from ...inputs.encoding import encode_pairs
@@ -43,7 +43,7 @@ from ...weights.settings import ReshapeSettings
 from ...world import Oracle, generate_problems, shift_result
 from ...analysis.report import RecallSummary
 from ...analysis.stats import mean_ci
-from ..base import Run
+from ..base import Run, settings_of
 from ..units import Units
 
 STEP_SETS = ("direct", "upstream", "distractor")
@@ -180,16 +180,7 @@ def _settings(settings, keywords: dict):
     """The `StepRecall` of a call: `settings`, or one made of the keywords (module API)."""
     from . import StepRecall
 
-    if settings is not None:
-        if keywords:
-            raise TypeError(f"step_recall: pass settings or keywords, not both ({', '.join(keywords)})")
-        return settings
-    fields = {_KEYWORDS.get(k, k): v for k, v in keywords.items()}
-    if "progress" in fields:
-        fields["no_progress"] = not fields.pop("progress")
-    if fields.get("methods") is not None:
-        fields["methods"] = tuple(fields["methods"])
-    return StepRecall(**fields)
+    return settings_of(StepRecall, settings, keywords, "step_recall", _KEYWORDS)
 
 
 def _record(run: Run, methods: list[str]) -> dict:

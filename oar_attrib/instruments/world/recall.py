@@ -18,7 +18,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ...attribution import AttributionBatch, TraceAttribution, analysis_params, attribute
-from ...defaults import CF_POSITIONS, PROBE, REPLACEMENT
+from ...defaults import CF_POSITIONS, REPLACEMENT
 from ...errors import InputError
 from ...inputs.segments import span_mask
 from ...methods import available_methods, ranking_scores
@@ -28,7 +28,7 @@ from ...weights.metrics import average_precision, random_recall, recall_at_k
 from ...weights.settings import ReshapeSettings
 from ...world import Oracle, Problem, extract_answer, generate_problems
 from ..data.oracle import counterfactual_oracle
-from ..base import Run
+from ..base import Run, settings_of
 from ..units import Units
 from ...analysis.recall_reading import EXPECTED
 from ...analysis.report import RecallSummary
@@ -205,17 +205,7 @@ def _settings(settings, keywords: dict):
     """The `WorldRecall` of a call: `settings`, or one made of the keywords (module API)."""
     from . import WorldRecall
 
-    if settings is not None:
-        if keywords:
-            raise TypeError(f"oracle_recall: pass settings or keywords, not both ({', '.join(keywords)})")
-        return settings
-    fields = {_KEYWORDS.get(k, k): v for k, v in keywords.items()}
-    if "progress" in fields:
-        fields["no_progress"] = not fields.pop("progress")
-    for name in ("methods", "sets"):
-        if fields.get(name) is not None:
-            fields[name] = tuple(fields[name])
-    return WorldRecall(**fields)
+    return settings_of(WorldRecall, settings, keywords, "oracle_recall", _KEYWORDS)
 
 
 def _record(run: Run, methods: list[str], sets: tuple) -> dict:

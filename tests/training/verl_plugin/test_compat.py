@@ -1,14 +1,11 @@
 """verl's environment: the transformers verl pins is inside the project's range, the extras
 table names verl's own module, and what the plugin and `oar import verl` need works at that
-transformers. One part of the core does not: the chat-template sandbox reaches transformers
-names that verl's range (5.5.3-5.10.x) lacks, so a chat prompt is refused there in one line
-(the plugin never renders a template: verl hands over token ids)."""
+transformers, chat prompts included (verl's range, 5.5.3-5.10.x, lacks the template helpers of
+5.21 and later: `compat.transformers` builds the template's variables with its own copies)."""
 from importlib.metadata import packages_distributions, requires, version
 
-import pytest
 from packaging.requirements import Requirement
 
-from oar_attrib.errors import LibraryVersionError
 from oar_attrib.extras import EXTRAS, missing_modules
 
 
@@ -32,16 +29,14 @@ def test_the_verl_extra_is_installed_and_its_module_is_verls():
     assert version("verl").startswith("0.9.") and packages_distributions().get("transfer_queue")
 
 
-def test_chat_prompts_encode_or_are_refused_in_one_line():
+def test_chat_prompts_encode_as_apply_chat_template_does():
+    from oar_attrib.inputs.chat_template import ROLE_TEMPLATE, chat_ids
     from oar_attrib.inputs.encoding import encode_pair
     from oar_attrib.models import load_tokenizer
-    from oar_attrib.inputs.chat_template import ROLE_TEMPLATE
 
     tokenizer, _ = load_tokenizer("arith-tiny")
     tokenizer.chat_template = ROLE_TEMPLATE
-    try:
-        pair = encode_pair(tokenizer, [{"role": "user", "content": "a=4. find a."}], "a=4. #### 4", chat=True)
-    except LibraryVersionError as err:
-        assert "\n" not in str(err) and str(err).startswith(f"transformers {version('transformers')} lacks ")
-        pytest.xfail("the chat-template sandbox needs transformers names that verl's range lacks")
-    assert pair.span_found
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "a=4. find a."}]
+    want = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+    assert chat_ids(tokenizer, messages) == list(want)
+    assert encode_pair(tokenizer, messages[1:], "a=4. #### 4", chat=True).span_found
