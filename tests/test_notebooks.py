@@ -26,7 +26,7 @@ PLOTLY = "application/vnd.plotly.v1+json"
 CELL_TIMEOUT = 240
 # Variables the notebooks read: the tests set them explicitly, whatever the caller's shell has.
 NOTEBOOK_ENV = ("OAR_RUN_STORE", "OAR_SHARED", "OAR_EXPERIMENT_STORE", "OAR_EXPERIMENT", "OAR_EXPERIMENTS",
-                "OAR_GRID_SUMMARY", "OAR_ALIGN_RESULTS", "OAR_GRADED_RESULTS")
+                "OAR_GRID_SUMMARY", "OAR_ALIGN_RESULTS", "OAR_GRADED_RESULTS", "OAR_ADVANTAGE_RESULTS")
 
 
 def run_notebook(name: str, **env: str) -> tuple[nbformat.NotebookNode, dict]:
@@ -81,7 +81,7 @@ def test_notebooks_are_committed_without_outputs():
 def test_01_attribution_recall(bundled):
     nb, s = run_notebook("01_attribution_recall.ipynb")
     methods = s["methods"]
-    # Every method but resample, which samples (`oar recall --granularity step` runs it).
+    # Every method but resample, which samples (`oar recall steps` runs it).
     assert methods == [m for m in oa.available_methods() if m != "resample"] and s["n_scored"] > 0
     assert list(s["table"]) == [*methods, "random expectation"]
     for method, row in s["table"].items():
@@ -446,37 +446,92 @@ def test_08_graded_oracle_recomputes_the_printed_means_from_the_per_trace_rows(b
     assert len(plotly_outputs(nb)) == 3  # Spearman, AUC, the flip-rate counts
 
 
+ADVANTAGE_PLAN = {  # a plan's shape (docs/experiments/advantage/replication/plan.json) over the test's methods
+    "what": "a plan for the notebook test", "primary": {"alpha": 0.05}, "min_traces": 2,
+    "hypotheses": {"H1": {"method": "oar_g", "metric": "signed", "text": "OAR-G's signed Spearman is above 0"},
+                   "H2": {"method": "random", "metric": "signed", "text": "random's signed Spearman is above 0"}}}
+
+
+def close(got, want) -> None:
+    assert (got is None) == (not finite(want)), (got, want)
+    assert got is None or got == pytest.approx(want, abs=1e-9)
+
+
+def holds(row: dict, key: str = "mean") -> None:
+    if row["low"] is not None:
+        assert row["low"] <= row[key] <= row["high"], row
+
+
+def check_advantage_summary(got: dict, report: dict) -> None:
+    """09's summary of one report against the figures the command printed."""
+    assert got["traces"] == report["n_scored"]
+    assert sorted(got["methods"]) == sorted(report["methods"])
+    rows = [(got["methods"][m], report["methods"][m]) for m in report["methods"]]
+    rows += [(got["references"][r], report["reference"][r]) for r in ("earliest_first", "longest_first")]
+    for mine, printed in rows:
+        for metric in ("signed", "absolute", *(("signed_before_last", "absolute_before_last") if "says" in mine else ())):
+            close(mine[metric]["mean"], printed[metric]["mean"])
+            assert mine[metric]["n"] == printed[metric]["n"]
+            holds(mine[metric])
+        for target in ("signed", "absolute"):
+            close(mine["partial"][target]["coef"], printed["partial"][target]["coef"])
+            close(mine["partial"][target]["p_holm"], printed["partial"][target]["p_holm"])
+            assert mine["partial"][target]["traces"] == printed["partial"][target]["traces"]
+            holds(mine["partial"][target], "coef")
+    for m, printed in report["methods"].items():
+        agreement = got["methods"][m]["credit_agreement"]
+        close(agreement["mean"], printed["credit_agreement"]["mean"])
+        assert agreement["groups"] == printed["credit_agreement"]["groups"] == report["groups"]["credit_defined"]
+        holds(agreement)
+        # Fewer than 10 units: every figure is too few to read, never resolved.
+        assert report["n_scored"] >= 10 or got["methods"][m]["says"]["signed"] == "too few"
+        assert agreement["groups"] >= 10 or got["methods"][m]["says"]["credit_agreement"] == "too few"
+    for target in ("signed", "absolute"):
+        for part in ("all", "before_last"):
+            close(got["ceiling"][target][part], report["ceiling"][target][part]["ceiling"])
+    assert got["groups"] == {"credit": report["groups"]["credit_defined"], "labelled": report["groups"]["credit"]}
+
+
 def test_09_advantage_oracle_recomputes_every_figure_from_the_report_rows(bundled, tmp_path):
-    """09 recomputes, with its own code, each method's mean Spearman with |dV| from the step
-    scores and dV of every trace, the credit agreement from the groups, and the label's
-    reliability from the two halves of dV; each equals the figure the command printed (the
-    notebook asserts it too), each interval holds its mean; a JSON that is no report is passed over."""
+    """09 recomputes, with its own code, every figure of each advantage report from its rows
+    (the notebook asserts each equals the printed one): the signed and absolute Spearman and
+    their Holm p, the length- and position-controlled coefficient, the label's ceiling, the
+    credit agreement and its count of groups; a replication's verdicts by its plan's rule.
+    Its summary matches the report, each interval holds its mean, and a JSON that is no report
+    (a plan, a progress count, a report cut short) is passed over."""
+    from oar_attrib.analysis.preregistered import verdicts
     from oar_attrib.instruments.advantage.recall import advantage_recall
     from oar_attrib.world import generate_problems
 
     model, tok = bundled
-    records = [{"prompt": p.prompt, "answer": str(p.answer), "problem": p}
-               for p in generate_problems(4, "recall", seed=1, split="test")]
-    report = advantage_recall(model, tok, records, n=4, methods=["entropy", "oar_g", "random"], continuations=4,
-                              margin=0, group_samples=2, max_new_tokens=48)
-    (tmp_path / "tiny.json").write_text(json.dumps(report.as_dict(), allow_nan=False))
+    # Problems of 3 steps (`recall`) beside problems of 4 (`upstream`): with --min-steps 4 and
+    # --label all, some traces are in the family and the others count only for their group's credit.
+    problems = [p for pair in zip(generate_problems(4, "recall", seed=1, split="test"),
+                                  generate_problems(4, "upstream", seed=1, split="test")) for p in pair]
+    records = [{"prompt": p.prompt, "answer": str(p.answer), "problem": p} for p in problems]
+    report = advantage_recall(model, tok, records, n=8, methods=["entropy", "oar_g", "random"], continuations=4,
+                              margin=0, group_samples=2, max_new_tokens=64, min_steps=4, label="all").as_dict()
+    assert 3 <= report["n_scored"] < report["n_labelled"]
+    assert any(not t["family"] for t in report["per_trace"])
+    (tmp_path / "tiny.json").write_text(json.dumps(report, allow_nan=False))
     (tmp_path / "other.json").write_text(json.dumps({"methods": {}}))  # not a report
+    folder = tmp_path / "replication"
+    folder.mkdir()
+    (folder / "plan.json").write_text(json.dumps(ADVANTAGE_PLAN))
+    (folder / "progress.json").write_text(json.dumps({"n": 8, "family": report["n_scored"]}))
+    (folder / ".chunk.json").write_text(json.dumps(report)[:200])  # a report cut short
+    replicated = {**report, "replication": verdicts(ADVANTAGE_PLAN, report)}
+    (folder / "replication.json").write_text(json.dumps(replicated, allow_nan=False))
+
     nb, summary = run_notebook("09_advantage_oracle.ipynb", OAR_ADVANTAGE_RESULTS=str(tmp_path))
-    assert list(summary) == ["tiny"]
-    got = summary["tiny"]
-    assert sorted(got["methods"]) == ["entropy", "oar_g", "random"]
-    for method, row in got["methods"].items():
-        printed = report.methods[method]
-        for key, figure in (("spearman", "spearman"), ("credit_agreement", "credit_agreement")):
-            want = printed[figure]["mean"]
-            assert (row[key] is None) == (not finite(want))
-            if finite(want):
-                assert row[key] == pytest.approx(want, abs=1e-12)
-        if row["low"] is not None:
-            assert row["low"] <= row["spearman"] <= row["high"]
-        assert not row["beats_position"] or row["follows_dv"]
-        assert not row["beats_length"] or row["follows_dv"]
-    want = report.reliability["spearman_brown"]
-    assert (got["reliability"] is None) == (want is None)
-    assert want is None or got["reliability"] == pytest.approx(want, abs=1e-12)
-    assert len(plotly_outputs(nb)) == 2  # the values per boundary, agreement against cost
+    assert list(summary) == ["tiny", "replication/replication"]
+    for got in summary.values():
+        check_advantage_summary(got, report)
+    assert summary["tiny"]["exploratory"] and summary["tiny"]["verdicts"] is None
+    assert not summary["replication/replication"]["exploratory"]
+    assert summary["replication/replication"]["verdicts"] == {
+        h: row["verdict"] for h, row in replicated["replication"]["hypotheses"].items()}
+    loaded = "".join(o.get("text", "") for o in nb.cells[1].outputs if o.output_type == "stream")
+    for name in ("other", "replication/plan", "replication/progress", "replication/.chunk"):
+        assert f"{name}.json: not an advantage report, passed over" in loaded
+    assert len(plotly_outputs(nb)) == 4  # per report: signed and absolute per method, agreement against cost

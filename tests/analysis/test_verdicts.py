@@ -30,11 +30,11 @@ def test_reading_block_and_leader():
              Comparison("oar_g", "random", "recall", 0.30, 0.10, 0.50),
              Comparison("ig", "random", "recall", -0.1, -0.2, -0.05)]
     assert leader(comps) == "Leading: oar_g (the largest resolved gain over random on recall)."
-    lines = reading(comps, caveats(caveat_few(12, 30), None, caveat_smoke()), "oar recall --n 200")
+    lines = reading(comps, caveats(caveat_few(12, 30), None, caveat_smoke()), "oar recall world --n 200")
     assert lines[0] == "Reading:" and lines[1:4] == [f"  {verdict(c)}" for c in comps]
     assert lines[4] == "  " + leader(comps)
     assert lines[5:] == ["Caveats:", "  - " + caveat_few(12, 30), "  - " + caveat_smoke(),
-                         "Next: oar recall --n 200"]
+                         "Next: oar recall world --n 200"]
     assert "No method is resolved better" in reading(comps[2:])[-1]
 
 

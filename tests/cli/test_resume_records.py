@@ -1,5 +1,5 @@
 """A resume under other settings is refused, for every knob: `oar attribute` (JSONL and store
-outputs, and in place), `oar recall --cf-cache`, `oar train --resume` and `oar experiment run`.
+outputs, and in place), `oar recall data --cf-cache`, `oar train --resume` and `oar experiment run`.
 
 Each refusal exits 2 with one line naming the flag as that command line spells it, before the
 model loads, and leaves the output byte for byte as it was; the same command unchanged

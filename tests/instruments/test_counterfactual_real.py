@@ -1,5 +1,5 @@
 """The counterfactual oracle on a real model and data set (`instruments.data.recall`,
-`oar recall --data`): the batched oracle equals a one-row-at-a-time reference on SmolLM2,
+`oar recall data`): the batched oracle equals a one-row-at-a-time reference on SmolLM2,
 recall is computed for every method beside the random expectation and resumes from its cache,
 and bad input is one line before any model loads."""
 import json

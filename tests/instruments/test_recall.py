@@ -16,9 +16,9 @@ from oar_attrib.world.tokenizer import build_tokenizer
 from models import world_policy
 
 N, SEED, METHODS = 10, 4, ["oar_p", "entropy", "random"]
-SUMMARY_KEYS = ["methods", "random", "n", "n_scored", "accuracy", "skipped"]  # `oar recall --json`, in order
+SUMMARY_KEYS = ["methods", "random", "n", "n_scored", "accuracy", "skipped"]  # `oar recall world --json`, in order
 STEP_SUMMARY_KEYS = ["granularity", "preset", "pool", "methods", "random", "n", "n_scored", "accuracy",
-                     "skipped", "by_outcome", "resample", "intervention"]  # `oar recall --granularity step --json`
+                     "skipped", "by_outcome", "resample", "intervention"]  # `oar recall steps --json`
 
 
 @pytest.fixture(scope="module")
