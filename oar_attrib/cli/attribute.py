@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import Iterator
 
 from ..console import say, terminal_safe
-from ..defaults import ANSWER_FORMAT, DEFAULT_MODEL
+from ..defaults import ANSWER_FORMAT, DEFAULT_MODEL, PROBE
 from ..errors import InputError
 from ..inputs.pairs import Skip, input_labels, judge_record, judge_tokens, label_problems
 from ..inputs.grading import TRUNCATED
 from ..inputs.segments import n_scored
 from ..jsonl import iter_jsonl
 from . import outputs
-from ..commands import MAX_COUNT, add_dataclass_args, add_model_args, option
+from ..commands import MAX_COUNT, add_dataclass_args, add_model_args, dataclass_from_args, option
 from ..weights.settings import ReshapeSettings
 from .progress import lines_to_read, method_progress, progress_bar, tell_cost
 from .choices import (add_answer_format_arg, add_method_knobs, add_probe_arg, default_methods, method_name,
@@ -77,29 +77,28 @@ def read_pairs(path: Path, tokenizer, answer_format: str, skip_line, counts: Cou
 GATING_FLAGS = ("tau", "beta", "w_min", "weighting", "rho", "granularity", "step_pool")
 
 
-def attribute_settings(args) -> ReshapeSettings:
+def attribute_settings(flags: AttributeFlags) -> ReshapeSettings:
     """The `ReshapeSettings` of the command line's flags (an --answer-format left out and not
     yet filled in from the input, `provenance.input_defaults`, is the default's)."""
-    return ReshapeSettings(probe=args.probe, answer_format=args.answer_format or ANSWER_FORMAT,
-                           max_batch_tokens=args.max_batch_tokens,
-                           **{name: getattr(args, name) for name in GATING_FLAGS})
+    return ReshapeSettings(probe=flags.probe, answer_format=flags.answer_format or ANSWER_FORMAT,
+                           max_batch_tokens=flags.max_batch_tokens, **flags.gating)
 
 
-def command_record(args, **extra) -> dict:
+def command_record(flags, **extra) -> dict:
     """The settings record of `oar attribute`'s flags, made before the model loads; equal to
     the record `attribute()` gives each trace of this command."""
     from ..attribution import analysis_params
     from ..records.settings_record import settings_record
 
-    used = analysis_params(args.methods, method_params_from(args))
-    return settings_record(attribute_settings(args), args.methods, used, model=args.model or DEFAULT_MODEL,
-                           dtype=args.dtype, chat=args.chat, **extra)
+    used = analysis_params(flags.methods, flags.method_params)
+    return settings_record(attribute_settings(flags), flags.methods, used, model=flags.model or DEFAULT_MODEL,
+                           dtype=flags.dtype, chat=flags.chat, **extra)
 
 
-def attribute_lines(model, tokenizer, pairs, output: outputs.Output, args, on_scored=None) -> int:
+def attribute_lines(model, tokenizer, pairs, output: outputs.Output, flags, on_scored=None) -> int:
     """Attribute `pairs` ((line, prompt, response, labels, encoded pair) tuples, `read_pairs`) in
     batches, writing each batch to `output` as soon as it is done; returns the number written.
-    A batch is `args.batch_size` lines, or (None) the lines whose work fills one pass's memory
+    A batch is `flags.batch_size` lines, or (None) the lines whose work fills one pass's memory
     budget (`budget.trace_batch_full`): one trace at a time on a real model, so Ctrl-C loses at
     most the trace in progress. `on_scored(method, rows)`: each method done with a batch."""
     from ..attribution import attribute
@@ -109,19 +108,19 @@ def attribute_lines(model, tokenizer, pairs, output: outputs.Output, args, on_sc
 
     def flush() -> int:
         lines, prompts, responses, labels, encoded = zip(*batch)
-        traces = attribute(model, tokenizer, list(prompts), list(responses), args.methods,
-                           attribute_settings(args), advantages=[lab.get("advantage", 0.0) for lab in labels],
-                           batch_size=len(batch), chat=args.chat, method_params=method_params_from(args),
+        traces = attribute(model, tokenizer, list(prompts), list(responses), flags.methods,
+                           attribute_settings(flags), advantages=[lab.get("advantage", 0.0) for lab in labels],
+                           batch_size=len(batch), chat=flags.chat, method_params=flags.method_params,
                            encoded=list(encoded), on_scored=on_scored)
         output.write([{"line": n, **_without_advantage(t.to_dict(), lab), **lab}
                       for n, t, lab in zip(lines, traces, labels)])
         return len(batch)
 
     def full() -> bool:
-        if args.batch_size is not None:
-            return len(batch) >= args.batch_size
+        if flags.batch_size is not None:
+            return len(batch) >= flags.batch_size
         longest = max(pair.length for *_, pair in batch)
-        return trace_batch_full(model, works, longest, args.max_batch_tokens)
+        return trace_batch_full(model, works, longest, flags.max_batch_tokens)
 
     for item in pairs:
         pair = item[-1]
@@ -163,17 +162,17 @@ def _process_group(world: int):
     return dist
 
 
-def open_output(args, lock: bool = True) -> outputs.Output:
+def open_output(flags, lock: bool = True) -> outputs.Output:
     """The `--out` JsonlOutput or StoreOutput, checked, with the lines it already holds, and
     (with `lock`: every process but the ranks > 0 of a sharded run) its writer lock."""
-    if str(args.out).endswith(".db"):
-        config = command_record(args, input=str(args.input))
-        return outputs.StoreOutput(args.out, f"attribute {args.input}", args.model, config, lock=lock,
-                                   force_new=args.force_new_run)
-    if args.force_new_run:
-        raise InputError(f"--force-new-run starts a new run in a run store (*.db); --out {args.out} "
+    if str(flags.out).endswith(".db"):
+        config = command_record(flags, input=str(flags.input))
+        return outputs.StoreOutput(flags.out, f"attribute {flags.input}", flags.model, config, lock=lock,
+                                   force_new=flags.force_new_run)
+    if flags.force_new_run:
+        raise InputError(f"--force-new-run starts a new run in a run store (*.db); --out {flags.out} "
                          "is a JSONL, which holds one run's settings: pass a new --out")
-    return outputs.JsonlOutput(args.out, command_record(args), lock=lock)
+    return outputs.JsonlOutput(flags.out, command_record(flags), lock=lock)
 
 
 def _summary(out: str, written: int, flagged: Counter, resumed: int, counts: Counter,
@@ -237,76 +236,77 @@ def tell_plain_once(pairs, tell):
         yield item
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.batch_size is not None and not 1 <= args.batch_size <= MAX_COUNT:
-        raise InputError(f"--batch-size must be from 1 to {MAX_COUNT}, got {args.batch_size}")
-    if (args.store is None) != (args.run is None):
+def run(flags: AttributeFlags) -> int:
+    """`oar attribute` on the flags the parser built (`attribute_flags`)."""
+    if flags.batch_size is not None and not 1 <= flags.batch_size <= MAX_COUNT:
+        raise InputError(f"--batch-size must be from 1 to {MAX_COUNT}, got {flags.batch_size}")
+    if (flags.store is None) != (flags.run is None):
         raise InputError("--store and --run go together: the run store and the run to attribute")
-    if args.store is not None:
+    if flags.store is not None:
         from .attribute_store import attribute_stored
 
-        return attribute_stored(args, chat_choice, attribute_settings, command_record)
-    if args.input is None or args.out is None:
+        return attribute_stored(flags, chat_choice, attribute_settings, command_record)
+    if flags.input is None or flags.out is None:
         raise InputError("pass --input FILE.jsonl and --out (or --store S --run R to attribute "
                          "a stored run in place)")
-    source = check_input(args.input)
+    source = check_input(flags.input)
     rank, world = _ranks()
-    said = input_defaults(args, source, DEFAULT_MODEL, "attribute")
+    said = input_defaults(flags, source, DEFAULT_MODEL, "attribute")
     if said and rank == 0:
         say(said)
-    args.methods = args.methods or default_methods(args.model or DEFAULT_MODEL)
+    flags.methods = flags.methods or default_methods(flags.model or DEFAULT_MODEL)
     dist = _process_group(world)
-    final = open_output(args, lock=rank == 0)  # every check of --out, before the model loads
+    final = open_output(flags, lock=rank == 0)  # every check of --out, before the model loads
     try:
-        return _attribute_into(final, source, args, rank, world, dist)
+        return _attribute_into(final, source, flags, rank, world, dist)
     except KeyboardInterrupt:
         kept = final.kept()  # read back: the Ctrl-C may have come between a write and its count
         final.close(finish=False)  # every finished batch is kept; the lock is released
-        raise outputs.interrupted(args.out, kept) from None
+        raise outputs.interrupted(flags.out, kept) from None
     except BaseException:
         final.close(finish=False)
         raise
 
 
-def _attribute_into(final: outputs.Output, source: Path, args, rank: int, world: int, dist) -> int:
+def _attribute_into(final: outputs.Output, source: Path, flags, rank: int, world: int, dist) -> int:
     from ..models import load_model
 
-    done = final.done | outputs.parts_done(args.out)
+    done = final.done | outputs.parts_done(flags.out)
     writer = final
     if world > 1:
         if rank != 0:
             final.close(finish=False)
-        writer = outputs.JsonlOutput(outputs.part_path(args.out, rank, world), command_record(args))
-    device = args.device
+        writer = outputs.JsonlOutput(outputs.part_path(flags.out, rank, world), command_record(flags))
+    device = flags.device
     if world > 1 and device == "cuda":
         device = f"cuda:{os.environ.get('LOCAL_RANK', rank)}"
-    model, tokenizer = load_model(args.model, device=device, dtype=args.dtype)
+    model, tokenizer = load_model(flags.model, device=device, dtype=flags.dtype)
     counts: Counter = Counter()
     flagged = Counter()
 
     def skip_line(number: int) -> bool:
         return number in done or (number - 1) % world != rank
 
-    bar = progress_bar(source, skip_line, disable=args.no_progress or rank != 0)
+    bar = progress_bar(source, skip_line, disable=flags.no_progress or rank != 0)
 
     def report(line: str) -> None:  # a skipped line: counted, and printed above the bar
         bar.update(1)
         bar.n_written += 1
         bar.write(terminal_safe(line), file=sys.stderr)
 
-    templated = chat_choice(args.chat, tokenizer, tell=None) and args.chat is None  # args.chat: in the record
+    templated = chat_choice(flags.chat, tokenizer, tell=None) and flags.chat is None  # flags.chat: in the record
     def notice(line: str) -> None:  # a line kept without a label: said above the bar, not counted
         bar.write(terminal_safe(line), file=sys.stderr)
 
-    pairs = read_pairs(source, tokenizer, args.answer_format, skip_line, counts, report=report,
-                       chat=args.chat, notice=notice)
+    pairs = read_pairs(source, tokenizer, flags.answer_format, skip_line, counts, report=report,
+                       chat=flags.chat, notice=notice)
     if templated:
         pairs = tell_plain_once(pairs, notice)
     if rank == 0:
-        pairs = _told_cost(pairs, model, args, lambda: bar.total or lines_to_read(source, skip_line), notice)
+        pairs = _told_cost(pairs, model, flags, lambda: bar.total or lines_to_read(source, skip_line), notice)
     with bar:
-        written = attribute_lines(model, tokenizer, pairs, _Flagged(writer, flagged, bar), args,
-                                  on_scored=method_progress(bar, len(args.methods)))
+        written = attribute_lines(model, tokenizer, pairs, _Flagged(writer, flagged, bar), flags,
+                                  on_scored=method_progress(bar, len(flags.methods)))
     if dist is not None:
         writer.close()
         gathered = [None] * world
@@ -315,13 +315,13 @@ def _attribute_into(final: outputs.Output, source: Path, args, rank: int, world:
         flagged = sum((Counter(g[1]) for g in gathered), Counter())
         counts = sum((Counter(g[2]) for g in gathered), Counter())
     if rank == 0:
-        outputs.merge_parts(final, args.out)
+        outputs.merge_parts(final, flags.out)
         signal = output_signal(final)
         final.close()
         if not written and not counts and not done:
-            say(f"oar attribute: error: {args.input} has no line to attribute")
+            say(f"oar attribute: error: {flags.input} has no line to attribute")
         else:
-            say(_summary(args.out, written, flagged, len(done), counts, args.answer_format))
+            say(_summary(flags.out, written, flagged, len(done), counts, flags.answer_format))
             if signal:
                 say(f"oar attribute: {signal}")
     if dist is not None:
@@ -329,14 +329,14 @@ def _attribute_into(final: outputs.Output, source: Path, args, rank: int, world:
     return 2 if counts or not (written or done) else 0
 
 
-def _told_cost(pairs, model, args, traces, tell):
+def _told_cost(pairs, model, flags, traces, tell):
     """`pairs` (`read_pairs`), the estimate said (`tell_cost`) before the first is yielded;
     `traces()`: how many there are."""
     pairs = iter(pairs)
     first = next(pairs, None)
     if first is None:
         return
-    tell_cost(model, first[-1], args, traces(), tell)
+    tell_cost(model, first[-1], flags, traces(), tell)
     yield first
     yield from pairs
 
@@ -367,10 +367,13 @@ class _Flagged:
         self.output.close(finish)
 
 
-@dataclass(frozen=True)
+@dataclass
 class AttributeFlags:
-    """The flags of `oar attribute` beside the shared ones (probe, answer format, gating,
-    method knobs, model): what is attributed, by which methods, where it is written and how."""
+    """What `oar attribute` runs on: its own flags (what is attributed, by which methods, where
+    it is written and how) and the shared ones it is given (probe, answer format, gating, method
+    knobs, model), built by `attribute_flags`. Not frozen: the model, answer format and methods
+    left out are filled in before any work, from --input's provenance (`input_defaults`) or the
+    --store run (`attribute_store`), as the command line's were."""
 
     model: str | None = option(None, "catalogue name or local checkpoint folder (default: the model that wrote "
                                "--input, as `oar generate` records it, else arith-tiny; with --store, the "
@@ -399,6 +402,25 @@ class AttributeFlags:
                                  "run made with other settings (a JSONL holds one run: pass a new --out)",
                                  action="store_true")
     no_progress: bool = option(False, "hide the progress bar", action="store_true")
+    # The shared flags (`add_probe_arg`, `add_answer_format_arg`, `add_model_args`, the gating
+    # flags of ReshapeSettings, `add_method_knobs`): made by their own helpers, no flag here.
+    probe: str = option(PROBE, flag=None)
+    answer_format: str | None = option(None, flag=None)  # None: from --input or the run, else auto
+    gating: dict = option(default_factory=dict, flag=None)  # GATING_FLAGS given: ReshapeSettings' fields
+    device: str | None = option(None, flag=None)
+    dtype: str = option("float32", flag=None)
+    max_batch_tokens: int | None = option(None, flag=None)
+    method_params: dict | None = option(None, flag=None)  # the method knobs given (`--oar-g-n-noise 8`)
+
+
+def attribute_flags(args: argparse.Namespace) -> AttributeFlags:
+    """The `AttributeFlags` of the parsed command line: the only reader of its namespace."""
+    return dataclass_from_args(AttributeFlags, args, gating={name: getattr(args, name) for name in GATING_FLAGS},
+                               method_params=method_params_from(args))
+
+
+def _run_parsed(args: argparse.Namespace) -> int:
+    return run(attribute_flags(args))
 
 
 def add_parser(sub) -> None:
@@ -420,4 +442,4 @@ def add_parser(sub) -> None:
     add_method_knobs(at)
     add_model_args(at)
     add_dataclass_args(at, AttributeFlags, ("force_new_run", "no_progress"))
-    at.set_defaults(func=run)
+    at.set_defaults(func=_run_parsed)

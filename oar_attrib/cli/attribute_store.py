@@ -23,12 +23,12 @@ from ..defaults import ANSWER_FORMAT, DEFAULT_MODEL
 from ..errors import InputError
 
 
-def _chat(args, run_config: dict, tokenizer, default_chat):
+def _chat(flags, run_config: dict, tokenizer, default_chat):
     """prompt -> its chat flag, as the run was written."""
     from ..importers.rows import chat_rule
 
-    if args.chat is not None:
-        return lambda prompt: args.chat
+    if flags.chat is not None:
+        return lambda prompt: flags.chat
     if run_config.get("chat") == "messages":  # an import's rule
         return chat_rule
     chat = default_chat(None, tokenizer)  # what `oar attribute --out` chose by default
@@ -56,8 +56,8 @@ def _advantages(records) -> list[float] | None:
     return None if any(v is None for v in values) else values
 
 
-def _batches(store, todo: list[int], args, model):
-    """The traces of `todo`, read one at a time, in batches of `args.batch_size`, or (None)
+def _batches(store, todo: list[int], flags, model):
+    """The traces of `todo`, read one at a time, in batches of `flags.batch_size`, or (None)
     of the traces whose work fills one pass's memory budget (`budget.trace_batch_full`, as
     `oar attribute --out` batches lines)."""
     from ..models.budget import trace_batch_full, trace_work
@@ -68,8 +68,8 @@ def _batches(store, todo: list[int], args, model):
         record = store.trace(trace_id)
         batch.append(record)
         works.append(trace_work(len(record.token_ids), n_scored(record.segments, record.row.span_found)))
-        full = (len(batch) >= args.batch_size if args.batch_size is not None else
-                trace_batch_full(model, works, max(len(r.token_ids) for r in batch), args.max_batch_tokens))
+        full = (len(batch) >= flags.batch_size if flags.batch_size is not None else
+                trace_batch_full(model, works, max(len(r.token_ids) for r in batch), flags.max_batch_tokens))
         if full:
             yield batch
             batch, works = [], []
@@ -99,26 +99,25 @@ def _check_attributed(store, run, record: dict) -> dict:
     return held
 
 
-def _attribute_part(model, tokenizer, records, chat: bool, args, settings, on_scored):
+def _attribute_part(model, tokenizer, records, chat: bool, flags, settings, on_scored):
     """(attributions, response statistics) of stored `records` that share one chat rule."""
     from ..analysis.token_stats import response_stats
     from ..attribution import attribute
-    from .choices import method_params_from
 
     prompts = [r.to_attribution().prompt for r in records]
     responses = [r.response for r in records]
-    results = attribute(model, tokenizer, prompts, responses, args.methods, settings, chat=chat,
+    results = attribute(model, tokenizer, prompts, responses, flags.methods, settings, chat=chat,
                         advantages=_advantages(records), batch_size=len(records),
-                        method_params=method_params_from(args), on_scored=on_scored)
+                        method_params=flags.method_params, on_scored=on_scored)
     stats = response_stats(model, tokenizer, prompts, responses, chat=chat,
-                           answer_format=args.answer_format)
+                           answer_format=flags.answer_format)
     return results, stats
 
 
-def attribute_stored(args, default_chat, settings_of, record_of) -> int:
-    """Attribute run `args.run` of store `args.store` in place; the exit status.
+def attribute_stored(flags, default_chat, settings_of, record_of) -> int:
+    """Attribute run `flags.run` of store `flags.store` in place; the exit status.
     `default_chat(None, tokenizer)`: `oar attribute`'s chat rule for runs that do not record
-    theirs; `settings_of(args)`, `record_of(args)`: the command's `ReshapeSettings` and
+    theirs; `settings_of(flags)`, `record_of(flags)`: the command's `ReshapeSettings` and
     settings record (`cli.attribute`, which imports this module)."""
     from ..analysis.run_summary import summarise
     from ..inputs.chat_template import ROLE_TEMPLATE, ROLE_TEMPLATE_NAME
@@ -129,76 +128,76 @@ def attribute_stored(args, default_chat, settings_of, record_of) -> int:
     from ..commands import Interrupted
     from .progress import method_progress, trace_bar
 
-    if args.input is not None:
+    if flags.input is not None:
         raise InputError("--input reads a JSONL file; with --store/--run the traces come from "
                          "the store, so pass one or the other")
-    identify(Path(args.store))
-    with WriterLock(args.store, "--store"), Store(args.store) as store:
-        run = _stored_run(store, args)
-        attributed = _check_attributed(store, run, record_of(args))  # before the model loads
-        model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
+    identify(Path(flags.store))
+    with WriterLock(flags.store, "--store"), Store(flags.store) as store:
+        run = _stored_run(store, flags)
+        attributed = _check_attributed(store, run, record_of(flags))  # before the model loads
+        model, tokenizer = load_model(flags.model, device=flags.device, dtype=flags.dtype)
         if run.config.get("chat_template") == ROLE_TEMPLATE_NAME:  # as the import rendered them
             tokenizer.chat_template = ROLE_TEMPLATE
-        chat = _chat(args, run.config, tokenizer, default_chat)
-        todo, done = _todo(store, run.id, args.methods), 0
+        chat = _chat(flags, run.config, tokenizer, default_chat)
+        todo, done = _todo(store, run.id, flags.methods), 0
         if todo:
             store.update_run_config(run.id, attributed=attributed)
 
-        settings = settings_of(args)
+        settings = settings_of(flags)
         if todo:
-            _tell_cost(store.trace(todo[0]), tokenizer, chat, model, args, len(todo))
-        bar = trace_bar(len(todo), args.no_progress)
-        on_scored = method_progress(bar, len(args.methods))
+            _tell_cost(store.trace(todo[0]), tokenizer, chat, model, flags, len(todo))
+        bar = trace_bar(len(todo), flags.no_progress)
+        on_scored = method_progress(bar, len(flags.methods))
 
         try:
             with bar:
-                for records in _batches(store, todo, args, model):
+                for records in _batches(store, todo, flags, model):
                     for flag in (False, True):  # one `chat` per call of attribute
                         part = [r for r in records if bool(chat(r.to_attribution().prompt)) == flag]  # None: no template
                         if part:
-                            got = _attribute_part(model, tokenizer, part, flag, args, settings, on_scored)
-                            _write(store, part, got, run.model or str(args.model))
+                            got = _attribute_part(model, tokenizer, part, flag, flags, settings, on_scored)
+                            _write(store, part, got, run.model or str(flags.model))
                     done += len(records)
                     bar.update(done - bar.n)  # whole traces once written
         except KeyboardInterrupt:
             raise Interrupted(f"interrupted; {done} traces of run {run.id} attributed and kept in "
-                              f"{args.store}, rerun the same command to resume") from None
+                              f"{flags.store}, rerun the same command to resume") from None
         summarise(store, run.id)
-    say(f"attributed {done} traces of run {run.id} in {args.store} with "
-        f"{', '.join(args.methods)}")
+    say(f"attributed {done} traces of run {run.id} in {flags.store} with "
+        f"{', '.join(flags.methods)}")
     return 0
 
 
-def _tell_cost(record, tokenizer, chat, model, args, traces: int) -> None:
+def _tell_cost(record, tokenizer, chat, model, flags, traces: int) -> None:
     """`attribute.tell_cost` on the first trace to attribute (encoded as it will be), its
     token statistics' forward included."""
     from ..inputs.encoding import encode_pairs
     from .progress import tell_cost
 
     prompt = record.to_attribution().prompt
-    _, (pair,) = encode_pairs(tokenizer, [prompt], [record.response], answer_format=args.answer_format,
+    _, (pair,) = encode_pairs(tokenizer, [prompt], [record.response], answer_format=flags.answer_format,
                               chat=chat(prompt))
-    tell_cost(model, pair, args, traces, extra_forward=True)
+    tell_cost(model, pair, flags, traces, extra_forward=True)
 
 
-def _stored_run(store, args):
-    """Run `args.run` of `store`, with `args.model` and `args.answer_format` filled in from it
+def _stored_run(store, flags):
+    """Run `flags.run` of `store`, with `flags.model` and `flags.answer_format` filled in from it
     where left out; InputError when there is no such run or it holds no weights to score with."""
     from ..records.settings_record import lookup
     from ..store.errors import NotFoundError
     from .choices import default_methods
 
     try:
-        run = store.run(args.run)
+        run = store.run(flags.run)
     except NotFoundError:
-        raise InputError(f"--run {args.run}: no such run in {args.store}; `oar web --store` "
+        raise InputError(f"--run {flags.run}: no such run in {flags.store}; `oar web --store` "
                          "lists them") from None
-    args.answer_format = (args.answer_format or run.config.get("answer_format")
+    flags.answer_format = (flags.answer_format or run.config.get("answer_format")
                           or lookup(run.config, "settings.answer_format") or ANSWER_FORMAT)
-    if args.model is None and _tokenizer_only(run.model):
-        raise InputError(f"run {run.id} of {args.store} was imported with the tokenizer of "
+    if flags.model is None and _tokenizer_only(run.model):
+        raise InputError(f"run {run.id} of {flags.store} was imported with the tokenizer of "
                          f"{run.model}, which holds no weights; pass --model with the policy's "
                          "checkpoint")
-    args.model = args.model or run.model or DEFAULT_MODEL
-    args.methods = args.methods or default_methods(args.model)
+    flags.model = flags.model or run.model or DEFAULT_MODEL
+    flags.methods = flags.methods or default_methods(flags.model)
     return run

@@ -55,9 +55,9 @@ def method_progress(bar, n_methods: int):
     return on_scored
 
 
-def tell_cost(model, pair, args, traces: int, tell=None, extra_forward: bool = False) -> None:
+def tell_cost(model, pair, flags, traces: int, tell=None, extra_forward: bool = False) -> None:
     """Say (`tell`, default `console.say`) what `oar attribute` will do and how long it will take
-    (`methods.cost`: the work of `args.methods` on `pair`, the first trace, at this machine's
+    (`methods.cost`: the work of `flags.methods` on `pair`, the first trace, at this machine's
     measured speed), naming the reading set when it is at most half as long and a trace takes
     over a minute. `extra_forward`: `--store`'s token statistics, one forward more a trace."""
     from ..console import say
@@ -65,12 +65,11 @@ def tell_cost(model, pair, args, traces: int, tell=None, extra_forward: bool = F
     from ..methods import default_methods
     from ..methods.cost import TraceShape, attribution_estimate, estimate_lines
     from ..models.cost import measure_speed
-    from .choices import method_params_from
 
-    params = method_params_from(args)
+    params = flags.method_params
     speed = measure_speed(model, TraceShape.of(pair).length)
-    estimate = attribution_estimate(model, pair, args.methods, params, traces, speed, extra_forward)
-    faster = None if set(args.methods) <= set(default_methods("reading")) else attribution_estimate(
+    estimate = attribution_estimate(model, pair, flags.methods, params, traces, speed, extra_forward)
+    faster = None if set(flags.methods) <= set(default_methods("reading")) else attribution_estimate(
         model, pair, default_methods("reading"), params, traces, speed, extra_forward)
-    for line in estimate_lines("oar attribute", estimate, args.model or DEFAULT_MODEL, faster):
+    for line in estimate_lines("oar attribute", estimate, flags.model or DEFAULT_MODEL, faster):
         (tell or say)(line)

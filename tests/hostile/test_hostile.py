@@ -325,7 +325,7 @@ def test_two_processes_shard_the_lines_resume_and_end_in_one_store(tmp_path, pro
     line 4 in rank 1's part file: they are kept, not redone, and the result is one run holding
     every line once, with the scores of a one-process run."""
     from oar_attrib.cli import build_parser, outputs
-    from oar_attrib.cli.attribute import open_output
+    from oar_attrib.cli.attribute import attribute_flags, open_output
     from oar_attrib.store import Store
 
     src = _write_input(tmp_path / "in.jsonl", problems[:9])
@@ -333,7 +333,7 @@ def test_two_processes_shard_the_lines_resume_and_end_in_one_store(tmp_path, pro
     assert _run(_attribute(src, reference), capsys)[0] == 0
     want = {json.loads(x)["line"]: json.loads(x) for x in reference.read_text().splitlines()}
     out = tmp_path / "out.db"
-    earlier = open_output(build_parser().parse_args(_attribute(src, out)))
+    earlier = open_output(attribute_flags(build_parser().parse_args(_attribute(src, out))))
     earlier.write([want[1], want[2]])
     earlier.close(finish=False)
     outputs.part_path(out, 1, 2).write_text(json.dumps(want[4]) + "\n")
