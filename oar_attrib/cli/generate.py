@@ -303,17 +303,16 @@ class Progress:
         self.ended = 0
 
 
-def _answer(model, tokenizer, todo: dict, options: GenerateSettings, settings, out: Path,
-            report) -> Tally:
-    """Append the answers `todo` lacks to `out`, a batch of groups at a time (`Tally` of
-    what was written). Ctrl-C keeps what was written and says so."""
+def _answer(model, tokenizer, todo: dict, options: GenerateSettings, settings, out: Path) -> Tally:
+    """Append the answers `todo` lacks to `out` ({answers held: [(prompt ids, question)]}, the
+    questions `_askable`), a batch of groups at a time (`Tally` of what was written). Ctrl-C
+    keeps what was written and says so."""
     from tqdm.auto import tqdm
 
-    from oar_attrib.inputs.encoding import position_limit
     from oar_attrib.jsonl import AppendLog
     from oar_attrib.rollouts import sample_encoded
 
-    record, limit = settings.record(), position_limit(tokenizer, model)
+    record = settings.record()
     tally = Tally()
     try:
         with AppendLog(out, "--out", owner=answers_owner(out, record)) as handle, \
@@ -321,10 +320,7 @@ def _answer(model, tokenizer, todo: dict, options: GenerateSettings, settings, o
                      desc="generate", unit="answer", disable=options.no_progress) as bar:
             above_bar = lambda line: bar.write(terminal_safe(line), file=sys.stderr)  # noqa: E731
             progress = Progress(bar, _clock(todo, options, above_bar))
-            for have, questions in sorted(todo.items()):
-                encoded = _askable(tokenizer, questions, limit, options.max_new_tokens,
-                                   Path(options.data), report)
-                bar.update((len(questions) - len(encoded)) * (options.samples - have))
+            for have, encoded in sorted(todo.items()):
                 tally["asked"] += len(encoded)
                 for groups in sample_encoded(
                         model, tokenizer, encoded, samples=options.samples - have,
@@ -430,6 +426,7 @@ def run(args: argparse.Namespace) -> int:
 def _generate_into(out: Path, data: Path, options: GenerateSettings, settings, said: str | None) -> int:
     """`oar generate` once its flags and --out are checked and its writer lock is held."""
     from oar_attrib.console import say
+    from oar_attrib.inputs.encoding import position_limit
     from oar_attrib.models import load_model
     from oar_attrib.rollouts import read_questions
 
@@ -445,9 +442,12 @@ def _generate_into(out: Path, data: Path, options: GenerateSettings, settings, s
 
     questions = read_questions(data, tokenizer, options.answer_format, limit=options.n, report=report)
     todo, done = _to_ask(questions, held, options.samples)
+    limit = position_limit(tokenizer, model)  # the prompts that do not fit are said before the plan
+    todo = {have: encoded for have, asked in todo.items()
+            if (encoded := _askable(tokenizer, asked, limit, options.max_new_tokens, data, report))}
     if todo:
         say(plan_line(todo, options, done))
-    tally = _answer(model, tokenizer, todo, options, settings, out, report)
+    tally = _answer(model, tokenizer, todo, options, settings, out)
     if out.exists() and out.stat().st_size:
         _settle(out)
     warning = few_answers(tally, settings)

@@ -207,13 +207,10 @@ def reference(store: AlignStore, trainer, layout_: ParamLayout, screen: Screen, 
     pool batches. A folder whose reference.json is there but whose vectors are not (a fresh
     machine given the committed result files) recomputes the pool from its seeds and checks it
     against the committed pool lines and g*'s fingerprint before going on."""
-    found = store.reference()
-    if found is not None and all(store.has_vector(name) for name in STARS):
-        check_reference(store, layout_.size, found)
+    found = ready_reference(store, layout_.size)
+    if found is not None:
         return found
-    if found is not None and store.has_vector("gstar") and _halves_from_sums(store, found, layout_.size):
-        check_reference(store, layout_.size, found)
-        return found  # a store made before the half pools' vectors were kept
+    found = store.reference()
     per, n = settings.batch_prompts, settings.pool_batches
     sums = store.sums("reference", layout_.size)
     committed = store.lines("pool")
@@ -259,6 +256,19 @@ def _halves_from_sums(store: AlignStore, found: dict, size: int) -> bool:
     store.write_vectors({f"gstar_{h}": np.asarray(sums[h].read(counts[h]), dtype=np.float32) / counts[h]
                          for h in HALVES})
     return True
+
+
+def ready_reference(store: AlignStore, size: int) -> dict | None:
+    """reference.json when the folder holds g* and its halves, read back and checked
+    (`check_reference`: AlignError, one line, nothing changed), else None (still to make)."""
+    found = store.reference()
+    if found is not None and all(store.has_vector(name) for name in STARS):
+        check_reference(store, size, found)
+        return found
+    if found is not None and store.has_vector("gstar") and _halves_from_sums(store, found, size):
+        check_reference(store, size, found)
+        return found  # a store made before the half pools' vectors were kept
+    return None
 
 
 def check_reference(store: AlignStore, size: int, found: dict) -> None:
@@ -483,10 +493,12 @@ def align(settings: AlignSettings, store_path: str | Path, progress: bool = True
         store.close()
         return Path(store_path)
     try:
-        tell_cost(store, trainer, methods, settings, tell=lambda line: tqdm.write(line, file=sys.stderr))
         layout_ = ParamLayout(trainer.model)
+        ready = ready_reference(store, layout_.size)  # a damaged g* is refused before the estimate
+        tell_cost(store, trainer, methods, settings, tell=lambda line: tqdm.write(line, file=sys.stderr))
         screen = Screen(store, trainer, settings, progress)
-        reference(store, trainer, layout_, screen, settings, progress)
+        if ready is None:
+            reference(store, trainer, layout_, screen, settings, progress)
         measure(store, trainer, layout_, methods, screen, settings, progress)
         if settings.mean_gradients:
             mean_gradients(store, methods, layout_.size, progress)
