@@ -3,6 +3,7 @@ answer, inputs written from world problems, the lines an output holds, a copied 
 slowed `oar attribute` subprocesses, a small demo store. No test module imports another."""
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -31,6 +32,21 @@ def _run(argv, capsys) -> tuple[int, list[str]]:
     assert "Traceback" not in err
     # transformers' weight-loading bar is not ours; everything else is.
     return code, [line for line in err.splitlines() if line.strip() and "Loading weights" not in line]
+
+
+# What `oar attribute` and `oar generate` say of their cost before their work (the estimate,
+# `cli.progress.tell_cost`); a line said once the work began (an interrupt, a full disk) follows it.
+ESTIMATE = re.compile(r"oar (attribute: \d+ traces with .*Ctrl-C keeps those|generate: \d+ answers to \d+ "
+                      r"questions, .*|generate: at most about .*)")
+
+
+def _after_estimate(lines: list[str]) -> list[str]:
+    """`lines` without the estimate lines they open with (there must be at least one)."""
+    said = 0
+    while said < len(lines) and ESTIMATE.fullmatch(lines[said]):
+        said += 1
+    assert said, f"no estimate before the work: {lines}"
+    return lines[said:]
 
 
 def _one_line_error(argv, capsys, *words) -> str:

@@ -113,7 +113,7 @@ def test_an_experiment_run_refuses_a_store_another_run_writes(tmp_path, capsys):
                      f"experiment.output_dir={tmp_path / 'runs'}"])
     err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
     assert code == 2 and err == [
-        f"oar experiment: error: experiment.store {store} is being written by process "
+        f"oar experiment run: error: experiment.store {store} is being written by process "
         f"{os.getpid()} (pid in exp.db.lock); wait for it to end, or pass another path"], err
     assert not store.exists()  # refused before anything was written
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hostile_helpers import (PY, ENV, _write_input, _run, _one_line_error, _jsonl_lines, _out_lines,
+from hostile_helpers import (PY, ENV, _write_input, _run, _one_line_error, _jsonl_lines, _out_lines, _after_estimate,
                              _attribute, _checkpoint, _ours)
 
 
@@ -125,7 +125,7 @@ def test_a_full_disk_is_one_line_keeps_the_written_lines_and_the_rerun_completes
     full = _oar(free, *argv, code=code)
     kept = _out_lines(out) if suffix == ".db" else _jsonl_lines(_complete_lines(out))
     assert full.returncode == 2, full.stderr
-    [line] = _ours(full.stderr)
+    [line] = _after_estimate(_ours(full.stderr))
     if suffix == ".db":
         assert line == (f"oar attribute: error: {out}: the disk is full; nothing already "
                         "committed is lost; free some space and rerun the same command")
@@ -166,8 +166,9 @@ def test_store_write_errors_are_explained_in_the_cli_and_the_web_app(tmp_path, p
         raise sqlite3.OperationalError(error)
 
     monkeypatch.setattr(schema, "_open", failing)
-    line = _one_line_error(_attribute(src, tmp_path / "new.db"), capsys, words)
-    assert "not a readable SQLite store" not in line
+    code, said = _run(_attribute(src, tmp_path / "new.db"), capsys)  # the store is opened at the first write
+    [line] = _after_estimate(said)
+    assert code == 2 and words in line and "not a readable SQLite store" not in line, said
     with pytest.raises(StoreError, match=words.replace("(", r"\(")):
         create_app(out)
     _one_line_error(["web", "--store", str(out)], capsys, words)

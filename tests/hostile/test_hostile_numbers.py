@@ -29,6 +29,7 @@ BASE = {
     "recall data": ["recall", "data", "--model", "arith-tiny", "--data", "q.jsonl", "--no-progress"],
     "recall graded": ["recall", "graded", "--model", "arith-tiny", "--no-progress"],
     "recall advantage": ["recall", "advantage", "--model", "arith-tiny", "--no-progress"],
+    "recall intervention": ["recall", "intervention", "--model", "arith-tiny", "--no-progress"],
     "align": ["align", "--model", "arith-tiny", "--store", "align", "--no-progress"],
     "eval": ["eval", "--model", "arith-tiny"],
     "train": ["train", "--preset", "arith-tiny", "--output-dir", "run"],
