@@ -37,6 +37,8 @@ def test_json_and_text_reports(capsys, tmp_path):
     assert report["record"]["model"]["name"] == "arith-tiny" and report["record"]["advantage"]["continuations"] == 2
     assert sorted(report["record"]["methods"]) == ["entropy", "random"]
     assert report["reading"][0].startswith("The signed label's ceiling") and "Reading:" in report["reading"]
+    traces = report["ceiling"]["signed"]["all"]["traces"]  # below 10: the ceiling is not read either
+    assert f"over {traces} traces, too few to read" in report["reading"][0]
     assert main(SMALL + cache) == 0  # the text report, from the cache
     text = capsys.readouterr().out
     lines = text.strip().splitlines()

@@ -141,8 +141,11 @@ def reading(report) -> list[str]:
             f"--continuations {max(2 * report.oracle['n'], 16)} (narrower intervals, a more reliable label)")
     signed = report.ceiling["signed"]
     first = (f"The signed label's ceiling: a method's within-trace Spearman can reach about "
-             f"{_ceiling(signed['all'])} ({_ceiling(signed['before_last'])} before the last step).")
-    return [first] + in_words(comparisons(report), notes, more)
+             f"{_ceiling(signed['all'])} ({_ceiling(signed['before_last'])} before the last step)")
+    traces = signed["all"].get("traces") or 0
+    if signed["all"].get("too_few", True):
+        first += f"; over {traces} traces, too few to read (a ceiling needs {MIN_UNITS})"
+    return [first + "."] + in_words(comparisons(report), notes, more)
 
 
 def _ceiling(row: dict) -> str:
