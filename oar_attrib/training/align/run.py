@@ -204,12 +204,10 @@ def _counts(lines: list[dict]) -> dict[str, int]:
 def reference(store: AlignStore, trainer, layout_: ParamLayout, screen: Screen, settings: AlignSettings,
               progress: bool) -> dict:
     """g* and the two half-pool means on disk, and reference.json: the mean GRPO gradient of the
-    pool batches. A folder whose reference.json is there but whose vectors are not (a fresh
-    machine given the committed result files) recomputes the pool from its seeds and checks it
-    against the committed pool lines and g*'s fingerprint before going on."""
-    found = ready_reference(store, layout_.size)
-    if found is not None:
-        return found
+    pool batches, for a folder that does not hold them yet (`ready_reference` is None). A folder
+    whose reference.json is there but whose vectors are not (a fresh machine given the committed
+    result files) recomputes the pool from its seeds and checks it against the committed pool
+    lines and g*'s fingerprint before going on."""
     found = store.reference()
     per, n = settings.batch_prompts, settings.pool_batches
     sums = store.sums("reference", layout_.size)
