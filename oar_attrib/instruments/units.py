@@ -39,6 +39,17 @@ def from_json(value):
     return float("nan") if value is None else value
 
 
+def drawn_share(settings, preset: str) -> list[tuple[int, object]]:
+    """(index, problem) of this run's share (`settings.shard`; all without one) of the
+    `settings.n` held-out problems of `settings.preset` (else `preset`) drawn with
+    `settings.seed`, in the drawn order: the units of `world` and `steps`."""
+    from ..world import generate_problems
+
+    index = (settings.shard.take if settings.shard else list)(range(settings.n))
+    drawn = generate_problems(settings.n, settings.preset or preset, seed=settings.seed, split="test")
+    return [(i, drawn[i]) for i in index]
+
+
 def unit_cache(path, record: dict | None = None, shard: str | None = None) -> OracleCache:
     """The cache of `world` or `steps` at `path` (`--cf-cache`), read and checked now."""
     return OracleCache(path, checks=UNIT_CHECKS, record=record, shard=shard)
@@ -58,6 +69,16 @@ class Units:
         """The unit of problem `index`, its row's nulls NaN again, or None."""
         hit = None if self.cache is None else self.cache.get(UNIT, self._key(index, prompt))
         return None if hit is None else {**hit, "row": None if hit["row"] is None else from_json(hit["row"])}
+
+    def fill(self, pairs: list[tuple[int, object]], score) -> tuple[object, list[dict]]:
+        """(the traces made now, the unit of each (index, problem) pair): read back where this
+        holds it, the others made by `score(their pairs) -> (traces, their units)`."""
+        found = [self.get(i, p.prompt) for i, p in pairs]
+        todo = [j for j, hit in enumerate(found) if hit is None]
+        traces, made = score([pairs[j] for j in todo])
+        for j, unit in zip(todo, made):
+            found[j] = unit
+        return traces, found
 
     def put(self, index: int, prompt: str, text: str, correct: bool, status: str, row: dict | None, **more) -> None:
         if self.cache is not None:

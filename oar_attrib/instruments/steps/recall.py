@@ -40,11 +40,11 @@ from ...methods.resample import resample_steps
 from ...records.settings_record import settings_record
 from ...weights.metrics import random_recall, recall_at_k
 from ...weights.settings import ReshapeSettings
-from ...world import Oracle, generate_problems, shift_result
+from ...world import Oracle, shift_result
 from ...analysis.report import RecallSummary
 from ...analysis.stats import mean_ci
 from ..base import Run, settings_of
-from ..units import Units
+from ..units import Units, drawn_share
 
 STEP_SETS = ("direct", "upstream", "distractor")
 STEP_METRICS = ("direct", "upstream")
@@ -164,15 +164,10 @@ def step_recall(model, tokenizer, settings=None, *, cache=None, **keywords) -> S
         raise InputError(f"pool={settings.step_pool!r}; choose one of {', '.join(STEP_POOLS)}")
     methods = list(settings.methods or available_methods())
     run = Run(model, tokenizer, cache, settings, settings.progress)
-    index = (settings.shard.take if settings.shard else list)(range(settings.n))
-    drawn = generate_problems(settings.n, settings.preset or "upstream", seed=settings.seed, split="test")
-    problems = [drawn[i] for i in index]
+    pairs = drawn_share(settings, "upstream")
+    problems = [p for _, p in pairs]
     units = Units(cache, None if cache is None else _record(run, methods))
-    found = [units.get(i, p.prompt) for i, p in zip(index, problems)]
-    todo = [j for j, hit in enumerate(found) if hit is None]
-    traces, made = _score(run, methods, [(index[j], problems[j]) for j in todo], units)
-    for j, unit in zip(todo, made):
-        found[j] = unit
+    traces, found = units.fill(pairs, lambda todo: _score(run, methods, todo, units))
     return _report(run, methods, found, traces, [p.oracle(u["text"]) for p, u in zip(problems, found)])
 
 

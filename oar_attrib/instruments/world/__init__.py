@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 
 from ...analysis.sets import DEFAULT_SETS, RECALL_SETS
-from ...commands import MAX_COUNT, option
+from ...commands import option
 from ..base import InstrumentSettings, register_instrument
 from ..data import CounterfactualRecall, open_cache
 

@@ -26,10 +26,10 @@ from ...models.generation import generate
 from ...records.settings_record import settings_record
 from ...weights.metrics import average_precision, random_recall, recall_at_k
 from ...weights.settings import ReshapeSettings
-from ...world import Oracle, Problem, extract_answer, generate_problems
+from ...world import Oracle, Problem, extract_answer
 from ..data.oracle import counterfactual_oracle
 from ..base import Run, settings_of
-from ..units import Units
+from ..units import Units, drawn_share
 from ...analysis.recall_reading import EXPECTED
 from ...analysis.report import RecallSummary
 from ...analysis.sets import COUNTERFACTUAL, DEFAULT_SETS, RECALL_SETS
@@ -182,15 +182,10 @@ def oracle_recall(model, tokenizer, settings=None, *, cache=None, **keywords) ->
         raise InputError(f"unknown oracle set(s) {unknown or sets}; choose from {', '.join(RECALL_SETS)}")
     methods = list(settings.methods or available_methods())
     run = Run(model, tokenizer, cache, settings, settings.progress)
-    index = (settings.shard.take if settings.shard else list)(range(settings.n))
-    drawn = generate_problems(settings.n, settings.preset or "recall", seed=settings.seed, split="test")
-    problems = [drawn[i] for i in index]
+    pairs = drawn_share(settings, "recall")
+    problems = [p for _, p in pairs]
     units = Units(cache, None if cache is None else _record(run, methods, sets))
-    found = [units.get(i, p.prompt) for i, p in zip(index, problems)]
-    todo = [j for j, hit in enumerate(found) if hit is None]
-    traces, made = _score(run, methods, sets, [(index[j], problems[j]) for j in todo], units)
-    for j, unit in zip(todo, made):
-        found[j] = unit
+    traces, found = units.fill(pairs, lambda todo: _score(run, methods, sets, todo, units))
     per_trace, status = [u["row"] for u in found], [u["status"] for u in found]
     texts, correct = [u["text"] for u in found], [u["correct"] for u in found]
     skipped = {reason: status.count(reason) for reason in ("no_answer_span", "incomplete_trace")}
