@@ -1,8 +1,9 @@
 """A preregistered plan's verdicts, applied to the report its analysis printed.
 
 A plan (a JSON file committed before its data) names its hypotheses as {"method", "metric",
-"text"}: the method's `metric` (its mean over traces, e.g. the signed Spearman) above 0. Its
-rule (`confirmed_when`): a hypothesis is "confirmed" when that figure's Holm-adjusted p is
+"text"}: the method's `metric` above 0, either a mean over traces (`signed`: the signed
+Spearman) or the length- and position-controlled coefficient (`partial.signed`: its `coef`,
+over its `traces`). Its rule (`confirmed_when`): a hypothesis is "confirmed" when that figure's Holm-adjusted p is
 below the plan's alpha, its mean is above 0 and it stands on at least `min_traces` traces;
 "not confirmed" otherwise, whatever the direction. `python -m oar_attrib.analysis.preregistered
 PLAN REPORT` writes the verdicts into the report (its `replication` block), nothing else of it
@@ -18,13 +19,25 @@ from ..errors import InputError
 from ..files import write_file
 
 
+def _figure(report: dict, method: str, metric: str) -> dict | None:
+    """The hypothesis's figure as {"mean", "low", "high", "p_holm", "n"}: a method's metric, or
+    a nested one (`partial.signed`, whose coefficient and trace count stand for mean and n)."""
+    row = report.get("methods", {}).get(method) or {}
+    for key in metric.split("."):
+        row = row.get(key) if isinstance(row, dict) else None
+    if row is None or "coef" not in row:
+        return row
+    return {"mean": row["coef"], "low": row["low"], "high": row["high"], "p_holm": row["p_holm"],
+            "n": row["traces"]}
+
+
 def verdicts(plan: dict, report: dict) -> dict:
     """{"plan": the plan's `what`, "alpha", "min_traces", "traces": the family's count,
     "hypotheses": {name: {"text", "method", "metric", "mean", "p_holm", "n", "verdict"}}}."""
     alpha, least = plan["primary"]["alpha"], plan["min_traces"]
     out = {}
     for name, h in plan["hypotheses"].items():
-        row = (report.get("methods", {}).get(h["method"]) or {}).get(h["metric"])
+        row = _figure(report, h["method"], h["metric"])
         if row is None:
             raise InputError(f"the report has no {h['metric']} of {h['method']} ({name} of the plan): run the "
                              "plan's analysis command")

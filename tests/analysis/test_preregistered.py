@@ -31,6 +31,18 @@ def test_the_rule(a, verdict):
     assert got["traces"] == 50 and got["alpha"] == 0.05
 
 
+@pytest.mark.parametrize("coef, p_holm, traces, verdict", [
+    (0.2, 0.01, 50, "confirmed"), (0.2, 0.2, 50, "not confirmed"), (-0.2, 0.01, 50, "not confirmed"),
+    (0.2, 0.01, 41, "not confirmed")])
+def test_a_nested_metric_reads_the_coefficient_and_its_traces(coef, p_holm, traces, verdict):
+    plan = {**PLAN, "hypotheses": {"H3": {"method": "a", "metric": "partial.signed", "text": "a's partial above 0"}}}
+    partial = {"coef": coef, "low": coef - 0.1, "high": coef + 0.1, "p": 0.001, "p_holm": p_holm, "traces": traces}
+    got = verdicts(plan, {"n_scored": 50, "methods": {"a": {"partial": {"signed": partial}}}})["hypotheses"]["H3"]
+    assert got["verdict"] == verdict and got["mean"] == coef and got["n"] == traces and got["low"] == coef - 0.1
+    with pytest.raises(InputError, match="no partial.signed of a"):
+        verdicts(plan, {"n_scored": 1, "methods": {"a": {"partial": {}}}})
+
+
 def test_a_report_without_the_figure_is_refused():
     with pytest.raises(InputError, match="no signed of a"):
         verdicts(PLAN, {"n_scored": 1, "methods": {}})
