@@ -1,5 +1,6 @@
 """A preregistered plan's verdicts: "confirmed" only with a Holm p below alpha, a positive mean
 and enough traces; the committed replication plan names what its rule reads."""
+import hashlib
 import json
 from pathlib import Path
 
@@ -68,3 +69,23 @@ def test_the_committed_replication_plan_is_one_the_rule_reads():
     run = (ROOT / "docs/experiments/advantage/replication/run.sh").read_text()
     for method in plan["primary"]["family"]:
         assert method in run  # the run scores the whole family
+
+
+def test_the_second_replication_plan_is_one_the_rule_reads():
+    folder = ROOT / "docs/experiments/advantage/replication-2"
+    plan = json.loads((folder / "plan.json").read_text())
+    assert plan["primary"]["family"] == ["oar_p", "oar_g", "oar_p_step", "random"]
+    assert {h["method"] for h in plan["hypotheses"].values()} == {"oar_p", "oar_g"}
+    assert {h["metric"] for h in plan["hypotheses"].values()} == {"signed", "partial.signed"}
+    assert plan["min_traces"] == 30 and plan["primary"]["alpha"] == 0.05
+    assert hashlib.sha256((folder / "questions.jsonl").read_bytes()).hexdigest() == plan["data"]["sha256"]
+    run = (folder / "run.sh").read_text()
+    assert "LEAST=30" in run and "WANT=${1:-46}" in run and "--label scored" in run and "--seed 3" in run
+    for method in plan["primary"]["family"]:
+        assert method in run  # the run scores the whole family
+    # the planned verdicts are read from a report of the shape the analysis writes
+    row = {"mean": 0.2, "low": 0.1, "high": 0.3, "p_holm": 0.01, "n": 46}
+    partial = {"coef": 0.2, "low": 0.1, "high": 0.3, "p_holm": 0.01, "traces": 46}
+    methods = {m: {"signed": row, "partial": {"signed": partial}} for m in plan["primary"]["family"]}
+    got = verdicts(plan, {"n_scored": 46, "methods": methods})["hypotheses"]
+    assert sorted(got) == ["H3", "H4", "H5", "H6"] and {h["verdict"] for h in got.values()} == {"confirmed"}
