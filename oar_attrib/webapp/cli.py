@@ -46,6 +46,7 @@ class WebSource:
     align: tuple[str, ...] | None = option(
         None, "folders of `oar align` results to show under /align (a run's folder, or a folder "
               "of them, e.g. docs/experiments/align)", nargs="+", metavar="DIR")
+    dtype: str = option("float32", flag=None)  # the live model's: add_dtype_arg
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -125,17 +126,28 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-def _settings(host: str, max_live_tokens: int | None = None, align: list[str] | None = None):
+def _settings(host: str, web=None, align: tuple[str, ...] | None = None):
+    """The `WebSettings` the app is served with: `web` (its flags: --max-live-tokens; default:
+    every default) with the Host headers `host` is reached by and the `oar align` folders."""
+    from dataclasses import replace
+
     from .settings import LOOPBACK_HOSTS, WebSettings
 
-    live = {} if max_live_tokens is None else {"max_live_tokens": max_live_tokens}
+    web = web or WebSettings()
     if align:
-        live["align_results"] = tuple(align)
+        web = replace(web, align_results=tuple(align))
     if _is_loopback(host):  # 127.0.0.0/8 and ::1: the Host check stays, with this address too
         shown = f"[{host.strip('[]')}]" if ":" in host else host
-        return WebSettings(allowed_hosts=tuple(dict.fromkeys((*LOOPBACK_HOSTS, shown))), **live)
+        return replace(web, allowed_hosts=tuple(dict.fromkeys((*LOOPBACK_HOSTS, shown))))
     say(f"warning: serving on {host}: anyone who can reach this machine can read the store")
-    return WebSettings(allowed_hosts=("*",), **live)
+    return replace(web, allowed_hosts=("*",))
+
+
+def _web_settings(args: argparse.Namespace):
+    """The `WebSettings` of the flags (--max-live-tokens; the rest at their defaults)."""
+    from .settings import WebSettings
+
+    return dataclass_from_args(WebSettings, args)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -143,12 +155,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     return run_demo(dataclass_from_args(DemoConfig, args, methods=tuple(args.methods)),
                     dataclass_from_args(DemoBuild, args), dataclass_from_args(ServeSettings, args),
-                    args.max_live_tokens)
+                    _web_settings(args))
 
 
-def run_demo(config, build: DemoBuild, listen: ServeSettings, max_live_tokens: int | None = None) -> int:
+def run_demo(config, build: DemoBuild, listen: ServeSettings, web=None) -> int:
     """`oar demo` on the objects its flags made: what the store holds (`demo.DemoConfig`), how
-    it is made, where it is served, and the live attribution's limit (`WebSettings`')."""
+    it is made, where it is served, and the app's `WebSettings` (default: every default)."""
     if not build.build_only:  # building the store needs the core only; serving it, the web app
         require_extra("web", "oar demo")
     from oar_attrib.webapp.demo import demo_complete, prepare_demo_store
@@ -168,7 +180,7 @@ def run_demo(config, build: DemoBuild, listen: ServeSettings, max_live_tokens: i
     say(f"demo store: {path}{later}")
     from .main import create_app
 
-    app = create_app(path, model=config.model, settings=_settings(listen.host, max_live_tokens),
+    app = create_app(path, model=config.model, settings=_settings(listen.host, web),
                      dtype=config.dtype, progress=Progress.of_store(path))
     filler = None if complete else start_fill(path, config)
     try:
@@ -184,20 +196,19 @@ def run_demo(config, build: DemoBuild, listen: ServeSettings, max_live_tokens: i
 
 
 def _cmd_web(args: argparse.Namespace) -> int:
-    return run_web(dataclass_from_args(WebSource, args), dataclass_from_args(ServeSettings, args), args.dtype,
-                   args.max_live_tokens)
+    return run_web(dataclass_from_args(WebSource, args), dataclass_from_args(ServeSettings, args),
+                   _web_settings(args))
 
 
-def run_web(source: WebSource, listen: ServeSettings, dtype: str = "float32",
-            max_live_tokens: int | None = None) -> int:
-    """`oar web` on the objects its flags made: what is served, where, the live model's dtype
-    and the live attribution's limit (`WebSettings`')."""
+def run_web(source: WebSource, listen: ServeSettings, web=None) -> int:
+    """`oar web` on the objects its flags made: what is served (with the live model's dtype),
+    where, and the app's `WebSettings` (default: every default)."""
     require_extra("web", "oar web")
     from .main import create_app
 
     started = time.perf_counter()
-    app = create_app(source.store, model=source.model, dtype=dtype,
-                     settings=_settings(listen.host, max_live_tokens, source.align))
+    app = create_app(source.store, model=source.model, dtype=source.dtype,
+                     settings=_settings(listen.host, web, source.align))
     return INTERRUPTED if serve(app, listen.host, listen.port, started=started) else 0
 
 

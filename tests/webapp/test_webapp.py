@@ -515,6 +515,33 @@ def test_demo_and_web_commands(tmp_path, monkeypatch, model_dir, capsys):
         busy.close()
 
 
+def test_web_flags_reach_the_app_through_its_settings_objects(monkeypatch):
+    """`oar web --dtype --max-live-tokens --host --align`: the command runs on WebSource,
+    ServeSettings and WebSettings, and the app gets each flag's value from them."""
+    import argparse
+
+    from oar_attrib.webapp import cli, main
+
+    made = {}
+    monkeypatch.setattr(main, "create_app", lambda store, **kw: made.update(store=store, **kw) or "app")
+    monkeypatch.setattr(cli, "serve", lambda app, host, port, started=None: made.update(listen=(app, host, port)))
+    monkeypatch.setattr(cli, "require_extra", lambda *a: None)
+    parser = argparse.ArgumentParser(prog="oar")
+    cli.add_web_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["web", "--store", "x.db", "--dtype", "bfloat16", "--max-live-tokens", "99",
+                              "--host", "127.0.0.2", "--port", "0", "--align", "a", "b"])
+    assert args.func(args) == 0
+    settings = made["settings"]
+    assert (made["store"], made["dtype"], made["model"]) == ("x.db", "bfloat16", None)
+    assert settings.max_live_tokens == 99 and settings.align_results == ("a", "b")
+    assert "127.0.0.2" in settings.allowed_hosts and "*" not in settings.allowed_hosts
+    assert made["listen"] == ("app", "127.0.0.2", 0)
+    made.clear()
+    args = parser.parse_args(["web", "--store", "x.db"])
+    assert args.func(args) == 0
+    assert made["dtype"] == "float32" and made["settings"].max_live_tokens == 256 and made["settings"].align_results == ()
+
+
 def test_served_connections_send_without_nagle_delay():
     """The server's connections have TCP_NODELAY, as asyncio (and so uvicorn) sets it on the
     sockets `_listen` accepts: keep-alive responses go out at once, not after a delayed ACK."""
