@@ -6,7 +6,6 @@ model and answer format without a flag. The chat model here is the bundled one w
 template, saved as a checkpoint folder."""
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 
@@ -118,18 +117,16 @@ def test_a_rerun_by_another_model_is_refused_and_a_moved_folder_resumes(tmp_path
 
 def test_catalogue_models_answer_with_their_own_defaults(tmp_path, capsys):
     def args(model, **given):
-        flags = {"answer_format": None, "temperature": None, "max_new_tokens": None, **given}
-        return argparse.Namespace(model=model, **flags)
+        return generate_cli.GenerateSettings(model=model, data="q.jsonl", out="a.jsonl", **given)
 
-    smol = args("smollm2-135m")
-    line = generate_cli.model_defaults(smol)
+    smol, line = generate_cli.model_defaults(args("smollm2-135m"))
     assert (smol.answer_format, smol.temperature, smol.max_new_tokens) == ("answer_is", 0.5, 320)
     assert line == ("oar generate: smollm2-135m answers with --answer-format answer_is, --temperature 0.5, "
                     "--max-new-tokens 320 (its catalogue defaults; pass the flag to change one)")
-    told = args("smollm2-135m", temperature=0.9)
-    assert "--temperature" not in generate_cli.model_defaults(told) and told.temperature == 0.9
-    folder = args(str(tmp_path))
-    assert generate_cli.model_defaults(folder) is None
+    told, line = generate_cli.model_defaults(args("smollm2-135m", temperature=0.9))
+    assert "--temperature" not in line and told.temperature == 0.9
+    folder, line = generate_cli.model_defaults(args(str(tmp_path)))
+    assert line is None
     assert (folder.answer_format, folder.temperature, folder.max_new_tokens) == ("boxed", 1.0, 512)
     # End to end on the bundled model: its world answers end "#### N".
     data, out = tmp_path / "q.jsonl", tmp_path / "traces.jsonl"

@@ -380,22 +380,22 @@ def few_answers(tally: Tally, settings) -> str | None:
             f"{settings.max_new_tokens}); {fix}")
 
 
-def model_defaults(args) -> str | None:
-    """Fill in the sampling flags left out (None) from the model's catalogue entry
-    (`catalogue.Answering`: how it gives answers), else the generic defaults; the line that
-    says which came from the catalogue, None when none did."""
+def model_defaults(options: GenerateSettings) -> tuple[GenerateSettings, str | None]:
+    """`options` with the sampling settings left out (None) filled in from the model's
+    catalogue entry (`catalogue.Answering`: how it gives answers), else the generic defaults;
+    and the line that says which came from the catalogue, None when none did."""
     from oar_attrib.models.catalogue import answering
 
-    defaults, known = answering(args.model)
+    defaults, known = answering(options.model)
     taken = [name for name in ("answer_format", "temperature", "max_new_tokens")
-             if getattr(args, name) is None]
-    for name in taken:
-        setattr(args, name, getattr(defaults, name))
+             if getattr(options, name) is None]
+    options = dataclasses.replace(options, **{name: getattr(defaults, name) for name in taken})
     if not known or not taken:
-        return None
-    shown = ", ".join(f"--{n.replace('_', '-')} {getattr(args, n):g}" if n == "temperature"
-                      else f"--{n.replace('_', '-')} {getattr(args, n)}" for n in taken)
-    return f"oar generate: {args.model} answers with {shown} (its catalogue defaults; pass the flag to change one)"
+        return options, None
+    shown = ", ".join(f"--{n.replace('_', '-')} {getattr(options, n):g}" if n == "temperature"
+                      else f"--{n.replace('_', '-')} {getattr(options, n)}" for n in taken)
+    return options, (f"oar generate: {options.model} answers with {shown} (its catalogue defaults; pass the "
+                     "flag to change one)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -405,8 +405,7 @@ def run(args: argparse.Namespace) -> int:
     from oar_attrib.rollouts import SamplingSettings
     from oar_attrib.store.lock import WriterLock
 
-    said = model_defaults(args)
-    options = dataclass_from_args(GenerateSettings, args)
+    options, said = model_defaults(dataclass_from_args(GenerateSettings, args))
     settings = SamplingSettings(options.model, options.answer_format, options.temperature,
                                 options.greedy or options.temperature == 0, options.max_new_tokens,
                                 options.seed)
