@@ -450,6 +450,10 @@ ADVANTAGE_PLAN = {  # a plan's shape (docs/experiments/advantage/replication/pla
     "what": "a plan for the notebook test", "primary": {"alpha": 0.05}, "min_traces": 2,
     "hypotheses": {"H1": {"method": "oar_g", "metric": "signed", "text": "OAR-G's signed Spearman is above 0"},
                    "H2": {"method": "random", "metric": "signed", "text": "random's signed Spearman is above 0"}}}
+# The second replication's shape: a hypothesis on the length- and position-controlled coefficient.
+PARTIAL_PLAN = {**ADVANTAGE_PLAN, "hypotheses": {
+    "H3": {"method": "oar_g", "metric": "signed", "text": "OAR-G's signed Spearman is above 0"},
+    "H5": {"method": "oar_g", "metric": "partial.signed", "text": "OAR-G's controlled coefficient is above 0"}}}
 
 
 def close(got, want) -> None:
@@ -522,9 +526,17 @@ def test_09_advantage_oracle_recomputes_every_figure_from_the_report_rows(bundle
     (folder / ".chunk.json").write_text(json.dumps(report)[:200])  # a report cut short
     replicated = {**report, "replication": verdicts(ADVANTAGE_PLAN, report)}
     (folder / "replication.json").write_text(json.dumps(replicated, allow_nan=False))
+    second = tmp_path / "replication-2"
+    second.mkdir()
+    (second / "plan.json").write_text(json.dumps(PARTIAL_PLAN))
+    again = {**report, "replication": verdicts(PARTIAL_PLAN, report)}
+    assert again["replication"]["hypotheses"]["H5"]["mean"] == report["methods"]["oar_g"]["partial"]["signed"]["coef"]
+    (second / "replication.json").write_text(json.dumps(again, allow_nan=False))
 
     nb, summary = run_notebook("09_advantage_oracle.ipynb", OAR_ADVANTAGE_RESULTS=str(tmp_path))
-    assert list(summary) == ["tiny", "replication/replication"]
+    assert list(summary) == ["tiny", "replication/replication", "replication-2/replication"]
+    assert summary["replication-2/replication"]["verdicts"] == {
+        h: row["verdict"] for h, row in again["replication"]["hypotheses"].items()}
     for got in summary.values():
         check_advantage_summary(got, report)
     assert summary["tiny"]["exploratory"] and summary["tiny"]["verdicts"] is None
@@ -532,6 +544,6 @@ def test_09_advantage_oracle_recomputes_every_figure_from_the_report_rows(bundle
     assert summary["replication/replication"]["verdicts"] == {
         h: row["verdict"] for h, row in replicated["replication"]["hypotheses"].items()}
     loaded = "".join(o.get("text", "") for o in nb.cells[1].outputs if o.output_type == "stream")
-    for name in ("other", "replication/plan", "replication/progress", "replication/.chunk"):
+    for name in ("other", "replication/plan", "replication/progress", "replication/.chunk", "replication-2/plan"):
         assert f"{name}.json: not an advantage report, passed over" in loaded
-    assert len(plotly_outputs(nb)) == 4  # per report: signed and absolute per method, agreement against cost
+    assert len(plotly_outputs(nb)) == 6  # per report: signed and absolute per method, agreement against cost
