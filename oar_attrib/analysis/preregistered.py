@@ -3,11 +3,11 @@
 A plan (a JSON file committed before its data) names its hypotheses as {"method", "metric",
 "text"}: the method's `metric` above 0, either a mean over traces (`signed`: the signed
 Spearman) or the length- and position-controlled coefficient (`partial.signed`: its `coef`,
-over its `traces`). Its rule (`confirmed_when`): a hypothesis is "confirmed" when that figure's Holm-adjusted p is
-below the plan's alpha, its mean is above 0 and it stands on at least `min_traces` traces;
-"not confirmed" otherwise, whatever the direction. `python -m oar_attrib.analysis.preregistered
-PLAN REPORT` writes the verdicts into the report (its `replication` block), nothing else of it
-changed.
+over its `traces`). Its rule (`confirmed_when`): a hypothesis is "confirmed" when that
+figure's Holm-adjusted p is below the plan's alpha, the figure is above 0 and it stands on at
+least `min_traces` traces; "not confirmed" otherwise, whatever the direction. `python -m
+oar_attrib.analysis.preregistered PLAN REPORT` writes the verdicts into the report (its
+`replication` block), nothing else of it changed.
 """
 from __future__ import annotations
 
