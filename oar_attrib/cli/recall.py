@@ -48,9 +48,11 @@ def settings_from_args(cls, args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     """Build the instrument's settings from the command line and run it."""
     from ..instruments import instrument_spec
+    from ..instruments.cache import locks_let_go
 
     spec = instrument_spec(args.recall_mode)
-    return spec.run(settings_from_args(spec.settings, args))
+    with locks_let_go():
+        return spec.run(settings_from_args(spec.settings, args))
 
 
 def run_merge(args: argparse.Namespace) -> int:

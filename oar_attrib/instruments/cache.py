@@ -24,9 +24,11 @@ never compute and write the same entries twice; `--shard` gives each process its
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import math
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import InputError
@@ -100,6 +102,29 @@ def _give_lock(key: Path) -> None:
             del _HELD[key]
 
 
+@contextmanager
+def locks_let_go():
+    """Every cache lock taken inside the block is given back, its file deleted, when the block
+    ends however it ends: a command's caches (`oar recall`), so that a clean run, an error or
+    Ctrl-C leaves no lock file beside its cache, in the command's process or a caller's."""
+    before = set(_HELD)
+    try:
+        yield
+    finally:
+        for key in [k for k in _HELD if k not in before]:
+            _HELD.pop(key)[0].release()
+
+
+@atexit.register
+def _give_every_lock() -> None:
+    """At the process's end (a clean exit, an error, Ctrl-C; not a kill) every cache's lock
+    file is deleted, as every other writer's is: the end alone would let go of the lock but
+    leave its file behind."""
+    for held, _ in list(_HELD.values()):
+        held.release()
+    _HELD.clear()
+
+
 class OracleCache:
     """An instrument's cache at `path` (None: in memory only), read and checked now (module
     docstring). `checks`: the instrument's own kinds beside `COMMON_CHECKS`, {kind: (what an
@@ -167,8 +192,9 @@ class OracleCache:
         return entry
 
     def _claim(self) -> None:
-        """Take the file's writer lock (once) and give a new file its record line."""
-        if self._lock is not None:
+        """Take the file's writer lock (once, again after `locks_let_go` gave it back) and give
+        a new file its record line."""
+        if self._lock is not None and self._lock in _HELD:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = _take_lock(self.path, self.flag)
@@ -179,7 +205,8 @@ class OracleCache:
             self.stored_record = self.record
 
     def release(self) -> None:
-        """Give the writer lock back (the process's end does too)."""
+        """Give the writer lock back (the end of its `oar recall` command and the process's end do
+        too: `locks_let_go`)."""
         if self._lock is not None:
             _give_lock(self._lock)
             self._lock = None

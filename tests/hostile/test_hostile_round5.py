@@ -159,9 +159,10 @@ def test_a_lock_is_deleted_when_let_go_and_a_stale_handle_is_never_a_second_lock
 
 def test_clean_runs_leave_no_lock_and_a_refused_model_leaves_no_file(tmp_path, inputs, oar):
     """The lock is deleted on a clean exit (attribute into a JSONL and a store, generate,
-    import), and a model refused after --out was opened leaves neither --out (nor a cache
+    import, an instrument's cache), and a model refused after --out was opened leaves neither --out (nor a cache
     holding only a record of the refused model) nor its lock."""
-    for door in ("attribute --out x.jsonl", "attribute --out x.db", "generate --out", "import --out"):
+    for door in ("attribute --out x.jsonl", "attribute --out x.db", "generate --out", "import --out",
+                 "recall data --cf-cache", "recall advantage --cf-cache"):
         out = tmp_path / door.replace(" ", "_").replace("-", "") / OUT_NAMES[door]
         out.parent.mkdir()
         code, _ = oar(*_argv(door, out, inputs), *(["--methods", "entropy"] if "attribute" in door else []))
