@@ -247,6 +247,28 @@ def dataclass_from_args(cls, args: argparse.Namespace, **extra):
                   if hasattr(args, f.name) and f.name not in extra}, **extra)
 
 
+def flags_line(settings, names, **changed) -> str:
+    """The flags of `settings`' fields `names` (each as `add_dataclass_args` spells it; `changed`
+    in place of the field's value), quoted for a shell: a command's own run, to print as what
+    to run next. A None, a False or an empty value is left out."""
+    import shlex
+
+    fields = {f.name: f for f in dataclasses.fields(settings)}
+    out = []
+    for name in names:
+        value = changed.get(name, getattr(settings, name))
+        if value is None or value is False or value == ():
+            continue
+        flag = fields[name].metadata.get("flag") or "--" + name.replace("_", "-")
+        flag = flag if isinstance(flag, str) else flag[0]
+        if value is True:
+            out.append(flag)
+            continue
+        values = value if isinstance(value, (list, tuple)) else [value]
+        out.append(" ".join([flag, *(shlex.quote(f"{v:g}" if isinstance(v, float) else str(v)) for v in values)]))
+    return " ".join(out)
+
+
 def runs_on(cls, command):
     """The `func` a parser's defaults hold: `command` called with the `cls` built from the
     parsed flags (`dataclass_from_args`), so that the command runs on its settings object and

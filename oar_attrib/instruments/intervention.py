@@ -321,9 +321,9 @@ def run_intervention(settings: InterventionRecall) -> int:
         cache=cache.counts, per_site=rows)
     if settings.json:
         print(json.dumps({**report.as_dict(), "intervention": intervention_record(settings),
-                          "reading": reading(report)}, allow_nan=False))
+                          "reading": reading(report, settings)}, allow_nan=False))
         return 0
-    print("\n".join(text_report(report)))
+    print("\n".join(text_report(report, settings)))
     return 0
 
 
@@ -343,7 +343,7 @@ def _cell(row: dict) -> str:
         else f"{row['mean']:+.3f}"
 
 
-def text_report(report: InterventionReport) -> list[str]:
+def text_report(report: InterventionReport, settings: InterventionRecall) -> list[str]:
     """The text form: counts, the oracle, the AUC, the drops and the reading."""
     o, a = report.oracle, report.auc
     lines = [f"traces {report.traces} of {report.n} (left out: {report.skipped['wrong']} wrong answers, "
@@ -355,11 +355,14 @@ def text_report(report: InterventionReport) -> list[str]:
     for kind, row in report.drop.items():
         if row["sites"]:
             lines.append(f"mean V drop, {kind} sites ({row['sites']} in {row['traces']} traces): {_cell(row)}")
-    return lines + reading(report)
+    return lines + reading(report, settings)
 
 
-def reading(report: InterventionReport) -> list[str]:
-    """The result in words: whether the oracle passes, how sure, what to run next."""
+def reading(report: InterventionReport, settings: InterventionRecall) -> list[str]:
+    """The result in words: whether the oracle passes, how sure, what to run next (this run's
+    command, on twice the questions and continuations)."""
+    from ..commands import flags_line
+
     from ..analysis.stats import MIN_UNITS
 
     a, chain = report.auc, report.drop["chain"]
@@ -378,5 +381,8 @@ def reading(report: InterventionReport) -> list[str]:
         said = (f"The oracle does not pass: the AUC's interval {_cell(a)} reaches 0.5, so |dV| does not "
                 f"resolve a step made to matter from a {a['negative']} one at {report.oracle['n']} continuations "
                 f"(chain drop {_cell(chain)}, {a['negative']} {_cell(negative)}).")
-    more = f"oar recall intervention --n {max(2 * report.n, 40)} --continuations {2 * report.oracle['n']}"
+    source = ("data",) if settings.data else ("preset",)
+    more = "oar recall intervention " + flags_line(
+        settings, ("model", *source, "n", "seed", "continuations", "temperature", "by", "negative", "max_new_tokens"),
+        n=max(2 * report.n, 40), continuations=2 * report.oracle["n"])
     return ["Reading:", f"  {said}", f"Next: {more} (narrower intervals)"]

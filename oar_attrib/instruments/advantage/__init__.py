@@ -119,9 +119,9 @@ def run_advantage(settings: AdvantageRecall) -> int:
     report = advantage_recall(model, tokenizer, records, run, cache=cache)
     if settings.json:
         print(json.dumps({**report.as_dict(), "record": advantage_record(settings, settings.methods_run()),
-                          "reading": reading(report)}, allow_nan=False))
+                          "reading": reading(report, settings)}, allow_nan=False))
         return 0
-    print("\n".join(text_report(report)))
+    print("\n".join(text_report(report, settings)))
     return 0
 
 

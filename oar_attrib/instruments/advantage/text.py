@@ -54,7 +54,7 @@ def ceiling_line(report) -> str:
             f"{part(absolute['before_last'])}")
 
 
-def text_report(report) -> list[str]:
+def text_report(report, settings) -> list[str]:
     """The lines of the text report: the label's ceiling first, the settings and counts, the
     table, the positive control and the reading in words."""
     o, g = report.oracle, report.groups
@@ -89,7 +89,7 @@ def text_report(report) -> list[str]:
                      f"against a random ranking's {control['random_chain']['mean']:.3f}, a gain of "
                      f"{_cell(control['chain_gain'])} (p {_p(control['chain_gain'], 'p', 'n/a')}); "
                      f"direct steps {_cell(control['direct'])}, a gain of {_cell(control['direct_gain'])}")
-    return lines + reading(report)
+    return lines + reading(report, settings)
 
 
 def comparisons(report) -> list:
@@ -111,10 +111,12 @@ def comparisons(report) -> list:
     return out
 
 
-def reading(report) -> list[str]:
+def reading(report, settings) -> list[str]:
     """The report in words (`verdicts.reading`): the label's ceiling, a verdict per method and
     figure, the caveats (few traces, a low ceiling, a positive control that does not beat
-    random, a label that follows length), what to run next."""
+    random, a label that follows length), what to run next (the run's own command, `settings`',
+    on twice the traces and continuations)."""
+    from ...commands import flags_line
     from .metrics import LONGEST
     from ...analysis.stats import MIN_UNITS
     from ...analysis.verdicts import caveats
@@ -137,8 +139,11 @@ def reading(report) -> list[str]:
         if gain is not None and gain <= 0 else None,
         f"|dV| follows step length here (longest_first {_cell(length)}): compare a method's partial coefficient "
         "(length and position held fixed), not only its Spearman" if (length.get("low") or 0) > 0 else None)
-    more = (f"oar recall advantage --model <model> --n {max(2 * report.n, 40)} "
-            f"--continuations {max(2 * report.oracle['n'], 16)} (narrower intervals, a more reliable label)")
+    more = ("oar recall advantage " + flags_line(
+        settings, ("model", "data" if settings.data else "preset", "n", "seed", "group_samples", "continuations",
+                   "temperature", "max_new_tokens", "min_steps", "label", "methods"),
+        n=max(2 * report.n, 40), continuations=max(2 * report.oracle["n"], 16))
+        + " (narrower intervals, a more reliable label)")
     signed = report.ceiling["signed"]
     first = (f"The signed label's ceiling: a method's within-trace Spearman can reach about "
              f"{_ceiling(signed['all'])} ({_ceiling(signed['before_last'])} before the last step)")
