@@ -259,8 +259,7 @@ def flags_line(settings, names, **changed) -> str:
         value = changed.get(name, getattr(settings, name))
         if value is None or value is False or value == ():
             continue
-        flag = fields[name].metadata.get("flag") or "--" + name.replace("_", "-")
-        flag = flag if isinstance(flag, str) else flag[0]
+        flag = _flag_strings(fields[name], fields[name].metadata)[0]
         if value is True:
             out.append(flag)
             continue

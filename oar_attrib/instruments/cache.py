@@ -102,6 +102,12 @@ def _give_lock(key: Path) -> None:
             del _HELD[key]
 
 
+def _let_go(keys) -> None:
+    """Give back the locks held under `keys`, whoever holds them, each file deleted."""
+    for key in list(keys):
+        _HELD.pop(key)[0].release()
+
+
 @contextmanager
 def locks_let_go():
     """Every cache lock taken inside the block is given back, its file deleted, when the block
@@ -111,8 +117,7 @@ def locks_let_go():
     try:
         yield
     finally:
-        for key in [k for k in _HELD if k not in before]:
-            _HELD.pop(key)[0].release()
+        _let_go(k for k in list(_HELD) if k not in before)
 
 
 @atexit.register
@@ -120,9 +125,7 @@ def _give_every_lock() -> None:
     """At the process's end (a clean exit, an error, Ctrl-C; not a kill) every cache's lock
     file is deleted, as every other writer's is: the end alone would let go of the lock but
     leave its file behind."""
-    for held, _ in list(_HELD.values()):
-        held.release()
-    _HELD.clear()
+    _let_go(_HELD)
 
 
 class OracleCache:

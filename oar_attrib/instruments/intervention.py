@@ -361,9 +361,8 @@ def text_report(report: InterventionReport, settings: InterventionRecall) -> lis
 def reading(report: InterventionReport, settings: InterventionRecall) -> list[str]:
     """The result in words: whether the oracle passes, how sure, what to run next (this run's
     command, on twice the questions and continuations)."""
-    from ..commands import flags_line
-
     from ..analysis.stats import MIN_UNITS
+    from ..commands import flags_line
 
     a, chain = report.auc, report.drop["chain"]
     negative = report.drop["placebo" if a["negative"] == "placebo" else "distractor"]
